@@ -1,0 +1,5 @@
+import sys
+
+from edgetune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""The Device interface every backend implements, and the clocks they run on.
+
+A backend answers five questions: what it is (``spec``), which mode it is in
+(``current_mode``), how to switch (``apply`` — validated first), how long minibatches take
+(``run``), and how much power it draws (``power_sensor`` / ``sampler``). The profiling
+protocol is written once against this interface; only the backend changes between a real
+Jetson (``SysfsJetson``), the physical model (``SimulatedJetson``) and a recorded table
+(``ReplayDevice``).
+
+Time: real devices live on :class:`RealClock`. Simulated and replayed devices keep a
+:class:`VirtualClock` that ``run`` and ``settle`` advance, so a 40-minibatch profile of a
+2-second minibatch costs microseconds and power samples are taken at the virtual instants
+a 1 Hz sensor would see.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.spec import DeviceSpec
+
+
+class Role(str, Enum):
+    TRAIN = "train"
+    INFER = "infer"
+
+    @classmethod
+    def parse(cls, value: "str | Role") -> "Role":
+        from edgetune.errors import InvalidArgument
+
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidArgument("role", f"unknown role {value!r}", "train, infer") from None
+
+
+# --- clocks ---------------------------------------------------------------------------------
+class Clock(ABC):
+    @abstractmethod
+    def now_s(self) -> float: ...
+
+    @abstractmethod
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock(Clock):
+    def now_s(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class VirtualClock(Clock):
+    """Time that passes only when the simulation says so. ``sleep`` advances it."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now = start_s
+        self._lock = threading.Lock()
+
+    def now_s(self) -> float:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("a clock cannot go backwards")
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+
+# --- power ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PowerSample:
+    t_s: float  # on the device's clock
+    power_w: float  # total board / module power
+    rails_w: dict[str, float] | None = None  # per rail (VDD_GPU_SOC, VDD_CPU_CV, ...) when known
+
+
+class PowerSensor(ABC):
+    """Instantaneous power, as INA3221 / jtop report it."""
+
+    @abstractmethod
+    def read_w(self) -> float:
+        """Total power now (W)."""
+
+    def rails_w(self) -> dict[str, float]:
+        """Per-rail power now (W); empty when the sensor has only a total."""
+        return {}
+
+
+class PowerSampler(ABC):
+    """Collects power samples at a fixed rate while a workload runs.
+
+    ``start()`` before the minibatches, ``stop()`` after; ``stop`` returns the samples taken
+    in between (the first at the start instant). Real devices sample from a thread
+    (``edgetune.devices.sampling.ThreadedSampler``); virtual-clock devices produce the
+    samples their sensor would have given at those instants.
+    """
+
+    def __init__(self, rate_hz: float) -> None:
+        if rate_hz <= 0:
+            from edgetune.errors import InvalidArgument
+
+            raise InvalidArgument("sample_rate_hz", f"{rate_hz} must be positive", "> 0")
+        self.rate_hz = rate_hz
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> list[PowerSample]: ...
+
+
+# --- the device -----------------------------------------------------------------------------
+class Device(ABC):
+    """A Jetson (real, simulated or replayed) that runs minibatches in a power mode."""
+
+    #: Short backend name used in tables and logs: "sysfs", "sim", "replay".
+    backend: str = ""
+
+    @property
+    @abstractmethod
+    def spec(self) -> DeviceSpec: ...
+
+    @property
+    @abstractmethod
+    def clock(self) -> Clock: ...
+
+    @abstractmethod
+    def current_mode(self) -> PowerMode: ...
+
+    @abstractmethod
+    def apply(self, mode: PowerMode) -> PowerMode:
+        """Validate ``mode`` against ``spec`` and switch to it; return the mode as applied.
+
+        Raises ``InvalidArgument`` (nothing changed) for a mode outside the tables.
+        """
+
+    @abstractmethod
+    def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
+        """Run ``n_minibatches`` of ``workload`` and return each one's time in ms."""
+
+    @abstractmethod
+    def power_sensor(self) -> PowerSensor: ...
+
+    def sampler(self, rate_hz: float = 1.0) -> PowerSampler:
+        """A sampler at ``rate_hz``; real devices sample from a thread on the real clock."""
+        from edgetune.devices.sampling import ThreadedSampler
+
+        return ThreadedSampler(self.power_sensor(), self.clock, rate_hz)
+
+    def restore(self) -> None:
+        """Return to the mode the device was in when this object first changed it."""
+        initial = getattr(self, "_initial_mode", None)
+        if initial is not None and initial != self.current_mode():
+            self.apply(initial)
+
+    def workloads(self) -> list[str]:
+        """Workload names this backend can run (empty: any zoo model)."""
+        return []
+
+    def close(self) -> None:
+        """Release resources; restores the initial mode."""
+        self.restore()
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,50 @@
+"""Pareto fronts over two objectives to minimise, exact and vectorised.
+
+The front of (time, power) is what every selection in edgetune walks: a mode off the front is
+slower *and* hungrier than some other mode, so no budget ever prefers it. Throughput fronts
+are the same computation on (-throughput, power).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pareto_mask(cost_a: np.ndarray, cost_b: np.ndarray) -> np.ndarray:
+    """Boolean mask of the points no other point dominates (both costs minimised).
+
+    A point is dominated when another is ≤ in both costs and < in at least one. Among exact
+    duplicates on the front, the first occurrence is kept. O(n log n): sort by ``cost_a``
+    (ties by ``cost_b``), then keep the points that strictly lower the running minimum of
+    ``cost_b``.
+    """
+    a = np.asarray(cost_a, dtype=float).ravel()
+    b = np.asarray(cost_b, dtype=float).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"cost arrays differ in length: {a.size} vs {b.size}")
+    mask = np.zeros(a.size, dtype=bool)
+    if a.size == 0:
+        return mask
+    order = np.lexsort((b, a))  # by a, then b
+    b_sorted = b[order]
+    running_min = np.minimum.accumulate(b_sorted)
+    # strictly better than everything before it in b (first element always kept)
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    keep[1:] = b_sorted[1:] < running_min[:-1]
+    mask[order[keep]] = True
+    return mask
+
+
+def pareto_front(time_ms: np.ndarray, power_w: np.ndarray) -> np.ndarray:
+    """Indices of the (time, power) front, ordered by increasing time (decreasing power)."""
+    t = np.asarray(time_ms, dtype=float)
+    idx = np.flatnonzero(pareto_mask(t, power_w))
+    return idx[np.argsort(t[idx], kind="stable")]
+
+
+def throughput_front(throughput: np.ndarray, power_w: np.ndarray) -> np.ndarray:
+    """Indices of the (throughput ↑, power ↓) front, ordered by increasing throughput."""
+    thr = np.asarray(throughput, dtype=float)
+    idx = np.flatnonzero(pareto_mask(-thr, power_w))
+    return idx[np.argsort(thr[idx], kind="stable")]
