@@ -1,0 +1,25 @@
+"""The measurement protocol: warm-up, power stabilisation, sampling, integration, ordering.
+
+- ``protocol``  ``ProfileConfig``, ``Profiler`` (measure one point / profile many), ``Measurement``
+- ``settling``  sliding-window detection of power stabilisation after a mode change
+- ``stats``     trapezoid energy, power statistics, seed 001's repetition rule
+- ``order``     descending-frequency order (seed 002) and the power-cap search order (seed 000)
+"""
+
+from edgetune.profiling.order import CapSearch, CapSearchResult, descending_order, run_cap_search
+from edgetune.profiling.protocol import (
+    ROW_COLUMNS,
+    Measurement,
+    PowerLimitExceeded,
+    ProfileConfig,
+    Profiler,
+    ProgressEvent,
+    measurement_id,
+)
+from edgetune.profiling.stats import integrate_energy_j, repetitions
+
+__all__ = [
+    "CapSearch", "CapSearchResult", "Measurement", "PowerLimitExceeded", "ProfileConfig", "Profiler",
+    "ProgressEvent", "ROW_COLUMNS", "descending_order", "integrate_energy_j", "measurement_id",
+    "repetitions", "run_cap_search",
+]
