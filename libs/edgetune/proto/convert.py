@@ -1,0 +1,216 @@
+"""Conversions between the library's types and the ``edgetune.v1`` protobuf messages.
+
+Services use these at their edges (request -> library call -> response) so that servicers
+hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
+(role, grid, strategy, problem, objective) to and from the library's string names,
+predictions and CONTRACT-style decision dicts to messages, and a reader for ``optional``
+scalars. Bad input raises :class:`~edgetune.errors.InvalidArgument` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.message import Message
+
+from edgetune.devices.base import Role
+from edgetune.errors import InvalidArgument
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2
+
+# --- power modes and specs ------------------------------------------------------------------
+
+
+def mode_to_proto(mode: PowerMode) -> common_pb2.PowerMode:
+    return common_pb2.PowerMode(cores=int(mode.cores), cpu_mhz=mode.cpu_mhz, gpu_mhz=mode.gpu_mhz,
+                                emc_mhz=mode.emc_mhz)
+
+
+def mode_from_proto(msg: common_pb2.PowerMode, field: str = "mode") -> PowerMode:
+    """The library mode of ``msg``; every knob must be positive (an unset mode is all zeros).
+
+    Not validated against a device: do ``spec.validate(mode)`` before applying it.
+    """
+    if msg.cores <= 0:
+        raise InvalidArgument(f"{field}.cores", f"{msg.cores} is not a core count", ">= 1")
+    for dim in ("cpu_mhz", "gpu_mhz", "emc_mhz"):
+        value = getattr(msg, dim)
+        if not (value > 0 and math.isfinite(value)):
+            raise InvalidArgument(f"{field}.{dim}", f"{value:g} is not a frequency", "> 0 MHz")
+    return PowerMode(int(msg.cores), msg.cpu_mhz, msg.gpu_mhz, msg.emc_mhz)
+
+
+def preset_to_proto(preset: Preset) -> common_pb2.Preset:
+    msg = common_pb2.Preset(id=preset.id, name=preset.name, cores=preset.cores,
+                            cpu_max_mhz=preset.cpu_max_mhz, gpu_max_mhz=preset.gpu_max_mhz,
+                            emc_max_mhz=preset.emc_max_mhz)
+    if preset.budget_w is not None:
+        msg.budget_w = preset.budget_w
+    return msg
+
+
+def preset_from_proto(msg: common_pb2.Preset) -> Preset:
+    return Preset(id=msg.id, name=msg.name, cores=msg.cores, cpu_max_mhz=msg.cpu_max_mhz,
+                  gpu_max_mhz=msg.gpu_max_mhz, emc_max_mhz=msg.emc_max_mhz,
+                  budget_w=optional_value(msg, "budget_w"))
+
+
+def spec_to_proto(spec: DeviceSpec) -> common_pb2.DeviceSpec:
+    """The spec as a message; ``spec.extra`` (library-internal) is not sent."""
+    return common_pb2.DeviceSpec(
+        name=spec.name, display_name=spec.display_name, core_counts=list(spec.core_counts),
+        cpu_mhz=list(spec.cpu_mhz), gpu_mhz=list(spec.gpu_mhz), emc_mhz=list(spec.emc_mhz),
+        presets=[preset_to_proto(p) for p in spec.presets], idle_power_w=spec.idle_power_w,
+        max_power_w=spec.max_power_w, soc=spec.soc, notes=spec.notes,
+    )
+
+
+def spec_from_proto(msg: common_pb2.DeviceSpec, field: str = "spec") -> DeviceSpec:
+    """A DeviceSpec from a message; tables must be non-empty and are sorted ascending."""
+    for dim in ("core_counts", "cpu_mhz", "gpu_mhz", "emc_mhz"):
+        if not getattr(msg, dim):
+            raise InvalidArgument(f"{field}.{dim}", "is empty", "at least one value")
+    return DeviceSpec(
+        name=msg.name, display_name=msg.display_name, core_counts=tuple(sorted(msg.core_counts)),
+        cpu_mhz=tuple(sorted(msg.cpu_mhz)), gpu_mhz=tuple(sorted(msg.gpu_mhz)),
+        emc_mhz=tuple(sorted(msg.emc_mhz)), presets=tuple(preset_from_proto(p) for p in msg.presets),
+        idle_power_w=msg.idle_power_w, max_power_w=msg.max_power_w, soc=msg.soc, notes=msg.notes,
+    )
+
+
+# --- enums ----------------------------------------------------------------------------------
+
+
+class EnumMap:
+    """A proto enum <-> the library's lower-case names (``ROLE_TRAIN`` <-> ``"train"``).
+
+    ``default`` is what ``*_UNSPECIFIED`` (0) reads as; ``None`` makes it an error.
+    """
+
+    def __init__(self, wrapper: Any, prefix: str, field: str, default: str | None = None) -> None:
+        self._wrapper = wrapper
+        self._prefix = prefix
+        self.field = field
+        self.default = default
+        self.names: tuple[str, ...] = tuple(
+            n[len(prefix):].lower() for n, v in wrapper.items() if v != 0
+        )
+
+    def to_proto(self, name: str) -> int:
+        key = f"{self._prefix}{str(name).strip().upper()}"
+        try:
+            return int(self._wrapper.Value(key))
+        except ValueError:
+            raise InvalidArgument(self.field, f"unknown {self.field} {name!r}", ", ".join(self.names)) from None
+
+    def from_proto(self, value: int, field: str | None = None) -> str:
+        field = field or self.field
+        if value == 0:
+            if self.default is None:
+                raise InvalidArgument(field, "is not set", ", ".join(self.names))
+            return self.default
+        try:
+            return self._wrapper.Name(value)[len(self._prefix):].lower()
+        except ValueError:
+            raise InvalidArgument(field, f"unknown value {value}", ", ".join(self.names)) from None
+
+
+ROLE = EnumMap(common_pb2.Role, "ROLE_", "role")
+GRID = EnumMap(common_pb2.Grid, "GRID_", "grid", default="full")
+OBJECTIVE = EnumMap(optimizer_pb2.Objective, "OBJECTIVE_", "objective", default="min_time")
+STRATEGY = EnumMap(optimizer_pb2.Strategy, "STRATEGY_", "strategy")
+PROBLEM = EnumMap(optimizer_pb2.Problem, "PROBLEM_", "problem")
+ROUND_OBJECTIVE = EnumMap(coordinator_pb2.RoundObjective, "ROUND_OBJECTIVE_", "objective", default="makespan")
+
+
+def role_to_proto(role: Role | str) -> int:
+    return ROLE.to_proto(Role.parse(role).value)
+
+
+def role_from_proto(value: int, field: str = "role", default: Role | None = None) -> Role:
+    """The library Role; ROLE_UNSPECIFIED gives ``default`` or raises naming ``field``."""
+    if value == 0 and default is not None:
+        return default
+    return Role(ROLE.from_proto(value, field))
+
+
+# --- optional scalars, predictions, decisions -----------------------------------------------
+
+
+def optional_value(msg: Message, name: str) -> Any:
+    """The value of an ``optional`` (or message) field, ``None`` when unset."""
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def budgets_to_dict(msg: common_pb2.Budgets) -> dict[str, float | None]:
+    """Every budget by field name, ``None`` for the absent ones."""
+    return {f.name: optional_value(msg, f.name) for f in msg.DESCRIPTOR.fields}
+
+
+def budgets_from_dict(values: Mapping[str, float | None]) -> common_pb2.Budgets:
+    """Budgets from a dict of field names; ``None`` values are left unset."""
+    return common_pb2.Budgets(**{k: float(v) for k, v in values.items() if v is not None})
+
+
+def prediction_to_proto(mode: PowerMode, batch_size: int, time_ms: float, power_w: float,
+                        time_std_ms: float | None = None,
+                        power_std_w: float | None = None) -> common_pb2.Prediction:
+    msg = common_pb2.Prediction(mode=mode_to_proto(mode), batch_size=int(batch_size),
+                                time_ms=float(time_ms), power_w=float(power_w))
+    # NaN std means "no uncertainty" in numpy predictors: leave the field absent.
+    if time_std_ms is not None and math.isfinite(time_std_ms):
+        msg.time_std_ms = float(time_std_ms)
+    if power_std_w is not None and math.isfinite(power_std_w):
+        msg.power_std_w = float(power_std_w)
+    return msg
+
+
+def decision_from_dict(d: Mapping[str, Any]) -> common_pb2.Decision:
+    """A Decision from the CONTRACT JSON shape (``edgetune optimize select --json`` and friends).
+
+    ``mode`` may be a mode dict or an opaque id string (joint selection); ``power_budget_w``
+    and the other budget keys go into ``budgets``; ``None`` values and unknown keys are skipped.
+    """
+    msg = common_pb2.Decision()
+    fields = msg.DESCRIPTOR.fields_by_name
+    budget_names = common_pb2.Budgets.DESCRIPTOR.fields_by_name
+    for key, value in d.items():
+        if value is None:
+            continue
+        if key == "mode":
+            if isinstance(value, PowerMode):
+                msg.mode.CopyFrom(mode_to_proto(value))
+            elif isinstance(value, Mapping):
+                msg.mode.CopyFrom(mode_to_proto(PowerMode.from_mapping(dict(value))))
+            else:
+                msg.mode_id = str(value)
+        elif key in budget_names:
+            setattr(msg.budgets, key, float(value))
+        elif key in fields and key != "budgets":
+            setattr(msg, key, type(getattr(msg, key))(value))
+    return msg
+
+
+def decision_to_dict(msg: common_pb2.Decision) -> dict[str, Any]:
+    """The CONTRACT JSON shape of a Decision: set fields only, ``mode`` as a dict (or the id)."""
+    if not msg.feasible:
+        out: dict[str, Any] = {"feasible": False, "reason": msg.reason}
+    else:
+        out = {"feasible": True}
+        if msg.HasField("mode"):
+            out["mode"] = mode_from_proto(msg.mode).as_dict()
+        elif msg.mode_id:
+            out["mode"] = msg.mode_id
+        for f in msg.DESCRIPTOR.fields:
+            if f.name in ("feasible", "mode", "mode_id", "budgets"):
+                continue
+            if f.has_presence:
+                if optional_value(msg, f.name) is not None:
+                    out[f.name] = getattr(msg, f.name)
+            elif getattr(msg, f.name):  # proto3 implicit presence: skip zeros / empty strings
+                out[f.name] = getattr(msg, f.name)
+    out.update({k: v for k, v in budgets_to_dict(msg.budgets).items() if v is not None})
+    return out

@@ -1,0 +1,116 @@
+"""Service settings from flags and the environment: flag > ``EDGETUNE_<NAME>`` > default.
+
+Every service parses its flags with argparse through :func:`add_option`, so an operator can
+set anything either way (Helm sets env vars, a developer types flags):
+
+    parser = argparse.ArgumentParser()
+    add_server_options(parser, default_port=50051)
+    add_option(parser, "redis", "redis://localhost:6379/0", "Redis URL")
+    args = parser.parse_args(argv)      # args.port, args.metrics_port, args.redis, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+from typing import cast as cast_to
+
+from edgetune.errors import InvalidArgument
+
+ENV_PREFIX = "EDGETUNE_"
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_name(name: str) -> str:
+    """``metrics-port`` / ``metrics_port`` -> ``EDGETUNE_METRICS_PORT``."""
+    return ENV_PREFIX + name.replace("-", "_").upper()
+
+
+def parse_bool(text: str, field: str = "value") -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidArgument(field, f"{text!r} is not a boolean", "1/0, true/false, yes/no, on/off")
+
+
+def setting(name: str, default: T, cast: Callable[[str], Any] | None = None,
+            environ: Mapping[str, str] | None = None) -> T:
+    """``EDGETUNE_<NAME>`` cast like ``default`` (or with ``cast``), else ``default``.
+
+    A value that does not cast raises InvalidArgument naming the variable.
+    """
+    env = os.environ if environ is None else environ
+    key = env_name(name)
+    if key not in env:
+        return default
+    raw = env[key]
+    convert: Callable[[str], Any]
+    if cast is not None:
+        convert = cast
+    elif isinstance(default, bool):
+        convert = lambda s: parse_bool(s, key)  # noqa: E731
+    else:
+        convert = _cast_like(default)
+    try:
+        return cast_to(T, convert(raw))
+    except InvalidArgument:
+        raise
+    except (TypeError, ValueError):
+        kind = getattr(convert, "__name__", "the expected type")
+        raise InvalidArgument(key, f"{raw!r} is not a valid {kind}") from None
+
+
+def _cast_like(default: object) -> Callable[[str], Any]:
+    return str if default is None else default.__class__
+
+
+def add_option(parser: argparse.ArgumentParser, name: str, default: Any, help: str,
+               type: Callable[[str], Any] | None = None, environ: Mapping[str, str] | None = None,
+               **kwargs: Any) -> argparse.Action:
+    """Add ``--<name>`` whose default is ``EDGETUNE_<NAME>`` when set, else ``default``."""
+    if type is None and default is not None and not isinstance(default, bool):
+        type = default.__class__
+    if isinstance(default, bool):
+        type = lambda s: parse_bool(s, f"--{name}")  # noqa: E731
+        kwargs.setdefault("nargs", "?")
+        kwargs.setdefault("const", True)  # bare `--flag` means true
+    # Bools: let setting() parse the env value itself, so its error names the variable.
+    value = setting(name, default, None if isinstance(default, bool) else type, environ)
+    if type is not None:
+        kwargs["type"] = type
+    return parser.add_argument(f"--{name.replace('_', '-')}", default=value,
+                               help=f"{help} (env {env_name(name)}; default {default!r})", **kwargs)
+
+
+def add_server_options(parser: argparse.ArgumentParser, default_port: int,
+                       environ: Mapping[str, str] | None = None) -> None:
+    """The options every service has; :func:`edgetune.services.common.server.build_server`
+    takes them as keywords (``**server_kwargs(args)``)."""
+    add_option(parser, "host", "0.0.0.0", "address to listen on", environ=environ)
+    add_option(parser, "port", default_port, "gRPC port (0: any free port)", environ=environ)
+    add_option(parser, "metrics_port", 9090, "Prometheus metrics HTTP port (0: no metrics endpoint)",
+               environ=environ)
+    add_option(parser, "max_workers", 16, "gRPC handler threads", environ=environ)
+    add_option(parser, "grace_s", 10.0, "seconds in-flight RPCs get to finish on shutdown", environ=environ)
+    add_option(parser, "log_level", "INFO", "log level", environ=environ)
+
+
+def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """build_server keywords from :func:`add_server_options` flags.
+
+    The flag's ``--metrics-port 0`` means "no endpoint"; build_server's ``metrics_port=None``.
+    """
+    return {
+        "host": args.host,
+        "port": args.port,
+        "metrics_port": args.metrics_port or None,
+        "max_workers": args.max_workers,
+        "grace_s": args.grace_s,
+    }

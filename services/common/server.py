@@ -1,0 +1,201 @@
+"""The gRPC server every edgetune service runs on.
+
+    server = build_server("profiler", port=args.port, metrics_port=9090)
+    server.add(ProfilerServicer(device), profiler_pb2_grpc.add_ProfilerServicer_to_server)
+    server.on_shutdown.append(device.restore)          # runs after in-flight RPCs end
+    server.serve()                                     # start, handle SIGTERM/SIGINT, wait
+
+What it adds around the servicers: a thread-pool ``grpc.server`` with the metrics and
+error-mapping interceptors, gRPC health checking (SERVING per service and overall),
+server reflection (the registered services, health and reflection), a Prometheus endpoint,
+and graceful shutdown: health goes NOT_SERVING, new RPCs are refused, in-flight ones get
+``grace_s`` to finish, then the ``on_shutdown`` hooks run, last registered first.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from types import FrameType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from edgetune.services.common.errors import ErrorInterceptor
+from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
+
+log = logging.getLogger("edgetune.services.common.server")
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+REFLECTION_SERVICE = reflection.SERVICE_NAME
+
+
+class _NameRecorder:
+    """Stands in for the grpc.Server during a generated ``add_XServicer_to_server`` call to
+    learn the service names it registers (health and reflection need them)."""
+
+    def __init__(self, server: grpc.Server) -> None:
+        self._server = server
+        self.names: list[str] = []
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        for h in handlers:
+            name = h.service_name() if hasattr(h, "service_name") else None
+            if name and name not in self.names:
+                self.names.append(name)
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+
+class ServiceServer:
+    """A gRPC server with health, reflection, metrics and graceful shutdown (see module doc)."""
+
+    def __init__(self, name: str, *, host: str = "0.0.0.0", port: int = 0, max_workers: int = 16,
+                 metrics_port: int | None = None, metrics_host: str | None = None, grace_s: float = 10.0,
+                 interceptors: Sequence[grpc.ServerInterceptor] = (),
+                 options: Sequence[tuple[str, Any]] = ()) -> None:
+        self.name = name
+        self.grace_s = grace_s
+        #: Called once on shutdown after in-flight RPCs finished (or the grace ran out), in
+        #: reverse order; exceptions are logged and do not stop the others.
+        self.on_shutdown: list[Callable[[], None]] = []
+        self.service_names: list[str] = []
+        self.health = health.HealthServicer()
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
+            # Metrics outermost so they see the code the error interceptor mapped to.
+            interceptors=[MetricsInterceptor(), ErrorInterceptor(), *interceptors],
+            options=list(options),
+        )
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"{name}: cannot listen on {host}:{port}")
+        self._host = host
+        self._metrics_request = metrics_port
+        self._metrics_host = metrics_host or host
+        self._metrics_httpd: Any = None
+        self.metrics_port: int | None = None
+        self._started = False
+        self._stopping = threading.Lock()
+        self._stopped = threading.Event()
+        self._signals_seen = 0
+        self._previous_handlers: dict[int, Any] = {}
+
+    # -- registration ----------------------------------------------------------------------
+    def add(self, servicer: object, add_to_server: Callable[[Any, Any], None]) -> list[str]:
+        """Register ``servicer`` with its generated ``add_XServicer_to_server``; return the
+        service names it added (``["edgetune.v1.Profiler"]``)."""
+        if self._started:
+            raise RuntimeError("add services before start()")
+        recorder = _NameRecorder(self._server)
+        add_to_server(servicer, recorder)
+        for n in recorder.names:
+            if n not in self.service_names:
+                self.service_names.append(n)
+        return recorder.names
+
+    @property
+    def address(self) -> str:
+        host = "127.0.0.1" if self._host in ("0.0.0.0", "[::]", "::") else self._host
+        return f"{host}:{self.port}"
+
+    # -- life cycle ------------------------------------------------------------------------
+    def start(self) -> ServiceServer:
+        if self._started:
+            return self
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        reflection.enable_server_reflection([*self.service_names, HEALTH_SERVICE, REFLECTION_SERVICE],
+                                            self._server)
+        if self._metrics_request is not None:
+            self._metrics_httpd, self.metrics_port = start_metrics_server(self._metrics_request,
+                                                                          self._metrics_host)
+        self._server.start()
+        self._started = True
+        for n in self.service_names:
+            self.health.set(n, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)  # the server as a whole
+        log.info("serving", extra={"service": self.name, "port": self.port,
+                                   "metrics_port": self.metrics_port, "services": self.service_names})
+        return self
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Graceful shutdown; safe to call twice and from any thread (only the first runs)."""
+        if not self._stopping.acquire(blocking=False):
+            self._stopped.wait()
+            return
+        grace = self.grace_s if grace_s is None else grace_s
+        log.info("shutting down", extra={"service": self.name, "grace_s": grace})
+        try:
+            # NOT_SERVING first, so load balancers / probes drain us while RPCs finish.
+            self.health.enter_graceful_shutdown()
+            self._server.stop(grace).wait()
+            for hook in reversed(self.on_shutdown):
+                try:
+                    hook()
+                except Exception:
+                    log.exception("shutdown hook failed", extra={"hook": getattr(hook, "__qualname__", repr(hook))})
+            if self._metrics_httpd is not None:
+                self._metrics_httpd.shutdown()
+                self._metrics_httpd.server_close()
+        finally:
+            self.restore_signal_handlers()
+            self._stopped.set()
+            log.info("stopped", extra={"service": self.name})
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until :meth:`stop` has finished (hooks included); False on timeout."""
+        return self._stopped.wait(timeout_s)
+
+    def serve(self) -> None:
+        """start(), stop on SIGTERM / SIGINT, and wait for the shutdown to finish."""
+        if not self._started:
+            self.start()
+        self.install_signal_handlers()
+        try:
+            self.wait()
+        finally:
+            self.restore_signal_handlers()
+
+    # -- signals ---------------------------------------------------------------------------
+    def install_signal_handlers(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        """First signal: graceful stop in a thread. Second: stop now (grace 0)."""
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("not in the main thread: no signal handlers installed")
+            return
+        for sig in signals:
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # Signal handlers run on the main thread between bytecodes: do no blocking work here.
+        self._signals_seen += 1
+        log.info("signal", extra={"service": self.name, "signal": signal.Signals(signum).name})
+        if self._signals_seen == 1:
+            threading.Thread(target=self.stop, name=f"{self.name}-shutdown", daemon=True).start()
+        else:
+            self._server.stop(0)  # in-flight RPCs are cancelled; the hooks still run in stop()
+
+    def restore_signal_handlers(self) -> None:
+        """Put back the handlers install_signal_handlers replaced (main thread only; stop() in
+        the shutdown thread leaves them to serve(), which restores them on the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, previous in self._previous_handlers.items():
+            signal.signal(sig, previous)
+        self._previous_handlers.clear()
+
+
+def build_server(name: str, services: Sequence[tuple[object, Callable[[Any, Any], None]]] = (),
+                 **kwargs: Any) -> ServiceServer:
+    """A :class:`ServiceServer` with ``services`` (pairs of servicer and generated
+    ``add_XServicer_to_server``) registered; keywords go to ServiceServer."""
+    server = ServiceServer(name, **kwargs)
+    for servicer, add in services:
+        server.add(servicer, add)
+    return server

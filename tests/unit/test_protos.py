@@ -1,0 +1,240 @@
+"""The public API: stubs are fresh, every service has its RPCs with the right streaming kinds,
+units are in field names, and the library <-> protobuf conversions round-trip."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+from google.protobuf.descriptor import FieldDescriptor
+
+from edgetune.devices.base import Role
+from edgetune.errors import InvalidArgument
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.proto import convert, generate
+from edgetune.proto.v1 import (
+    common_pb2,
+    coordinator_pb2,
+    estimator_pb2,
+    optimizer_pb2,
+    profiler_pb2,
+)
+
+MODULES = (common_pb2, profiler_pb2, estimator_pb2, optimizer_pb2, coordinator_pb2)
+
+# --- freshness ------------------------------------------------------------------------------
+
+
+def test_stubs_are_fresh(tmp_path):
+    """Fails when a .proto changed without `make protos` (or the stubs were edited by hand)."""
+    written = generate.generate(tmp_path)
+    assert written, "no stubs generated"
+    committed = generate.DEFAULT_OUT
+    fresh_names = sorted(p.name for p in written)
+    committed_names = sorted(p.name for p in committed.iterdir() if p.name.endswith(generate.GENERATED_SUFFIXES))
+    assert committed_names == fresh_names, "stub files differ: run `make protos`"
+    stale = [p.name for p in written if p.read_bytes() != (committed / p.name).read_bytes()]
+    assert not stale, f"stale stubs {stale}: run `make protos`"
+
+
+def test_check_flag_reports_stale_stubs(tmp_path, capsys):
+    out = tmp_path / "v1"
+    shutil.copytree(generate.DEFAULT_OUT, out)
+    assert generate.main(["--check", "--out", str(out)]) == 0
+    (out / "optimizer_pb2.py").write_text("# edited by hand\n")
+    (out / "common_pb2_grpc.pyi").unlink()
+    assert generate.main(["--check", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "optimizer_pb2.py (out of date)" in err
+    assert "common_pb2_grpc.pyi (missing)" in err
+
+
+def test_generation_is_deterministic(tmp_path):
+    a = {p.name: p.read_bytes() for p in generate.generate(tmp_path / "a")}
+    b = {p.name: p.read_bytes() for p in generate.generate(tmp_path / "b")}
+    assert a == b
+
+
+def test_imports_are_rewritten_but_descriptor_names_kept():
+    for path in generate.DEFAULT_OUT.iterdir():
+        if path.name.endswith(generate.GENERATED_SUFFIXES):
+            text = path.read_text()
+            assert "from edgetune.v1 import" not in text, path.name
+            assert "import edgetune.v1." not in text, path.name
+    # Reflection clients see the proto paths, not the Python package.
+    assert profiler_pb2.DESCRIPTOR.name == "edgetune/v1/profiler.proto"
+    assert [d.name for d in profiler_pb2.DESCRIPTOR.dependencies][0] == "edgetune/v1/common.proto"
+    assert all(m.DESCRIPTOR.package == "edgetune.v1" for m in MODULES)
+
+
+# --- services -------------------------------------------------------------------------------
+
+U, SS = "unary", "server_stream"
+
+EXPECTED_RPCS = {
+    "Profiler": {"GetDevice": U, "ListPowerModes": U, "Profile": SS, "ApplyPowerMode": U,
+                 "RestorePowerMode": U, "StreamPower": SS},
+    "Estimator": {"Fit": U, "Transfer": U, "Predict": SS, "EstimateBatchEfficiency": U,
+                  "EstimateEnergy": U, "ListModels": U},
+    "Optimizer": {"ParetoFront": U, "Select": U, "SelectJoint": U, "StartSearch": U, "Ask": U, "Tell": U,
+                  "Best": U, "EndSearch": U, "SelectConcurrent": U},
+    "Coordinator": {"RegisterNode": U, "Heartbeat": U, "ListNodes": U, "PlanRound": U, "GetNodeConfig": U,
+                    "WatchConfig": SS, "UpdateBudget": U},
+}
+SERVICE_MODULES = {"Profiler": profiler_pb2, "Estimator": estimator_pb2, "Optimizer": optimizer_pb2,
+                   "Coordinator": coordinator_pb2}
+
+
+def _kind(method) -> str:
+    return {(False, False): "unary", (False, True): "server_stream", (True, False): "client_stream",
+            (True, True): "bidi_stream"}[(method.client_streaming, method.server_streaming)]
+
+
+@pytest.mark.parametrize("service", sorted(EXPECTED_RPCS))
+def test_service_has_its_rpcs_with_streaming_kinds(service):
+    desc = SERVICE_MODULES[service].DESCRIPTOR.services_by_name[service]
+    assert desc.full_name == f"edgetune.v1.{service}"
+    assert {m.name: _kind(m) for m in desc.methods} == EXPECTED_RPCS[service]
+
+
+def test_streamed_responses_carry_what_clients_need():
+    profile_event = profiler_pb2.ProfileEvent.DESCRIPTOR
+    assert {f.name for f in profile_event.oneofs_by_name["event"].fields} == {"progress", "measurement", "skipped"}
+    predict = estimator_pb2.PredictResponse.DESCRIPTOR.fields_by_name
+    assert {"predictions", "offset", "total"} <= set(predict)
+    row = common_pb2.Prediction.DESCRIPTOR.fields_by_name
+    assert row["time_std_ms"].has_presence and row["power_std_w"].has_presence
+    watch = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].methods_by_name["WatchConfig"]
+    assert watch.output_type.name == "NodeConfig"
+    assert {"node_id", "revision", "mode", "batch_size", "workload", "valid_from"} <= set(
+        watch.output_type.fields_by_name)
+
+
+def test_budgets_distinguish_absent_from_zero():
+    for field in common_pb2.Budgets.DESCRIPTOR.fields:
+        assert field.has_presence, f"Budgets.{field.name} must be optional"
+
+
+# Dimensionless or mixed-unit doubles, each justified: everything else names its unit.
+UNITLESS_DOUBLES = {
+    "BatchEfficiency.passes_to_target", "BatchEfficiency.r", "ParetoFrontRequest.risk",
+    "SelectRequest.risk", "EstimateBatchEfficiencyRequest.target_accuracy",
+    "FitRequest.validation_fraction",
+    # A sweep of whichever budget the objective is constrained by (W or ms).
+    "BudgetSweep.start", "BudgetSweep.stop", "BudgetSweep.step",
+}
+UNIT_SUFFIXES = ("_ms", "_s", "_w", "_j", "_mhz", "_hz", "_rps")
+
+
+def _messages(desc):
+    for m in desc.message_types_by_name.values():
+        yield m
+        yield from m.nested_types
+
+
+def test_units_are_in_field_names():
+    offenders = []
+    for module in MODULES:
+        for msg in _messages(module.DESCRIPTOR):
+            if msg.GetOptions().map_entry:
+                continue
+            for f in msg.fields:
+                if f.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+                    name = f"{msg.name}.{f.name}"
+                    if name not in UNITLESS_DOUBLES and not f.name.endswith(UNIT_SUFFIXES):
+                        offenders.append(name)
+    assert not offenders, f"name the unit of {offenders}"
+
+
+# --- conversions ----------------------------------------------------------------------------
+
+NANO = DeviceSpec(
+    name="nano", display_name="Jetson Nano 4GB", core_counts=(1, 2, 3, 4),
+    cpu_mhz=(102.0, 204.0, 307.2, 403.2, 1428.0, 1479.0),
+    gpu_mhz=(76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4, 691.2, 768.0, 844.8, 921.6),
+    emc_mhz=(204.0, 1600.0),
+    presets=(Preset(0, "MAXN", 4, 1479.0, 921.6, 1600.0), Preset(1, "5W", 2, 918.0, 640.0, 1600.0, budget_w=5.0)),
+    idle_power_w=1.2, max_power_w=10.0, soc="t210", notes="table for the test",
+)
+
+
+def test_mode_round_trip():
+    mode = PowerMode(8, 1344.0, 726.75, 2133.0)
+    msg = convert.mode_to_proto(mode)
+    assert (msg.cores, msg.cpu_mhz, msg.gpu_mhz, msg.emc_mhz) == (8, 1344.0, 726.75, 2133.0)
+    assert convert.mode_from_proto(common_pb2.PowerMode.FromString(msg.SerializeToString())) == mode
+
+
+def test_unset_mode_is_refused_naming_the_field():
+    with pytest.raises(InvalidArgument, match=r"^request\.mode\.cores"):
+        convert.mode_from_proto(common_pb2.PowerMode(), field="request.mode")
+    with pytest.raises(InvalidArgument, match=r"mode\.gpu_mhz"):
+        convert.mode_from_proto(common_pb2.PowerMode(cores=4, cpu_mhz=1.0, gpu_mhz=-3.0, emc_mhz=1.0))
+
+
+def test_preset_round_trip_keeps_absent_budget():
+    for preset in NANO.presets:
+        msg = convert.preset_to_proto(preset)
+        assert msg.HasField("budget_w") == (preset.budget_w is not None)
+        assert convert.preset_from_proto(msg) == preset
+
+
+def test_spec_round_trip():
+    msg = common_pb2.DeviceSpec.FromString(convert.spec_to_proto(NANO).SerializeToString())
+    assert list(msg.gpu_mhz) == list(NANO.gpu_mhz)
+    back = convert.spec_from_proto(msg)
+    assert back == NANO
+    assert back.n_modes == NANO.n_modes
+
+
+def test_spec_with_an_empty_table_is_refused():
+    msg = convert.spec_to_proto(NANO)
+    del msg.emc_mhz[:]
+    with pytest.raises(InvalidArgument, match=r"spec\.emc_mhz"):
+        convert.spec_from_proto(msg)
+
+
+def test_enums():
+    assert convert.role_to_proto(Role.TRAIN) == common_pb2.ROLE_TRAIN
+    assert convert.role_to_proto("infer") == common_pb2.ROLE_INFER
+    assert convert.role_from_proto(common_pb2.ROLE_INFER) is Role.INFER
+    assert convert.role_from_proto(0, default=Role.TRAIN) is Role.TRAIN
+    with pytest.raises(InvalidArgument, match=r"^workload\.role: is not set \(allowed: train, infer\)"):
+        convert.role_from_proto(0, field="workload.role")
+    assert convert.GRID.from_proto(common_pb2.GRID_UNSPECIFIED) == "full"
+    assert convert.GRID.from_proto(common_pb2.GRID_POWERTRAIN) == "powertrain"
+    assert convert.GRID.to_proto("fulcrum") == common_pb2.GRID_FULCRUM
+    assert convert.STRATEGY.names == ("gmd", "als", "random", "nn", "exhaustive")
+    assert convert.PROBLEM.to_proto("concurrent") == optimizer_pb2.PROBLEM_CONCURRENT
+    assert convert.OBJECTIVE.from_proto(0) == "min_time"
+    assert convert.ROUND_OBJECTIVE.from_proto(coordinator_pb2.ROUND_OBJECTIVE_ENERGY) == "energy"
+    with pytest.raises(InvalidArgument, match="strategy.*gmd, als"):
+        convert.STRATEGY.to_proto("annealing")
+
+
+def test_budgets_and_optional_values():
+    msg = convert.budgets_from_dict({"power_budget_w": 0.0, "latency_budget_ms": None})
+    assert msg.HasField("power_budget_w") and not msg.HasField("latency_budget_ms")
+    values = convert.budgets_to_dict(msg)
+    assert values["power_budget_w"] == 0.0 and values["deadline_s"] is None
+
+
+def test_prediction_leaves_missing_std_absent():
+    p = convert.prediction_to_proto(PowerMode(4, 422.4, 114.75, 665.0), 16, 490.0, 14.7, math.nan, 0.3)
+    assert not p.HasField("time_std_ms") and p.power_std_w == 0.3
+
+
+def test_decision_round_trips_the_contract_json():
+    select = {"feasible": True, "mode": {"cores": 12, "cpu_mhz": 2201.6, "gpu_mhz": 1300.5, "emc_mhz": 3199.0},
+              "batch_size": 16, "time_ms": 60.0, "power_w": 51.1, "power_budget_w": 52.0}
+    assert convert.decision_to_dict(convert.decision_from_dict(select)) == select
+    joint = {"feasible": True, "batch_size": 64, "mode": "460.8", "time_to_target_s": 8477.0, "power_w": 4.9}
+    assert convert.decision_to_dict(convert.decision_from_dict(joint)) == joint
+    concurrent = {"feasible": True, "mode": {"cores": 8, "cpu_mhz": 1344.0, "gpu_mhz": 726.75, "emc_mhz": 2133.0},
+                  "batch_size": 16, "time_ms": 80.0, "power_w": 30.0, "latency_ms": 120.0,
+                  "infer_batch_size": 4, "tau_train": 3, "train_minibatches_per_s": 9.5, "profiled": 15}
+    assert convert.decision_to_dict(convert.decision_from_dict(concurrent)) == concurrent
+    nothing = {"feasible": False, "reason": "no mode within 5 W", "power_budget_w": 5.0}
+    assert convert.decision_to_dict(convert.decision_from_dict(nothing)) == nothing
