@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test protos lint bench clean
+.PHONY: install demo test protos lint bench clean system-redis
 
 install: $(STAMP)
 
@@ -16,7 +16,17 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,deploy,flower]'
+	@$(MAKE) --no-print-directory system-redis
 	touch $(STAMP)
+
+# The store tests also run against a real, system redis-server; Debian's is installed when
+# this machine lets us (root + apt). Without it those cases are skipped with a reason.
+system-redis:
+	@if [ ! -x /usr/bin/redis-server ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's redis-server for the store tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	    || echo "could not install redis-server: system-Redis test cases will be skipped"; \
+	fi
 
 demo: install
 	$(BIN)/python -m edgetune.demo
