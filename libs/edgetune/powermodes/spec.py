@@ -8,7 +8,7 @@ printed by jtop). Tables differ between JetPack versions, so a real device disco
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from edgetune.errors import InvalidArgument
@@ -34,6 +34,31 @@ class Preset:
     def mode(self) -> PowerMode:
         """The mode the preset runs at when the governors sit at their caps."""
         return PowerMode(self.cores, self.cpu_max_mhz, self.gpu_max_mhz, self.emc_max_mhz)
+
+    @classmethod
+    def from_caps(
+        cls,
+        spec: DeviceSpec,
+        id: int,
+        name: str,
+        cores: int,
+        cpu_cap_mhz: float | None,
+        gpu_cap_mhz: float | None,
+        emc_cap_mhz: float | None,
+        budget_w: float | None = None,
+    ) -> Preset:
+        """A preset from nvpmodel-style caps, each floored to ``spec``'s table as the governor does.
+
+        ``None`` means "no cap" (nvpmodel's ``-1``, or ``0`` for the EMC): the table's highest entry.
+        """
+        if cores not in spec.core_counts:
+            raise InvalidArgument("cores", f"preset {name!r} puts {cores} cores online on {spec.name}",
+                                  _describe(tuple(float(c) for c in spec.core_counts)))
+        return cls(
+            id, name, int(cores),
+            spec.floor("cpu_mhz", cpu_cap_mhz), spec.floor("gpu_mhz", gpu_cap_mhz), spec.floor("emc_mhz", emc_cap_mhz),
+            budget_w,
+        )
 
 
 @dataclass(frozen=True)
@@ -99,6 +124,24 @@ class DeviceSpec:
             if 0 <= j < len(table) and abs(table[j] - value) <= FREQ_MATCH_REL_TOL * max(table[j], 1.0):
                 return table[j]
         raise InvalidArgument(dim, f"{value:g} is not a {self.name} {dim} value", _describe(table))
+
+    def floor(self, dim: str, cap: float | None) -> float:
+        """The highest table entry at or below ``cap``: what a governor runs at under that cap.
+
+        cpufreq (``scaling_max_freq``) and devfreq (``max_freq``) both resolve a cap that falls
+        between two table entries to the lower one. ``None`` means uncapped (the top entry); a cap
+        below the lowest entry gives the lowest entry, since a clock cannot stop.
+        """
+        table = self.table(dim)
+        if cap is None:
+            return table[-1]
+        # a cap printed in MHz may sit a hair below the kHz table value it names (1190.4 vs 1190.39)
+        i = bisect_right(table, cap * (1 + FREQ_MATCH_REL_TOL * 1e-3))
+        return table[max(i - 1, 0)]
+
+    def index(self, dim: str, value: float) -> int:
+        """Position of ``value`` in the ``dim`` table (within rounding); raises naming the field."""
+        return self.table(dim).index(self.snap(dim, value))
 
     def validate(self, mode: PowerMode) -> PowerMode:
         """Check every field of ``mode`` against the tables; return it with exact table values.
