@@ -1,0 +1,214 @@
+"""``edgetune profile``: measure modes on a device backend and write a profile table.
+
+    edgetune profile --device sim:orin-agx --workload NAME [--role train|infer]
+                     [--modes modes.csv | --random N] [--batch-sizes 16,32] [--seed S]
+                     --out profiles.csv
+
+Runs the full measurement protocol (:mod:`edgetune.profiling`) per point and writes the
+CONTRACT.md profile table (with the optional columns and a few protocol extras). A mode
+table with a ``batch_size`` column gives one point per row unless ``--batch-sizes`` is given.
+``--random N`` draws N distinct modes of a grid of the device (``--grid``, default the full
+space) with ``--seed``. On a terminal a progress bar shows on stderr.
+
+If profiling stops part-way (hard power limit, device error, Ctrl-C) the rows measured so
+far are still written, then the error is reported (exit 2 for edgetune errors).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+import numpy as np
+
+from edgetune.devices.base import Device
+from edgetune.errors import EdgetuneError
+from edgetune.powermodes.mode import PowerMode
+from edgetune.profiling.order import descending_order
+from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
+from edgetune.tables import read_mode_table, write_table
+
+DEFAULT_BATCH_SIZE = 16
+GRID_CHOICES = ("full", "powertrain", "fulcrum")
+
+
+def parse_batch_sizes(text: str | None) -> list[int] | None:
+    """``"16,32"`` → ``[16, 32]``; ``None`` stays ``None``; anything else → BadParameter."""
+    if text is None:
+        return None
+    sizes: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            b = int(part)
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not an integer (expected e.g. 16,32)",
+                                     param_hint="--batch-sizes") from None
+        if b < 1:
+            raise click.BadParameter(f"{b} must be a positive integer", param_hint="--batch-sizes")
+        if b not in sizes:
+            sizes.append(b)
+    return sizes
+
+
+def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[PowerMode]:
+    """``n`` distinct modes drawn from grid ``grid`` of the device's spec (seeded)."""
+    from edgetune.powermodes.grids import named_grid
+
+    space = named_grid(device.spec, grid)
+    if n > space.n_modes:
+        raise click.BadParameter(f"{n} is more than the {space.n_modes} modes of the {grid} grid of "
+                                 f"{device.spec.name}", param_hint="--random")
+    picks = np.random.default_rng(seed).choice(space.n_modes, size=n, replace=False)
+    return [space.mode_at(int(i)) for i in picks]
+
+
+def _check_workload(device: Device, workload: str) -> None:
+    known = device.workloads()
+    if not known:  # any zoo model (the registry imports torch, so only ask it when needed)
+        from edgetune.workloads.registry import workload_names
+
+        known = workload_names()
+    if workload not in known:
+        raise click.BadParameter(f"unknown workload {workload!r} (allowed: {', '.join(known)})",
+                                 param_hint="--workload")
+
+
+def _points(device: Device, modes_path: str | None, n_random: int | None, batch_sizes: list[int] | None,
+            seed: int, grid: str, order: str) -> list[tuple[PowerMode, int]]:
+    if (modes_path is None) == (n_random is None):
+        raise click.UsageError("give exactly one of --modes FILE or --random N")
+    if modes_path is not None:
+        table = read_mode_table(modes_path)
+        if len(table) == 0:
+            raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
+        points = []
+        for line, row in enumerate(table.rows, start=2):
+            try:  # name file, line and field for a mode the device does not have
+                mode = device.spec.validate(PowerMode.from_mapping(row))
+            except EdgetuneError as exc:
+                raise click.BadParameter(f"{modes_path}:{line}: {exc}", param_hint="--modes") from None
+            if batch_sizes is None and table.has("batch_size"):
+                points.append((mode, int(row["batch_size"])))
+            else:
+                points.extend((mode, b) for b in (batch_sizes or [DEFAULT_BATCH_SIZE]))
+        ordered = order == "descending"
+    else:
+        assert n_random is not None  # exactly one of the two was given (checked above)
+        if n_random <= 0:
+            raise click.BadParameter(f"{n_random} must be a positive integer", param_hint="--random")
+        modes = random_modes(device, n_random, seed, grid)
+        points = [(m, b) for m in modes for b in (batch_sizes or [DEFAULT_BATCH_SIZE])]
+        ordered = order in ("descending", "auto")
+    if ordered:  # batch sizes stay grouped under their mode
+        rank = {m: i for i, m in enumerate(descending_order(list(dict.fromkeys(m for m, _ in points))))}
+        points.sort(key=lambda p: rank[p[0]])
+    return points
+
+
+def _progress_reporter(total: int) -> tuple[Callable[[ProgressEvent], None] | None, Callable[[], None]]:
+    """A rich progress bar on stderr when both streams are terminals; otherwise nothing."""
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]profiling"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.description}"),
+                        console=Console(stderr=True), transient=False)
+    task = progress.add_task("", total=total)
+    progress.start()
+
+    def update(event: ProgressEvent) -> None:
+        desc = f"{event.mode.label()} bs={event.batch_size}"
+        if event.phase == "done":
+            progress.update(task, completed=event.done, description=desc)
+        else:
+            progress.update(task, description=desc)
+
+    return update, progress.stop
+
+
+@click.command("profile")
+@click.option("--device", "device_name", required=True,
+              help="Backend: sim:<model> (simulated), sysfs[:root] (this Jetson), replay:<table.csv>.")
+@click.option("--workload", required=True, help="Workload name (model zoo: resnet18, mobilenetv3, ...).")
+@click.option("--role", type=click.Choice(["train", "infer"]), default="train", show_default=True)
+@click.option("--modes", "modes_path", type=click.Path(dir_okay=False),
+              help="Mode table (cores,cpu_mhz,gpu_mhz,emc_mhz[,batch_size]) to profile.")
+@click.option("--random", "n_random", type=int, help="Profile N distinct random modes of the device.")
+@click.option("--grid", type=click.Choice(GRID_CHOICES), default="full", show_default=True,
+              help="Grid that --random draws from.")
+@click.option("--batch-sizes", "batch_sizes_text", help="Comma-separated batch sizes [default: 16].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random (and of a sim device).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Profile table to write.")
+@click.option("--n-minibatches", type=click.IntRange(min=1), default=ProfileConfig.n_minibatches, show_default=True,
+              help="Clean minibatches per point.")
+@click.option("--warmup", "warmup_minibatches", type=click.IntRange(min=0),
+              default=ProfileConfig.warmup_minibatches, show_default=True, help="Minibatches run and dropped first.")
+@click.option("--sample-rate-hz", type=click.FloatRange(min=0, min_open=True),
+              default=ProfileConfig.sample_rate_hz, show_default=True, help="Power sampling rate.")
+@click.option("--idle-s", type=click.FloatRange(min=0), default=ProfileConfig.idle_s, show_default=True,
+              help="Seconds of idle power sampling per mode (0: use the settled window).")
+@click.option("--hard-limit-w", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Abort (restoring the mode) when measured power exceeds this.")
+@click.option("--repeat-short/--no-repeat-short", default=False, show_default=True,
+              help="Repeat minibatches shorter than a few sampler periods (seed 001's n̂).")
+@click.option("--order", type=click.Choice(["auto", "descending", "as-given"]), default="auto", show_default=True,
+              help="descending: step frequencies down (JetPacks that refuse upward changes); "
+                   "auto: descending for --random, as given for --modes.")
+@click.option("--node", default="", help="Node id recorded in the rows and measurement ids.")
+@click.option("--run-key", default="", help="Run key mixed into the measurement ids.")
+def command(device_name: str, workload: str, role: str, modes_path: str | None, n_random: int | None, grid: str,
+            batch_sizes_text: str | None, seed: int, out_path: str, n_minibatches: int, warmup_minibatches: int,
+            sample_rate_hz: float, idle_s: float, hard_limit_w: float | None, repeat_short: bool, order: str,
+            node: str, run_key: str) -> None:
+    """Profile power modes with the measurement protocol and write a profile table."""
+    from edgetune.devices.factory import open_device
+
+    batch_sizes = parse_batch_sizes(batch_sizes_text)
+    if (modes_path is None) == (n_random is None):
+        raise click.UsageError("give exactly one of --modes FILE or --random N")
+    if n_random is not None and n_random <= 0:
+        raise click.BadParameter(f"{n_random} must be a positive integer", param_hint="--random")
+    config = ProfileConfig(n_minibatches=n_minibatches, warmup_minibatches=warmup_minibatches,
+                           sample_rate_hz=sample_rate_hz, idle_s=idle_s, hard_limit_w=hard_limit_w,
+                           repeat_short=repeat_short, node=node, run_key=run_key)
+    device = _open(open_device, device_name, seed)
+    with device:
+        _check_workload(device, workload)
+        points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
+        measured: list[Measurement] = []
+        show, stop = _progress_reporter(len(points))
+
+        def on_progress(event: ProgressEvent) -> None:
+            if event.measurement is not None:
+                measured.append(event.measurement)
+            if show:
+                show(event)
+
+        t0 = device.clock.now_s()
+        try:
+            Profiler(device, config).profile_points(points, workload, role, progress=on_progress)
+        except BaseException:
+            stop()
+            if measured:
+                write_table([m.to_row() for m in measured], out_path, ROW_COLUMNS)
+                click.echo(f"stopped after {len(measured)} of {len(points)} points; "
+                           f"wrote those rows to {out_path}", err=True)
+            raise
+        stop()
+        elapsed_s = device.clock.now_s() - t0
+    write_table([m.to_row() for m in measured], out_path, ROW_COLUMNS)
+    click.echo(f"profiled {len(measured)} points of {workload} ({role}) on {device.spec.name} "
+               f"in {elapsed_s:.1f} s of device time ({elapsed_s / max(len(measured), 1):.1f} s per point); "
+               f"wrote {out_path}")
+
+
+def _open(open_device: Callable[..., Device], name: str, seed: int) -> Device:
+    """Open the backend (the seed goes to the simulator); a bad name is a --device error."""
+    try:
+        return open_device(name, seed=seed)
+    except EdgetuneError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
