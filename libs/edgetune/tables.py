@@ -31,10 +31,11 @@ INT_COLUMNS = frozenset({"cores", "batch_size", "samples"})
 FLOAT_COLUMNS = frozenset({
     "cpu_mhz", "gpu_mhz", "emc_mhz", "time_ms", "power_w", "peak_power_w", "energy_j",
     "time_std_ms", "power_std_w", "idle_power_w", "latency_ms",
+    "time_s",  # seed 000 LUTs (edgetune optimize joint)
 })
 #: Quantities that cannot be negative.
 NON_NEGATIVE = frozenset({"time_ms", "power_w", "peak_power_w", "energy_j", "time_std_ms", "power_std_w",
-                          "idle_power_w", "latency_ms", "samples"})
+                          "idle_power_w", "latency_ms", "samples", "time_s"})
 #: Quantities that must be strictly positive.
 POSITIVE = frozenset({"cores", "batch_size", "cpu_mhz", "gpu_mhz", "emc_mhz"})
 ROLES = ("train", "infer")
@@ -157,7 +158,7 @@ def read_mode_table(source: str | os.PathLike | TextIO, name: str | None = None)
 
 def _format(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.10g}"
+        return float.__repr__(value)  # shortest exact form; plain repr() of np.float64 adds "np.float64(...)"
     return str(value)
 
 

@@ -233,3 +233,32 @@ def time_module(
     if grad:
         module.zero_grad(set_to_none=True)
     return times_ms
+
+
+class RunnerPool:
+    """A ``(workload, role, batch_size, n) -> times_ms`` callable over cached runners.
+
+    Real devices (``SysfsJetson``) profile many modes of the same workload: building the model
+    and its loader once per (workload, role, batch size) keeps that cost out of every point.
+    """
+
+    def __init__(self, device: str | torch.device | None = None, num_workers: int = 0, max_cached: int = 4) -> None:
+        self.device = device
+        self.num_workers = num_workers
+        self.max_cached = max_cached
+        self._runners: dict[tuple[str, str, int], MinibatchRunner] = {}
+
+    def __call__(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
+        key = (workload, Role.parse(role).value, int(batch_size))
+        runner = self._runners.get(key)
+        if runner is None:
+            if len(self._runners) >= self.max_cached:  # drop the oldest: models hold device memory
+                self._runners.pop(next(iter(self._runners))).close()
+            runner = MinibatchRunner(workload, key[1], key[2], device=self.device, num_workers=self.num_workers)
+            self._runners[key] = runner
+        return runner.run(n_minibatches)
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()

@@ -1,0 +1,50 @@
+"""open_device: one string names a backend (CONTRACT.md ``--device``).
+
+- ``sim:<name>``       :class:`~edgetune.devices.simulated.SimulatedJetson` of a built-in spec
+- ``sysfs[:ROOT]``     :class:`~edgetune.devices.sysfs.SysfsJetson` on ``/`` (or a sysroot)
+- ``replay:FILE.csv``  :class:`~edgetune.devices.replay.ReplayDevice` of a profile table
+
+Keyword arguments go to the backend's constructor; those it does not take are dropped, so a
+command can pass ``seed=`` whatever the backend (only the simulator and replay use it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from edgetune.devices.base import Device
+from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.powermodes.specs import SPECS
+
+ALLOWED = "sim:<orin-agx|xavier-agx|orin-nano|nano|tx2-nx>, sysfs[:ROOT], replay:FILE.csv"
+
+
+def _construct(cls: type, *args: Any, **kw: Any) -> Device:
+    params = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return cls(*args, **(kw if takes_any else {k: v for k, v in kw.items() if k in params}))
+
+
+def open_device(spec: str, **kw: Any) -> Device:
+    """The Device that ``spec`` names; ``InvalidArgument`` (field ``device``) for anything else."""
+    text = (spec or "").strip()
+    kind, _, arg = text.partition(":")
+    if kind == "sim" and arg:
+        if arg not in SPECS:
+            raise InvalidArgument("device", f"unknown simulated device {arg!r}", ALLOWED)
+        try:  # imported lazily: the simulator pulls in its physical model
+            module = importlib.import_module("edgetune.devices.simulated")
+        except ImportError as exc:
+            raise FailedPrecondition(f"the simulated backend is not available: {exc}") from exc
+        return _construct(module.SimulatedJetson, arg, **kw)
+    if kind == "sysfs":
+        from edgetune.devices.sysfs import SysfsJetson
+
+        return _construct(SysfsJetson, arg or "/", **kw)
+    if kind == "replay" and arg:
+        from edgetune.devices.replay import ReplayDevice
+
+        return _construct(ReplayDevice, arg, **kw)
+    raise InvalidArgument("device", f"unknown device {text!r}", ALLOWED)
