@@ -1,0 +1,82 @@
+"""Benchmark registry and timing helpers."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Benchmark:
+    name: str
+    fn: Callable[[], dict[str, Any]]
+    #: Human statement of the target, e.g. "< 5 ms".
+    target: str
+    #: Key of the measured value compared with ``limit`` (smaller is better).
+    metric: str
+    limit: float | None
+
+
+REGISTRY: list[Benchmark] = []
+
+
+def benchmark(name: str, target: str, metric: str, limit: float | None = None):
+    def register(fn: Callable[[], dict[str, Any]]):
+        REGISTRY.append(Benchmark(name, fn, target, metric, limit))
+        return fn
+
+    return register
+
+
+def best_of_s(fn: Callable[[], Any], repeats: int = 5) -> float:
+    """Least wall time of ``repeats`` calls (the least is the least disturbed by other work)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    results = []
+    for b in REGISTRY:
+        if names and b.name not in names:
+            continue
+        log(f"- {b.name} (target {b.target}) ...")
+        t0 = time.perf_counter()
+        try:
+            measured = b.fn()
+            value = measured.get(b.metric)
+            ok = None if b.limit is None or value is None else bool(value < b.limit)
+            row = {"name": b.name, "target": b.target, "metric": b.metric, "value": value, "met": ok,
+                   "details": measured}
+        except Exception as exc:  # noqa: BLE001 - one failing benchmark must not hide the others
+            row = {"name": b.name, "target": b.target, "metric": b.metric, "value": None, "met": False,
+                   "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+        row["wall_s"] = round(time.perf_counter() - t0, 3)
+        log(f"  {b.metric} = {row['value']!r}  ({'met' if row['met'] else 'NOT met' if row['met'] is False else 'no limit'})")
+        results.append(row)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"python": platform.python_version(), "machine": platform.machine(),
+            "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=float))
+    out.with_suffix(".md").write_text(_markdown(results, meta))
+    return results
+
+
+def _markdown(results: list[dict[str, Any]], meta: dict[str, str]) -> str:
+    lines = [f"# edgetune benchmarks ({meta['time']}, Python {meta['python']}, {meta['machine']})", "",
+             "| benchmark | target | measured | met |", "|---|---|---|---|"]
+    for r in results:
+        v = r["value"]
+        shown = f"{v:.4g}" if isinstance(v, float) else str(v)
+        met = {True: "yes", False: "**no**", None: "–"}[r["met"]]
+        lines.append(f"| {r['name']} | {r['target']} | {r['metric']} = {shown} | {met} |")
+    return "\n".join(lines) + "\n"
