@@ -31,3 +31,21 @@ def test_console_script_and_services_import():
 
     assert callable(edgetune.cli.main)
     assert pathlib.Path(edgetune.services.__file__).parent == ROOT / "services"
+
+
+def test_cli_exit_codes_pass_through():
+    import click
+
+    from edgetune import cli
+
+    @click.command("exit-two")
+    def exit_two() -> None:
+        raise click.exceptions.Exit(2)
+
+    cli.cli.add_command(exit_two)
+    try:
+        assert cli.main(["exit-two"]) == 2
+        assert cli.main(["--version"]) == 0
+        assert cli.main(["modes", "--device", "no-such-device"]) == 2
+    finally:
+        cli.cli.commands.pop("exit-two")

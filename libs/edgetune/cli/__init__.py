@@ -16,7 +16,7 @@ from edgetune import __version__
 from edgetune.errors import EdgetuneError
 
 #: Command modules under edgetune.cli, registered in this order.
-COMMAND_MODULES = ("modes", "device")
+COMMAND_MODULES = ("modes", "device", "profile", "serve")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,7 +31,9 @@ for _name in COMMAND_MODULES:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="edgetune", standalone_mode=False)
+        # Without standalone mode click *returns* the code of a raised Exit (and a command's
+        # return value): an int here is the exit code.
+        rv = cli.main(args=argv, prog_name="edgetune", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

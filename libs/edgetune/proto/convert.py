@@ -3,8 +3,9 @@
 Services use these at their edges (request -> library call -> response) so that servicers
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
 (role, grid, strategy, problem, objective) to and from the library's string names,
-predictions and CONTRACT-style decision dicts to messages, and a reader for ``optional``
-scalars. Bad input raises :class:`~edgetune.errors.InvalidArgument` naming the field.
+predictions and CONTRACT-style decision dicts to messages, profiling measurements to
+messages and back to profile-table rows, and a reader for ``optional`` scalars. Bad input
+raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.profiling.protocol import Measurement
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2
 
 # --- power modes and specs ------------------------------------------------------------------
@@ -135,6 +137,60 @@ def role_from_proto(value: int, field: str = "role", default: Role | None = None
     if value == 0 and default is not None:
         return default
     return Role(ROLE.from_proto(value, field))
+
+
+# --- measurements -----------------------------------------------------------------------------
+
+
+def measurement_to_proto(m: Measurement, node_id: str | None = None,
+                         timestamp_s: float | None = None) -> common_pb2.Measurement:
+    """A profiling :class:`~edgetune.profiling.protocol.Measurement` as a message.
+
+    The message's ``energy_j`` is the energy of one minibatch (``m.energy_per_minibatch_j``);
+    ``node_id`` defaults to the measurement's node; ``timestamp_s`` (Unix seconds) sets
+    ``timestamp`` when given.
+    """
+    msg = common_pb2.Measurement(
+        id=m.id, node_id=node_id if node_id is not None else m.node, device=m.device,
+        workload=m.workload, role=common_pb2.Role.ValueType(role_to_proto(m.role)), mode=mode_to_proto(m.mode),
+        batch_size=int(m.batch_size), time_ms=m.time_ms, time_std_ms=m.time_std_ms, power_w=m.power_w,
+        power_std_w=m.power_std_w, peak_power_w=m.peak_power_w, energy_j=m.energy_per_minibatch_j,
+        idle_power_w=m.idle_power_w, samples=int(m.samples), minibatches=int(m.n_minibatches),
+    )
+    if timestamp_s is not None:
+        # Seconds and fraction apart: Unix time in ns does not fit a double's 53 bits exactly.
+        seconds = math.floor(timestamp_s)
+        msg.timestamp.FromNanoseconds(seconds * 10**9 + round((timestamp_s - seconds) * 1e9))
+    return msg
+
+
+def measurement_from_proto(msg: common_pb2.Measurement) -> dict[str, Any]:
+    """The CONTRACT.md profile-table row of a Measurement message (``Measurement.to_row()`` keys).
+
+    A row, not a library Measurement: the message does not carry the protocol's run details
+    (settling, per-minibatch times, power samples, run window). ``energy_j`` is the whole run's energy (per-minibatch
+    energy x minibatches), as in rows written by ``edgetune profile``.
+    """
+    mode = mode_from_proto(msg.mode, "measurement.mode")
+    return {
+        **mode.as_dict(),
+        "batch_size": int(msg.batch_size),
+        "time_ms": msg.time_ms,
+        "power_w": msg.power_w,
+        "device": msg.device,
+        "workload": msg.workload,
+        "role": role_from_proto(msg.role, "measurement.role").value,
+        "peak_power_w": msg.peak_power_w,
+        "energy_j": msg.energy_j * msg.minibatches,
+        "time_std_ms": msg.time_std_ms,
+        "power_std_w": msg.power_std_w,
+        "samples": int(msg.samples),
+        "idle_power_w": msg.idle_power_w,
+        "energy_per_minibatch_j": msg.energy_j,
+        "n_minibatches": int(msg.minibatches),
+        "node": msg.node_id,
+        "id": msg.id,
+    }
 
 
 # --- optional scalars, predictions, decisions -----------------------------------------------

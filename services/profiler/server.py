@@ -1,0 +1,143 @@
+"""The profiler agent's entry point: ``python -m edgetune.services.profiler.server`` or
+``edgetune serve profiler``.
+
+Start-up order matters for safety: open the device, take the per-device lock, recover a mode
+a crashed previous agent left applied (``--state-dir`` holds its record), open the store,
+then serve. Shutdown (SIGTERM / SIGINT, or ``stop()``): health goes NOT_SERVING, in-flight
+RPCs get ``--grace-s``, then the hooks run: cancel profiles and wait for their workers,
+restore the power mode and release the device lock, close the store.
+
+Flags (each also read from ``EDGETUNE_<NAME>``): ``--device`` (``sim:<model>``,
+``sysfs[:ROOT]``, ``replay:FILE.csv``), ``--redis`` (``embedded`` by default; ``none`` stores
+nothing), ``--state-dir``, ``--node-id``, ``--seed`` and the common server flags
+(``--host``, ``--port``, ``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edgetune.coordination.store import Store, open_store
+from edgetune.devices.factory import open_device
+from edgetune.errors import EdgetuneError
+from edgetune.proto.v1 import profiler_pb2_grpc
+from edgetune.services.common import (
+    add_option,
+    add_server_options,
+    build_server,
+    server_kwargs,
+    setup_logging,
+)
+from edgetune.services.common.server import ServiceServer
+from edgetune.services.profiler import metrics
+from edgetune.services.profiler.safety import default_state_dir, open_guarded_device, state_file_name
+from edgetune.services.profiler.servicer import ProfilerServicer
+
+log = logging.getLogger("edgetune.profiler")
+
+DEFAULT_PORT = 50051
+#: ``--redis`` values that mean "do not store measurements" (they are still streamed).
+NO_STORE = ("none", "off")
+
+
+def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
+                  state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
+                  host: str = "0.0.0.0", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
+                  max_workers: int = 16, store: Store | None = None) -> tuple[ServiceServer, ProfilerServicer]:
+    """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
+
+    The device is open and locked and a crashed run's mode already recovered; the shutdown
+    hooks are registered, so ``server.stop()`` restores the mode even if it never started.
+    """
+    state_dir = Path(state_dir) if state_dir else default_state_dir()
+    state_path = state_dir / state_file_name(device_spec)
+    keeper, recovered = open_guarded_device(lambda: open_device(device_spec, seed=seed), state_path,
+                                            on_mode=metrics.set_mode)
+    if recovered is not None:
+        log.warning("restored the power mode a previous agent left applied",
+                    extra={"mode": recovered.label(), "state_file": str(state_path)})
+    own_store = None
+    try:
+        if store is None and (redis_url or "").strip().lower() not in NO_STORE:
+            store = own_store = open_store(redis_url)
+        servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
+        server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
+                              host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
+                              max_workers=max_workers)
+    except BaseException:
+        keeper.close()
+        if own_store is not None:
+            own_store.close()
+        raise
+    # Hooks run last-registered first: workers stop, then the mode comes back, then the store closes.
+    if own_store is not None:
+        server.on_shutdown.append(own_store.close)
+    server.on_shutdown.append(keeper.close)
+    server.on_shutdown.append(servicer.shutdown)
+    log.info("profiler agent ready", extra={
+        "device": device_spec, "model": keeper.device.spec.name, "backend": keeper.device.backend,
+        "mode": keeper.device.current_mode().label(), "port": server.port, "state_file": str(state_path),
+        "store": repr(store) if store is not None else "none"})
+    return server, servicer
+
+
+def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
+          state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
+          block: bool = True, **kwargs: Any) -> ServiceServer:
+    """Start the agent for ``device_spec``; with ``block`` serve until SIGTERM / SIGINT.
+
+    ``redis_url``: a store URL (``embedded`` by default, ``none``: measurements are streamed,
+    not stored). ``state_dir``: where the mode-restore record lives (default
+    :func:`default_state_dir`). Keywords: ``host``, ``node_id``, ``seed``, ``grace_s``,
+    ``max_workers``, ``store`` (a Store object to use instead of ``redis_url``; the caller
+    owns it). ``block=False`` returns the started server (``server.port``, ``server.stop()``).
+    """
+    server, _ = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
+    if not block:
+        return server.start()
+    try:
+        server.serve()
+    finally:
+        server.stop(0)  # no-op after a signal-driven stop; otherwise still restores the mode
+    return server
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="edgetune serve profiler",
+                                     description="The edgetune profiler agent: one per Jetson.")
+    add_server_options(parser, default_port=DEFAULT_PORT)
+    add_option(parser, "device", "sysfs", "device backend: sim:<model>, sysfs[:ROOT], replay:FILE.csv")
+    add_option(parser, "redis", "embedded",
+               "measurement store: redis://host:port/db, unix:///path, embedded[:/dir], or none")
+    add_option(parser, "state_dir", "", f"directory of the mode-restore record (default {default_state_dir()})")
+    add_option(parser, "node_id", "", "node id recorded in measurements (empty: unregistered)")
+    add_option(parser, "seed", 0, "seed of a simulated device's noise")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except EdgetuneError as exc:  # a bad EDGETUNE_* value
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging("profiler", args.log_level)
+    kwargs: dict[str, Any] = server_kwargs(args)
+    try:
+        serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
+              seed=args.seed, **kwargs)
+    except (EdgetuneError, OSError) as exc:  # bad flags, busy port, unwritable state dir
+        log.error("cannot start the profiler agent: %s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

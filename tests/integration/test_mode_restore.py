@@ -1,0 +1,221 @@
+"""The agent gives back the power mode it changed: on SIGTERM (files exactly as found), not on
+SIGKILL (nothing can run: the record stays on disk), and on the next start after a SIGKILL
+(the recorded mode comes back and the record is cleared). Against a copy of a fake Jetson
+sysroot (``sysfs:<root>``), with the agent as a separate process; plus in-process checks
+that a failure or a stop in the middle of a profile restores the mode (simulated device)."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from edgetune.devices.sysfs import SysfsJetson
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.convert import mode_from_proto, mode_to_proto
+from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
+from edgetune.services.profiler.server import create_server
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysroots" / "orin-agx-jp5"
+POLICY0 = "sys/devices/system/cpu/cpufreq/policy0"
+
+
+@pytest.fixture
+def sysroot(tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def _differences(a: Path, b: Path) -> list[str]:
+    """Relative paths whose content differs between two trees (or exist in one only)."""
+    out: list[str] = []
+
+    def walk(cmp: filecmp.dircmp, rel: str) -> None:
+        out.extend(f"{rel}{n}" for n in cmp.left_only + cmp.right_only)
+        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+        out.extend(f"{rel}{n}" for n in mismatch + errors)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{rel}{name}/")
+
+    walk(filecmp.dircmp(a, b), "")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> grpc.Channel:
+    channel = grpc.insecure_channel(address)
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"agent exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                    health_pb2.HealthCheckResponse.SERVING:
+                return channel
+        except grpc.RpcError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("agent did not start serving")
+        time.sleep(0.1)
+
+
+class Agent:
+    """The profiler agent as a process on ``sysfs:<root>``."""
+
+    def __init__(self, root: Path, state_dir: Path) -> None:
+        self.port = _free_port()
+        # Through the CLI (`edgetune serve profiler`); the service test runs the module directly.
+        cmd = [sys.executable, "-m", "edgetune.cli", "serve", "profiler", "--device", f"sysfs:{root}",
+               "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", "0", "--redis", "none",
+               "--state-dir", str(state_dir), "--grace-s", "1"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.channel = wait_serving(f"127.0.0.1:{self.port}", self.proc)
+        self.stub = profiler_pb2_grpc.ProfilerStub(self.channel)
+
+    def end(self, sig: int) -> int:
+        self.channel.close()
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log = self.proc.stderr.read().decode()
+            self.proc.stderr.close()
+
+
+def _target(root: Path):
+    spec = SysfsJetson(root).spec
+    return spec, type(spec.maxn())(4, spec.cpu_mhz[5], spec.gpu_mhz[2], spec.emc_mhz[1])
+
+
+def _record(state_dir: Path) -> Path | None:
+    found = list(state_dir.glob("profiler-mode-*.json"))
+    return found[0] if found else None
+
+
+def test_sigterm_puts_every_file_back(sysroot, tmp_path):
+    spec, target = _target(sysroot)
+    agent = Agent(sysroot, tmp_path / "state")
+    try:
+        original = mode_from_proto(agent.stub.GetDevice(profiler_pb2.GetDeviceRequest()).current_mode)
+        r = agent.stub.ApplyPowerMode(profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(target)))
+        assert mode_from_proto(r.applied) == target and mode_from_proto(r.previous) == original
+        assert (sysroot / POLICY0 / "scaling_max_freq").read_text().strip() == str(round(target.cpu_mhz * 1000))
+        assert _differences(FIXTURE, sysroot)  # the files did change
+        assert _record(tmp_path / "state") is not None
+    finally:
+        rc = agent.end(signal.SIGTERM)
+    assert rc == 0, agent.log[-2000:]
+    assert _differences(FIXTURE, sysroot) == []  # governors, ranges, EMC lock, online CPUs: as found
+    assert _record(tmp_path / "state") is None
+
+
+def test_sigkill_leaves_the_record_and_a_restart_restores(sysroot, tmp_path):
+    spec, target = _target(sysroot)
+    state = tmp_path / "state"
+    original = SysfsJetson(sysroot).current_mode()
+    agent = Agent(sysroot, state)
+    agent.stub.ApplyPowerMode(profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(target)))
+    assert agent.end(signal.SIGKILL) == -signal.SIGKILL
+
+    # Nothing ran on the way down: the device still holds the changed mode, the record the original.
+    assert SysfsJetson(sysroot).current_mode() == target
+    assert (sysroot / POLICY0 / "scaling_max_freq").read_text().strip() == str(round(target.cpu_mhz * 1000))
+    record = _record(state)
+    assert record is not None and json.loads(record.read_text())["restore_mode"] == original.as_dict()
+
+    # The next agent on the same state dir restores the recorded mode before serving, and clears it.
+    again = Agent(sysroot, state)
+    try:
+        assert mode_from_proto(again.stub.GetDevice(profiler_pb2.GetDeviceRequest()).current_mode) == original
+        assert SysfsJetson(sysroot).current_mode() == original
+        assert _record(state) is None
+    finally:
+        assert again.end(signal.SIGTERM) == 0, again.log[-2000:]
+    assert SysfsJetson(sysroot).current_mode() == original and _record(state) is None
+
+
+def test_a_second_agent_on_the_same_device_is_refused(sysroot, tmp_path):
+    agent = Agent(sysroot, tmp_path / "state")
+    try:
+        with pytest.raises(AssertionError, match="another profiler agent"):
+            Agent(sysroot, tmp_path / "state")
+    finally:
+        agent.end(signal.SIGTERM)
+
+
+# --- in-process, simulated device --------------------------------------------------------
+ORIN = get_spec("orin-agx")
+
+
+def _profile(n: int) -> profiler_pb2.ProfileRequest:
+    return profiler_pb2.ProfileRequest(workload=common_pb2.Workload(name="resnet18"), random_modes=n,
+                                       random_grid=common_pb2.GRID_FULCRUM, batch_sizes=[8, 16, 32, 64])
+
+
+@pytest.fixture
+def sim_agent(tmp_path):
+    server, servicer = create_server("sim:orin-agx", port=0, host="127.0.0.1", state_dir=tmp_path,
+                                     redis_url="none", grace_s=0.5)
+    server.start()
+    channel = grpc.insecure_channel(server.address)
+    yield server, servicer, profiler_pb2_grpc.ProfilerStub(channel)
+    channel.close()
+    server.stop(0)
+
+
+def test_an_exception_mid_profile_restores_the_mode(sim_agent, tmp_path, monkeypatch):
+    _, servicer, stub = sim_agent
+    device = servicer.device
+    real_run, calls = device.run, []
+
+    def failing_run(*args, **kwargs):
+        calls.append(device.current_mode())
+        if len(calls) == 4:  # the 4th point fails, in a mode other than the original
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(device, "run", failing_run)
+    events = []
+    with pytest.raises(grpc.RpcError) as exc:
+        for e in stub.Profile(_profile(5)):
+            events.append(e)
+    assert exc.value.code() == grpc.StatusCode.INTERNAL
+    assert "illegal memory access" in exc.value.details() and "restored" in exc.value.details()
+    assert sum(e.HasField("measurement") for e in events) == 3
+    assert calls[-1] != ORIN.maxn()
+    assert device.current_mode() == ORIN.maxn() and list(tmp_path.glob("*.json")) == []
+    # The device is free again.
+    monkeypatch.setattr(device, "run", real_run)
+    assert sum(e.HasField("measurement") for e in stub.Profile(_profile(1))) == 4
+
+
+def test_stopping_the_server_mid_profile_restores_the_mode(sim_agent, tmp_path):
+    server, servicer, stub = sim_agent
+    call = stub.Profile(_profile(441))
+    assert next(call).HasField("progress") and next(call).HasField("measurement")
+    assert list(tmp_path.glob("*.json"))  # a mode other than the original is in force
+    server.stop()  # what SIGTERM does: grace, cancel, hooks
+    assert servicer.device.current_mode() == ORIN.maxn() and list(tmp_path.glob("*.json")) == []
+    with pytest.raises(grpc.RpcError):
+        list(call)
