@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,deploy,flower]'
 	@$(MAKE) --no-print-directory system-redis
+	deploy/checkov/ensure-checkov.sh >/dev/null  # the chart's security scan; own venv (pins clash)
 	touch $(STAMP)
 
 # The store tests also run against a real, system redis-server; Debian's is installed when
