@@ -16,7 +16,7 @@ from edgetune import __version__
 from edgetune.errors import EdgetuneError
 
 #: Command modules under edgetune.cli, registered in this order.
-COMMAND_MODULES = ("modes", "device", "profile", "serve")
+COMMAND_MODULES = ("modes", "device", "profile", "serve", "optimize", "plan")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

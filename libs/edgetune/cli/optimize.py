@@ -1,0 +1,197 @@
+"""``edgetune optimize``: pick a mode (and batch size) from a table.
+
+- ``select``  least time (or power, or energy) within a power budget or a budget sweep
+- ``joint``   seed 000's joint batch size and mode selection under a power cap
+
+JSON output is exactly CONTRACT.md's; an infeasible request is an answer
+(``{"feasible": false, "reason": …}``, exit 0), bad input exits 2 naming the field.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import click
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.optimization.joint import joint_select
+from edgetune.optimization.joint_tables import read_efficiency, read_lut
+from edgetune.optimization.select import (
+    Candidates,
+    Selection,
+    is_sweep_spec,
+    make_selector,
+    parse_budget_sweep,
+)
+from edgetune.powermodes.mode import MODE_FIELDS
+from edgetune.tables import read_profile_table
+
+
+class InputError(click.ClickException):
+    """Bad input: exit 2 with the message, whether run through ``edgetune.cli.main`` or click."""
+
+    exit_code = 2
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def reports_errors(fn):
+    """Turn :class:`EdgetuneError` into :class:`InputError` (exit 2, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EdgetuneError as exc:
+            raise InputError(str(exc)) from None
+
+    return wrapper
+
+
+def emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2))
+
+
+@click.group("optimize")
+def command() -> None:
+    """Choose power modes and batch sizes from profile tables."""
+
+
+# --------------------------------------------------------------------------- select
+
+
+def _selection_json(table, sel: Selection) -> dict:
+    if not sel.feasible:
+        return {"feasible": False, "reason": sel.reason}
+    row = table.rows[sel.index]
+    return {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row["batch_size"],
+            "time_ms": row["time_ms"], "power_w": row["power_w"]}
+
+
+def _check_optional_budget(name: str, value: float | None) -> None:
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise InvalidArgument(name, f"{value:g} is not a non-negative number", ">= 0")
+
+
+@command.command("select")
+@click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False),
+              help="Profile table (CSV) of the options: modes × batch sizes with time_ms and power_w.")
+@click.option("--power-budget", "power_budget", default=None,
+              help="Power budget W, or a sweep A:B:STEP (e.g. 17:50:1, inclusive).")
+@click.option("--time-budget-ms", type=float, default=None, help="Optional per-minibatch time budget (ms).")
+@click.option("--objective", type=click.Choice(["time", "power", "energy"]), default="time", show_default=True,
+              help="What to minimise within the budgets.")
+@click.option("--risk", type=float, default=None,
+              help="Read power conservatively: power_w + z(1-risk)·power_std_w must fit the budget "
+                   "(needs a power_std_w column; e.g. 0.05).")
+@click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
+@reports_errors
+def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
+    """Choose the option with the least time whose power fits the budget."""
+    _check_optional_budget("--time-budget-ms", time_budget_ms)
+    budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
+    table = read_profile_table(table_path)
+    cands = Candidates.from_table(table)
+    selector = make_selector(objective, risk)
+    if budgets is not None and is_sweep_spec(power_budget):
+        results = selector.sweep(cands, budgets, time_budget_ms)
+        if as_json:
+            emit_json([{"power_budget_w": b, **_selection_json(table, s)}
+                       for b, s in zip(budgets, results, strict=True)])
+        else:
+            _print_sweep(table, budgets, results, objective)
+        return
+    sel = selector.select(cands, None if budgets is None else budgets[0], time_budget_ms)
+    if as_json:
+        emit_json(_selection_json(table, sel))
+    else:
+        _print_selection(table, sel, objective)
+
+
+def _print_selection(table, sel: Selection, objective: str) -> None:
+    console = Console()
+    if not sel.feasible:
+        console.print(f"[bold red]infeasible[/]: {sel.reason}")
+        return
+    row = table.rows[sel.index]
+    grid = RichTable(title=f"least {objective}", show_header=False)
+    grid.add_column("field", style="bold")
+    grid.add_column("value")
+    grid.add_row("mode", f"{row['cores']}c / {row['cpu_mhz']:g} / {row['gpu_mhz']:g} / {row['emc_mhz']:g} MHz")
+    grid.add_row("batch size", str(row["batch_size"]))
+    grid.add_row("time", f"{row['time_ms']:g} ms")
+    grid.add_row("power", f"{row['power_w']:g} W")
+    if sel.power_bound_w is not None and sel.power_bound_w != sel.power_w:
+        grid.add_row("power bound", f"{sel.power_bound_w:g} W")
+    if sel.power_budget_w is not None:
+        grid.add_row("power budget", f"{sel.power_budget_w:g} W")
+    grid.add_row("table row", str(sel.index + 2))
+    console.print(grid)
+
+
+def _print_sweep(table, budgets, results, objective: str) -> None:
+    out = RichTable(title=f"least {objective} per power budget")
+    for name in ("budget W", "mode", "batch", "time ms", "power W"):
+        out.add_column(name, justify="right" if name != "mode" else "left")
+    for b, s in zip(budgets, results, strict=True):
+        if not s.feasible:
+            out.add_row(f"{b:g}", "[red]infeasible[/]", "", "", "")
+            continue
+        row = table.rows[s.index]
+        out.add_row(f"{b:g}", f"{row['cores']}c/{row['cpu_mhz']:g}/{row['gpu_mhz']:g}/{row['emc_mhz']:g}",
+                    str(row["batch_size"]), f"{row['time_ms']:g}", f"{row['power_w']:g}")
+    Console().print(out)
+
+
+# --------------------------------------------------------------------------- joint
+
+
+def parse_power_cap(text: str) -> float | None:
+    raw = str(text).strip()
+    if raw.lower() == "none":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument("--power-cap", f"{raw!r} is not a number", "W >= 0 or none") from None
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgument("--power-cap", f"{raw} is not a non-negative number", "W >= 0 or none")
+    return value
+
+
+@command.command("joint")
+@click.option("--lut", "lut_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV batch_size,mode,time_s,power_w (time_s for the same number of samples on every row).")
+@click.option("--efficiency", "eff_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV batch_size,passes_to_target (empty / nan / inf: never reaches the target).")
+@click.option("--power-cap", "power_cap", required=True, help="Power cap W, or 'none'.")
+@click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
+@reports_errors
+def joint_cmd(lut_path, eff_path, power_cap, as_json) -> None:
+    """Joint batch size and mode: least time to target accuracy under the power cap (seed 000)."""
+    cap = parse_power_cap(power_cap)
+    lut = read_lut(lut_path)
+    eff = read_efficiency(eff_path)
+    choice = joint_select(lut, eff, cap)
+    if as_json:
+        emit_json(choice.to_json())
+        return
+    console = Console()
+    if not choice.feasible:
+        console.print(f"[bold red]infeasible[/]: {choice.reason}")
+        return
+    grid = RichTable(title="joint batch size and mode", show_header=False)
+    grid.add_column("field", style="bold")
+    grid.add_column("value")
+    grid.add_row("batch size", str(choice.batch_size))
+    grid.add_row("mode", str(choice.mode))
+    grid.add_row("time to target", f"{choice.time_to_target_s:g} s "
+                                   f"({choice.time_s:g} s × {choice.passes_to_target:g} passes)")
+    grid.add_row("power", f"{choice.power_w:g} W")
+    grid.add_row("power cap", "none" if cap is None else f"{cap:g} W")
+    console.print(grid)

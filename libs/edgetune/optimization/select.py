@@ -1,0 +1,371 @@
+"""Selecting one option (mode × batch size) from predicted or measured candidates.
+
+A *candidate set* is the flattened cross product of power modes and batch sizes: one
+``time_ms`` and one ``power_w`` per option, optionally with ``time_std_ms`` /
+``power_std_w`` when a predictor gives uncertainty. Selection is one of three
+objectives behind one interface (:class:`Selector`, in the spirit of Zeus's
+``OptimumSelector``):
+
+- :class:`MinTime`   least time with power within a budget (PowerTrain, Fulcrum training),
+- :class:`MinPower`  least power with time within a budget,
+- :class:`MinEnergy` least energy (time × power) within optional budgets.
+
+Each takes an optional ``risk``: the *safe* variant checks the power budget against the
+upper confidence bound ``power_w + z(1 - risk) · power_std_w`` (z the standard normal
+quantile) instead of the mean, so that a prediction that is right on average exceeds the
+budget with probability about ``risk`` at most. Without ``power_std_w`` the bound is the mean.
+
+Everything is vectorised: one selection is a few O(n) passes; a sweep over k budgets buckets
+the options by the least budget each fits (``searchsorted``) and takes running minima over
+the buckets, O(n log k) with no full sort — the answers are the points of the
+(objective, power) Pareto front.
+
+Ties are broken deterministically: lower (bounded) power, then table order (for
+:class:`MinPower`: lower time, then table order). Nothing feasible gives a
+:class:`Selection` with ``feasible=False``, a reason, and the closest option: the one with
+the least (bounded) power overall.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgetune.errors import InvalidArgument
+
+#: Longest sweep accepted from a ``A:B:STEP`` spec; guards against ``0:1e9:1e-9``.
+MAX_SWEEP_POINTS = 100_000
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Options as parallel float arrays (index = row of the source table)."""
+
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    time_std_ms: np.ndarray | None = None
+    power_std_w: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        t = _as_vector("time_ms", self.time_ms)
+        n = t.size
+        object.__setattr__(self, "time_ms", t)
+        object.__setattr__(self, "power_w", _as_vector("power_w", self.power_w, n))
+        for name in ("time_std_ms", "power_std_w"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _as_vector(name, value, n))
+
+    def __len__(self) -> int:
+        return int(self.time_ms.size)
+
+    @classmethod
+    def from_table(cls, table) -> Candidates:
+        """From a profile table (:class:`edgetune.tables.Table`); std columns when present."""
+        return cls(
+            table.column("time_ms"),
+            table.column("power_w"),
+            table.column("time_std_ms") if table.has("time_std_ms") else None,
+            table.column("power_std_w") if table.has("power_std_w") else None,
+        )
+
+    def power_bound_w(self, risk: float | None) -> np.ndarray:
+        """Power the budget is checked against: the mean, or its upper bound at ``risk``."""
+        if risk is None or self.power_std_w is None:
+            return self.power_w
+        return self.power_w + z_score(risk) * self.power_std_w
+
+
+def _as_vector(name: str, values, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(values, dtype=float).ravel()
+    if n is not None and arr.size != n:
+        raise InvalidArgument(name, f"has {arr.size} values, expected {n} (one per option)")
+    if arr.size and not np.isfinite(arr).all():
+        raise InvalidArgument(name, "contains NaN or infinite values", "finite numbers")
+    if arr.size and (arr < 0).any():
+        raise InvalidArgument(name, "contains negative values", ">= 0")
+    return arr
+
+
+def z_score(risk: float) -> float:
+    """One-sided standard-normal quantile z with P(X > mean + z·std) = risk."""
+    if not isinstance(risk, (int, float)) or not (0.0 < float(risk) <= 0.5):
+        raise InvalidArgument("risk", f"{risk!r} is out of range", "0 < risk <= 0.5")
+    from scipy.special import ndtri  # scipy.special imports in ms, scipy.stats in ~0.5 s
+
+    return float(ndtri(1.0 - float(risk)))
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Outcome of one selection. ``index`` is the chosen row; ``closest`` when infeasible."""
+
+    feasible: bool
+    index: int | None
+    time_ms: float | None = None
+    power_w: float | None = None
+    power_bound_w: float | None = None
+    reason: str | None = None
+    closest: int | None = None
+    power_budget_w: float | None = None
+    time_budget_ms: float | None = None
+
+    @property
+    def energy_j(self) -> float | None:
+        """Energy of one minibatch of the chosen option (time × power)."""
+        if self.time_ms is None or self.power_w is None:
+            return None
+        return self.time_ms * self.power_w / 1000.0
+
+
+# --------------------------------------------------------------------------- selectors
+
+
+class Selector(ABC):
+    """Picks one option from :class:`Candidates` under optional power / time budgets."""
+
+    #: Short name used by the CLI (``--objective``).
+    name: str = ""
+
+    def __init__(self, risk: float | None = None) -> None:
+        if risk is not None:
+            z_score(risk)  # validate early
+        self.risk = risk
+
+    @abstractmethod
+    def objective(self, cands: Candidates, power_bound_w: np.ndarray) -> np.ndarray:
+        """Value to minimise per option."""
+
+    def tie_break(self, cands: Candidates, power_bound_w: np.ndarray) -> np.ndarray:
+        """Second key on equal objective (then table order)."""
+        return power_bound_w
+
+    # -- one budget --------------------------------------------------------------------
+
+    def select(self, cands: Candidates, power_budget_w: float | None = None,
+               time_budget_ms: float | None = None) -> Selection:
+        _check_budget("power_budget_w", power_budget_w)
+        _check_budget("time_budget_ms", time_budget_ms)
+        if len(cands) == 0:
+            return Selection(False, None, reason="no options to choose from",
+                             power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
+        p_bound = cands.power_bound_w(self.risk)
+        ok = np.ones(len(cands), dtype=bool)
+        if power_budget_w is not None:
+            ok &= p_bound <= power_budget_w
+        if time_budget_ms is not None:
+            ok &= cands.time_ms <= time_budget_ms
+        if not ok.any():
+            return self._infeasible(cands, p_bound, power_budget_w, time_budget_ms)
+        i = _lex_argmin(self.objective(cands, p_bound), self.tie_break(cands, p_bound), ok)
+        return self._chosen(cands, p_bound, i, power_budget_w, time_budget_ms)
+
+    # -- many power budgets --------------------------------------------------------------
+
+    def sweep(self, cands: Candidates, power_budgets_w: Sequence[float],
+              time_budget_ms: float | None = None) -> list[Selection]:
+        """One selection per power budget, equal to calling :meth:`select` for each.
+
+        No full sort: each option goes to the bucket of the least budget it fits
+        (``searchsorted`` over the k sorted budgets), each bucket keeps its best option
+        (``minimum.at``), and a running best over the buckets answers every budget. The
+        answers walk the (objective, power) Pareto front; O(n log k).
+        """
+        budgets = [float(b) for b in power_budgets_w]
+        for b in budgets:
+            _check_budget("power_budget_w", b)
+        _check_budget("time_budget_ms", time_budget_ms)
+        if len(cands) == 0 or not budgets:
+            return [self.select(cands, b, time_budget_ms) for b in budgets]
+        p_bound = cands.power_bound_w(self.risk)
+        key = self.objective(cands, p_bound)
+        tie = self.tie_break(cands, p_bound)
+        by_budget = np.argsort(np.asarray(budgets), kind="stable")
+        sorted_budgets = np.asarray(budgets)[by_budget]
+        k = sorted_budgets.size
+        bucket = np.searchsorted(sorted_budgets, p_bound, side="left")  # fits budgets bucket..k-1
+        valid = bucket < k
+        if time_budget_ms is not None:
+            valid &= cands.time_ms <= time_budget_ms
+        vi = np.flatnonzero(valid)
+        best_in_bucket = np.full(k, np.inf)
+        np.minimum.at(best_in_bucket, bucket[vi], key[vi])
+        cand = vi[key[vi] == best_in_bucket[bucket[vi]]]
+        cand = cand[np.lexsort((cand, tie[cand], bucket[cand]))]
+        firsts = np.unique(bucket[cand], return_index=True)[1]
+        winner = {int(bucket[cand[f]]): int(cand[f]) for f in firsts}
+        chosen: list[int | None] = [None] * k
+        best: int | None = None
+        for j in range(k):
+            i = winner.get(j)
+            if i is not None and (best is None or (key[i], tie[i], i) < (key[best], tie[best], best)):
+                best = i
+            chosen[int(by_budget[j])] = best
+        out = []
+        for budget, i in zip(budgets, chosen, strict=True):
+            if i is None:
+                out.append(self._infeasible(cands, p_bound, budget, time_budget_ms))
+            else:
+                out.append(self._chosen(cands, p_bound, i, budget, time_budget_ms))
+        return out
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _chosen(self, cands, p_bound, i, power_budget_w, time_budget_ms) -> Selection:
+        return Selection(True, int(i), float(cands.time_ms[i]), float(cands.power_w[i]),
+                         float(p_bound[i]), power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
+
+    def _infeasible(self, cands, p_bound, power_budget_w, time_budget_ms) -> Selection:
+        closest = _lex_argmin(p_bound, cands.time_ms, np.ones(len(cands), dtype=bool))
+        what = "power upper bound" if (self.risk is not None and cands.power_std_w is not None) else "power"
+        parts = []
+        if power_budget_w is not None:
+            parts.append(f"{what} <= {power_budget_w:g} W")
+        if time_budget_ms is not None:
+            parts.append(f"time <= {time_budget_ms:g} ms")
+        reason = (f"no option has {' and '.join(parts)}; closest is option {closest} (0-based row) with "
+                  f"{cands.time_ms[closest]:g} ms at {cands.power_w[closest]:g} W")
+        if what != "power":
+            reason += f" (bound {p_bound[closest]:g} W at risk {self.risk:g})"
+        fastest = int(np.argmin(cands.time_ms))
+        if time_budget_ms is not None and cands.time_ms[fastest] > time_budget_ms:
+            reason += f"; the fastest option takes {cands.time_ms[fastest]:g} ms"
+        return Selection(False, None, reason=reason, closest=closest,
+                         power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
+
+
+class MinTime(Selector):
+    """Least time with (bounded) power within the budget."""
+
+    name = "time"
+
+    def objective(self, cands, power_bound_w):
+        return cands.time_ms
+
+
+class MinPower(Selector):
+    """Least (bounded) power with time within the budget; ties: less time, then table order."""
+
+    name = "power"
+
+    def objective(self, cands, power_bound_w):
+        return power_bound_w
+
+    def tie_break(self, cands, power_bound_w):
+        return cands.time_ms
+
+
+class MinEnergy(Selector):
+    """Least energy per minibatch (mean time × mean power) within the budgets."""
+
+    name = "energy"
+
+    def objective(self, cands, power_bound_w):
+        return cands.time_ms * cands.power_w
+
+
+SELECTORS: dict[str, type[Selector]] = {cls.name: cls for cls in (MinTime, MinPower, MinEnergy)}
+
+
+def make_selector(objective: str = "time", risk: float | None = None) -> Selector:
+    """The selector for ``objective`` (``time``, ``power`` or ``energy``)."""
+    try:
+        cls = SELECTORS[objective]
+    except KeyError:
+        raise InvalidArgument("objective", f"unknown objective {objective!r}", ", ".join(SELECTORS)) from None
+    return cls(risk)
+
+
+# Functional shorthands ---------------------------------------------------------------
+
+
+def least_time(cands: Candidates, power_budget_w: float | None, time_budget_ms: float | None = None,
+               risk: float | None = None) -> Selection:
+    return MinTime(risk).select(cands, power_budget_w, time_budget_ms)
+
+
+def least_power(cands: Candidates, time_budget_ms: float | None, power_budget_w: float | None = None,
+                risk: float | None = None) -> Selection:
+    return MinPower(risk).select(cands, power_budget_w, time_budget_ms)
+
+
+def least_energy(cands: Candidates, power_budget_w: float | None = None, time_budget_ms: float | None = None,
+                 risk: float | None = None) -> Selection:
+    return MinEnergy(risk).select(cands, power_budget_w, time_budget_ms)
+
+
+def safe_least_time(cands: Candidates, power_budget_w: float, risk: float = 0.05,
+                    time_budget_ms: float | None = None) -> Selection:
+    """Least time with ``power_w + z(1-risk)·power_std_w <= power_budget_w``."""
+    return MinTime(risk).select(cands, power_budget_w, time_budget_ms)
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def parse_budget_sweep(spec: str, option: str = "--power-budget") -> list[float]:
+    """``"17:50:1"`` → ``[17.0, 18.0, …, 50.0]`` (inclusive end); a plain number → ``[W]``."""
+    text = str(spec).strip()
+    parts = text.split(":")
+    allowed = "W or A:B:STEP with 0 <= A <= B and STEP > 0, e.g. 17:50:1"
+    if len(parts) not in (1, 3):
+        raise InvalidArgument(option, f"{text!r} is neither a number nor A:B:STEP", allowed)
+    values = []
+    for part in parts:
+        try:
+            v = float(part)
+        except ValueError:
+            raise InvalidArgument(option, f"{part.strip()!r} in {text!r} is not a number", allowed) from None
+        if not math.isfinite(v):
+            raise InvalidArgument(option, f"{part.strip()!r} is not a finite number", allowed)
+        values.append(v)
+    if len(values) == 1:
+        if values[0] < 0:
+            raise InvalidArgument(option, f"{text} is negative", ">= 0")
+        return values
+    start, stop, step = values
+    if start < 0 or stop < 0:
+        raise InvalidArgument(option, f"sweep {text!r} has a negative budget", allowed)
+    if step <= 0:
+        raise InvalidArgument(option, f"sweep step {step:g} must be positive", allowed)
+    if stop < start:
+        raise InvalidArgument(option, f"sweep {text!r} ends below its start", allowed)
+    count = math.floor((stop - start) / step + 1e-9) + 1  # tolerance keeps 0.1-steps inclusive
+    if count > MAX_SWEEP_POINTS:
+        raise InvalidArgument(option, f"sweep {text!r} has {count} budgets", f"at most {MAX_SWEEP_POINTS}")
+    return [round(start + k * step, 10) for k in range(count)]
+
+
+def is_sweep_spec(spec: str) -> bool:
+    return ":" in str(spec)
+
+
+def _check_budget(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value) or value < 0:
+        raise InvalidArgument(name, f"{value!r} is not a non-negative number", ">= 0")
+
+
+# --------------------------------------------------------------------------- numpy kernels
+
+
+def _lex_argmin(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int:
+    """Index of the least ``primary`` among ``mask``, ties by ``secondary``, then index."""
+    prim = np.where(mask, primary, np.inf)
+    candidates = np.flatnonzero(prim == prim.min())
+    if candidates.size > 1:
+        sec = secondary[candidates]
+        candidates = candidates[sec == sec.min()]
+    return int(candidates[0])
+
