@@ -15,18 +15,44 @@ import click
 from edgetune import __version__
 from edgetune.errors import EdgetuneError
 
-#: Command modules under edgetune.cli, registered in this order.
-COMMAND_MODULES = ("modes", "device", "profile", "serve", "optimize", "plan")
+#: Commands, each in its own module ``edgetune.cli.<name>`` (exposing ``command``), with the
+#: one-line help shown by ``edgetune --help``. Modules are imported only when their command
+#: runs: some pull in torch or scikit-learn, and ``edgetune modes`` should not wait for them.
+COMMANDS: dict[str, str] = {
+    "modes": "Write a device's power modes (full space or a grid).",
+    "device": "Show what a device backend discovers.",
+    "profile": "Profile modes on a device with the measurement protocol.",
+    "estimate": "Fit, transfer and apply time / power predictors.",
+    "optimize": "Select modes (and batch sizes) from tables.",
+    "search": "Run a search strategy against a recorded table.",
+    "plan": "Plan one federated round across nodes.",
+    "serve": "Start one of the gRPC services.",
+}
+COMMAND_MODULES = tuple(COMMANDS)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands:  # added directly (tests, plugins)
+            return self.commands[name]
+        if name not in COMMANDS:
+            return None
+        return importlib.import_module(f"edgetune.cli.{name}").command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS.get(name) or self.commands[name].get_short_help_str())
+                for name in [*COMMANDS, *[n for n in self.commands if n not in COMMANDS]]]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgetune")
 def cli() -> None:
     """Pick power modes and batch sizes for DNN work on Jetson edge clusters."""
-
-
-for _name in COMMAND_MODULES:
-    cli.add_command(importlib.import_module(f"edgetune.cli.{_name}").command)
 
 
 def main(argv: list[str] | None = None) -> int:
