@@ -11,13 +11,16 @@ install: $(STAMP)
 
 # Reinstalled only when the dependency pins change. constraints.txt pins every version
 # (generated from a resolved environment); torch 2.13.0 comes from the local CPU wheel.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt clients/node/package-lock.json
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,deploy,flower]'
 	@$(MAKE) --no-print-directory system-redis
 	deploy/checkov/ensure-checkov.sh >/dev/null  # the chart's security scan; own venv (pins clash)
+	@if command -v npm >/dev/null 2>&1; then \
+	  echo "npm ci (clients/node)"; (cd clients/node && npm ci --ignore-scripts --silent --no-audit --no-fund); \
+	else echo "no npm: the Node.js client test will be skipped"; fi
 	touch $(STAMP)
 
 # The store tests also run against a real, system redis-server; Debian's is installed when
