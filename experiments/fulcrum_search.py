@@ -1,0 +1,293 @@
+"""Fulcrum (seed 004) Figs. 9–11: search strategies' excess over optimal on sampled budgets.
+
+On the simulator's 441-mode Fulcrum grid of the Orin AGX (noise-free truth tables replayed
+through :class:`~edgetune.devices.replay.ReplayDevice`), for each problem configuration:
+
+- the nominal optimum: :class:`~edgetune.optimization.strategies.Exhaustive` over the table;
+- GMD (per configuration; budgets 10 / 11 / 15) and, for training, GMD with Algorithm 1's
+  literal shedding order (``shed_order="paper"``);
+- Random-N (per configuration, seeded by its index): RND50 / RND250 (training),
+  RND150 / RND250 (inference and concurrent, whole modes × 5 batch sizes);
+- ALS (50 / ≤ 145) and NN-250: both sample independently of the budgets (ALS generalises over
+  a workload's problems, as the paper uses it), so each is run once per workload and seed and
+  its observations answer every configuration (configuration *i* uses seed *i* mod seeds). NN
+  commits to its predicted best; when that pick, profiled, misses a budget it is "not found"
+  and counted as a violation.
+
+Excess: training time over optimal (Fig. 9), inference peak latency over optimal (Fig. 10),
+concurrent training-throughput loss (Fig. 11), in %, over the configurations a strategy
+solved. Budgets: power 10–50 W step 1 (training: all 41); inference and concurrent: sampled
+(power 10–50 W, latency 50–1000 ms step 10, rate 30–90 rps step 5), kept when the optimum
+exists. Writes ``experiments/results/fulcrum_search.{csv,md}`` and
+``fulcrum_{train,infer,concurrent}.png``.
+
+    python experiments/fulcrum_search.py [--quick] [--configs N] [--seeds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from edgetune.devices.replay import ReplayDevice
+from edgetune.devices.simulated import truth_table
+from edgetune.optimization.problems import (
+    ConcurrentProblem,
+    InferProblem,
+    Observations,
+    Problem,
+    TrainProblem,
+)
+from edgetune.optimization.strategies import NNSearch, make_strategy, run_search, search_space
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.tables import Table
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+TRAIN_WORKLOADS = ("resnet18", "mobilenetv3", "yolov8n", "lstm")
+INFER_WORKLOADS = ("mobilenetv3", "resnet18")
+CONCURRENT_PAIRS = (("mobilenetv3", "mobilenetv3"), ("resnet18", "mobilenetv3"))
+INFER_SIZES = (1, 4, 16, 32, 64)
+TRAIN_BS = 16
+
+
+def build_table(spec, grid, parts: list[tuple[str, str, tuple[int, ...]]]) -> Table:
+    rows: list[dict] = []
+    for workload, role, sizes in parts:
+        rows += truth_table(spec, workload, role, grid.array(), sizes)
+    return Table(list(rows[0].keys()), rows, "truth")
+
+
+def sample_latency_problems(kind: str, n: int, rng, truth: Observations, make) -> list[Problem]:
+    """``n`` configurations with an existing optimum (and how many draws it took)."""
+    out: list[Problem] = []
+    draws = 0
+    while len(out) < n and draws < 50 * n:
+        draws += 1
+        p = make(float(rng.integers(10, 51)), float(rng.choice(np.arange(50, 1001, 10))),
+                 float(rng.choice(np.arange(30, 91, 5))))
+        if p.solve(truth).feasible:
+            out.append(p)
+    print(f"  {kind}: {len(out)} configurations with an optimum out of {draws} drawn", flush=True)
+    return out
+
+
+def excess_pct(kind: str, dec, opt) -> float:
+    if kind == "concurrent":  # throughput loss
+        return 100.0 * (1.0 - dec.evaluation.objective / opt.evaluation.objective)
+    return 100.0 * (dec.evaluation.objective / opt.evaluation.objective - 1.0)
+
+
+def run_group(kind: str, label: str, table: Table, problems: list[Problem], seeds: int,
+              per_problem: list[tuple[str, str, dict]], nn_samples: int = 250) -> list[dict]:
+    """Every strategy on every problem of one workload (or pair); one record per run."""
+    truth = Observations.from_rows(table.rows)
+    records: list[dict] = []
+    optima = [p.solve(truth) for p in problems]
+
+    def record(strategy: str, i: int, decision, profiled: int, trials: int, violates: bool = False) -> None:
+        p, opt = problems[i], optima[i]
+        rec = {"kind": kind, "workload": label, "strategy": strategy, **{k: v for k, v in p.to_dict().items()
+                                                                          if k.endswith(("_w", "_ms", "_rps"))},
+               "optimum": opt.evaluation.objective, "found": decision.feasible,
+               "objective": decision.evaluation.objective if decision.feasible else np.nan,
+               "excess_pct": excess_pct(kind, decision, opt) if decision.feasible else np.nan,
+               "violates": violates, "profiled": profiled, "trials": trials}
+        records.append(rec)
+
+    # -- per-problem searches: GMD, Random-N --------------------------------------------------
+    for i, prob in enumerate(problems):
+        for label_s, name, opts in per_problem:
+            dev = ReplayDevice(table)
+            space, p = search_space(dev, prob)
+            strat = make_strategy(name, p, space, seed=i, **opts)
+            res = run_search(strat, dev, p)
+            record(label_s, i, res.decision, res.profiled, res.trials)
+
+    # -- budget-independent samplers: ALS and NN, one run per seed ----------------------------
+    for seed in range(seeds):
+        mine = [i for i in range(len(problems)) if i % seeds == seed]
+        if not mine:
+            continue
+        t0 = time.time()
+        dev = ReplayDevice(table)
+        space, p0 = search_space(dev, problems[mine[0]])
+        als = make_strategy("als", p0, space, seed=seed)
+        res = run_search(als, dev, p0)
+        for i in mine:
+            _, p = search_space(dev, problems[i])
+            record("ALS", i, p.solve(als.obs), res.profiled, res.trials)
+        t1 = time.time()
+        dev = ReplayDevice(table)
+        nn = NNSearch(p0, space, budget=nn_samples + 1, seed=seed)
+        rnd = make_strategy("random", p0, space, budget=nn_samples, seed=seed)  # NN's own draw: same seed
+        sampled = run_search(rnd, dev, p0)
+        nn.obs = rnd.obs
+        predicted = nn.predict_all()
+        for i in mine:
+            _, p = search_space(dev, problems[i])
+            pick = p.solve(predicted)
+            if not pick.feasible:
+                record(f"NN{nn_samples}", i, pick, sampled.profiled, sampled.trials)
+                continue
+            ev = p.evaluate(pick.mode, pick.batch_size, truth)  # profile the pick (replay = truth)
+            extra = 0 if all(rnd.obs.has(pick.mode, r, b) for r, b in p.points_for(pick.batch_size)) else 1
+            dec = p.decide(ev)
+            record(f"NN{nn_samples}", i, dec, sampled.profiled + extra * len(p.points_for(pick.batch_size)),
+                   sampled.trials + extra, violates=not ev.feasible)
+        print(f"    {label} seed {seed}: ALS {t1 - t0:.1f}s, NN {time.time() - t1:.1f}s", flush=True)
+    return records
+
+
+def summarise(records: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["kind"], r["workload"], r["strategy"])].append(r)
+    out = []
+    for (kind, workload, strategy), rs in groups.items():
+        ex = np.array([r["excess_pct"] for r in rs if r["found"]], dtype=float)
+        out.append({
+            "kind": kind, "workload": workload, "strategy": strategy, "runs": len(rs),
+            "found_pct": 100.0 * np.mean([r["found"] for r in rs]),
+            "violations_pct": 100.0 * np.mean([r["violates"] for r in rs]),
+            "median_excess_pct": float(np.median(ex)) if ex.size else np.nan,
+            "q1_excess_pct": float(np.percentile(ex, 25)) if ex.size else np.nan,
+            "q3_excess_pct": float(np.percentile(ex, 75)) if ex.size else np.nan,
+            "median_profiled": float(np.median([r["profiled"] for r in rs])),
+            "max_trials": int(max(r["trials"] for r in rs)),
+        })
+    return out
+
+
+def write_outputs(records: list[dict], summary: list[dict], out_dir: str, elapsed_s: float, args) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    cols = sorted({k for r in records for k in r}, key=lambda k: list(records[0]).index(k) if k in records[0] else 99)
+    with open(os.path.join(out_dir, "fulcrum_search.csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for r in records:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    names = {"train": "Training (Fig. 9): time over optimal",
+             "infer": "Inference (Fig. 10): peak latency over optimal",
+             "concurrent": "Concurrent (Fig. 11): training-throughput loss"}
+    lines = ["# Fulcrum search strategies on the simulated Orin AGX (441-mode grid)", "",
+             f"`python experiments/fulcrum_search.py{' --quick' if args.quick else ''}` — {elapsed_s:.0f} s. "
+             "Excess in % over the nominal optimum (exhaustive over the table), over solved configurations; "
+             "*found*: a feasible decision was returned when an optimum exists; *violations*: the committed "
+             "configuration breaks a budget (only NN commits to a prediction). Profiles: distinct "
+             "(mode, batch size, role) points; trials: configurations.", ""]
+    for kind in ("train", "infer", "concurrent"):
+        rows = [s for s in summary if s["kind"] == kind]
+        if not rows:
+            continue
+        lines += [f"## {names[kind]}", "",
+                  "| workload | strategy | runs | found % | violations % | median excess % | IQR % | median profiles | max trials |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for s in rows:
+            lines.append(f"| {s['workload']} | {s['strategy']} | {s['runs']} | {s['found_pct']:.1f} | "
+                         f"{s['violations_pct']:.1f} | {s['median_excess_pct']:.1f} | "
+                         f"{s['q1_excess_pct']:.1f}–{s['q3_excess_pct']:.1f} | {s['median_profiled']:.0f} | "
+                         f"{s['max_trials']} |")
+        lines.append("")
+    with open(os.path.join(out_dir, "fulcrum_search.md"), "w") as fh:
+        fh.write("\n".join(lines))
+
+
+def plot(records: list[dict], summary: list[dict], out_dir: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ylabels = {"train": "time over optimal (%)", "infer": "latency over optimal (%)",
+               "concurrent": "training throughput loss (%)"}
+    for kind in ("train", "infer", "concurrent"):
+        workloads = list(dict.fromkeys(r["workload"] for r in records if r["kind"] == kind))
+        if not workloads:
+            continue
+        fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.8), squeeze=False)
+        for ax, wl in zip(axes[0], workloads, strict=True):
+            strategies = list(dict.fromkeys(r["strategy"] for r in records if r["kind"] == kind and r["workload"] == wl))
+            data = [[r["excess_pct"] for r in records if r["kind"] == kind and r["workload"] == wl
+                     and r["strategy"] == s and r["found"]] or [np.nan] for s in strategies]
+            ax.boxplot(data, showfliers=True, flierprops={"markersize": 2})
+            ax.set_xticks(range(1, len(strategies) + 1), strategies, rotation=45, ha="right", fontsize=8)
+            ax.set_title(wl, fontsize=9, pad=14)  # room for the % solved labels
+            ax.set_ylabel(ylabels[kind], fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+            top = ax.get_ylim()[1]
+            for j, s in enumerate(strategies, start=1):
+                found = next(x["found_pct"] for x in summary if x["kind"] == kind and x["workload"] == wl
+                             and x["strategy"] == s)
+                ax.text(j, top, f"{found:.0f}%", ha="center", va="bottom", fontsize=7, color="tab:blue")
+        fig.suptitle(f"Fulcrum strategies, {kind} (blue: % solved)", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, f"fulcrum_{kind}.png"), dpi=120)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer configurations and seeds (smoke run)")
+    ap.add_argument("--configs", type=int, default=None, help="sampled configurations per inference/concurrent workload")
+    ap.add_argument("--seeds", type=int, default=None, help="ALS / NN runs per workload")
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args(argv)
+    n_cfg = args.configs or (12 if args.quick else 80)
+    seeds = args.seeds or (1 if args.quick else 2)
+    t_start = time.time()
+    spec = get_spec("orin-agx")
+    grid = named_grid(spec, "fulcrum")
+    rng = np.random.default_rng(4)
+    records: list[dict] = []
+
+    print("training", flush=True)
+    train_per = [("GMD", "gmd", {}), ("GMD-paper", "gmd", {"shed_order": "paper"}),
+                 ("RND50", "random-50", {}), ("RND250", "random-250", {})]
+    for w in TRAIN_WORKLOADS[:2] if args.quick else TRAIN_WORKLOADS:
+        table = build_table(spec, grid, [(w, "train", (TRAIN_BS,))])
+        truth = Observations.from_rows(table.rows)
+        problems = [p for p in (TrainProblem(float(b), train_batch_size=TRAIN_BS, train_workload=w)
+                                for b in range(10, 51)) if p.solve(truth).feasible]
+        records += run_group("train", w, table, problems, seeds, train_per)
+
+    print("inference", flush=True)
+    infer_per = [("GMD", "gmd", {}), ("RND150", "random-150", {}), ("RND250", "random-250", {})]
+    for w in INFER_WORKLOADS[:1] if args.quick else INFER_WORKLOADS:
+        table = build_table(spec, grid, [(w, "infer", INFER_SIZES)])
+        truth = Observations.from_rows(table.rows)
+        problems = sample_latency_problems(
+            f"infer {w}", n_cfg, rng, truth, lambda p, lat, a, w=w: InferProblem(p, lat, a, infer_workload=w))
+        records += run_group("infer", w, table, problems, seeds, infer_per)
+
+    print("concurrent", flush=True)
+    for tr, inf in CONCURRENT_PAIRS[:1] if args.quick else CONCURRENT_PAIRS:
+        table = build_table(spec, grid, [(tr, "train", (TRAIN_BS,)), (inf, "infer", INFER_SIZES)])
+        truth = Observations.from_rows(table.rows)
+        label = f"{tr}+{inf}"
+        problems = sample_latency_problems(
+            f"concurrent {label}", n_cfg, rng, truth,
+            lambda p, lat, a, tr=tr, inf=inf: ConcurrentProblem(p, lat, a, tr, inf, train_batch_size=TRAIN_BS))
+        records += run_group("concurrent", label, table, problems, seeds, infer_per)
+
+    summary = summarise(records)
+    elapsed = time.time() - t_start
+    write_outputs(records, summary, args.out, elapsed, args)
+    plot(records, summary, args.out)
+    for s in summary:
+        print(f"{s['kind']:10s} {s['workload']:24s} {s['strategy']:8s} found {s['found_pct']:5.1f}% "
+              f"viol {s['violations_pct']:4.1f}% median {s['median_excess_pct']:5.1f}% "
+              f"IQR {s['q1_excess_pct']:.1f}–{s['q3_excess_pct']:.1f} profiles {s['median_profiled']:.0f}")
+    print(f"done in {elapsed:.0f} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

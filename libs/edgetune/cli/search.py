@@ -1,0 +1,127 @@
+"""``edgetune search``: run a search strategy against a replayed profile table (CONTRACT.md).
+
+    edgetune search --strategy gmd|als|random|exhaustive|nn|maxn|preset --replay truth.csv
+                    --problem train|infer|concurrent --power-budget W
+                    [--latency-budget-ms L] [--arrival-rps A]
+                    [--train-workload NAME] [--infer-workload NAME] [--train-batch-size B]
+                    [--max-profiles N] [--seed S] [--json]
+
+``truth.csv`` is a profile table with ``workload`` and ``role`` columns; its distinct values
+per dimension define the grid. ``profiled`` counts the distinct (mode, batch size, workload,
+role) points the strategy measured. ``--max-profiles`` caps that count (and is N for
+``random`` / ``nn``). Nothing feasible is an answer (``"feasible": false``, exit 0); a missing
+or bad option exits 2 naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from edgetune.devices.replay import ReplayDevice
+from edgetune.errors import InvalidArgument
+from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Problem, TrainProblem
+from edgetune.optimization.strategies import STRATEGIES, make_strategy, run_search, search_space
+from edgetune.optimization.strategies.driver import workloads_with_role
+
+#: Problem fields → the options that set them (error messages name the option).
+_OPTION_OF = {"power_budget_w": "--power-budget", "latency_budget_ms": "--latency-budget-ms",
+              "arrival_rps": "--arrival-rps", "train_workload": "--train-workload",
+              "infer_workload": "--infer-workload", "train_batch_size": "--train-batch-size",
+              "max_profiles": "--max-profiles", "budget": "--max-profiles"}
+
+
+def _workload(device: ReplayDevice, role: str, given: str | None, option: str) -> str | None:
+    if given is not None or not device.has_workload:
+        return given
+    names = workloads_with_role(device, role)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise click.UsageError(f"{option}: {device.path} has no {role} rows")
+    raise click.UsageError(f"{option} is required: {device.path} holds {len(names)} workloads with {role} rows "
+                           f"({', '.join(names)})")
+
+
+def _problem(kind: str, device: ReplayDevice, power: float, latency: float | None, rate: float | None,
+             train_w: str | None, infer_w: str | None, train_bs: int | None) -> Problem:
+    if kind in ("infer", "concurrent"):
+        for value, option in ((latency, "--latency-budget-ms"), (rate, "--arrival-rps")):
+            if value is None:
+                raise click.UsageError(f"{option} is required for --problem {kind}")
+    try:
+        if kind == "train":
+            return TrainProblem(power, train_bs, _workload(device, "train", train_w, "--train-workload"))
+        if kind == "infer":
+            return InferProblem(power, latency, rate, _workload(device, "infer", infer_w, "--infer-workload"))
+        return ConcurrentProblem(power, latency, rate, _workload(device, "train", train_w, "--train-workload"),
+                                 _workload(device, "infer", infer_w, "--infer-workload"), train_bs)
+    except InvalidArgument as exc:
+        raise _usage(exc) from None
+
+
+def _usage(exc: InvalidArgument) -> click.UsageError:
+    option = _OPTION_OF.get(exc.field)
+    return click.UsageError(f"{option}: {exc}" if option else str(exc))
+
+
+def _summary(payload: dict, strategy: str, kind: str) -> str:
+    if not payload["feasible"]:
+        return f"{strategy}: no feasible configuration ({payload['reason']}); profiled {payload.get('profiled', 0)}"
+    m = payload["mode"]
+    lines = [f"{strategy} ({kind}): {m['cores']}c/{m['cpu_mhz']:g}/{m['gpu_mhz']:g}/{m['emc_mhz']:g} MHz, "
+             f"batch size {payload['batch_size']}",
+             f"  time {payload['time_ms']:.1f} ms, power {payload['power_w']:.2f} W"]
+    if "latency_ms" in payload:
+        lines.append(f"  peak latency {payload['latency_ms']:.1f} ms")
+    if "train_minibatches_per_s" in payload:
+        lines.append(f"  training {payload['train_minibatches_per_s']:.2f} minibatches/s "
+                     f"({payload['tau_train']} per inference minibatch)")
+    lines.append(f"  profiled {payload['profiled']} points")
+    return "\n".join(lines)
+
+
+@click.command("search")
+@click.option("--strategy", required=True, type=click.Choice(list(STRATEGIES)),
+              help="gmd, als: Fulcrum's strategies; random, nn: baselines; exhaustive: the oracle; "
+                   "maxn, preset: fixed modes.")
+@click.option("--replay", "replay_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Profile table to replay (with workload and role columns).")
+@click.option("--problem", "kind", required=True, type=click.Choice(["train", "infer", "concurrent"]))
+@click.option("--power-budget", "power", required=True, type=float, metavar="W", help="Power budget in W.")
+@click.option("--latency-budget-ms", "latency", type=float, default=None, metavar="L",
+              help="Peak inference latency budget (infer, concurrent).")
+@click.option("--arrival-rps", "rate", type=float, default=None, metavar="A",
+              help="Inference request arrival rate (infer, concurrent).")
+@click.option("--train-workload", "train_w", default=None, metavar="NAME")
+@click.option("--infer-workload", "infer_w", default=None, metavar="NAME")
+@click.option("--train-batch-size", "train_bs", type=int, default=None, metavar="B",
+              help="Training minibatch size to use (default: the table's only one, else 16).")
+@click.option("--max-profiles", "max_profiles", type=int, default=None, metavar="N",
+              help="Most distinct points to profile (N of random / nn).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
+def command(strategy: str, replay_path: Path, kind: str, power: float, latency: float | None, rate: float | None,
+            train_w: str | None, infer_w: str | None, train_bs: int | None, max_profiles: int | None, seed: int,
+            as_json: bool) -> None:
+    """Search power modes and batch sizes on a replayed table."""
+    if max_profiles is not None and max_profiles < 1:
+        raise click.UsageError("--max-profiles must be a positive integer")
+    device = ReplayDevice(str(replay_path))
+    problem = _problem(kind, device, power, latency, rate, train_w, infer_w, train_bs)
+    try:
+        space, problem = search_space(device, problem)
+        budget = max_profiles if strategy in ("random", "nn") else None
+        if strategy == "nn" and budget is not None:
+            budget = max(2, budget)  # N − 1 random configurations and the predicted pick
+        strat = make_strategy(strategy, problem, space, budget=budget, seed=seed)
+    except InvalidArgument as exc:
+        raise _usage(exc) from None
+    result = run_search(strat, device, problem, max_profiles=max_profiles)
+    payload = result.as_json()
+    if as_json:
+        click.echo(json.dumps(payload))
+    else:
+        click.echo(_summary(payload, strategy, kind))

@@ -1,0 +1,224 @@
+"""ALS: Fulcrum's active-learning based sampling (seed 004, §5.3, Algorithm 2).
+
+ALS profiles a set of configurations that serves *every* problem of a workload (any budget,
+latency, rate), guided by an NN but decided on observations only:
+
+Training (50 = 10 + 8 × 5)
+    Profile 10 random modes. Each round: fit time and power guides (:mod:`.guide`) on what was
+    profiled, predict every unprofiled mode, keep those on the *predicted* (time, power) Pareto
+    front, and profile the 5 whose predicted power is farthest from every profiled power
+    (``PickMaxK`` of the minimum distance — power diversity, not time diversity, because the
+    front's time falls steeply at low power). 8 rounds.
+Inference (≤ 145 = 25 + 6 rounds × 4 quadrants × 5)
+    The latency-budget and arrival-rate ranges are halved into 4 quadrants. Start with 25
+    random modes, 5 per batch size. Each round visits the quadrants in turn: predict every
+    unprofiled (mode, β), drop those that no problem of the quadrant could use — conservatively:
+    only those that cannot keep up with the quadrant's lowest rate or cannot meet its largest
+    latency budget at any of its rates — build the predicted (peak latency at the quadrant's
+    middle rate, power) front and profile 5 by power distance, then refit.
+Concurrent (≤ 145 = 25 + 3 rounds × 4 quadrants × 10)
+    As inference, but the front is predicted training throughput (θ at the quadrant's middle
+    rate, continuous in τ) against predicted power max(p_tr, p_in), and 10 per quadrant. A trial
+    profiles the inference point and, once per mode, the training point.
+
+Choices: guides are refitted warm (all observations, fewer epochs) rather than trained on the
+new points only; observed values stand in for predictions where a point was profiled; the
+budget counts configurations (the driver reports distinct points). Decisions come from
+:meth:`Problem.solve` over the observations — the predicted front never decides anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgetune.errors import InvalidArgument
+from edgetune.optimization.pareto import pareto_mask
+from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, ConcurrentProblem
+from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
+from edgetune.optimization.strategies.guide import Guide, MLPGuide
+from edgetune.powermodes.mode import PowerMode
+
+#: Seed 004's problem ranges, the default quadrant bounds.
+LATENCY_RANGE_MS = (50.0, 1000.0)
+RATE_RANGE_RPS = (30.0, 90.0)
+
+#: (initial configurations, rounds, picks per quadrant or round) per problem kind.
+ALS_SCHEDULE = {"train": (10, 8, 5), "infer": (25, 6, 5), "concurrent": (25, 3, 10)}
+
+GuideFactory = Callable[[np.ndarray, int], Guide]
+
+
+def mode_features(modes: Sequence[PowerMode]) -> np.ndarray:
+    """[cores, 1/cpu, 1/gpu, 1/emc] (periods in ns): minibatch time is close to linear in clock
+    periods, so the small guide fits 50 points far better than on raw MHz (test MAPE on the
+    simulator's MobileNet inference table, 250 points: ~7 % against ~20 %)."""
+    x = np.asarray([m.as_tuple() for m in modes], dtype=np.float64).reshape(-1, 4)
+    return np.column_stack([x[:, 0], 1000.0 / x[:, 1:]])
+
+
+def config_features(modes: Sequence[PowerMode], batch_sizes: Sequence[int]) -> np.ndarray:
+    """[cores, cpu, gpu, emc, log2 β] — batch size on a log scale, as time grows sub-linearly in it."""
+    x = mode_features(modes)
+    return np.column_stack([x, np.log2(np.asarray(batch_sizes, dtype=np.float64))])
+
+
+def pick_far(pred_power_w: np.ndarray, observed_power_w: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest minimum distances in power to the observed (stable order)."""
+    if observed_power_w.size == 0:
+        dist = np.full(pred_power_w.size, np.inf)
+    else:
+        dist = np.abs(pred_power_w[:, None] - observed_power_w[None, :]).min(axis=1)
+    order = np.argsort(-dist, kind="stable")
+    return order[:k]
+
+
+class ALS(SearchStrategy):
+    """Fulcrum's ALS (module docstring)."""
+
+    name = "als"
+
+    def __init__(self, problem, space, *, budget=None, seed=0,
+                 latency_range_ms: Sequence[float] | None = None, rate_range_rps: Sequence[float] | None = None,
+                 epochs: int = 300, refit_epochs: int = 60, guide_factory: GuideFactory | None = None,
+                 **options: Any) -> None:
+        lat = _range("latency_range_ms", latency_range_ms or LATENCY_RANGE_MS)
+        rate = _range("rate_range_rps", rate_range_rps or RATE_RANGE_RPS)
+        # quadrants must cover the problem at hand, whatever the defaults say
+        if hasattr(problem, "latency_budget_ms"):
+            lat = (min(lat[0], problem.latency_budget_ms), max(lat[1], problem.latency_budget_ms))
+            rate = (min(rate[0], problem.arrival_rps), max(rate[1], problem.arrival_rps))
+        super().__init__(problem, space, budget=budget, seed=seed, latency_range_ms=list(lat),
+                         rate_range_rps=list(rate), epochs=epochs, refit_epochs=refit_epochs, **options)
+        self.latency_range_ms, self.rate_range_rps = lat, rate
+        self._guide_factory = guide_factory or (
+            lambda x, s: MLPGuide(x, seed=s, epochs=epochs, refit_epochs=refit_epochs))
+        self.n_init, self.rounds, self.per_pick = ALS_SCHEDULE[problem.kind]
+
+    def default_budget(self) -> int:
+        n_init, rounds, k = ALS_SCHEDULE[self.problem.kind]
+        return n_init + rounds * k * (1 if self.problem.kind == "train" else 4)
+
+    def _guide(self, x_domain: np.ndarray, salt: int) -> Guide:
+        return self._guide_factory(x_domain, self.seed * 1000 + salt)
+
+    def _search(self) -> SearchGen:
+        if self.problem.kind == "train":
+            yield from self._train()
+        else:
+            yield from self._quadrants()
+
+    # -- training ----------------------------------------------------------------------------
+    def _train(self) -> SearchGen:
+        rng = np.random.default_rng(self.seed)
+        modes = list(self.space.modes)
+        bs = self.space.train_batch_size
+        x = mode_features(modes)
+        first = rng.choice(len(modes), size=min(self.n_init, len(modes)), replace=False)
+        yield from self.measure([(modes[i], bs) for i in sorted(first)])
+        t_guide, p_guide = self._guide(x, 1), self._guide(x, 2)
+        for _ in range(self.rounds):
+            if self.remaining <= 0:
+                return
+            seen = np.array([self.obs.has(m, ROLE_TRAIN, bs) for m in modes])
+            if seen.all() or not seen.any():
+                return
+            pts = [self.obs.get(modes[i], ROLE_TRAIN, bs) for i in np.flatnonzero(seen)]
+            t_obs = np.array([p.time_ms for p in pts])
+            p_obs = np.array([p.power_w for p in pts])
+            t_guide.fit(x[seen], t_obs)
+            p_guide.fit(x[seen], p_obs)
+            test = np.flatnonzero(~seen)
+            t_pred, p_pred = t_guide.predict(x[test]), p_guide.predict(x[test])
+            front = test[pareto_mask(t_pred, p_pred)]
+            p_front = p_pred[pareto_mask(t_pred, p_pred)]
+            picks = front[pick_far(p_front, p_obs, self.per_pick)]
+            yield from self.measure([(modes[i], bs) for i in sorted(picks)])
+
+    # -- inference and concurrent: quadrants -------------------------------------------------
+    def _quadrants(self) -> SearchGen:
+        rng = np.random.default_rng(self.seed)
+        prob = self.problem
+        concurrent = isinstance(prob, ConcurrentProblem)
+        modes = list(self.space.modes)
+        sizes = list(self.space.infer_batch_sizes)
+        cfg_modes = [m for m in modes for _ in sizes]
+        cfg_bs = np.array([b for _ in modes for b in sizes])
+        xc = config_features(cfg_modes, cfg_bs)
+        xm = mode_features(modes)
+        mode_pos = np.repeat(np.arange(len(modes)), len(sizes))
+
+        first = rng.choice(len(modes), size=min(self.n_init, len(modes)), replace=False)
+        yield from self.measure([(modes[i], sizes[j % len(sizes)]) for j, i in enumerate(first)])
+
+        t_in_g, p_in_g = self._guide(xc, 1), self._guide(xc, 2)
+        t_tr_g, p_tr_g = (self._guide(xm, 3), self._guide(xm, 4)) if concurrent else (None, None)
+        tbs = self.space.train_batch_size
+        for _ in range(self.rounds):
+            for lat_hi, rate_lo, rate_hi in self._quadrant_bounds():
+                if self.remaining <= 0:
+                    return
+                seen = np.array([self.observed(m, int(b)) for m, b in zip(cfg_modes, cfg_bs, strict=True)])
+                if seen.all():
+                    return
+                t_in, p_in = self._predict(cfg_modes, cfg_bs, ROLE_INFER, xc, t_in_g, p_in_g)
+                if concurrent:
+                    t_tr_m, p_tr_m = self._predict(modes, [tbs] * len(modes), ROLE_TRAIN, xm, t_tr_g, p_tr_g)
+                    t_tr, p_tr = t_tr_m[mode_pos], p_tr_m[mode_pos]
+                # conservative pruning: some rate of the quadrant keeps up and meets its largest budget
+                rate_star = np.minimum(rate_hi, 1000.0 * cfg_bs / t_in)
+                lat_star = (cfg_bs - 1) / rate_star * 1000.0 + t_in
+                keep = ~seen & (rate_star >= rate_lo) & (lat_star <= lat_hi)
+                if not keep.any():
+                    continue
+                rate_mid = 0.5 * (rate_lo + rate_hi)
+                if concurrent:
+                    spare = 1.0 - t_in * rate_mid / (1000.0 * cfg_bs)
+                    theta = np.where(spare > 0, spare * 1000.0 / t_tr, 0.0)
+                    cost, power = -theta, np.maximum(p_tr, p_in)
+                else:
+                    cost, power = (cfg_bs - 1) / rate_mid * 1000.0 + t_in, p_in
+                idx = np.flatnonzero(keep)
+                on_front = idx[pareto_mask(cost[idx], power[idx])]
+                observed_power = power[seen]
+                picks = on_front[pick_far(power[on_front], observed_power, self.per_pick)]
+                yield from self.measure([(cfg_modes[i], int(cfg_bs[i])) for i in sorted(picks)])
+
+    def _quadrant_bounds(self) -> list[tuple[float, float, float]]:
+        """(largest latency budget, lowest rate, highest rate) of each quadrant, round-robin order."""
+        l0, l1 = self.latency_range_ms
+        r0, r1 = self.rate_range_rps
+        lm, rm = 0.5 * (l0 + l1), 0.5 * (r0 + r1)
+        return [(lm, r0, rm), (lm, rm, r1), (l1, r0, rm), (l1, rm, r1)]
+
+    def _predict(self, modes: Sequence[PowerMode], batch_sizes: Sequence[int], role: str, x: np.ndarray,
+                 t_guide: Guide, p_guide: Guide) -> tuple[np.ndarray, np.ndarray]:
+        """Time and power per row: observed where profiled, else the refitted guides' prediction."""
+        pts = [self.obs.get(m, role, int(b)) for m, b in zip(modes, batch_sizes, strict=True)]
+        seen = np.array([p is not None for p in pts])
+        t = np.full(len(pts), np.nan)
+        p = np.full(len(pts), np.nan)
+        if seen.any():
+            t[seen] = [q.time_ms for q in pts if q is not None]
+            p[seen] = [q.power_w for q in pts if q is not None]
+            t_guide.fit(x[seen], t[seen])
+            p_guide.fit(x[seen], p[seen])
+            if (~seen).any():
+                t[~seen] = t_guide.predict(x[~seen])
+                p[~seen] = p_guide.predict(x[~seen])
+        else:  # nothing to learn from: no preference
+            t[:], p[:] = 1.0, 1.0
+        return np.maximum(t, 1e-6), p
+
+
+def _range(name: str, value: Sequence[float]) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(name, f"{value!r} is not a (low, high) pair") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
+        raise InvalidArgument(name, f"{value!r} must satisfy 0 < low < high")
+    return lo, hi

@@ -1,0 +1,17 @@
+"""Exhaustive: profile every configuration of the space — the oracle ("optimal" in seed 004)."""
+
+from __future__ import annotations
+
+from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
+
+
+class Exhaustive(SearchStrategy):
+    """Every (mode, batch size); its decision is the nominal optimum of the replayed table."""
+
+    name = "exhaustive"
+
+    def default_budget(self) -> int:
+        return len(self.space.configurations(self.problem))
+
+    def _search(self) -> SearchGen:
+        yield from self.measure(self.space.configurations(self.problem))
