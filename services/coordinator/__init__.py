@@ -1,1 +1,2 @@
-"""coordinator."""
+"""The Coordinator gRPC service: registry, round planning and config push over Redis (wiring only;
+the logic is in ``edgetune.coordination``). Entry point: ``server.main`` / ``edgetune serve coordinator``."""

@@ -19,7 +19,7 @@ import click
 SERVICES: dict[str, str | None] = {
     "profiler": "edgetune.services.profiler.server",
     "estimator": None,
-    "optimizer": None,
+    "optimizer": "edgetune.services.optimizer.server",
     "coordinator": "edgetune.services.coordinator.server",
 }
 

@@ -1,0 +1,379 @@
+"""Rounds: turn a round request into a plan (the planning library) and into node configs.
+
+:class:`RoundCoordinator` is what the Coordinator service calls; it holds the glue between
+the registry (who is plannable, budgets, device tables), the store (measurements when the
+request brings no options, site budgets, the last applied round), the planner
+(:func:`edgetune.coordination.planning.plan_round`) and the config store (publish). Only
+the leader plans: every planning entry point checks the lease, and publishing is fenced by
+it (see :mod:`.configs`).
+
+    ns:kv:site-budgets     JSON {site_power_budget_w, deadline_s}: the site's standing budgets
+    ns:round:last          hash: the last *applied* round request (JSON) and its options (npz), for re-planning
+
+Budget precedence for a node: the request's override, else its registered budget. For the
+site: the request's values, else the standing site budgets.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import numpy as np
+
+from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
+from edgetune.coordination.leader import LeaderLease
+from edgetune.coordination.planning import Fleet, NodeOptions, RoundPlan, plan_round
+from edgetune.coordination.registry import NodeRecord, NodeRegistry, check_budget
+from edgetune.coordination.store import ROLES, Store
+from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.spec import FREQ_MATCH_REL_TOL, DeviceSpec
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("makespan", "energy")
+SITE_KEY = ("site-budgets",)
+LAST_ROUND_KEY = ("round", "last")
+
+
+_OPTION_COLUMNS = ("batch_size", "time_ms", "power_w", "modes")
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """A node's options: (mode × batch size) rows with time_ms and power_w; modes is (n, 4)."""
+
+    batch_size: np.ndarray
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    modes: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.batch_size.size)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[PowerMode, int, float, float]]) -> OptionTable:
+        return cls(np.asarray([r[1] for r in rows], dtype=np.int64), np.asarray([r[2] for r in rows], dtype=float),
+                   np.asarray([r[3] for r in rows], dtype=float),
+                   np.asarray([r[0].as_tuple() for r in rows], dtype=float).reshape(len(rows), 4))
+
+    def to_json(self) -> dict:
+        return {"batch_size": self.batch_size.tolist(), "time_ms": self.time_ms.tolist(),
+                "power_w": self.power_w.tolist(), "modes": self.modes.tolist()}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> OptionTable:
+        """From :meth:`to_json`'s lists (or arrays of the same names)."""
+        n = len(doc["batch_size"])
+        return cls(np.asarray(doc["batch_size"], dtype=np.int64), np.asarray(doc["time_ms"], dtype=float),
+                   np.asarray(doc["power_w"], dtype=float), np.asarray(doc["modes"], dtype=float).reshape(n, 4))
+
+
+@dataclass(frozen=True)
+class RoundNode:
+    node_id: str
+    samples: int
+    #: Overrides the node's registered budget for this round.
+    power_budget_w: float | None = None
+    #: None: the node's stored measurements for the round's workload and role.
+    options: OptionTable | None = None
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    nodes: tuple[RoundNode, ...]
+    round_id: str = ""
+    objective: str = "makespan"
+    deadline_s: float | None = None
+    site_power_budget_w: float | None = None
+    #: The Workload as a JSON dict (name, batch_size, dataset); the role is separate.
+    workload: dict = field(default_factory=dict)
+    role: str = "train"
+    apply: bool = False
+
+    def to_json(self) -> dict:
+        return {"round_id": self.round_id, "objective": self.objective, "deadline_s": self.deadline_s,
+                "site_power_budget_w": self.site_power_budget_w, "workload": self.workload, "role": self.role,
+                "apply": self.apply,
+                "nodes": [{"node_id": n.node_id, "samples": n.samples, "power_budget_w": n.power_budget_w,
+                           "options": n.options.to_json() if n.options is not None else None} for n in self.nodes]}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RoundRequest:
+        nodes = tuple(RoundNode(n["node_id"], int(n["samples"]), n.get("power_budget_w"),
+                                OptionTable.from_json(n["options"]) if n.get("options") else None)
+                      for n in doc["nodes"])
+        return cls(nodes, doc.get("round_id", ""), doc.get("objective", "makespan"), doc.get("deadline_s"),
+                   doc.get("site_power_budget_w"), dict(doc.get("workload") or {}), doc.get("role", "train"),
+                   bool(doc.get("apply", False)))
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    round_id: str
+    plan: RoundPlan
+    #: (node id, why) of requested nodes left out: lost heartbeat, unavailable in Kubernetes.
+    planned_around: tuple[tuple[str, str], ...] = ()
+    published: tuple[Published, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        parts = [self.plan.reason] if self.plan.reason else []
+        if self.planned_around:
+            parts.append("planned around " + ", ".join(f"{n} ({why})" for n, why in self.planned_around))
+        return "; ".join(parts)
+
+
+def new_round_id() -> str:
+    return f"r-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+class RoundCoordinator:
+    """Plans rounds, publishes configs, re-plans on budget changes (see module doc)."""
+
+    def __init__(self, store: Store, registry: NodeRegistry, configs: ConfigStore,
+                 lease: LeaderLease | None = None, *, clock_s: Any = time.time) -> None:
+        self.store = store
+        self.registry = registry
+        self.configs = configs
+        self.lease = lease
+        self._now_s = clock_s
+
+    # -- budgets ------------------------------------------------------------------------
+
+    def site_budgets(self) -> dict[str, float | None]:
+        stored = self.store.get(SITE_KEY) or {}
+        return {"site_power_budget_w": stored.get("site_power_budget_w"), "deadline_s": stored.get("deadline_s")}
+
+    def update_site_budgets(self, *, site_power_budget_w: float | None = None,
+                            deadline_s: float | None = None) -> dict[str, float | None]:
+        """Set the given site budgets (None: keep); returns the effective ones."""
+        current = self.site_budgets()
+        if site_power_budget_w is not None:
+            current["site_power_budget_w"] = check_budget(site_power_budget_w, "budgets.site_power_budget_w")
+        if deadline_s is not None:
+            current["deadline_s"] = _positive(deadline_s, "budgets.deadline_s")
+        self.store.set(SITE_KEY, current)
+        return current
+
+    # -- planning -----------------------------------------------------------------------
+
+    def plan(self, request: RoundRequest, *, lenient: bool = False) -> RoundOutcome:
+        """Plan ``request``; with ``apply`` (and a feasible plan) publish the configs.
+
+        Raises NotLeader (FAILED_PRECONDITION) on a standby, InvalidArgument / NotFound
+        naming ``nodes[i]....`` for a bad request. ``lenient`` (re-plans): a node without
+        options is planned around rather than failing the round.
+        """
+        if self.lease is not None:
+            self.lease.require()
+        request = replace(request, round_id=request.round_id or new_round_id())
+        fleet, around, resolved = self._fleet(request, lenient)
+        if not fleet.nodes:
+            why = "no plannable node in the request" + (
+                "" if not around else ": " + ", ".join(f"{n} ({w})" for n, w in around))
+            return RoundOutcome(request.round_id, RoundPlan(False, request.objective, why), tuple(around))
+        plan = plan_round(fleet)
+        outcome = RoundOutcome(request.round_id, plan, tuple(around))
+        if request.apply and plan.feasible:
+            outcome = replace(outcome, published=tuple(self._publish(request, fleet, plan)))
+            # Options are stored resolved (inline), so a re-plan needs no measurement look-up.
+            self._save_last_round(replace(request, nodes=resolved))
+        log.info("round planned", extra={"round_id": request.round_id, "feasible": plan.feasible,
+                                         "makespan_s": plan.makespan_s, "energy_j": plan.energy_j,
+                                         "applied": bool(outcome.published), "planned_around": around})
+        return outcome
+
+    def last_round(self) -> RoundRequest | None:
+        raw_request, raw_options = cast("list[Any]", self.store.client.hmget(self.store.key(*LAST_ROUND_KEY),
+                                                                            ["request", "options"]))
+        if raw_request is None:
+            return None
+        doc = json.loads(raw_request)
+        with np.load(io.BytesIO(raw_options)) as arrays:
+            for i, node in enumerate(doc["nodes"]):
+                if f"{i}.batch_size" in arrays.files:  # absent: a node planned around, nothing resolved
+                    node["options"] = {name: arrays[f"{i}.{name}"] for name in _OPTION_COLUMNS}
+        return RoundRequest.from_json(doc)
+
+    def _save_last_round(self, request: RoundRequest) -> None:
+        # Options as one npz blob beside the JSON: thousands of modes per node would make a
+        # multi-megabyte JSON that costs more to format than the plan does to compute.
+        doc = replace(request, nodes=tuple(replace(n, options=None) for n in request.nodes)).to_json()
+        arrays = {f"{i}.{name}": getattr(n.options, name) for i, n in enumerate(request.nodes)
+                  if n.options is not None for name in _OPTION_COLUMNS}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        self.store.client.hset(self.store.key(*LAST_ROUND_KEY),
+                               mapping={"request": json.dumps(doc, separators=(",", ":")), "options": buf.getvalue()})
+
+    def replan_after_budget_change(self, node_id: str | None = None) -> RoundOutcome | None:
+        """Re-plan the last applied round after a budget update and publish the result.
+
+        ``node_id``: the node whose budget changed (its round override is dropped: the new
+        budget is the operator's latest word); None: the site budgets changed (the round's
+        own site values are replaced by the standing ones). Returns None when there is no
+        applied round or the node is not in it. Configs get new revisions only where they
+        changed; an infeasible re-plan publishes nothing and keeps the previous configs.
+        """
+        last = self.last_round()
+        if last is None:
+            return None
+        if node_id is not None:
+            if all(n.node_id != node_id for n in last.nodes):
+                return None
+            nodes = tuple(replace(n, power_budget_w=None) if n.node_id == node_id else n for n in last.nodes)
+            request = replace(last, nodes=nodes, apply=True)
+        else:
+            site = self.site_budgets()
+            request = replace(last, apply=True,
+                              site_power_budget_w=site["site_power_budget_w"] or last.site_power_budget_w,
+                              deadline_s=site["deadline_s"] or last.deadline_s)
+        # A node that was planned around (lost) may be back without options: plan around it again.
+        outcome = self.plan(request, lenient=True)
+        if not outcome.plan.feasible:
+            log.warning("re-plan after a budget change is infeasible; configs unchanged",
+                        extra={"round_id": request.round_id, "reason": outcome.reason})
+        return outcome
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _fleet(self, request: RoundRequest, lenient: bool = False,
+               ) -> tuple[Fleet, list[tuple[str, str]], tuple[RoundNode, ...]]:
+        """The planner's input; ``lenient`` plans around nodes without options instead of failing."""
+        if request.objective not in OBJECTIVES:
+            raise InvalidArgument("objective", f"unknown objective {request.objective!r}", ", ".join(OBJECTIVES))
+        if request.role not in ROLES:
+            raise InvalidArgument("workload.role", f"{request.role!r}", ", ".join(ROLES))
+        if not request.nodes:
+            raise InvalidArgument("nodes", "is empty", "at least one node with node_id and samples")
+        site = self.site_budgets()
+        deadline = request.deadline_s if request.deadline_s is not None else site["deadline_s"]
+        site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site["site_power_budget_w"]
+        if deadline is not None:
+            _positive(deadline, "budgets.deadline_s")
+        check_budget(site_w, "budgets.site_power_budget_w")
+        seen: set[str] = set()
+        nodes: list[NodeOptions] = []
+        resolved: list[RoundNode] = []
+        around: list[tuple[str, str]] = []
+        for i, n in enumerate(request.nodes):
+            at = f"nodes[{i}]"
+            if not n.node_id:
+                raise InvalidArgument(f"{at}.node_id", "is empty", "a registered node id")
+            if n.node_id in seen:
+                raise InvalidArgument(f"{at}.node_id", f"duplicate node {n.node_id!r}")
+            seen.add(n.node_id)
+            if isinstance(n.samples, bool) or not isinstance(n.samples, int | np.integer) or n.samples <= 0:
+                raise InvalidArgument(f"{at}.samples", f"{n.samples!r}", "an integer > 0")
+            override = check_budget(n.power_budget_w, f"{at}.power_budget_w")
+            record = self._record(n.node_id, at)
+            if not record.plannable:  # planned around; its options are resolved if it comes back
+                around.append((n.node_id, "lost: no heartbeat" if not record.live
+                               else f"unavailable: {record.unavailable_reason}"))
+                resolved.append(n)
+                continue
+            try:
+                options = n.options if n.options is not None and len(n.options) else self._stored_options(
+                    record, request, at)
+            except FailedPrecondition as exc:
+                if not lenient:
+                    raise
+                around.append((n.node_id, f"no options: {exc}"))
+                resolved.append(n)
+                continue
+            _check_options(options, record, at)
+            resolved.append(replace(n, options=options))
+            budget = override if override is not None else record.power_budget_w
+            nodes.append(NodeOptions(n.node_id, int(n.samples), options.batch_size, options.time_ms,
+                                     options.power_w, budget, options.modes))
+        fleet = Fleet(nodes, request.objective, deadline, site_w)
+        return fleet, around, tuple(resolved)
+
+    def _record(self, node_id: str, at: str) -> NodeRecord:
+        try:
+            return self.registry.get(node_id)
+        except NotFound:
+            raise NotFound(f"{at}.node_id: node {node_id!r} is not registered") from None
+
+    def _stored_options(self, record: NodeRecord, request: RoundRequest, at: str) -> OptionTable:
+        """The node's own measurements of the workload, else its device model's (any node)."""
+        name = str(request.workload.get("name") or "")
+        if not name:
+            raise InvalidArgument(f"{at}.options", "no options and no workload.name to look measurements up by",
+                                  "inline options, or workload.name with stored measurements")
+        device = record.device_model
+        rows = self.store.get_measurements(device, name, request.role, record.node_id) if device else []
+        if not rows and device:
+            rows = self.store.get_measurements(device, name, request.role)
+        latest: dict[tuple, tuple[PowerMode, int, float, float]] = {}
+        for m in rows:  # write order: a later measurement of the same point replaces an earlier one
+            mode = PowerMode.from_mapping(m["mode"] if isinstance(m.get("mode"), Mapping) else m)
+            latest[(mode.as_tuple(), int(m["batch_size"]))] = (mode, int(m["batch_size"]), float(m["time_ms"]),
+                                                               float(m["power_w"]))
+        if not latest:
+            raise FailedPrecondition(
+                f"{at}.options: none given and no stored measurements of {name}/{request.role} for node "
+                f"{record.node_id!r} (device {device or 'unknown'}): profile it first or pass options")
+        return OptionTable.from_rows(list(latest.values()))
+
+    def _publish(self, request: RoundRequest, fleet: Fleet, plan: RoundPlan) -> list[Published]:
+        now = self._now_s()
+        budgets = {n.id: n.power_budget_w for n in fleet.nodes}
+        configs = [NodeConfig(node_id=p.id, mode=p.mode, batch_size=p.batch_size, workload=dict(request.workload),
+                              role=request.role, round_id=request.round_id, valid_from_s=now,
+                              power_budget_w=budgets.get(p.id),
+                              reason=f"round {request.round_id} ({request.objective})")
+                   for p in plan.nodes]
+        return self.configs.publish_many(configs, fence=self.lease)
+
+
+def _positive(value: float, field_name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value <= 0:
+        raise InvalidArgument(field_name, f"{value!r}", "> 0")
+    return float(value)
+
+
+def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
+    """Options must be positive numbers and, when the node registered its tables, valid modes."""
+    for name in ("time_ms", "power_w"):
+        values = getattr(options, name)
+        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+        if bad.size:
+            raise InvalidArgument(f"{at}.options[{int(bad[0])}].{name}", f"{values[bad[0]]!r}", "> 0")
+    bad = np.flatnonzero(options.batch_size <= 0)
+    if bad.size:
+        raise InvalidArgument(f"{at}.options[{int(bad[0])}].batch_size", f"{options.batch_size[bad[0]]}", ">= 1")
+    spec = record.spec
+    if spec is None:
+        return
+    # Vectorised screen (thousands of options per node); spec.validate has the last word and the message.
+    for j in np.flatnonzero(~_modes_in_tables(options.modes, spec)):
+        row = options.modes[j]
+        try:
+            spec.validate(PowerMode(int(row[0]), float(row[1]), float(row[2]), float(row[3])))
+        except InvalidArgument as exc:
+            message = str(exc).split(": ", 1)[-1].split(" (allowed")[0]
+            raise InvalidArgument(f"{at}.options[{int(j)}].mode.{exc.field}",
+                                  f"{message} of node {record.node_id!r}", exc.allowed) from None
+
+
+def _modes_in_tables(modes: np.ndarray, spec: DeviceSpec) -> np.ndarray:
+    """Per row: every knob is in the spec's tables (frequencies within the table-match tolerance)."""
+    ok = np.isin(modes[:, 0], np.asarray(spec.core_counts, dtype=float))
+    for col, dim in ((1, "cpu_mhz"), (2, "gpu_mhz"), (3, "emc_mhz")):
+        table = np.asarray(spec.table(dim), dtype=float)
+        values = modes[:, col]
+        hi = np.clip(np.searchsorted(table, values), 0, table.size - 1)
+        lo = np.clip(hi - 1, 0, table.size - 1)
+        near = np.where(np.abs(table[lo] - values) < np.abs(table[hi] - values), table[lo], table[hi])
+        ok &= np.abs(near - values) <= FREQ_MATCH_REL_TOL * np.maximum(near, 1.0)
+    return ok

@@ -1,0 +1,219 @@
+"""The coordinator's entry point: ``python -m edgetune.services.coordinator.server`` or
+``edgetune serve coordinator --port P --redis URL [--lease-ms MS] [--heartbeat-ttl-s S]``.
+
+Every replica serves reads (ListNodes, GetNodeConfig, WatchConfig) and registrations; the one
+holding the leader lease plans (PlanRound, UpdateBudget). All state is in Redis, so a
+restarted replica resumes where the last one stopped. Shutdown (SIGTERM / SIGINT): config
+watches end, health goes NOT_SERVING, in-flight RPCs get ``--grace-s``, then the Kubernetes
+watch stops, the lease is released (the standby takes over at once) and the store closes.
+
+Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
+``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--kube`` (``none``, ``incluster``,
+``kubeconfig``), ``--kube-selector`` and the common server flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import redis
+from prometheus_client import Gauge
+
+from edgetune.coordination import kube
+from edgetune.coordination.configs import ConfigStore
+from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, default_holder_id
+from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
+from edgetune.coordination.rounds import RoundCoordinator
+from edgetune.coordination.store import Store, open_store
+from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.proto.v1 import coordinator_pb2_grpc
+from edgetune.services.common import add_option, add_server_options, server_kwargs, setup_logging
+from edgetune.services.common.config import env_name
+from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.server import ServiceServer
+from edgetune.services.coordinator.servicer import CoordinatorServicer
+
+log = logging.getLogger("edgetune.coordinator")
+
+DEFAULT_PORT = 50054
+#: PlanRound with inline options: 4,368 PowerTrain modes are ~0.2 MB a node, past gRPC's 4 MB at ~20 nodes.
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Handler threads: one per open WatchConfig (one per agent) plus headroom for unary RPCs.
+DEFAULT_MAX_WORKERS = 256
+KUBE_MODES = ("auto", "none", "incluster", "kubeconfig")
+#: In a pod with its ServiceAccount token mounted (the chart's ``coordinator.nodeAccess``).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+LEADER = Gauge("edgetune_coordinator_leader", "1 while this replica holds the leader lease.")
+
+# Redis unreachable (restart, failover) is transient: clients should retry, not treat it as a bug.
+if status_for(redis.ConnectionError("")) is None:
+    register_status(redis.ConnectionError, grpc.StatusCode.UNAVAILABLE)
+    register_status(redis.TimeoutError, grpc.StatusCode.UNAVAILABLE)
+
+
+class CoordinatorServer(ServiceServer):
+    """A ServiceServer that ends config watches before the graceful stop waits for RPCs."""
+
+    servicer: CoordinatorServicer
+
+    def stop(self, grace_s: float | None = None) -> None:
+        if getattr(self, "servicer", None) is not None:
+            self.servicer.stopping.set()
+        super().stop(grace_s)
+
+
+@dataclass
+class Coordinator:
+    """The parts of one running replica (for tests and embedding)."""
+
+    server: CoordinatorServer
+    servicer: CoordinatorServicer
+    store: Store
+    lease: LeaderLease
+    watcher: kube.KubeNodeWatcher | None = None
+
+
+def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.KubeNodeWatcher | None:
+    if mode not in KUBE_MODES:
+        raise InvalidArgument("kube", f"{mode!r}", ", ".join(KUBE_MODES))
+    if mode == "auto":
+        in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(SERVICE_ACCOUNT_TOKEN)
+        mode = "incluster" if in_pod else "none"
+    if mode == "none":
+        return None
+    from kubernetes import client, config
+
+    try:
+        if mode == "incluster":
+            config.load_incluster_config()
+        else:
+            config.load_kube_config()
+    except config.ConfigException as exc:
+        raise FailedPrecondition(f"--kube {mode}: cannot load the Kubernetes configuration: {exc}") from None
+
+    def flag_nodes(statuses: dict[str, kube.KubeNodeStatus]) -> None:
+        kube.apply_to_registry(registry, statuses)
+
+    return kube.KubeNodeWatcher(client.CoreV1Api(), selector, on_change=flag_nodes)
+
+
+def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *,
+                       lease_ms: int = DEFAULT_LEASE_MS, heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S,
+                       replica_id: str = "", advertise: str = "", kube_mode: str = "none",
+                       kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "0.0.0.0",
+                       metrics_port: int | None = None, grace_s: float = 10.0,
+                       max_workers: int = DEFAULT_MAX_WORKERS,
+                       store: Store | None = None, watch_block_ms: int = 500) -> Coordinator:
+    """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
+
+    ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
+    """
+    own_store = store is None
+    store = store if store is not None else open_store(redis_url)
+    try:
+        registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
+        configs = ConfigStore(store)
+        server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
+                                   grace_s=grace_s, max_workers=max_workers,
+                                   options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
+        # In the chart, the pod IP (downward API) is what another replica or a client can reach.
+        where = advertise or f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}"
+        lease = LeaderLease(store, "coordinator", lease_ms=lease_ms,
+                            holder_id=f"{replica_id}@{where}" if replica_id else default_holder_id(where),
+                            on_change=lambda leading: LEADER.set(1 if leading else 0))
+        rounds = RoundCoordinator(store, registry, configs, lease)
+        watcher = _kube_watcher(kube_mode, kube_selector, registry)
+
+        def on_register(record: NodeRecord) -> None:
+            if watcher is not None:  # a node that registers after the last event gets its flag now
+                kube.apply_to_registry(registry, watcher.statuses)
+
+        servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
+                                       watch_block_ms=watch_block_ms)
+        server.servicer = servicer
+        server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
+    except BaseException:
+        if own_store:
+            store.close()
+        raise
+    # Hooks run last-registered first: kube watch, then the lease (released), then the store.
+    if own_store:
+        server.on_shutdown.append(store.close)
+    server.on_shutdown.append(lease.stop)
+    if watcher is not None:
+        server.on_shutdown.append(watcher.stop)
+    return Coordinator(server, servicer, store, lease, watcher)
+
+
+def start(coordinator: Coordinator) -> Coordinator:
+    coordinator.server.start()
+    coordinator.lease.start()
+    if coordinator.watcher is not None:
+        coordinator.watcher.start()
+    log.info("coordinator ready", extra={"port": coordinator.server.port, "holder": coordinator.lease.holder_id,
+                                         "lease_ms": coordinator.lease.lease_ms, "store": repr(coordinator.store)})
+    return coordinator
+
+
+def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *, block: bool = True,
+          **kwargs: Any) -> Coordinator:
+    """Start a replica; with ``block`` serve until SIGTERM / SIGINT. Keywords: see :func:`create_coordinator`."""
+    coordinator = start(create_coordinator(port, redis_url, **kwargs))
+    if not block:
+        return coordinator
+    try:
+        coordinator.server.serve()
+    finally:
+        coordinator.server.stop(0)  # no-op after a signal-driven stop
+    return coordinator
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="edgetune serve coordinator",
+                                     description="The edgetune federation coordinator.")
+    add_server_options(parser, default_port=DEFAULT_PORT)
+    if env_name("max_workers") not in os.environ:
+        # Every agent's WatchConfig stream holds a handler thread: size the pool for a fleet.
+        parser.set_defaults(max_workers=DEFAULT_MAX_WORKERS)
+    add_option(parser, "redis", "embedded", "state store: redis://host:port/db, unix:///path, embedded[:/dir]")
+    add_option(parser, "lease_ms", DEFAULT_LEASE_MS, "leader lease in ms (standby takes over within one lease)")
+    add_option(parser, "heartbeat_ttl_s", DEFAULT_HEARTBEAT_TTL_S, "a node is lost this long after its last beat")
+    add_option(parser, "replica_id", os.environ.get("EDGETUNE_POD_NAME", ""),
+               "this replica's name in the lease (default: the pod name, else hostname-pid)")
+    add_option(parser, "advertise", "", "address clients reach this replica at, named by standbys' errors "
+               "(default: $EDGETUNE_POD_IP or the hostname, with the port)")
+    add_option(parser, "kube", "auto", f"Kubernetes node awareness: {', '.join(KUBE_MODES)} "
+               "(auto: incluster inside a pod with a ServiceAccount token, else none)")
+    add_option(parser, "kube_selector", kube.JETSON_LABEL_SELECTOR, "label selector of the Jetson nodes")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except EdgetuneError as exc:  # a bad EDGETUNE_* value
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging("coordinator", args.log_level)
+    try:
+        serve(redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
+              replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
+              kube_selector=args.kube_selector, **server_kwargs(args))
+    except (EdgetuneError, OSError) as exc:  # bad flags, busy port, unreachable Redis
+        log.error("cannot start the coordinator: %s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

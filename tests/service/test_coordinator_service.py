@@ -1,0 +1,266 @@
+"""The Coordinator gRPC service end to end on loopback, over a real (embedded) Redis.
+
+Three nodes register, a round is planned from inline options and applied, nodes read and
+watch their configs, a budget update re-plans and only the affected node gets a new revision.
+Errors come back as INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming the field.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from edgetune.coordination.store import EmbeddedStore
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.convert import spec_to_proto
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.services.coordinator.server import create_coordinator, start
+
+SPEC = get_spec("orin-agx")
+# Three operating points of the Orin AGX (real table values): fast/hungry, middle, slow/frugal.
+MODES = [(12, 2201.6, 1300.5, 3199.0), (8, 1728.0, 930.75, 3199.0), (4, 1113.6, 522.75, 2133.0)]
+TIMES_MS = [100.0, 150.0, 260.0]
+POWERS_W = [42.0, 30.0, 16.0]  # the middle point costs more energy than the fast one
+
+
+def _options(scale: float = 1.0) -> list[common_pb2.Prediction]:
+    return [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=c, cpu_mhz=cpu, gpu_mhz=gpu, emc_mhz=emc),
+                                  batch_size=32, time_ms=t * scale, power_w=p)
+            for (c, cpu, gpu, emc), t, p in zip(MODES, TIMES_MS, POWERS_W, strict=True)]
+
+
+@pytest.fixture
+def store():
+    s = EmbeddedStore()
+    yield s
+    s.close()
+
+
+def _replica(store, **kw):
+    coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=kw.pop("lease_ms", 1000),
+                                           grace_s=1.0, watch_block_ms=100, **kw))
+    channel = grpc.insecure_channel(coordinator.server.address)
+    return coordinator, channel, coordinator_pb2_grpc.CoordinatorStub(channel)
+
+
+@pytest.fixture
+def leader(store):
+    coordinator, channel, stub = _replica(store, replica_id="coord-0")
+    assert coordinator.lease.wait_leader(3.0)
+    yield coordinator, stub
+    channel.close()
+    coordinator.server.stop(0)
+
+
+def _register(stub, name: str, budget: float | None = None) -> str:
+    node = coordinator_pb2.NodeInfo(hostname=name, address=f"127.0.0.1:5{len(name)}051", device=spec_to_proto(SPEC),
+                                    labels={"rack": "a"})
+    if budget is not None:
+        node.power_budget_w = budget
+    return stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=node)).node_id
+
+
+def _plan_request(node_ids, apply=True, **budgets) -> coordinator_pb2.PlanRoundRequest:
+    return coordinator_pb2.PlanRoundRequest(
+        round_id="round-1", objective=coordinator_pb2.ROUND_OBJECTIVE_MAKESPAN,
+        budgets=common_pb2.Budgets(**budgets),
+        workload=common_pb2.Workload(name="resnet18", role=common_pb2.ROLE_TRAIN),
+        nodes=[coordinator_pb2.NodeRound(node_id=n, samples=3200, options=_options(1.0 + 0.1 * i))
+               for i, n in enumerate(node_ids)],
+        apply=apply)
+
+
+def test_register_plan_get_watch_and_budget_update(leader):
+    coordinator, stub = leader
+    ids = [_register(stub, f"jetson-{i}", budget=50.0) for i in range(3)]
+    assert ids == ["jetson-0", "jetson-1", "jetson-2"]
+    listed = stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes
+    assert [n.node_id for n in listed] == ids
+    assert all(n.state == "ready" and n.device.name == "orin-agx" and n.power_budget_w == 50.0 for n in listed)
+    assert listed[0].device.gpu_mhz == list(SPEC.gpu_mhz) and listed[0].last_seen.seconds > 0
+
+    # Plan: each node runs its fastest option (42 W <= 50 W) for ceil(3200 / 32) minibatches.
+    plan = stub.PlanRound(_plan_request(ids, site_power_budget_w=200.0))
+    assert plan.feasible and plan.round_id == "round-1"
+    assert [(n.node_id, n.mode.cores, n.batch_size) for n in plan.nodes] == [(i, 12, 32) for i in ids]
+    assert plan.makespan_s == pytest.approx(100 * 1.2 * 100 / 1000)  # ceil(3200/32) x 120 ms
+    assert plan.energy_j == pytest.approx(sum(n.time_s * n.power_w for n in plan.nodes))
+
+    configs = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)) for i in ids}
+    assert all(c.revision == 1 and c.mode.cores == 12 and c.batch_size == 32 for c in configs.values())
+    assert configs[ids[0]].workload.name == "resnet18" and configs[ids[0]].workload.role == common_pb2.ROLE_TRAIN
+    assert configs[ids[0]].round_id == "round-1" and configs[ids[0]].power_budget_w == 50.0
+    assert configs[ids[0]].valid_from.seconds > 0
+
+    # Heartbeat tells the node about its latest revision.
+    beat = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=ids[1], state="running", power_w=41.0,
+                                                           applied_revision=1))
+    assert beat.config_revision == 1 and not beat.reregister
+
+    # A node watches from the revision it applied; a budget cut on it re-plans the round.
+    got: queue.Queue = queue.Queue()
+    call = stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=ids[1], after_revision=1))
+
+    def read() -> None:
+        try:
+            for c in call:
+                got.put(c)
+        except grpc.RpcError as exc:  # our own cancel below ends the stream
+            assert exc.code() == grpc.StatusCode.CANCELLED
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    out = stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+        node_id=ids[1], budgets=common_pb2.Budgets(power_budget_w=30.0)))
+    assert out.budgets.power_budget_w == 30.0
+    pushed = got.get(timeout=5)
+    latency_ms = (time.monotonic() - t0) * 1000
+    assert pushed.revision == 2 and pushed.mode.cores == 8 and pushed.power_budget_w == 30.0
+    call.cancel()
+    reader.join(5)
+    revisions = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)).revision for i in ids}
+    assert revisions == {ids[0]: 1, ids[1]: 2, ids[2]: 1}  # only the affected node moved
+    print(f"UpdateBudget -> WatchConfig push: {latency_ms:.1f} ms")
+
+    # Site budget update: 42 + 30 + 42 W no longer fits 100 W; the planner slows someone down.
+    site = stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+        budgets=common_pb2.Budgets(site_power_budget_w=100.0)))
+    assert site.budgets.site_power_budget_w == 100.0
+    after = [stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)) for i in ids]
+    assert sum(POWERS_W[[m[0] for m in MODES].index(c.mode.cores)] for c in after) <= 100.0
+    assert any(c.revision > revisions[c.node_id] for c in after)
+
+
+def test_watch_from_zero_starts_with_the_current_config(leader):
+    coordinator, stub = leader
+    ids = [_register(stub, "a")]
+    stub.PlanRound(_plan_request(ids))
+    call = stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id="a"), timeout=5)
+    first = next(call)
+    assert first.revision == 1 and first.node_id == "a"
+    call.cancel()
+
+
+def test_lost_nodes_are_planned_around(store):
+    coordinator, channel, stub = _replica(store, heartbeat_ttl_s=0.3)
+    try:
+        assert coordinator.lease.wait_leader(3.0)
+        ids = [_register(stub, n) for n in ("a", "b", "c")]
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # a and b keep beating, c went silent
+            for i in ids[:2]:
+                stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=i))
+            if any(n.state == "lost" for n in stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes):
+                break
+            time.sleep(0.05)
+        plan = stub.PlanRound(_plan_request(ids))
+        assert plan.feasible and [n.node_id for n in plan.nodes] == ["a", "b"]
+        assert "planned around c (lost" in plan.reason
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id="c"))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        channel.close()
+        coordinator.server.stop(0)
+
+
+def _code(fn, request):
+    with pytest.raises(grpc.RpcError) as err:
+        fn(request)
+    return err.value.code(), err.value.details()
+
+
+def test_errors_name_the_field(leader):
+    coordinator, stub = leader
+    _register(stub, "a")
+    code, details = _code(stub.PlanRound, _plan_request(["a", "ghost"]))
+    assert code == grpc.StatusCode.NOT_FOUND and "nodes[1].node_id" in details
+
+    bad = _plan_request(["a"])
+    bad.nodes[0].options[1].mode.gpu_mhz = 700.0
+    code, details = _code(stub.PlanRound, bad)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].options[1].mode.gpu_mhz" in details
+
+    bad = _plan_request(["a"])
+    bad.nodes[0].samples = 0
+    code, details = _code(stub.PlanRound, bad)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].samples" in details
+
+    no_options = _plan_request(["a"])
+    del no_options.nodes[0].options[:]
+    code, details = _code(stub.PlanRound, no_options)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "nodes[0].options" in details
+
+    code, details = _code(stub.GetNodeConfig, coordinator_pb2.GetNodeConfigRequest(node_id="a"))
+    assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(node_id="a"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "budgets.power_budget_w" in details
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        node_id="ghost", budgets=common_pb2.Budgets(power_budget_w=10.0)))
+    assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
+    assert stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id="ghost")).reregister
+    with pytest.raises(grpc.RpcError) as err:
+        next(stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id="ghost"), timeout=5))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "node_id" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
+            hostname="b", state="asleep")))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "node.state" in err.value.details()
+
+
+def test_plan_from_stored_measurements(leader):
+    coordinator, stub = leader
+    _register(stub, "a", budget=30.0)
+    rows = [{"id": f"m{i}", "device_model": "orin-agx", "node_id": "a", "workload": "resnet18", "role": "train",
+             "cores": c, "cpu_mhz": cpu, "gpu_mhz": gpu, "emc_mhz": emc, "batch_size": 32, "time_ms": t, "power_w": p}
+            for i, ((c, cpu, gpu, emc), t, p) in enumerate(zip(MODES, TIMES_MS, POWERS_W, strict=True))]
+    coordinator.store.put_measurements(rows)
+    req = _plan_request(["a"], apply=False)
+    del req.nodes[0].options[:]
+    plan = stub.PlanRound(req)
+    assert plan.feasible and plan.nodes[0].mode.cores == 8  # the fastest option within 30 W
+    code, _ = _code(stub.GetNodeConfig, coordinator_pb2.GetNodeConfigRequest(node_id="a"))
+    assert code == grpc.StatusCode.NOT_FOUND  # apply=False publishes nothing
+
+
+def test_standby_refuses_to_plan_and_names_the_leader(leader, store):
+    coordinator, stub = leader
+    _register(stub, "a")
+    standby, channel, standby_stub = _replica(store, replica_id="coord-1")
+    try:
+        time.sleep(0.1)
+        assert not standby.lease.is_leader
+        code, details = _code(standby_stub.PlanRound, _plan_request(["a"]))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "coord-0@" in details
+        code, _ = _code(standby_stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+            node_id="a", budgets=common_pb2.Budgets(power_budget_w=10.0)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        # reads and registrations work on any replica
+        assert [n.node_id for n in standby_stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes] == ["a"]
+        # the leader shuts down gracefully: it releases, the standby takes over at once
+        coordinator.server.stop(0)
+        assert standby.lease.wait_leader(2.0)
+        assert standby_stub.PlanRound(_plan_request(["a"])).feasible
+    finally:
+        channel.close()
+        standby.server.stop(0)
+
+
+def test_health_and_reflection(leader):
+    coordinator, _stub = leader
+    channel = grpc.insecure_channel(coordinator.server.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    assert health.Check(health_pb2.HealthCheckRequest(service="edgetune.v1.Coordinator")).status == \
+        health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(channel)
+    reply = next(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    assert "edgetune.v1.Coordinator" in {s.name for s in reply.list_services_response.service}
+    channel.close()

@@ -1,0 +1,102 @@
+"""Profiling job streams on a real (embedded) Redis: at-least-once delivery, no duplicates."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from edgetune.coordination.jobs import JobQueue, measurement_doc
+from edgetune.coordination.store import EmbeddedStore
+from edgetune.errors import InvalidArgument
+
+
+@pytest.fixture(scope="module")
+def shared_store():
+    s = EmbeddedStore()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def store(shared_store):
+    shared_store.client.flushall()
+    return shared_store
+
+
+def _rows(job, n=2):
+    """What an agent writes for a job: ids derived from the job, so a re-run repeats them."""
+    return [{"id": f"{job.job_id}-{i}", "device": "orin-agx", "node": job.node_id, "workload": "resnet18",
+             "role": "train", "cores": 12, "cpu_mhz": 2201.6, "gpu_mhz": 1300.5, "emc_mhz": 3199.0,
+             "batch_size": 32, "time_ms": 100.0 + i, "power_w": 30.0} for i in range(n)]
+
+
+def test_submit_claim_complete(store):
+    q = JobQueue(store)
+    job_id = q.submit("n1", {"modes": [[12, 2201.6, 1300.5, 3199.0]], "workload": "resnet18"})
+    assert q.backlog("n1") == 1
+    [job] = q.claim("n1", "agent-1", block_ms=0)
+    assert job.job_id == job_id and job.payload["workload"] == "resnet18" and job.deliveries == 1
+    assert q.pending_count("n1") == 1 and q.backlog("n1") == 0
+    assert q.complete(job, _rows(job)) == 2
+    assert q.pending_count("n1") == 0
+    assert store.count_measurements("orin-agx", "resnet18", "train", "n1") == 2
+    assert q.claim("n1", "agent-1", block_ms=50) == []  # nothing left: blocks briefly, returns empty
+
+
+def test_submit_is_idempotent_by_job_id(store):
+    q = JobQueue(store)
+    assert q.submit("n1", {"x": 1}, job_id="j-1") == "j-1"
+    assert q.submit("n1", {"x": 1}, job_id="j-1") == "j-1"  # a retried submit
+    assert len(q.claim("n1", "a", block_ms=0, count=10)) == 1
+
+
+def test_streams_are_per_node(store):
+    q = JobQueue(store)
+    q.submit("n1", {"k": "for n1"})
+    q.submit("n2", {"k": "for n2"})
+    assert [j.payload["k"] for j in q.claim("n2", "a", block_ms=0, count=5)] == ["for n2"]
+
+
+def test_dead_consumer_jobs_are_redelivered_without_duplicates(store):
+    q = JobQueue(store, idle_timeout_ms=200)
+    ids = [q.submit("n1", {"i": i}) for i in range(20)]
+    # agent-1 takes 5 jobs, finishes 2, then dies with 3 un-acked.
+    taken = q.claim("n1", "agent-1", block_ms=0, count=5)
+    for job in taken[:2]:
+        q.complete(job, _rows(job))
+    orphaned = {j.job_id for j in taken[2:]}
+    # agent-2 drains the rest; the orphans come back once they have been idle 200 ms.
+    done: dict[str, int] = {j.job_id: 1 for j in taken[:2]}
+    deadline = time.monotonic() + 5.0
+    while len(done) < 20 and time.monotonic() < deadline:
+        for job in q.claim("n1", "agent-2", block_ms=50, count=4):
+            if job.job_id in orphaned:
+                assert job.deliveries == 2
+            done[job.job_id] = done.get(job.job_id, 0) + 1
+            q.complete(job, _rows(job))
+    assert set(done) == set(ids)  # nothing lost
+    assert all(v == 1 for v in done.values())  # nothing delivered twice to the live agent
+    # the zombie agent-1 wakes up and completes an orphan anyway: its writes duplicate nothing
+    assert q.complete(taken[2], _rows(taken[2])) == 0
+    assert store.count_measurements("orin-agx", "resnet18", "train", "n1") == 40
+    assert q.pending_count("n1") == 0
+
+
+def test_poison_job_goes_to_the_dead_letter_stream(store):
+    q = JobQueue(store, idle_timeout_ms=20, max_deliveries=2)
+    q.submit("n1", {"poison": True}, job_id="bad")
+    assert q.claim("n1", "a1", block_ms=0)[0].deliveries == 1
+    time.sleep(0.04)
+    assert q.claim("n1", "a2", block_ms=0)[0].deliveries == 2
+    time.sleep(0.04)
+    assert q.claim("n1", "a3", block_ms=0) == []  # third delivery would exceed max_deliveries
+    assert q.dead_jobs("n1") == [{"poison": True, "job_id": "bad"}]
+    assert q.pending_count("n1") == 0
+
+
+def test_measurement_docs_need_ids():
+    assert measurement_doc({"id": "m1", "device": "nano", "node": "n9"}, "n1")["device_model"] == "nano"
+    assert measurement_doc({"id": "m1", "device": "nano"}, "n1")["node_id"] == "n1"
+    with pytest.raises(InvalidArgument, match="measurement.id"):
+        measurement_doc({"device": "nano"}, "n1")

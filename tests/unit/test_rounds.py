@@ -1,0 +1,91 @@
+"""Round planning glue on a real (embedded) Redis: budgets precedence, planning around lost
+nodes, re-planning after a budget change with revisions only for changed nodes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from edgetune.coordination.configs import ConfigStore
+from edgetune.coordination.leader import LeaderLease, NotLeader
+from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
+from edgetune.coordination.store import EmbeddedStore
+from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.specs import get_spec
+
+FAST, MID = PowerMode(12, 2201.6, 1300.5, 3199.0), PowerMode(8, 1728.0, 930.75, 3199.0)
+OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])
+
+
+@pytest.fixture
+def setup():
+    store = EmbeddedStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=0.3)
+    lease = LeaderLease(store, holder_id="me", lease_ms=10_000)
+    lease.try_acquire()
+    rounds = RoundCoordinator(store, registry, ConfigStore(store), lease)
+    for n in ("a", "b", "c"):
+        registry.register(NodeRecord(n, device=spec_to_dict(get_spec("orin-agx")), power_budget_w=50.0))
+    yield store, registry, rounds
+    store.close()
+
+
+def _request(ids, options=OPTIONS, **kw) -> RoundRequest:
+    return RoundRequest(tuple(RoundNode(i, 3200, options=options) for i in ids), round_id="r1",
+                        workload={"name": "resnet18"}, apply=True, **kw)
+
+
+def test_budget_precedence_and_replan_revisions(setup):
+    store, registry, rounds = setup
+    out = rounds.plan(_request("abc"))
+    assert out.plan.feasible and [p.mode for p in out.plan.nodes] == [FAST] * 3
+    assert [p.revision for p in out.published] == [1, 1, 1]
+    # A request override beats the registered budget ...
+    over = rounds.plan(RoundRequest((RoundNode("a", 3200, 35.0, OPTIONS),), workload={"name": "resnet18"}))
+    assert over.plan.nodes[0].mode == MID and not over.published  # apply=False
+    # ... and a budget update re-plans the last applied round: only "b" changes.
+    registry.update_budget("b", 35.0)
+    re = rounds.replan_after_budget_change("b")
+    assert {p.node_id: (p.revision, p.changed) for p in re.published} == {
+        "a": (1, False), "b": (2, True), "c": (1, False)}
+    # The standing site budget applies to the re-plan: 42 + 30 + 42 W no longer fits 100 W.
+    rounds.update_site_budgets(site_power_budget_w=100.0)
+    site = rounds.replan_after_budget_change(None)
+    assert site.plan.feasible and site.plan.total_power_w <= 100.0
+    assert rounds.replan_after_budget_change("not-in-the-round") is None
+
+
+def test_lost_nodes_are_planned_around_and_come_back(setup):
+    store, registry, rounds = setup
+    deadline = time.monotonic() + 3
+    while registry.get("c").live and time.monotonic() < deadline:
+        registry.heartbeat("a")
+        registry.heartbeat("b")
+        time.sleep(0.05)
+    # c is lost and has neither inline options nor measurements: planned around, not an error.
+    req = RoundRequest((RoundNode("a", 3200, options=OPTIONS), RoundNode("b", 3200, options=OPTIONS),
+                        RoundNode("c", 3200)), round_id="r1", workload={"name": "resnet18"}, apply=True)
+    out = rounds.plan(req)
+    assert [p.id for p in out.plan.nodes] == ["a", "b"] and "c (lost" in out.reason
+    registry.heartbeat("c")  # c comes back, still without options: the re-plan plans around it
+    registry.update_budget("a", 35.0)
+    re = rounds.replan_after_budget_change("a")
+    assert re.plan.feasible and [p.id for p in re.plan.nodes] == ["a", "b"] and "c (no options" in re.reason
+    with pytest.raises(FailedPrecondition, match=r"nodes\[2\].options"):
+        rounds.plan(req)  # a fresh request is strict
+
+
+def test_standby_and_bad_requests(setup):
+    store, registry, rounds = setup
+    with pytest.raises(InvalidArgument, match="objective"):
+        rounds.plan(_request("a", objective="fastest"))
+    with pytest.raises(InvalidArgument, match=r"nodes\[1\].node_id"):
+        rounds.plan(_request("aa"))
+    with pytest.raises(InvalidArgument, match=r"nodes\[0\].options\[1\].power_w"):
+        rounds.plan(_request("a", options=OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, -1.0)])))
+    rounds.lease.release()
+    with pytest.raises(NotLeader):
+        rounds.plan(_request("a"))
