@@ -8,25 +8,11 @@ import time
 import pytest
 
 from edgetune.coordination.configs import ConfigStore, NodeConfig
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.powermodes.mode import PowerMode
 
 MODE_A = PowerMode(12, 2201.6, 1300.5, 3199.0)
 MODE_B = PowerMode(8, 1728.0, 930.75, 3199.0)
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    s = EmbeddedStore()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def store(shared_store):
-    shared_store.client.flushall()
-    return shared_store
 
 
 def _cfg(node_id: str, mode: PowerMode = MODE_A, batch_size: int = 32, **kw) -> NodeConfig:

@@ -7,21 +7,7 @@ import time
 import pytest
 
 from edgetune.coordination.jobs import JobQueue, measurement_doc
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.errors import InvalidArgument
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    s = EmbeddedStore()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def store(shared_store):
-    shared_store.client.flushall()
-    return shared_store
 
 
 def _rows(job, n=2):

@@ -10,21 +10,7 @@ import pytest
 
 from edgetune.coordination.configs import ConfigStore, NodeConfig
 from edgetune.coordination.leader import LeaderLease, NotLeader
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.errors import FailedPrecondition, InvalidArgument
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    s = EmbeddedStore()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def store(shared_store):
-    shared_store.client.flushall()
-    return shared_store
 
 
 def test_only_one_holder_and_release_hands_over(store):

@@ -7,22 +7,8 @@ import time
 import pytest
 
 from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_from_dict, spec_to_dict
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.powermodes.specs import get_spec
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    s = EmbeddedStore()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def store(shared_store):
-    shared_store.client.flushall()
-    return shared_store
 
 
 def _node(node_id: str = "", **kw) -> NodeRecord:

@@ -1,0 +1,133 @@
+"""``edgetune estimate fit | transfer | predict``: the CONTRACT.md commands end to end, and their errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgetune.cli import main
+from edgetune.devices.simulated import truth_table
+from edgetune.powermodes.grids import modes_array
+from edgetune.powermodes.specs import ORIN_AGX
+from edgetune.tables import read_mode_table, read_profile_table, write_table
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["estimate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("estimate")
+    modes = modes_array(ORIN_AGX, "fulcrum")
+    write_table(truth_table(ORIN_AGX, "resnet18", "train", modes, [16]), d / "ref.csv")
+    idx = np.random.default_rng(0).choice(len(modes), 40, replace=False)
+    write_table(truth_table(ORIN_AGX, "mobilenetv3", "train", modes[idx], [16]), d / "new.csv")
+    # a mode table in a scrambled order with an extra column, to check order and carry-through
+    order = np.random.default_rng(1).permutation(len(modes))[:25]
+    rows = [{"note": f"n{i}", "cores": int(modes[i, 0]), "cpu_mhz": modes[i, 1], "gpu_mhz": modes[i, 2],
+             "emc_mhz": modes[i, 3]} for i in order]
+    write_table(rows, d / "modes.csv")
+    return d
+
+
+@pytest.fixture(scope="module")
+def ref_model(files):
+    code = main(["estimate", "fit", "--profiles", str(files / "ref.csv"), "--out", str(files / "ref.model"),
+                 "--epochs", "15", "--seed", "3"])
+    assert code == 0
+    return files / "ref.model"
+
+
+@pytest.mark.parametrize("method", ["transfer", "nn+gp"])
+def test_fit_transfer_predict_end_to_end(files, ref_model, capsys, method):
+    new_model = files / f"new-{method}.model"
+    code, out, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
+                         "--out", str(new_model), "--method", method)
+    assert code == 0, err
+    assert "mobilenetv3" in out and "40 rows" in out
+    pred_path = files / f"pred-{method}.csv"
+    code, out, err = run(capsys, "predict", "--model", str(new_model), "--modes", str(files / "modes.csv"),
+                         "--out", str(pred_path))
+    assert code == 0, err
+    pred = read_mode_table(pred_path)  # no batch_size column: a mode table with predictions
+    modes = read_mode_table(files / "modes.csv")
+    assert len(pred) == len(modes) == 25
+    assert [r["note"] for r in pred] == [r["note"] for r in modes]  # order and extra column kept
+    assert pred.columns[:5] == ["note", "cores", "cpu_mhz", "gpu_mhz", "emc_mhz"]
+    assert "time_ms" in pred.columns and "power_w" in pred.columns
+    has_std = method == "nn+gp"
+    assert ("time_std_ms" in pred.columns) == has_std and ("power_std_w" in pred.columns) == has_std
+    truth = truth_table(ORIN_AGX, "mobilenetv3", "train", modes.mode_array(), [16])
+    t_true = np.array([r["time_ms"] for r in truth])
+    p_true = np.array([r["power_w"] for r in truth])
+    t_pred, p_pred = pred.column("time_ms"), pred.column("power_w")
+    assert np.all(t_pred > 0) and np.all(p_pred > 0)
+    assert np.mean(np.abs(t_pred - t_true) / t_true) < 0.35  # short reference training: loose bound
+    assert np.mean(np.abs(p_pred - p_true) / p_true) < 0.15
+
+
+def test_predict_with_the_reference_model_and_profile_table_input(files, ref_model, capsys):
+    # a profile table is a valid mode table too: its time_ms / power_w are replaced, others carried
+    out_path = files / "ref-pred.csv"
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "new.csv"),
+                       "--out", str(out_path))
+    assert code == 0, err
+    table = read_profile_table(out_path)
+    assert table.columns[-2:] == ["time_ms", "power_w"] and table.has("workload")
+    assert len(table) == 40
+
+
+def test_missing_column_exits_2_naming_it(files, ref_model, capsys, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("cores,cpu_mhz,emc_mhz,batch_size,time_ms,power_w\n4,422.4,665.6,16,100,20\n")
+    code, _, err = run(capsys, "fit", "--profiles", str(bad), "--out", str(tmp_path / "x.model"))
+    assert code == 2 and "gpu_mhz" in err
+    modes = tmp_path / "modes.csv"
+    modes.write_text("cores,cpu_mhz,gpu_mhz\n4,422.4,114.75\n")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(modes), "--out",
+                       str(tmp_path / "p.csv"))
+    assert code == 2 and "emc_mhz" in err
+
+
+def test_too_few_rows_and_wrong_units_exit_2(files, ref_model, capsys, tmp_path):
+    rows = read_profile_table(files / "new.csv").rows
+    small = tmp_path / "small.csv"
+    write_table(rows[:4], small)
+    code, _, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(small), "--out",
+                       str(tmp_path / "x.model"))
+    assert code == 2 and "at least 5 rows" in err
+    code, _, err = run(capsys, "fit", "--profiles", str(small), "--out", str(tmp_path / "x.model"))
+    assert code == 2 and "at least 10 rows" in err
+    khz = tmp_path / "khz.csv"
+    khz.write_text("cores,cpu_mhz,gpu_mhz,emc_mhz\n12,2201600,1300.5,3199\n")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(khz), "--out",
+                       str(tmp_path / "p.csv"))
+    assert code == 2 and "cpu_mhz" in err and "far outside" in err
+
+
+def test_bad_method_and_bad_model_file_exit_2(files, capsys, tmp_path):
+    code, _, err = run(capsys, "fit", "--profiles", str(files / "ref.csv"), "--out", str(tmp_path / "x.model"),
+                       "--method", "svm")
+    assert code == 2 and "--method" in err
+    junk = tmp_path / "junk.model"
+    junk.write_bytes(b"hello")
+    code, _, err = run(capsys, "predict", "--model", str(junk), "--modes", str(files / "modes.csv"), "--out",
+                       str(tmp_path / "p.csv"))
+    assert code == 2 and "not an edgetune model" in err
+    code, _, err = run(capsys, "predict", "--model", str(tmp_path / "none.model"), "--modes",
+                       str(files / "modes.csv"), "--out", str(tmp_path / "p.csv"))
+    assert code == 2 and "no such file" in err
+
+
+def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp_path):
+    lin = tmp_path / "lin.model"
+    assert run(capsys, "fit", "--profiles", str(files / "ref.csv"), "--out", str(lin), "--method", "linear")[0] == 0
+    code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
+                       str(tmp_path / "x.model"))
+    assert code == 2 and "base" in err and "--method nn" in err
+    code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
+                       str(tmp_path / "y.model"), "--method", "gp")
+    assert code == 0, err
