@@ -1,0 +1,425 @@
+"""Optimizer messages <-> the optimization library's types (the servicer's edges only).
+
+Every reader validates what the library would otherwise reject without a row number, and
+raises :class:`~edgetune.errors.InvalidArgument` naming the request field
+(``candidates.table.rows[3].power_w``, ``budgets.arrival_rps``, ``lut[2].mode_id``).
+
+``risk`` on the wire is the multiplier k of the proto (a row fits when ``mean + k·std`` does);
+the library's safe selection takes the exceedance probability instead. The two are the same
+bound: probability ``Φ(−k)`` has the quantile ``z = k`` (k = 1.645 is a 5 % risk).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.optimization import problems as P
+from edgetune.optimization.joint import BatchEfficiency, JointChoice, JointLUT
+from edgetune.optimization.select import Candidates, Selection
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.convert import (
+    GRID,
+    PROBLEM,
+    STRATEGY,
+    mode_from_proto,
+    mode_to_proto,
+    optional_value,
+    role_from_proto,
+)
+from edgetune.proto.v1 import common_pb2, optimizer_pb2
+from edgetune.services.optimizer.sessions import Told, space_ref
+
+#: Largest ``risk`` multiplier accepted: Φ(−8) ≈ 6e-16 is as far as a double's tail reaches.
+MAX_RISK = 8.0
+
+ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator service, which this optimizer "
+                     "is not connected to; send the candidate rows inline (candidates.table.rows)")
+
+
+# --- scalars ----------------------------------------------------------------------------------------
+def finite(value: float, field: str, allowed: str, *, positive: bool = False) -> float:
+    """``value`` when finite and >= 0 (> 0 with ``positive``); else InvalidArgument naming ``field``."""
+    ok = math.isfinite(value) and (value > 0 if positive else value >= 0)
+    if not ok:
+        raise InvalidArgument(field, f"{value:g} is out of range", allowed)
+    return float(value)
+
+
+def risk_from_proto(risk: float, field: str = "risk") -> float:
+    """The request's k (0: means only)."""
+    if not (math.isfinite(risk) and 0 <= risk <= MAX_RISK):
+        raise InvalidArgument(field, f"{risk:g} is out of range",
+                              f"0 (means only) to {MAX_RISK:g}: a row fits when mean + risk * std does")
+    return float(risk)
+
+
+def risk_probability(k: float) -> float | None:
+    """The library's risk for multiplier ``k``: P(X > mean + k·std) = Φ(−k); None for k = 0."""
+    if k == 0:
+        return None
+    from scipy.special import ndtr
+
+    return float(ndtr(-k))
+
+
+def optional_budget(budgets: common_pb2.Budgets, name: str, *, positive: bool = False,
+                    required: bool = False) -> float | None:
+    """``budgets.<name>``; absent is None (or an error when ``required``); negative / NaN refused."""
+    value = optional_value(budgets, name)
+    field = f"budgets.{name}"
+    unit = name.rsplit("_", 1)[-1]
+    allowed = f"{'> 0' if positive else '>= 0'} {unit}"
+    if value is None:
+        if required:
+            raise InvalidArgument(field, "is required", allowed)
+        return None
+    return finite(value, field, allowed, positive=positive)
+
+
+# --- candidate tables -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rows:
+    """Inline candidate rows, checked: the messages (echoed back by ParetoFront) and library arrays."""
+
+    messages: list[common_pb2.Prediction]
+    mode_array: np.ndarray  # (n, 4): cores, cpu_mhz, gpu_mhz, emc_mhz
+    batch_size: np.ndarray
+    cands: Candidates
+
+    def mode(self, i: int) -> PowerMode:
+        c, cpu, gpu, emc = self.mode_array[i]
+        return PowerMode(int(c), float(cpu), float(gpu), float(emc))
+
+    def modes(self) -> list[PowerMode]:
+        return [self.mode(i) for i in range(len(self.messages))]
+
+
+def _column(rows: Sequence[Any], get: Any, dtype: Any = float) -> np.ndarray:
+    return np.fromiter((get(r) for r in rows), dtype, len(rows))
+
+
+def _first(bad: np.ndarray) -> int | None:
+    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+
+
+def rows_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Rows:
+    """The inline rows of ``candidates``; a model reference is FAILED_PRECONDITION (no estimator).
+
+    Checked column-wise (a full grid is tens of thousands of rows); the first bad row is then
+    re-checked alone, which raises the error naming it.
+    """
+    source = candidates.WhichOneof("source")
+    if source is None:
+        raise InvalidArgument(field, "no candidates given", f"{field}.table.rows, or {field}.model")
+    if source == "model":
+        raise FailedPrecondition(f"{field}.model: {ESTIMATOR_MISSING}")
+    rows = list(candidates.table.rows)
+    prefix = f"{field}.table.rows"
+    if not rows:
+        raise InvalidArgument(prefix, "is empty", "at least one row")
+    modes = np.array([(r.mode.cores, r.mode.cpu_mhz, r.mode.gpu_mhz, r.mode.emc_mhz) for r in rows], dtype=float)
+    i = _first((modes[:, 0] < 1) | ~(np.isfinite(modes[:, 1:]) & (modes[:, 1:] > 0)).all(axis=1))
+    if i is not None:
+        mode_from_proto(rows[i].mode, f"{prefix}[{i}].mode")
+    batch = _column(rows, lambda r: r.batch_size, np.int64)
+    i = _first(batch < 0)
+    if i is not None:
+        raise InvalidArgument(f"{prefix}[{i}].batch_size", f"{batch[i]} is negative", ">= 1, or 0 when not applicable")
+    columns: dict[str, np.ndarray | None] = {}
+    # Rows without a std use their mean (std 0), as the proto says.
+    for name, allowed, positive, optional in (("time_ms", "> 0 ms", True, False), ("power_w", ">= 0 W", False, False),
+                                              ("time_std_ms", ">= 0 ms", False, True),
+                                              ("power_std_w", ">= 0 W", False, True)):
+        if optional and not any(r.HasField(name) for r in rows):
+            columns[name] = None
+            continue
+        values = _column(rows, lambda r, n=name: getattr(r, n))
+        i = _first(~(np.isfinite(values) & ((values > 0) if positive else (values >= 0))))
+        if i is not None:
+            finite(values[i], f"{prefix}[{i}].{name}", allowed, positive=positive)
+        columns[name] = values
+    cands = Candidates(columns["time_ms"], columns["power_w"], columns["time_std_ms"],  # type: ignore[arg-type]
+                       columns["power_std_w"])
+    return Rows(rows, modes, batch, cands)
+
+
+# --- decisions --------------------------------------------------------------------------------------
+def selection_to_proto(rows: Rows, sel: Selection, risk_k: float) -> common_pb2.Decision:
+    budgets = common_pb2.Budgets()
+    if sel.power_budget_w is not None:
+        budgets.power_budget_w = sel.power_budget_w
+    if sel.time_budget_ms is not None:
+        budgets.time_budget_ms = sel.time_budget_ms
+    if not sel.feasible or sel.index is None:
+        return common_pb2.Decision(feasible=False, reason=sel.reason or "nothing is feasible", budgets=budgets)
+    i = sel.index
+    msg = common_pb2.Decision(feasible=True, mode=mode_to_proto(rows.mode(i)), batch_size=int(rows.batch_size[i]),
+                              time_ms=float(sel.time_ms), power_w=float(sel.power_w),
+                              energy_j=float(sel.energy_j), budgets=budgets)
+    if risk_k > 0 and rows.cands.power_std_w is not None and sel.power_bound_w is not None:
+        msg.power_upper_w = float(sel.power_bound_w)
+    return msg
+
+
+def joint_to_proto(lut_rows: Sequence[optimizer_pb2.LutRow], choice: JointChoice,
+                   power_cap_w: float | None) -> common_pb2.Decision:
+    budgets = common_pb2.Budgets()
+    if power_cap_w is not None:
+        budgets.power_budget_w = power_cap_w
+    if not choice.feasible or choice.index is None:
+        return common_pb2.Decision(feasible=False, reason=choice.reason or "nothing is feasible", budgets=budgets)
+    row = lut_rows[choice.index]
+    msg = common_pb2.Decision(feasible=True, batch_size=int(choice.batch_size or 0), mode_id=str(choice.mode),
+                              power_w=float(choice.power_w or 0.0), time_to_target_s=float(choice.time_to_target_s),
+                              budgets=budgets)
+    if row.HasField("mode") and row.mode.cores:
+        msg.mode.CopyFrom(row.mode)
+    return msg
+
+
+def problem_decision_to_proto(decision: P.Decision, problem: P.Problem,
+                              profiled: int | None = None) -> common_pb2.Decision:
+    """A seed-004 problem's decision. Concurrent: ``batch_size`` is the training minibatch and
+    ``infer_batch_size`` the inference one (β); inference: ``batch_size`` is β."""
+    budgets = problem_budgets(problem)
+    if not decision.feasible or decision.evaluation is None:
+        msg = common_pb2.Decision(feasible=False, reason=decision.reason or "nothing is feasible", budgets=budgets)
+    else:
+        ev = decision.evaluation
+        msg = common_pb2.Decision(feasible=True, mode=mode_to_proto(ev.mode), batch_size=int(ev.batch_size),
+                                  time_ms=float(ev.time_ms), power_w=float(ev.power_w), budgets=budgets)
+        if problem.kind == "concurrent":
+            msg.batch_size = int(problem.train_batch_size or P.TRAIN_BATCH_SIZE)
+            msg.infer_batch_size = int(ev.batch_size)
+            msg.tau_train = int(ev.tau_train or 0)
+            msg.train_minibatches_per_s = float(ev.train_minibatches_per_s or 0.0)
+        else:
+            # One workload, one minibatch: its energy is defined (concurrent mixes two).
+            msg.energy_j = float(ev.time_ms * ev.power_w / 1000.0)
+        if ev.latency_ms is not None:
+            msg.latency_ms = float(ev.latency_ms)
+    if profiled is not None:
+        msg.profiled = int(profiled)
+    return msg
+
+
+def problem_budgets(problem: P.Problem) -> common_pb2.Budgets:
+    out = common_pb2.Budgets(power_budget_w=problem.power_budget_w)
+    for name in ("latency_budget_ms", "arrival_rps"):
+        value = getattr(problem, name, None)
+        if value is not None:
+            setattr(out, name, value)
+    return out
+
+
+def concurrent_from_proto(
+        request: optimizer_pb2.SelectConcurrentRequest) -> tuple[P.ConcurrentProblem, P.Observations]:
+    """The concurrent problem (its training batch size: the rows' only one) and the rows as observations."""
+    train = rows_from_proto(request.train, "train")
+    infer = rows_from_proto(request.infer, "infer")
+    train_sizes = sorted({int(b) for b in train.batch_size})
+    if len(train_sizes) > 1:
+        sizes = ", ".join(map(str, train_sizes))
+        raise InvalidArgument("train.table.rows", f"several training batch sizes ({sizes}); the training "
+                              "minibatch size is the user's, not tuned", "one batch size")
+    for name, rows in (("train", train), ("infer", infer)):
+        if (rows.batch_size <= 0).any():
+            i = int(np.flatnonzero(rows.batch_size <= 0)[0])
+            raise InvalidArgument(f"{name}.table.rows[{i}].batch_size", "is not set", ">= 1")
+    b = request.budgets
+    problem = P.ConcurrentProblem(
+        optional_budget(b, "power_budget_w", positive=True, required=True),
+        optional_budget(b, "latency_budget_ms", positive=True, required=True),
+        optional_budget(b, "arrival_rps", positive=True, required=True),
+        train_batch_size=train_sizes[0])
+    obs = P.Observations()
+    for role, name, rows in ((P.ROLE_TRAIN, "train", train), (P.ROLE_INFER, "infer", infer)):
+        seen: dict[tuple, int] = {}
+        for i, (mode, bs, msg) in enumerate(zip(rows.modes(), rows.batch_size, rows.messages, strict=True)):
+            key = (mode.as_tuple(), int(bs))
+            if key in seen:
+                raise InvalidArgument(f"{name}.table.rows[{i}]", f"repeats {name}.table.rows[{seen[key]}] "
+                                      "(same mode and batch size)", "one row per (mode, batch size)")
+            seen[key] = i
+            obs.add(mode, role, int(bs), P.Point(msg.time_ms, msg.power_w))
+    if not {m.as_tuple() for m in train.modes()} & {m.as_tuple() for m in infer.modes()}:
+        raise InvalidArgument("infer.table.rows", "no mode appears in both the training and the inference rows",
+                              "rows of the same modes in train and infer")
+    return problem, obs
+
+
+# --- seed 000 LUT -------------------------------------------------------------------------------------
+def lut_from_proto(rows: Sequence[optimizer_pb2.LutRow]) -> JointLUT:
+    if not rows:
+        raise InvalidArgument("lut", "is empty", "at least one (batch size, mode) row")
+    seen: dict[tuple[int, str], int] = {}
+    tuples = []
+    for i, r in enumerate(rows):
+        at = f"lut[{i}]"
+        if r.batch_size <= 0:
+            raise InvalidArgument(f"{at}.batch_size", f"{r.batch_size} must be positive", ">= 1")
+        if not r.mode_id:
+            raise InvalidArgument(f"{at}.mode_id", "is empty", "an opaque mode id, e.g. \"921.6\"")
+        key = (int(r.batch_size), r.mode_id)
+        if key in seen:
+            raise InvalidArgument(f"{at}.mode_id", f"batch size {key[0]} at mode {r.mode_id!r} repeats lut[{seen[key]}]",
+                                  "one row per (batch size, mode)")
+        seen[key] = i
+        tuples.append((int(r.batch_size), r.mode_id, finite(r.time_s, f"{at}.time_s", ">= 0 s"),
+                       finite(r.power_w, f"{at}.power_w", ">= 0 W")))
+    return JointLUT.from_rows(tuples)
+
+
+def efficiency_from_proto(rows: Sequence[common_pb2.BatchEfficiency]) -> BatchEfficiency:
+    """Passes per batch size; a row with only ``r`` uses r (same argmin: r ∝ passes), but the two are
+    not mixed; a row with neither never reaches the target."""
+    if not rows:
+        raise InvalidArgument("efficiency", "is empty", "one row per batch size of the LUT")
+    kinds = {("passes" if r.HasField("passes_to_target") else "r") for r in rows
+             if r.HasField("passes_to_target") or r.HasField("r")}
+    if len(kinds) > 1:
+        raise InvalidArgument("efficiency", "mixes passes_to_target and r across rows",
+                              "passes_to_target on every row, or r on every row")
+    pairs: dict[int, float] = {}
+    for i, r in enumerate(rows):
+        at = f"efficiency[{i}]"
+        if r.batch_size <= 0:
+            raise InvalidArgument(f"{at}.batch_size", f"{r.batch_size} must be positive", ">= 1")
+        if r.batch_size in pairs:
+            raise InvalidArgument(f"{at}.batch_size", f"batch size {r.batch_size} is listed twice", "one row each")
+        name = "passes_to_target" if r.HasField("passes_to_target") else "r"
+        value = optional_value(r, name)
+        if value is None or math.isinf(value):
+            pairs[int(r.batch_size)] = math.inf  # never reaches the target
+        elif not (value > 0):  # also NaN
+            raise InvalidArgument(f"{at}.{name}", f"{value:g} must be positive", "> 0, or absent / inf for never")
+        else:
+            pairs[int(r.batch_size)] = float(value)
+    return BatchEfficiency.from_pairs(pairs)
+
+
+# --- search points ----------------------------------------------------------------------------------
+ROLE_OF = {"train": common_pb2.ROLE_TRAIN, "infer": common_pb2.ROLE_INFER}
+
+
+def search_point(mode: PowerMode, role: str, batch_size: int, workload: str | None) -> optimizer_pb2.SearchPoint:
+    return optimizer_pb2.SearchPoint(mode=mode_to_proto(mode), batch_size=int(batch_size), role=ROLE_OF[role],
+                                     workload=workload or "")
+
+
+
+# --- search sessions ----------------------------------------------------------------------------
+@contextmanager
+def field_prefix(prefix: str) -> Iterator[None]:
+    """Re-raise a library InvalidArgument about ``cores`` as one about ``modes[3].cores``."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        if exc.field == prefix or exc.field.startswith((f"{prefix}.", f"{prefix}[")):
+            raise
+        text = str(exc).removeprefix(f"{exc.field}: ")
+        if exc.allowed:
+            text = text.removesuffix(f" (allowed: {exc.allowed})")
+        raise InvalidArgument(f"{prefix}.{exc.field}", text, exc.allowed) from None
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """A checked StartSearch request."""
+
+    strategy: str
+    problem: P.Problem
+    space: dict  # sessions.space_ref(...)
+    budget: int | None
+    seed: int
+
+
+def _batch_sizes(values: Sequence[int], field: str) -> list[int]:
+    out: list[int] = []
+    for i, b in enumerate(values):
+        if b <= 0:
+            raise InvalidArgument(f"{field}[{i}]", f"{b} must be a positive integer", ">= 1")
+        if b not in out:
+            out.append(int(b))
+    return out
+
+
+def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
+    strategy = STRATEGY.from_proto(request.strategy, "strategy")
+    kind = PROBLEM.from_proto(request.problem, "problem")
+    if request.guide_model_id:
+        raise FailedPrecondition("guide_model_id: an estimator model as the guide needs the estimator service, "
+                                 "which this optimizer is not connected to; leave it empty (the nn strategy then "
+                                 "fits its own guide on the profiled points)")
+    if request.max_profiles < 0:
+        raise InvalidArgument("max_profiles", f"{request.max_profiles} is negative", "0 (the strategy's default) or more")
+
+    train_sizes = _batch_sizes(request.batch_sizes, "batch_sizes")
+    if len(train_sizes) > 1:
+        raise InvalidArgument("batch_sizes", f"{len(train_sizes)} training batch sizes given; a search keeps the "
+                              "training minibatch size fixed (it is the user's, not tuned)", "one value, or none (16)")
+    train_bs = train_sizes[0] if train_sizes else P.TRAIN_BATCH_SIZE
+    infer_sizes = _batch_sizes(request.infer_batch_sizes, "infer_batch_sizes") or list(P.INFER_BATCH_SIZES)
+
+    budgets = request.budgets
+    power = optional_budget(budgets, "power_budget_w", positive=True, required=True)
+    if kind == "train":
+        problem: P.Problem = P.TrainProblem(power, train_bs, request.train_workload or None)
+    else:
+        latency = optional_budget(budgets, "latency_budget_ms", positive=True, required=True)
+        rate = optional_budget(budgets, "arrival_rps", positive=True, required=True)
+        if kind == "infer":
+            problem = P.InferProblem(power, latency, rate, request.infer_workload or None)
+        else:
+            problem = P.ConcurrentProblem(power, latency, rate, request.train_workload or None,
+                                          request.infer_workload or None, train_bs)
+
+    device = request.device
+    spec = None
+    if device:
+        with field_prefix("device"):
+            spec = get_spec(device)
+    grid = GRID.from_proto(request.grid, "grid")
+    modes: list[PowerMode] | None = None
+    if request.modes:
+        modes = []
+        seen: dict[tuple, int] = {}
+        for i, msg in enumerate(request.modes):
+            at = f"modes[{i}]"
+            mode = mode_from_proto(msg, at)
+            if spec is not None:
+                with field_prefix(at):
+                    mode = spec.validate(mode)
+            key = mode.as_tuple()
+            if key in seen:
+                raise InvalidArgument(at, f"{mode.label()} repeats modes[{seen[key]}]", "distinct modes")
+            seen[key] = i
+            modes.append(mode)
+    elif spec is None:
+        raise InvalidArgument("modes", "no search space: no modes and no device", "modes, or a device (and a grid)")
+    else:
+        named_grid(spec, grid)  # refuse an unknown grid now, not at the first Ask
+    seed = optional_value(request, "seed")
+    return SearchSpec(strategy, problem, space_ref(device, grid, modes, train_bs, infer_sizes),
+                      request.max_profiles or None, int(seed) if seed is not None else 0)
+
+
+def told_from_proto(i: int, m: common_pb2.Measurement) -> Told:
+    """``measurements[i]`` of a Tell, checked."""
+    at = f"measurements[{i}]"
+    mode = mode_from_proto(m.mode, f"{at}.mode")
+    role = role_from_proto(m.role, f"{at}.role").value if m.role else None
+    if m.batch_size <= 0:
+        raise InvalidArgument(f"{at}.batch_size", f"{m.batch_size} must be positive", "the asked point's batch size")
+    t = finite(m.time_ms, f"{at}.time_ms", "> 0 ms", positive=True)
+    p = finite(m.power_w, f"{at}.power_w", ">= 0 W")
+    return Told(at, mode, role, int(m.batch_size), m.workload, t, p)
