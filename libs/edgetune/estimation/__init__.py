@@ -1,1 +1,13 @@
-"""estimation."""
+"""Time and power predictors over power modes (PowerTrain transfer NN, GP, baselines).
+
+* :mod:`.base` — the :class:`Predictor` interface and its file format;
+* :mod:`.nn` — PowerTrain's MLP and its transfer; :mod:`.asymmetric` — Fulcrum's loss;
+* :mod:`.gp` — Gaussian process, and GP on transfer-NN residuals;
+* :mod:`.baselines` — linear regression, random forest, NN from scratch;
+* :mod:`.registry` — methods by name (:func:`make_predictor`, :func:`adapt`);
+* :mod:`.bundle` — :class:`TimePowerModel`, the time + power pair in one file;
+* :mod:`.features`, :mod:`.validation` — feature / target handling and input checks;
+* :mod:`.metrics` — MAPE and friends.
+
+Import the submodules you need; this package imports nothing heavy (torch) by itself.
+"""

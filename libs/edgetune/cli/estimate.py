@@ -1,0 +1,160 @@
+"""``edgetune estimate``: fit, transfer and apply time / power predictors (CONTRACT.md).
+
+    edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S]
+    edgetune estimate transfer --base ref.model --profiles new.csv --out new.model [--method transfer|nn+gp|...]
+    edgetune estimate predict  --model new.model --modes modes.csv --out pred.csv
+
+``predict`` writes the mode table with ``time_ms`` and ``power_w`` added (replacing columns of
+those names), plus ``time_std_ms`` / ``power_std_w`` when the model has uncertainty; rows keep
+their order and every other column is carried through. Epoch progress shows on a terminal.
+Bad input exits 2 with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import click
+
+from edgetune.estimation.registry import METHODS
+
+FIT_METHODS = METHODS
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich epoch bar on stderr when both streams are terminals; otherwise nothing."""
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("epochs"), TimeElapsedColumn(), console=Console(stderr=True))
+    tasks: dict[str, int] = {}
+
+    def update(stage: str, epoch: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total)
+        progress.update(tasks[stage], completed=epoch, total=total)
+
+    with progress:
+        yield update
+
+
+@contextmanager
+def _warnings_to_stderr() -> Iterator[None]:
+    """Show predictor warnings (extrapolation) as one plain line each, not with a source line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+
+
+@click.group("estimate")
+def command() -> None:
+    """Time and power predictors: fit a reference, transfer it, predict every mode."""
+
+
+@command.command("fit")
+@click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
+              help="Profile table to learn from (the reference workload, many modes).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
+@click.option("--method", type=click.Choice(FIT_METHODS), default="nn", show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="NN training epochs [default: 100].")
+@click.option("--seed", type=int, default=0, show_default=True)
+def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, seed: int) -> None:
+    """Fit time and power predictors on a profile table."""
+    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.tables import read_profile_table
+
+    table = read_profile_table(profiles_path)
+    kw = _nn_kwargs(method, epochs)
+    with _progress() as show:
+        model = TimePowerModel.fit_table(table, method=method, seed=seed, progress=show, **kw)
+    model.save(out_path)
+    fits = model.predictors["time_ms"].meta["fit"], model.predictors["power_w"].meta["fit"]
+    click.echo(f"fitted {method} on {len(table)} rows of {model.describe()} in "
+               f"{fits[0]['seconds'] + fits[1]['seconds']:.1f} s; wrote {out_path}")
+
+
+@command.command("transfer")
+@click.option("--base", "base_path", required=True, type=click.Path(dir_okay=False),
+              help="Reference model written by `estimate fit`.")
+@click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
+              help="Small profile table of the new workload / device (~50 rows).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
+@click.option("--method", type=click.Choice(METHODS), default="transfer", show_default=True,
+              help="transfer / nn / nn-asym / nn+gp adapt the reference NN; gp, linear, rf fit the new table alone.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
+def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None) -> None:
+    """Adapt a reference model to a new workload or device from a small profile table."""
+    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.tables import read_profile_table
+
+    base = TimePowerModel.load(base_path)
+    table = read_profile_table(profiles_path)
+    kw = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
+    with _progress() as show, _warnings_to_stderr():
+        model = _set_and_transfer(base, table, method, show, kw)
+    model.save(out_path)
+    click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "
+               f"wrote {out_path}")
+
+
+def _set_and_transfer(base, table, method, show, kw):
+    # fine-tuning settings live on the reference predictors: set them before adapting
+    for pred in base.predictors.values():
+        nn = getattr(pred, "nn", pred)
+        for key, value in kw.items():
+            if hasattr(nn, key):
+                setattr(nn, key, value)
+    return base.transfer_table(table, method=method, progress=show)
+
+
+@command.command("predict")
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False), help="Model file.")
+@click.option("--modes", "modes_path", required=True, type=click.Path(dir_okay=False),
+              help="Mode table (cores,cpu_mhz,gpu_mhz,emc_mhz[,batch_size], other columns carried through).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Prediction table to write.")
+def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
+    """Predict time and power for every row of a mode table."""
+    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.tables import read_mode_table, write_table
+
+    model = TimePowerModel.load(model_path)
+    table = read_mode_table(modes_path)
+    if len(table) == 0:
+        raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
+    if model.device and table.has("device"):
+        others = sorted({str(r["device"]) for r in table.rows} - {model.device, ""})
+        if others:
+            click.echo(f"warning: {modes_path} has modes of {', '.join(others)} but the model is for "
+                       f"{model.device}", err=True)
+    with _warnings_to_stderr():
+        pred = model.predict_table(table)
+    added = [c for c in ("time_ms", "power_w", "time_std_ms", "power_std_w") if c in pred]
+    columns = [c for c in table.columns if c not in added] + added
+    rows = []
+    for i, row in enumerate(table.rows):
+        out = dict(row)
+        for c in added:
+            out[c] = float(pred[c][i])
+        rows.append(out)
+    write_table(rows, out_path, columns)
+    click.echo(f"predicted {len(rows)} rows with {model.describe()}; wrote {out_path}")
+
+
+def _nn_kwargs(method: str, epochs: int | None) -> dict:
+    if epochs is None:
+        return {}
+    if method in ("nn", "transfer", "nn-asym"):
+        return {"epochs": epochs}
+    if method == "nn+gp":
+        return {"nn_params": {"epochs": epochs}}
+    raise click.BadParameter(f"--epochs applies to the NN methods, not {method!r}", param_hint="--epochs")

@@ -1,0 +1,224 @@
+"""TimePowerModel: the time and power predictors of one (device, workload, role), in one file.
+
+This is what ``edgetune estimate fit`` writes and ``transfer`` / ``predict`` read. It holds one
+:class:`~edgetune.estimation.base.Predictor` per target (``time_ms``, ``power_w``) plus what
+they were learned from: device, workload, role, batch sizes, feature columns, and a history
+of fits and transfers.
+
+File: a zip with ``header.json`` (format ``edgetune-model``, version, metadata, member names)
+and one member per target holding that predictor's own file (feature scaling, target
+transform, method, format version and training metadata inside; ``base.py``). Files of an
+unknown format or version are refused with :class:`InvalidArgument`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgetune import __version__
+from edgetune.errors import InvalidArgument
+from edgetune.estimation.base import Predictor, check_header
+from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
+from edgetune.estimation.registry import adapt, make_predictor
+from edgetune.tables import Table
+
+MODEL_FORMAT = "edgetune-model"
+MODEL_VERSION = 1
+SUPPORTED_MODEL_VERSIONS = (1,)
+#: Optional table columns that name what a model is about; a table may hold only one value of each.
+IDENTITY_COLUMNS = ("device", "workload", "role")
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class TimePowerModel:
+    """Time and power predictors with their provenance (see the module docs)."""
+
+    predictors: dict[str, Predictor]
+    device: str = ""
+    workload: str = ""
+    role: str = ""
+    batch_sizes: list[int] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def fit_table(cls, table: Table, method: str = "nn", seed: int = 0, progress: ProgressFn | None = None,
+                  **kw: Any) -> TimePowerModel:
+        """Fit both targets of a (large, reference) profile table with ``method``."""
+        ident = _identity(table)
+        columns = feature_columns(table)
+        x = table_features(table, columns)
+        predictors: dict[str, Predictor] = {}
+        for target in TARGETS:
+            pred = make_predictor(method, target, seed=seed, **_for_target(kw, target))
+            _attach(pred, progress)
+            predictors[target] = pred.fit(x, table.column(target), columns=columns)
+            _attach(pred, None)
+        model = cls(predictors, batch_sizes=_batch_sizes(table), **ident)
+        model.history.append(_event("fit", method, table, ident))
+        return model
+
+    def transfer_table(self, table: Table, method: str = "transfer", progress: ProgressFn | None = None,
+                       **kw: Any) -> TimePowerModel:
+        """A new model for ``table`` (a small profile table of a new workload or device); self is kept."""
+        ident = _identity(table)
+        columns = self.columns
+        if BATCH_FEATURE not in columns and len(_batch_sizes(table)) > 1:
+            raise InvalidArgument(
+                "batch_size", f"{table.path or 'table'} has several batch sizes but the reference was fitted "
+                              f"for one ({_fmt(self.batch_sizes)}); fit a reference on several batch sizes",
+                "a single batch size")
+        x = table_features(table, columns)
+        predictors: dict[str, Predictor] = {}
+        for target in TARGETS:
+            predictors[target] = adapt(self.predictors[target], method, x, table.column(target), progress=progress,
+                                       **_for_target(kw, target))
+        merged = {k: ident.get(k) or getattr(self, k) for k in IDENTITY_COLUMNS}
+        model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(self.batch_sizes),
+                               history=list(self.history), **merged)
+        model.history.append(_event("transfer", method, table, ident))
+        return model
+
+    # -- prediction ----------------------------------------------------------------------------
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.predictors["time_ms"].columns
+
+    @property
+    def gives_std(self) -> bool:
+        return any(p.gives_std for p in self.predictors.values())
+
+    def features(self, table: Table) -> np.ndarray:
+        """The model's feature array for a mode table; checks batch sizes against the model's."""
+        if BATCH_FEATURE not in self.columns and table.has(BATCH_FEATURE) and self.batch_sizes:
+            for line, row in enumerate(table.rows, start=2):
+                if row[BATCH_FEATURE] not in self.batch_sizes:
+                    raise InvalidArgument(f"{table.path or 'modes'}:{line}:{BATCH_FEATURE}",
+                                          f"the model was fitted for batch size {_fmt(self.batch_sizes)} only, "
+                                          f"not {row[BATCH_FEATURE]}", _fmt(self.batch_sizes))
+        return table_features(table, self.columns)
+
+    def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """``{"time_ms", "power_w"}`` and, where a predictor has uncertainty, ``time_std_ms`` / ``power_std_w``."""
+        out: dict[str, np.ndarray] = {}
+        for target in TARGETS:
+            mean, std = self.predictors[target].predict(x)
+            out[target] = mean
+            if std is not None:
+                out[STD_COLUMNS[target]] = std
+        return out
+
+    def predict_table(self, table: Table) -> dict[str, np.ndarray]:
+        return self.predict(self.features(table))
+
+    # -- file format ---------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        header = {
+            "format": MODEL_FORMAT, "version": MODEL_VERSION, "edgetune": __version__,
+            "device": self.device, "workload": self.workload, "role": self.role,
+            "batch_sizes": list(self.batch_sizes), "columns": list(self.columns),
+            "methods": {t: p.method for t, p in self.predictors.items()},
+            "members": {t: f"{t}.predictor" for t in self.predictors},
+            "history": self.history,
+        }
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:  # members are zips already
+            zf.writestr("header.json", json.dumps(header, indent=1))
+            for target, pred in self.predictors.items():
+                zf.writestr(header["members"][target], pred.to_bytes())
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "model") -> TimePowerModel:
+        try:
+            zf = zipfile.ZipFile(io.BytesIO(data))
+            header = json.loads(zf.read("header.json"))
+        except (zipfile.BadZipFile, KeyError, ValueError):
+            raise InvalidArgument(source, "not an edgetune model file (expected what `edgetune estimate fit` "
+                                          "writes)") from None
+        check_header(header, MODEL_FORMAT, SUPPORTED_MODEL_VERSIONS, source)
+        predictors = {}
+        for target in TARGETS:
+            member = header.get("members", {}).get(target)
+            if member is None or member not in zf.namelist():
+                raise InvalidArgument(f"{source}:{target}", "the model file has no predictor for this target")
+            predictors[target] = Predictor.from_bytes(zf.read(member), f"{source}:{member}")
+        return cls(predictors, header.get("device", ""), header.get("workload", ""), header.get("role", ""),
+                   list(header.get("batch_sizes", [])), list(header.get("history", [])))
+
+    def save(self, path: str | os.PathLike) -> None:
+        parent = os.path.dirname(os.fspath(path))
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(self.to_bytes())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TimePowerModel:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            raise InvalidArgument(os.fspath(path), "no such file") from None
+        except IsADirectoryError:
+            raise InvalidArgument(os.fspath(path), "is a directory, not a model file") from None
+        return cls.from_bytes(data, os.fspath(path))
+
+    def describe(self) -> str:
+        what = "/".join(v for v in (self.device, self.workload, self.role) if v) or "unnamed"
+        methods = ", ".join(f"{t}: {p.method}" for t, p in self.predictors.items())
+        return f"{what} ({methods}; features {','.join(self.columns)})"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _identity(table: Table) -> dict[str, str]:
+    """device / workload / role of a table (each column optional, but single-valued when present)."""
+    out: dict[str, str] = {}
+    for col in IDENTITY_COLUMNS:
+        if table.has(col):
+            values = sorted({str(r[col]) for r in table.rows if str(r[col])})
+            if len(values) > 1:
+                raise InvalidArgument(f"{table.path or 'table'}:{col}",
+                                      f"the table mixes {len(values)} values ({', '.join(values[:4])}); "
+                                      f"a model is per device, workload and role — split the table",
+                                      "one value")
+            if values:
+                out[col] = values[0]
+    return out
+
+
+def _batch_sizes(table: Table) -> list[int]:
+    if not table.has(BATCH_FEATURE):
+        return []
+    return sorted({int(r[BATCH_FEATURE]) for r in table.rows})
+
+
+def _fmt(sizes: list[int]) -> str:
+    return ", ".join(str(s) for s in sizes) or "unknown"
+
+
+def _for_target(kw: dict[str, Any], target: str) -> dict[str, Any]:
+    """Keyword arguments for one target: ``{"power_w": {...}}`` entries apply to that target only."""
+    common = {k: v for k, v in kw.items() if k not in TARGETS}
+    return {**common, **kw.get(target, {})}
+
+
+def _attach(pred: Predictor, progress: ProgressFn | None) -> None:
+    if hasattr(pred, "progress"):
+        pred.progress = progress  # type: ignore[attr-defined]
+
+
+def _event(kind: str, method: str, table: Table, ident: dict[str, str]) -> dict[str, Any]:
+    return {"event": kind, "method": method, "rows": len(table), "source": os.path.basename(table.path or ""),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **ident}
