@@ -61,39 +61,44 @@ def test_parse_rejects_models_without_output_fc():
 
 
 # -- subtraction identities on the simulator ---------------------------------------------------
-def _block_energies(cost: LayerCostModel, model: nn.Sequential, sizes: list[int], shape) -> list[float]:
-    layers = cost.cost_records(extract_layers(model, torch.zeros(shape, device="meta"))).layers
-    energies, pos = [], 0
+def _energy(cost, blocks, chans, shape, connector, training=True) -> tuple[float, list[float]]:
+    """Energy above idle of a network of block templates, and per block (overhead in the last)."""
+    model, sizes = instantiate(blocks, chans, shape, connector)
+    layers = cost.cost_records(extract_layers(model, torch.zeros(shape, device="meta")), training=training).layers
+    per_block, pos = [], 0
     for n in sizes:
-        energies.append(sum(c.energy_above_idle_j for c in layers[pos:pos + n]))
+        per_block.append(sum(c.energy_above_idle_j for c in layers[pos:pos + n]))
         pos += n
-    energies[-1] += layers[-1].energy_above_idle_j  # the per-iteration overhead rides with the output layer
-    return energies
+    per_block[-1] += sum(c.energy_above_idle_j for c in layers[pos:])  # the per-iteration overhead
+    return sum(c.energy_above_idle_j for c in layers), per_block
 
 
 def test_subtraction_identities_hold_on_the_simulator(cost):
     p = parsed_model("cnn5")
-    thor = Thor(p, cost, noise_cv=0.0)
-    needs = thor.plan()
     t_in, t_hidden, t_out = p.blocks[0], p.blocks[1], p.blocks[-1]
-    # E_in = E(input + output) − E_out
-    in_need = next(n for n in needs.values() if n.kind.role == "input" and n.data_shape == p.input_shape)
-    _, vblocks, _ = thor._variant(in_need, [24])
-    out_need = needs[vblocks[-1].kind]
-    e_in = thor.measure_variant(in_need, [24]) - thor.measure_variant(out_need, [24])
-    model, sizes = instantiate((t_in, t_out), [24], p.input_shape, p.connector)
-    assert e_in == pytest.approx(_block_energies(cost, model, sizes, p.input_shape)[0], rel=1e-9)
-    # E_hidden(C1, C2) = E(input + hidden + output) − E_in(C1) − E_out(C2)
-    h_need = next(n for n in needs.values() if n.kind.role == "hidden" and n.kind.in_h == 32)
-    _, hb, _ = thor._variant(h_need, [20, 40])
-    in2, out2 = needs[hb[0].kind], needs[hb[-1].kind]
-    e_in2 = thor.measure_variant(in2, [20]) - thor.measure_variant(needs[thor._variant(in2, [20])[1][-1].kind], [20])
-    e_hidden = thor.measure_variant(h_need, [20, 40]) - e_in2 - thor.measure_variant(out2, [40])
-    model, sizes = instantiate((t_in, t_hidden, t_out), [20, 40], h_need.data_shape, p.connector)
-    assert e_hidden == pytest.approx(_block_energies(cost, model, sizes, h_need.data_shape)[1], rel=1e-9)
-    # additivity of a whole model
-    model, sizes = instantiate(p.blocks, p.channels(), p.input_shape, p.connector)
-    assert sum(_block_energies(cost, model, sizes, p.input_shape)) == pytest.approx(true_energy_j(p, cost), rel=1e-9)
+    conn = p.connector
+    # inference: E_in = E(input + output) − E_out, exactly
+    e_io, blocks_io = _energy(cost, (t_in, t_out), [24], p.input_shape, conn, training=False)
+    e_o, _ = _energy(cost, (t_out,), [], (16, 24, 32, 32), conn, training=False)
+    assert e_io - e_o == pytest.approx(blocks_io[0], rel=1e-9)
+    # E_hidden(C1, C2) = E(input + hidden + output) − E_in(C1) − E_out(C2), exactly
+    shape = (16, 3, 64, 64)
+    e_iho, blocks_iho = _energy(cost, (t_in, t_hidden, t_out), [20, 40], shape, conn, training=False)
+    e_in = _energy(cost, (t_in, t_out), [20], shape, conn, False)[0] - _energy(cost, (t_out,), [], (16, 20, 32, 32),
+                                                                                conn, False)[0]
+    e_out = _energy(cost, (t_out,), [], (16, 40, 16, 16), conn, False)[0]
+    assert e_iho - e_in - e_out == pytest.approx(blocks_iho[1], rel=1e-9)
+    # training: additive over blocks; the output layer's input gradient (skipped when it is the
+    # first layer, as autograd does) is what the subtraction hands to E_in
+    e_io, blocks_io = _energy(cost, (t_in, t_out), [24], p.input_shape, conn)
+    e_o, _ = _energy(cost, (t_out,), [], (16, 24, 32, 32), conn)
+    context = (e_io - e_o) - blocks_io[0]
+    assert 0 < context < 0.25 * blocks_io[0]
+    thor = Thor(p, cost, noise_cv=0.0)
+    in_need = next(n for n in thor.plan().values() if n.kind.role == "input" and n.data_shape == p.input_shape)
+    assert thor.measure_variant(in_need, [24]) == pytest.approx(e_io, rel=1e-12)  # what THOR profiles
+    model_e, per_block = _energy(cost, p.blocks, p.channels(), p.input_shape, conn)
+    assert sum(per_block) == pytest.approx(model_e, rel=1e-12) == pytest.approx(true_energy_j(p, cost), rel=1e-12)
 
 
 # -- active learning ----------------------------------------------------------------------------
@@ -109,16 +114,20 @@ def test_active_learning_starts_at_bounds_and_stops_by_variance():
     assert calls[:2] == [(1,), (256,)]
     assert gp.stop_reason == "variance" and len(gp.X) < 20
     mean = gp.predict([[128]])
-    assert mean[0] == pytest.approx(0.01 + 1e-4 * 128, rel=0.02)
+    assert mean[0] == pytest.approx(0.01 + 1e-4 * 128, rel=0.1)
 
 
 def test_active_learning_stops_at_the_cap_and_picks_max_variance():
     gp = LayerGP(((1, 64), (1, 64)))
-    gp.learn(lambda c: float(np.sin(c[0] / 5.0) * np.cos(c[1] / 7.0)), cap=7)
-    assert gp.stop_reason == "cap" and len(gp.X) == 7
+    gp.learn(lambda c: float(np.sin(c[0] / 5.0) * np.cos(c[1] / 7.0)), cap=5)
+    assert gp.stop_reason == "cap" and len(gp.X) == 5
     assert set(gp.X[:4]) == {(1, 1), (1, 64), (64, 1), (64, 64)}
-    # the fifth point was the most uncertain candidate given the four corners: inside the square
-    assert all(1 < v < 64 for v in gp.X[4])
+    # the fifth point is the most uncertain candidate given the four corners
+    first4 = LayerGP(gp.bounds, X=gp.X[:4], y=gp.y[:4]).fit()
+    cands = first4.candidates()
+    _, std = first4.predict(cands, return_std=True)
+    assert gp.X[4] not in gp.X[:4]
+    assert std[[tuple(c) for c in cands].index(gp.X[4])] == pytest.approx(std.max(), rel=1e-6)
 
 
 def test_unknown_kernel_and_strategy_are_rejected(cost):
