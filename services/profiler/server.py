@@ -9,8 +9,10 @@ restore the power mode and release the device lock, close the store.
 
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--device`` (``sim:<model>``,
 ``sysfs[:ROOT]``, ``replay:FILE.csv``), ``--redis`` (``embedded`` by default; ``none`` stores
-nothing), ``--state-dir``, ``--node-id``, ``--seed`` and the common server flags
-(``--host``, ``--port``, ``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
+nothing), ``--state-dir``, ``--node-id``, ``--seed``, ``--coordinator`` (with it the agent
+registers, heartbeats, runs profiling jobs and applies pushed configs: :mod:`.link`),
+``--power-budget-w``, ``--advertise`` and the common server flags (``--host``, ``--port``,
+``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 from edgetune.coordination.store import Store, open_store
 from edgetune.devices.factory import open_device
-from edgetune.errors import EdgetuneError
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -36,6 +38,7 @@ from edgetune.services.common import (
 )
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.profiler import metrics
+from edgetune.services.profiler.link import CoordinatorLink, advertised_address
 from edgetune.services.profiler.safety import default_state_dir, open_guarded_device, state_file_name
 from edgetune.services.profiler.servicer import ProfilerServicer
 
@@ -87,20 +90,42 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
     return server, servicer
 
 
+def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coordinator: str, address: str, *,
+                        power_budget_w: float | None = None) -> CoordinatorLink:
+    """Start the agent's coordinator link for a started ``server`` reachable at ``address``; it stops
+    first on shutdown (hooks run last-registered first), before profiles are cancelled and the mode
+    restored."""
+    link = CoordinatorLink(servicer, coordinator, address, power_budget_w=power_budget_w)
+    server.on_shutdown.append(link.stop)
+    return link.start()
+
+
 def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
           state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
-          block: bool = True, **kwargs: Any) -> ServiceServer:
+          block: bool = True, coordinator: str = "", power_budget_w: float | None = None, advertise: str = "",
+          **kwargs: Any) -> ServiceServer:
     """Start the agent for ``device_spec``; with ``block`` serve until SIGTERM / SIGINT.
 
     ``redis_url``: a store URL (``embedded`` by default, ``none``: measurements are streamed,
     not stored). ``state_dir``: where the mode-restore record lives (default
-    :func:`default_state_dir`). Keywords: ``host``, ``node_id``, ``seed``, ``grace_s``,
-    ``max_workers``, ``store`` (a Store object to use instead of ``redis_url``; the caller
-    owns it). ``block=False`` returns the started server (``server.port``, ``server.stop()``).
+    :func:`default_state_dir`). ``coordinator``: host:port to register with (with
+    ``power_budget_w`` and the ``advertise`` address, default the bind host or hostname and
+    port); its profiling jobs come from the store. Keywords: ``host``, ``node_id``, ``seed``,
+    ``grace_s``, ``max_workers``, ``store`` (a Store object to use instead of ``redis_url``;
+    the caller owns it). ``block=False`` returns the started server (``server.port``,
+    ``server.stop()``).
     """
-    server, _ = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
+    server, servicer = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
+    server.start()  # before the link: the address it registers must already answer
+    if coordinator:
+        try:
+            address = advertise or advertised_address(kwargs.get("host", "0.0.0.0"), server.port)
+            link_to_coordinator(server, servicer, coordinator, address, power_budget_w=power_budget_w)
+        except BaseException:
+            server.stop(0)
+            raise
     if not block:
-        return server.start()
+        return server
     try:
         server.serve()
     finally:
@@ -118,6 +143,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_option(parser, "state_dir", "", f"directory of the mode-restore record (default {default_state_dir()})")
     add_option(parser, "node_id", "", "node id recorded in measurements (empty: unregistered)")
     add_option(parser, "seed", 0, "seed of a simulated device's noise")
+    add_option(parser, "coordinator", "", "coordinator host:port: register, heartbeat, run its profiling jobs "
+               "(from --redis) and apply pushed configs (empty: standalone)")
+    add_option(parser, "power_budget_w", 0.0, "this node's power budget registered with the coordinator (0: none)")
+    add_option(parser, "advertise", "", "address the coordinator's clients reach this agent at "
+               "(default: --host, else $EDGETUNE_POD_IP or the hostname, with the port)")
     return parser.parse_args(argv)
 
 
@@ -130,8 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("profiler", args.log_level)
     kwargs: dict[str, Any] = server_kwargs(args)
     try:
+        if args.power_budget_w < 0:
+            raise InvalidArgument("--power-budget-w", f"{args.power_budget_w:g}", "watts > 0, or 0 for none")
         serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
-              seed=args.seed, **kwargs)
+              seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
+              advertise=args.advertise, **kwargs)
     except (EdgetuneError, OSError) as exc:  # bad flags, busy port, unwritable state dir
         log.error("cannot start the profiler agent: %s", exc)
         print(f"error: {exc}", file=sys.stderr)

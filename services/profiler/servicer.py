@@ -215,6 +215,17 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         finally:
             self._device_busy.release()
 
+    def apply_mode(self, mode: PowerMode) -> tuple[PowerMode, PowerMode]:
+        """Validate and apply ``mode`` through the guard; (applied, previous). FailedPrecondition while
+        a profile holds the device. ApplyPowerMode and the coordinator link's config push share it."""
+        with self._exclusive():
+            return self.keeper.apply(mode)
+
+    def restore_mode(self) -> tuple[PowerMode, bool]:
+        """Back to the mode found before the first change; (mode now, changed). FailedPrecondition while busy."""
+        with self._exclusive():
+            return self.keeper.restore()
+
     def _grid_modes(self, name: str) -> list[PowerMode]:
         if name not in self._grids:  # the full Orin grid is 18k modes: build each grid once
             self._grids[name] = named_grid(self.device.spec, name).modes()
@@ -254,7 +265,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     @map_errors
     def Profile(self, request: profiler_pb2.ProfileRequest, context: grpc.ServicerContext):
         plan = self.plan_profile(request, self._run_key(context))
-        job = self._start(plan)
+        job = self.start_profile(plan)
         if not context.add_callback(job.cancel):  # the RPC already ended
             job.cancel()
         try:
@@ -286,16 +297,15 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             with field_named(target):
                 key = request.preset_name if target == "preset_name" else request.preset_id
                 mode = spec.preset(key).mode()
-        with self._exclusive(), field_prefix("mode"):
-            applied, previous = self.keeper.apply(mode)
+        with field_prefix("mode"):
+            applied, previous = self.apply_mode(mode)
         log.info("power mode applied", extra={"mode": applied.label(), "previous": previous.label()})
         return profiler_pb2.ApplyPowerModeResponse(applied=convert.mode_to_proto(applied),
                                                    previous=convert.mode_to_proto(previous))
 
     @map_errors
     def RestorePowerMode(self, request: profiler_pb2.RestorePowerModeRequest, context: grpc.ServicerContext):
-        with self._exclusive():
-            mode, changed = self.keeper.restore()
+        mode, changed = self.restore_mode()
         return profiler_pb2.RestorePowerModeResponse(restored=convert.mode_to_proto(mode), changed=changed)
 
     @map_errors
@@ -408,7 +418,9 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
 
         return workload_names()
 
-    def _start(self, plan: ProfilePlan) -> ProfileJob:
+    def start_profile(self, plan: ProfilePlan) -> ProfileJob:
+        """Run ``plan`` in a worker that owns the device until it restores the mode; its events come out
+        of ``job.events``. FailedPrecondition while another profile runs or the agent is closing."""
         if self._closing.is_set():
             raise FailedPrecondition("the profiler agent is shutting down")
         if not self._device_busy.acquire(blocking=False):

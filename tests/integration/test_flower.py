@@ -1,0 +1,84 @@
+"""Flower federated learning planned by the coordinator, on three simulated Jetsons.
+
+A coordinator and three profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run
+as separate processes on loopback, the agents registered through ``--coordinator``. They
+profile the stand-in workload through the coordinator's job streams; then the example's
+FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
+in Flower's simulation engine (Ray backend, one CPU, one client actor: the lightest set-up
+Flower 1.41 has) with PowerAwareStrategy and PowerAwareClient.
+
+Checked: every client got a batch size and a mode from the coordinator's plan each round and
+its agent applied exactly that mode; every mode is valid for the client's device and its
+planned power is within the node's budget; revisions go up per round; the central test loss
+falls every round; afterwards every agent is back in the mode it started in.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
+
+from edgetune.coordination.localcluster import LocalCluster  # noqa: E402
+from edgetune.integrations.flower import APPLIED_PREFIX, BATCH_SIZE, NODE_ID, REVISION  # noqa: E402
+from edgetune.powermodes.mode import MODE_FIELDS, PowerMode  # noqa: E402
+from edgetune.powermodes.specs import get_spec  # noqa: E402
+from edgetune.proto.convert import mode_from_proto  # noqa: E402
+from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flower"))
+import digits_fl  # noqa: E402
+
+NODES = digits_fl.NODES  # node id -> (device model, budget W)
+
+
+def _current_mode(address: str) -> PowerMode:
+    with grpc.insecure_channel(address) as channel:
+        reply = profiler_pb2_grpc.ProfilerStub(channel).GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10)
+        return mode_from_proto(reply.current_mode)
+
+
+def test_flower_rounds_run_in_the_planned_modes(tmp_path):
+    with LocalCluster(tmp_path) as cluster:
+        agents = cluster.start_agents(NODES)
+        initial = {n: _current_mode(a.address) for n, a in agents.items()}
+        digits_fl.profile_nodes(cluster, NODES, n_modes=30)
+
+        strategy, losses = digits_fl.run(cluster.coordinator.address, list(NODES), rounds=2)
+
+        assert sorted(strategy.rounds) == [1, 2]
+        for server_round, record in strategy.rounds.items():
+            assert record.plan.feasible and not record.sat_out
+            planned = {p.node_id: p for p in record.plan.nodes}
+            assert {a.node_id for a in record.assignments} == set(NODES) == set(record.fit_metrics)
+            for a in record.assignments:
+                model, budget_w = NODES[a.node_id]
+                # What the strategy sent is the coordinator's plan for this node ...
+                plan = planned[a.node_id]
+                assert a.mode == mode_from_proto(plan.mode) and a.batch_size == plan.batch_size > 0
+                assert a.config_revision == server_round  # one new config per round
+                # ... a valid mode of the node's device, within its registered budget ...
+                assert get_spec(model).validate(a.mode) == a.mode
+                assert a.power_budget_w == budget_w and a.planned_power_w <= budget_w
+                # ... and what the client received and its agent applied.
+                reported = record.fit_metrics[a.node_id]
+                assert reported[NODE_ID] == a.node_id
+                assert reported[BATCH_SIZE] == a.batch_size and reported[REVISION] == a.config_revision
+                applied = PowerMode.from_mapping({k: reported[APPLIED_PREFIX + k] for k in MODE_FIELDS})
+                assert applied == a.mode
+
+        assert len(losses) == 3, losses  # before round 1, after rounds 1 and 2
+        assert losses[0] > losses[1] > losses[2], losses
+
+        # Each client restored its node's mode after training.
+        deadline = time.monotonic() + 10
+        while (now := {n: _current_mode(a.address) for n, a in agents.items()}) != initial:
+            assert time.monotonic() < deadline, (now, initial)
+            time.sleep(0.1)
