@@ -95,6 +95,15 @@ class Observations:
         for (m, role, b), p in self._points.items():
             yield PowerMode(*m), role, b, p
 
+    def update(self, other: Observations) -> None:
+        """Add every point of ``other`` (its points win on a shared key)."""
+        self._points.update(other._points)
+
+    def copy(self) -> Observations:
+        out = Observations()
+        out._points = dict(self._points)
+        return out
+
     def keys_for(self, role: str) -> list[tuple[ModeKey, int]]:
         """(mode, batch size) keys observed for ``role``, in insertion order."""
         return [(m, b) for (m, r, b) in self._points if r == role]
@@ -175,6 +184,7 @@ class Decision:
         if self.problem == "concurrent":
             out["train_minibatches_per_s"] = ev.train_minibatches_per_s
             out["tau_train"] = ev.tau_train
+        out.update(self.extras)  # problem-specific fields (e.g. the non-urgent throughput of urgent_batch)
         return out
 
 
@@ -217,6 +227,36 @@ class Problem(ABC):
     def points_for(self, batch_size: int) -> tuple[tuple[str, int], ...]:
         """(role, batch size) points a configuration with ``batch_size`` needs observed."""
         return ((self.roles[0], batch_size),)
+
+    #: The :meth:`to_dict` field holding the fixed (not tuned) batch size of the background role.
+    fixed_batch_field: ClassVar[str] = "train_batch_size"
+
+    def device_role(self, role: str) -> str:
+        """The role ``role``'s workload was profiled in (a two-inference problem runs an
+        inference workload in the training slot); the problem's own role by default."""
+        return role
+
+    def workload_field(self, role: str) -> str:
+        """The :meth:`to_dict` field naming ``role``'s workload."""
+        return f"{role}_workload"
+
+    def observations_from_rows(self, rows: Iterable[Mapping[str, Any]]) -> Observations:
+        """This problem's points from profile-table rows (each role's workload, profiled role and,
+        for the background role, its fixed batch size), keyed by the problem's roles."""
+        rows = list(rows)
+        obs = Observations()
+        for role in self.roles:
+            workload, drole = self.workload_for(role), self.device_role(role)
+            fixed = self.train_batch_size if role == ROLE_TRAIN else None
+            for r in rows:
+                if workload is not None and r.get("workload", workload) != workload:
+                    continue
+                if (r.get("role") or drole) != drole:
+                    continue
+                if fixed is not None and int(r["batch_size"]) != fixed:
+                    continue
+                obs.add(PowerMode.from_mapping(r), role, int(r["batch_size"]), r)
+        return obs
 
     @property
     def tunes_batch_size(self) -> bool:
@@ -449,6 +489,8 @@ PROBLEMS: dict[str, type[Problem]] = {"train": TrainProblem, "infer": InferProbl
 def problem_from_dict(d: Mapping[str, Any]) -> Problem:
     """Inverse of :meth:`Problem.to_dict`."""
     kind = d.get("problem")
+    if str(kind) not in PROBLEMS:
+        import edgetune.optimization.multi_infer  # noqa: F401  (registers urgent_batch)
     cls = PROBLEMS.get(str(kind))
     if cls is None:
         raise InvalidArgument("problem", f"unknown problem {kind!r}", ", ".join(PROBLEMS))

@@ -21,6 +21,11 @@ Concurrent (≤ 145 = 25 + 3 rounds × 4 quadrants × 10)
     rate, continuous in τ) against predicted power max(p_tr, p_in), and 10 per quadrant. A trial
     profiles the inference point and, once per mode, the training point.
 
+Extension (``initial=0, rounds=k``, after :meth:`~SearchStrategy.warm_start` with earlier
+samples): no new random phase — the guides are fitted on every earlier observation and k more
+rounds of quadrant picks run over the given (new) rate range; the dynamic-rate solver uses it
+when the arrival rate leaves the range ALS sampled for (seed 004 §5.4).
+
 Choices: guides are refitted warm (all observations, fewer epochs) rather than trained on the
 new points only; observed values stand in for predictions where a point was profiled; the
 budget counts configurations (the driver reports distinct points). Decisions come from
@@ -84,23 +89,28 @@ class ALS(SearchStrategy):
     def __init__(self, problem, space, *, budget=None, seed=0,
                  latency_range_ms: Sequence[float] | None = None, rate_range_rps: Sequence[float] | None = None,
                  epochs: int = 300, refit_epochs: int = 60, guide_factory: GuideFactory | None = None,
-                 **options: Any) -> None:
+                 initial: int | None = None, rounds: int | None = None, **options: Any) -> None:
         lat = _range("latency_range_ms", latency_range_ms or LATENCY_RANGE_MS)
         rate = _range("rate_range_rps", rate_range_rps or RATE_RANGE_RPS)
         # quadrants must cover the problem at hand, whatever the defaults say
         if hasattr(problem, "latency_budget_ms"):
             lat = (min(lat[0], problem.latency_budget_ms), max(lat[1], problem.latency_budget_ms))
             rate = (min(rate[0], problem.arrival_rps), max(rate[1], problem.arrival_rps))
+        n_init, n_rounds, _ = ALS_SCHEDULE[problem.kind]
+        self.n_init = n_init if initial is None else _count("initial", initial)
+        self.rounds = n_rounds if rounds is None else _count("rounds", rounds)
+        extra = {k: v for k, v in (("initial", initial), ("rounds", rounds)) if v is not None}
         super().__init__(problem, space, budget=budget, seed=seed, latency_range_ms=list(lat),
-                         rate_range_rps=list(rate), epochs=epochs, refit_epochs=refit_epochs, **options)
+                         rate_range_rps=list(rate), epochs=epochs, refit_epochs=refit_epochs, **extra, **options)
         self.latency_range_ms, self.rate_range_rps = lat, rate
         self._guide_factory = guide_factory or (
             lambda x, s: MLPGuide(x, seed=s, epochs=epochs, refit_epochs=refit_epochs))
-        self.n_init, self.rounds, self.per_pick = ALS_SCHEDULE[problem.kind]
+        self.per_pick = ALS_SCHEDULE[problem.kind][2]
 
     def default_budget(self) -> int:
-        n_init, rounds, k = ALS_SCHEDULE[self.problem.kind]
-        return n_init + rounds * k * (1 if self.problem.kind == "train" else 4)
+        # called from the base constructor: n_init / rounds are set before it
+        k = ALS_SCHEDULE[self.problem.kind][2]
+        return self.n_init + self.rounds * k * (1 if self.problem.kind == "train" else 4)
 
     def _guide(self, x_domain: np.ndarray, salt: int) -> Guide:
         return self._guide_factory(x_domain, self.seed * 1000 + salt)
@@ -118,7 +128,8 @@ class ALS(SearchStrategy):
         bs = self.space.train_batch_size
         x = mode_features(modes)
         first = rng.choice(len(modes), size=min(self.n_init, len(modes)), replace=False)
-        yield from self.measure([(modes[i], bs) for i in sorted(first)])
+        if len(first):
+            yield from self.measure([(modes[i], bs) for i in sorted(first)])
         t_guide, p_guide = self._guide(x, 1), self._guide(x, 2)
         for _ in range(self.rounds):
             if self.remaining <= 0:
@@ -152,7 +163,8 @@ class ALS(SearchStrategy):
         mode_pos = np.repeat(np.arange(len(modes)), len(sizes))
 
         first = rng.choice(len(modes), size=min(self.n_init, len(modes)), replace=False)
-        yield from self.measure([(modes[i], sizes[j % len(sizes)]) for j, i in enumerate(first)])
+        if len(first):
+            yield from self.measure([(modes[i], sizes[j % len(sizes)]) for j, i in enumerate(first)])
 
         t_in_g, p_in_g = self._guide(xc, 1), self._guide(xc, 2)
         t_tr_g, p_tr_g = (self._guide(xm, 3), self._guide(xm, 4)) if concurrent else (None, None)
@@ -212,6 +224,12 @@ class ALS(SearchStrategy):
         else:  # nothing to learn from: no preference
             t[:], p[:] = 1.0, 1.0
         return np.maximum(t, 1e-6), p
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(name, f"{value!r} must be a non-negative integer", ">= 0")
+    return int(value)
 
 
 def _range(name: str, value: Sequence[float]) -> tuple[float, float]:

@@ -12,6 +12,8 @@ like the paper's pseudo-code instead of an explicit state machine. The base clas
 
 - drops points that were already observed (a configuration profiled once is reused for free),
 - enforces the trial budget (trials asked beyond it are cut, and the strategy is done),
+- starts warm from points profiled earlier (:meth:`warm_start`; the dynamic-rate solver re-solves
+  each window this way, so only points never profiled before cost a profile),
 - persists a session as its configuration plus the told history (:meth:`state_dict`) and
   resumes it by replaying that history into a fresh generator (:meth:`from_state`): every
   strategy is deterministic given its seed and the measurements, so the replay lands in
@@ -164,6 +166,7 @@ class SearchStrategy(ABC):
         self._n_trials = 0  # trials handed out (each measures something new)
         self._next_number = 0
         self._done = False
+        self._prior: list[tuple[PowerMode, str, int, Point]] = []  # warm-start points (state_dict "prior")
 
     # -- for subclasses ----------------------------------------------------------------------
     @abstractmethod
@@ -196,6 +199,17 @@ class SearchStrategy(ABC):
                 todo.append((m, b) if points is None else (m, b, points))
         if todo:
             yield todo
+
+    # -- warm start --------------------------------------------------------------------------
+    def warm_start(self, obs: Observations) -> None:
+        """Start from points profiled earlier (another search of the same workloads, e.g. at
+        another arrival rate): they are observed, so asking them again costs nothing, and only
+        new points become trials. Call before the first :meth:`ask`."""
+        if self._gen is not None or self._history:
+            raise FailedPrecondition("warm_start must come before the first ask()")
+        for mode, role, b, p in obs.items():
+            self.obs.add(mode, role, b, p)
+            self._prior.append((mode, role, b, p))
 
     # -- ask / tell --------------------------------------------------------------------------
     @property
@@ -282,13 +296,16 @@ class SearchStrategy(ABC):
     # -- persistence -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable session: configuration, told history, trials still pending."""
-        return {
+        state = {
             "strategy": self.name, "budget": self.budget, "seed": self.seed, "options": dict(self.options),
             "problem": self.problem.to_dict(), "space": self.space.to_dict(),
             "history": [{"trial": t.to_dict(), "measurement": {k: [p.time_ms, p.power_w] for k, p in m.items()}}
                         for t, m in self._history],
             "pending": [t.to_dict() for t in self._pending], "done": self._done,
         }
+        if self._prior:  # only warm-started sessions carry it: older states stay byte-identical
+            state["prior"] = [[m.as_dict(), r, b, p.time_ms, p.power_w] for m, r, b, p in self._prior]
+        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], problem: Problem | None = None,
@@ -300,6 +317,11 @@ class SearchStrategy(ABC):
         problem = problem or problem_from_dict(state["problem"])
         space = space or SearchSpace.from_dict(state["space"])
         strat = klass(problem, space, budget=state["budget"], seed=state["seed"], **state.get("options", {}))
+        if state.get("prior"):
+            prior = Observations()
+            for m, r, b, t, p in state["prior"]:
+                prior.add(PowerMode.from_mapping(m), r, int(b), Point(float(t), float(p)))
+            strat.warm_start(prior)
         for rec in state["history"]:
             trial = Trial.from_dict(rec["trial"])
             if not any(t.number == trial.number for t in strat._pending):

@@ -63,10 +63,10 @@ def resolve_workloads(device: ReplayLike, problem: Problem) -> Problem:
     """``problem`` with each role's workload named: the given one, else the table's only one for that role."""
     d = problem.to_dict()
     for role in problem.roles:
-        field = f"{role}_workload"
+        field = problem.workload_field(role)
         if d.get(field) is not None or not getattr(device, "has_workload", False):
             continue
-        names = workloads_with_role(device, role)
+        names = workloads_with_role(device, problem.device_role(role))
         if len(names) != 1:
             raise InvalidArgument(field, f"the table holds {len(names)} workloads with {role} rows; name one",
                                   ", ".join(names) or "none")
@@ -79,7 +79,7 @@ def search_space(device: ReplayLike, problem: Problem) -> tuple[SearchSpace, Pro
     problem = resolve_workloads(device, problem)
     mode_sets = []
     for role in problem.roles:
-        found = device.modes(problem.workload_for(role), _role_arg(device, role))
+        found = device.modes(problem.workload_for(role), _role_arg(device, problem.device_role(role)))
         if not found:
             raise InvalidArgument("role", f"the table has no {role} rows"
                                   + (f" for workload {problem.workload_for(role)!r}" if problem.workload_for(role) else ""))
@@ -93,21 +93,24 @@ def search_space(device: ReplayLike, problem: Problem) -> tuple[SearchSpace, Pro
 
     infer_sizes: tuple[int, ...] = ()
     if ROLE_INFER in problem.roles:
-        infer_sizes = tuple(device.batch_sizes(None, problem.workload_for(ROLE_INFER), _role_arg(device, ROLE_INFER)))
+        infer_sizes = tuple(device.batch_sizes(None, problem.workload_for(ROLE_INFER),
+                                               _role_arg(device, problem.device_role(ROLE_INFER))))
     train_bs = getattr(problem, "train_batch_size", None)
     if ROLE_TRAIN in problem.roles:
-        recorded = device.batch_sizes(None, problem.workload_for(ROLE_TRAIN), _role_arg(device, ROLE_TRAIN))
+        recorded = device.batch_sizes(None, problem.workload_for(ROLE_TRAIN),
+                                      _role_arg(device, problem.device_role(ROLE_TRAIN)))
         if train_bs is None:
             # the user's training batch size is not ours to tune: the table's only one, else Fulcrum's 16
             train_bs = recorded[0] if len(recorded) == 1 else (TRAIN_BATCH_SIZE if TRAIN_BATCH_SIZE in recorded
                                                                else None)
             if train_bs is None:
-                raise InvalidArgument("train_batch_size", "the table records several training batch sizes; name one",
+                raise InvalidArgument(problem.fixed_batch_field, "the table records several training batch sizes; name one",
                                       ", ".join(map(str, recorded)))
         elif train_bs not in recorded:
-            raise InvalidArgument("train_batch_size", f"{train_bs} was not recorded", ", ".join(map(str, recorded)))
+            raise InvalidArgument(problem.fixed_batch_field, f"{train_bs} was not recorded",
+                                  ", ".join(map(str, recorded)))
         d = problem.to_dict()
-        d["train_batch_size"] = train_bs
+        d[problem.fixed_batch_field] = train_bs
         problem = problem_from_dict(d)
     spec = getattr(device, "spec", None)
     presets = tuple(PresetMode(p.name, p.budget_w, p.mode()) for p in getattr(spec, "presets", ()))
@@ -129,14 +132,17 @@ def run_search(strategy: SearchStrategy, device: ReplayLike, problem: Problem | 
         if not trials:
             break
         for trial in trials:
-            keys = {role: (mode_key(trial.mode), b, problem.workload_for(role), role) for role, b in trial.points}
+            # keyed by the profiled role: one measurement serves both slots of a two-inference problem
+            keys = {role: (mode_key(trial.mode), b, problem.workload_for(role), problem.device_role(role))
+                    for role, b in trial.points}
             new = [k for k in keys.values() if k not in measured]
             if max_profiles is not None and len(measured) + len(new) > max_profiles:
                 strategy.stop()
                 break
             measurement = {}
             for role, b in trial.points:
-                measurement[role] = device.lookup(trial.mode, b, problem.workload_for(role), _role_arg(device, role))
+                measurement[role] = device.lookup(trial.mode, b, problem.workload_for(role),
+                                                  _role_arg(device, problem.device_role(role)))
                 measured.add(keys[role])
             strategy.tell(trial, measurement)
     return SearchResult(strategy.best(), len(measured), strategy.n_trials, strategy)

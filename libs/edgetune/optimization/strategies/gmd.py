@@ -37,6 +37,9 @@ Choices where the paper leaves room (all documented in the report):
 - A dimension that a single move cannot bring within budget (its lowest value is still over)
   is set to its lowest value and the search goes on from there.
 - Queueing alone, (β−1)/α > L̂, eliminates a batch size without profiling it.
+- ``backtrack="search"`` (inference; default ``"paper"``): when the paper's backtracking finds
+  nothing, run the multi-dimensional search at the next larger β with the trials left (useful
+  when warm-started: see :meth:`GMD._search_larger`).
 - ``refine=True`` (default): training and concurrent searches spend budget left after the
   space is exhausted on local moves from the best candidate — one step up in a dimension, or
   one step up in a high-ρ dimension paired with one step down in a low-ρ one — kept when they
@@ -69,13 +72,17 @@ class GMD(SearchStrategy):
     name = "gmd"
 
     def __init__(self, problem, space, *, budget=None, seed=0, shed_order: str = "efficiency",
-                 refine: bool = True, **options: Any) -> None:
+                 refine: bool = True, backtrack: str = "paper", **options: Any) -> None:
         if shed_order not in ("efficiency", "paper"):
             raise InvalidArgument("shed_order", f"unknown order {shed_order!r}", "efficiency, paper")
+        if backtrack not in ("paper", "search"):
+            raise InvalidArgument("backtrack", f"unknown backtracking {backtrack!r}", "paper, search")
+        extra = {"backtrack": backtrack} if backtrack != "paper" else {}  # older states stay identical
         super().__init__(problem, space, budget=budget, seed=seed, shed_order=shed_order, refine=bool(refine),
-                         **options)
+                         **extra, **options)
         self.shed_order = shed_order
         self.refine = bool(refine)
+        self.backtrack = backtrack
         self.grid = space.grid
         self.rho: dict[int, float] = {}
         self.search_batch_size: int | None = None  # the bs the multi-dimensional search ran at
@@ -274,6 +281,23 @@ class GMD(SearchStrategy):
         if self.problem.solve(self.obs).feasible:
             return
         yield from self._backtrack_infer(visited, b0)
+        if self.backtrack == "search" and not self.problem.solve(self.obs).feasible:
+            yield from self._search_larger(b0)
+
+    def _search_larger(self, b0: int) -> SearchGen:
+        """``backtrack="search"``: the multi-dimensional search itself at the next larger β.
+
+        The paper's backtracking only retries modes visited at bs=1, and those that fit the power
+        budget at bs=1 often draw too much at a larger β. Searching at the larger β finds the modes
+        that fit there. It needs trials left over, which a cold GMD11 rarely has but a warm-started
+        one (the bs=1 walk already profiled) does: the dynamic-rate solver's case."""
+        prob = self.problem
+        for beta in (b for b in self.space.infer_batch_sizes if b > b0):
+            if prob.peak_latency_ms(beta, 0.0) > prob.latency_budget_ms or self.remaining <= 0:
+                return  # queueing alone breaks the budget, and only grows with β
+            yield from self._multidim(beta, self.remaining, refine=False)
+            if prob.solve(self.obs).feasible:
+                return
 
     def _backtrack_infer(self, visited: list[Idx], b0: int) -> SearchGen:
         """Retry modes within power at larger batch sizes, fastest first (§5.1.3)."""
