@@ -160,3 +160,135 @@ def sampler_overhead() -> dict:
         "cpu_minibatch_median_ms_with": statistics.median(sampled),
         "observed_fraction_noisy": statistics.median(sampled) / minibatch_ms - 1.0,
     }
+
+
+@benchmark("ray_speedup_8_trainings", "8 seeded proxy trainings via run_tasks (Ray) >= 1.5x faster than "
+           "sequential on 2 cores (Ray start-up excluded, reported)", "ray_over_sequential", 1 / 1.5)
+def ray_speedup() -> dict:
+    """The same 8 seeded digits trainings (resnet-slim, b=16, 16 passes of 256 samples), one after
+    another in this process and as Ray tasks on a fresh 2-CPU local Ray; results must match.
+
+    Timed: the task batches only. Ray's start-up and the workers' first imports (torch, the
+    estimation modules: a warm-up batch) are measured apart. The machine's cores may be shared
+    with other work, which a speed-up on 2 cores feels directly.
+    """
+    import ray
+
+    from edgetune.estimation import parallel
+    from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
+    from edgetune.estimation.proxy import load_proxy_data, pretrained_state
+
+    shared = {"workload": "resnet-slim", "target_accuracy": 1.01,  # unreachable: fixed work per task
+              "samples_per_pass": 256, "max_passes": 16, "input_size": 8,
+              "data": load_proxy_data("digits"), "init_state": pretrained_state("resnet-slim")}
+    tasks = [{"batch_size": 16, "seed": s, "lr": scaled_lr(16)} for s in range(8)]
+    t0 = time.perf_counter()
+    seq = parallel.run_tasks(train_to_target, tasks, parallel=False, shared=shared)
+    sequential_s = time.perf_counter() - t0
+    started_here = not ray.is_initialized()
+    t0 = time.perf_counter()
+    parallel.ensure_ray(num_cpus=2)
+    start_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    parallel.run_tasks(train_to_target, [{**t, "seed": 100 + i} for i, t in enumerate(tasks[:2])],
+                       shared={**shared, "max_passes": 1})  # workers import torch + edgetune once
+    warm_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    par = parallel.run_tasks(train_to_target, tasks, parallel=True, shared=shared)
+    ray_s = time.perf_counter() - t0
+    if started_here:
+        parallel.shutdown()
+    return {"ray_over_sequential": ray_s / sequential_s, "speedup": sequential_s / ray_s,
+            "sequential_s": sequential_s, "ray_s": ray_s, "ray_start_s": start_s, "worker_warmup_s": warm_s,
+            "tasks": len(tasks), "identical_results": [r.accuracy_by_pass for r in seq]
+            == [r.accuracy_by_pass for r in par]}
+
+
+# --- estimator (issue 4): predict every mode, transfer, reference fit -----------------------------
+def _estimator_tables(grid: str, workload: str, every: int = 1, seed: int | None = None, n: int | None = None):
+    """Simulator truth (Orin AGX, training, batch 16) on a grid as a library Table: every ``every``-th
+    mode, or ``n`` modes drawn with ``seed``."""
+    from edgetune.devices.simulated.tables import truth_table
+    from edgetune.powermodes.grids import named_grid
+    from edgetune.powermodes.specs import get_spec
+    from edgetune.tables import Table
+
+    spec = get_spec("orin-agx")
+    modes = named_grid(spec, grid).modes()
+    if n is not None:
+        rng = np.random.default_rng(seed)
+        modes = [modes[i] for i in sorted(rng.choice(len(modes), n, replace=False))]
+    rows = truth_table(spec, workload, "train", modes[::every], [16])
+    return Table(list(rows[0]), rows)
+
+
+_ESTIMATOR_MODELS: dict = {}
+
+
+def _estimator_models() -> dict:
+    """A reference nn (20 epochs on the 4,368 PowerTrain modes) and its nn+gp transfer to MobileNetV3
+    from 50 random modes; built once for the predict benchmarks."""
+    if not _ESTIMATOR_MODELS:
+        from edgetune.estimation.bundle import TimePowerModel
+
+        ref = TimePowerModel.fit_table(_estimator_tables("powertrain", "resnet18"), "nn", epochs=20)
+        small = _estimator_tables("full", "mobilenetv3", seed=0, n=50)
+        _ESTIMATOR_MODELS.update(nn=ref, gp=ref.transfer_table(small, "nn+gp"))
+    return _ESTIMATOR_MODELS
+
+
+def _predict_all_modes(model) -> dict:
+    """Best of 7 full-grid predictions with one BLAS thread (how the estimator service runs them: a
+    GP's 18k × 50 products gain nothing from threads, and threaded BLAS on shared cores is several
+    times slower), and with the BLAS default for comparison."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from edgetune.estimation.validation import ExtrapolationWarning
+    from edgetune.powermodes.grids import modes_array
+    from edgetune.powermodes.specs import get_spec
+
+    x = modes_array(get_spec("orin-agx"), "full")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExtrapolationWarning)
+        model.predict(x)  # first call: torch / BLAS warm-up
+        default_blas_s = best_of_s(lambda: model.predict(x), repeats=7)
+        with threadpool_limits(1, user_api="blas"):
+            s = best_of_s(lambda: model.predict(x), repeats=7)
+    return {"seconds": s, "seconds_default_blas": default_blas_s, "modes": int(len(x))}
+
+
+@benchmark("estimator_predict_18096_nn", "predict time + power of all 18,096 Orin modes (nn, loaded model) < 100 ms",
+           "seconds", 0.100)
+def estimator_predict_nn() -> dict:
+    """Library path: ``TimePowerModel.predict`` on the full grid, both targets, model in memory."""
+    return _predict_all_modes(_estimator_models()["nn"])
+
+
+@benchmark("estimator_predict_18096_nngp", "predict time + power + std of all 18,096 Orin modes (nn+gp) < 100 ms",
+           "seconds", 0.100)
+def estimator_predict_nngp() -> dict:
+    return _predict_all_modes(_estimator_models()["gp"])
+
+
+@benchmark("estimator_transfer_50", "nn+gp transfer of the reference to MobileNetV3 from 50 modes < 15 s",
+           "seconds", 15.0)
+def estimator_transfer() -> dict:
+    ref = _estimator_models()["nn"]
+    small = _estimator_tables("full", "mobilenetv3", seed=1, n=50)
+    t0 = time.perf_counter()
+    ref.transfer_table(small, "nn+gp")
+    return {"seconds": time.perf_counter() - t0, "rows": len(small)}
+
+
+@benchmark("estimator_fit_4368", "reference nn fit (100 epochs, time + power) on the 4,368 PowerTrain modes < 3 min",
+           "seconds", 180.0)
+def estimator_fit() -> dict:
+    """Both targets one after another in this process (the service runs them as two Ray tasks)."""
+    from edgetune.estimation.bundle import TimePowerModel
+
+    table = _estimator_tables("powertrain", "resnet18")
+    t0 = time.perf_counter()
+    TimePowerModel.fit_table(table, "nn", epochs=100)
+    return {"seconds": time.perf_counter() - t0, "rows": len(table), "epochs": 100}

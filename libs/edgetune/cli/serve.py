@@ -18,7 +18,7 @@ import click
 #: Service name -> module with ``main(argv: list[str]) -> int``; ``None``: not available yet.
 SERVICES: dict[str, str | None] = {
     "profiler": "edgetune.services.profiler.server",
-    "estimator": None,
+    "estimator": "edgetune.services.estimator.server",
     "optimizer": "edgetune.services.optimizer.server",
     "coordinator": "edgetune.services.coordinator.server",
 }

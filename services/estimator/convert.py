@@ -1,0 +1,420 @@
+"""Estimator messages <-> the estimation library's inputs and outputs (the servicer's edges only).
+
+Readers check what the library would otherwise reject without saying which request field was
+wrong, and raise :class:`~edgetune.errors.InvalidArgument` naming it: ``measurements[3].time_ms``
+(NaN, negative), ``measurements[0].mode.gpu_mhz`` (not a frequency of the device),
+``modes[7].cores``, ``kind`` (unknown method), ``grid``, ``chunk_size``, ``params.epochs``.
+
+Model ids. A model is a versioned store blob keyed by (device, workload, role, method); its id is
+those parts joined by ``/`` (``orin-agx/resnet18/train/nn``) unless the request names its own.
+``<id>@<version>`` names one version, a bare id the latest (every Fit / Transfer to the same
+id adds a version).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgetune.errors import InvalidArgument
+from edgetune.estimation.features import BATCH_FEATURE, TARGETS
+from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
+from edgetune.powermodes.mode import MODE_FIELDS
+from edgetune.powermodes.spec import DeviceSpec
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.convert import GRID, mode_from_proto, role_from_proto
+from edgetune.proto.v1 import common_pb2, estimator_pb2
+
+#: Store blob kind of estimator models.
+BLOB_KIND = "estimator-model"
+DEFAULT_FIT_METHOD = "nn"
+#: Best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
+DEFAULT_TRANSFER_METHOD = "nn+gp"
+#: Proto-level kind names that mean one of the library's methods.
+KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
+#: Methods whose predictor is (or wraps) the PowerTrain MLP.
+NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
+DEFAULT_VALIDATION_FRACTION = 0.1
+MAX_VALIDATION_FRACTION = 0.5
+DEFAULT_CHUNK_ROWS = 2048
+MAX_CHUNK_ROWS = 65_536
+
+_ID_PART = re.compile(r"^[A-Za-z0-9._+\-]+$")
+
+
+# --- model ids ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelRef:
+    """A model id split into store key parts, with the version asked for (None: the latest)."""
+
+    parts: tuple[str, ...]
+    version: int | None = None
+
+    @property
+    def model_id(self) -> str:
+        return "/".join(self.parts)
+
+    def versioned(self, version: int) -> str:
+        return f"{self.model_id}@{version}"
+
+
+def default_model_id(device: str, workload: str, role: str, method: str) -> str:
+    return "/".join((device, workload, role, method))
+
+
+def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = True) -> ModelRef:
+    """``a/b/c[@version]`` -> ModelRef; parts are non-empty ``[A-Za-z0-9._+-]`` words."""
+    allowed = "parts of letters, digits, . _ + - joined by /, optionally @<version>"
+    if not text:
+        raise InvalidArgument(field, "is empty", allowed)
+    base, at, version_text = text.partition("@")
+    version = None
+    if at:
+        if not allow_version:
+            raise InvalidArgument(field, f"{text!r}: a new model's id takes no @version (the store assigns it)",
+                                  allowed.replace(", optionally @<version>", ""))
+        if not version_text.isdigit() or int(version_text) < 1:
+            raise InvalidArgument(field, f"{text!r} has a bad version {version_text!r}", "@1, @2, ...")
+        version = int(version_text)
+    parts = tuple(base.split("/"))
+    bad = next((p for p in parts if not _ID_PART.match(p)), None)
+    if bad is not None:
+        raise InvalidArgument(field, f"{text!r} has a bad part {bad!r}", allowed)
+    return ModelRef(parts, version)
+
+
+def id_part(value: str, field: str) -> str:
+    """A device / workload name used as a model id part."""
+    if not value:
+        raise InvalidArgument(field, "is required", "a name, e.g. orin-agx / resnet18")
+    if not _ID_PART.match(value):
+        raise InvalidArgument(field, f"{value!r} has characters a model id cannot hold", "letters, digits, . _ + -")
+    return value
+
+
+# --- enums and methods --------------------------------------------------------------------------
+def method_from_kind(kind: str, default: str, field: str = "kind") -> str:
+    name = KIND_ALIASES.get(kind.strip().lower(), kind.strip().lower()) or default
+    if name not in METHODS:
+        raise InvalidArgument(field, f"unknown kind {kind!r}", ", ".join((*METHODS, *KIND_ALIASES)))
+    return name
+
+
+def role_name(value: int, field: str = "role") -> str:
+    """ROLE_TRAIN / ROLE_INFER; unspecified reads as train (the reference workloads are trainings)."""
+    from edgetune.devices.base import Role
+
+    return role_from_proto(value, field, default=Role.TRAIN).value
+
+
+def spec_for(device: str, field: str = "device") -> DeviceSpec:
+    try:
+        return get_spec(device)
+    except InvalidArgument as exc:
+        raise InvalidArgument(field, str(exc).split(": ", 1)[-1]) from None
+
+
+def grid_name(value: int, field: str = "grid") -> str:
+    return GRID.from_proto(value, field)
+
+
+def _typed(text: str) -> Any:
+    """A param value: int, float, bool, or the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def predictor_params(method: str, epochs: int, params: Mapping[str, str], *, transfer: bool = False,
+                     field_prefix: str = "params") -> dict[str, Any]:
+    """Constructor keywords of ``method`` from the request's ``epochs`` and ``params`` (checked here, so a
+    typo is INVALID_ARGUMENT naming it instead of a failed Ray task)."""
+    if epochs < 0:
+        raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
+    kw: dict[str, Any] = {k: _typed(v) for k, v in params.items()}
+    if transfer:
+        return kw  # transfer params are checked by _transfer_params
+    if epochs:
+        if method not in NN_METHODS:
+            raise InvalidArgument("epochs", f"applies to the NN methods, not {method!r}", "0 for " + method)
+        if method == "nn+gp":
+            kw["nn_params"] = {**kw.get("nn_params", {}), "epochs": epochs}
+        else:
+            kw["epochs"] = epochs
+    try:
+        make_predictor(method, TARGETS[0], **kw)  # cheap: nothing is built before fit
+    except TypeError:
+        names = _constructor_names(method)
+        bad = sorted(set(kw) - names)
+        raise InvalidArgument(f"{field_prefix}.{bad[0] if bad else '?'}", f"not a parameter of {method!r}",
+                              ", ".join(sorted(names))) from None
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field_prefix}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    return kw
+
+
+def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(keywords for ``adapt``, attributes to set on the reference NN before fine-tuning).
+
+    Fine-tuning settings (``transfer_epochs``, ``transfer_lr``, ``transfer_mode``) live on the reference
+    MLP, as in ``edgetune estimate transfer``; ``epochs`` is ``transfer_epochs``.
+    """
+    if epochs < 0:
+        raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
+    kw = {k: _typed(v) for k, v in params.items()}
+    nn_attrs = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
+    if epochs:
+        if method not in TRANSFER_METHODS:
+            raise InvalidArgument("epochs", f"fine-tuning epochs apply to {', '.join(TRANSFER_METHODS)}, not "
+                                  f"{method!r} (it fits the new rows from scratch)", "0")
+        nn_attrs["transfer_epochs"] = epochs
+    if nn_attrs and method not in TRANSFER_METHODS:
+        raise InvalidArgument(f"params.{next(iter(nn_attrs))}", f"applies to {', '.join(TRANSFER_METHODS)} only")
+    if method == "nn+gp":
+        names = {"combine", "restarts"}
+    elif method in TRANSFER_METHODS:
+        names = set()
+    else:
+        names = _constructor_names(method) - {"transform"}
+    bad = sorted(set(kw) - names)
+    if bad:
+        raise InvalidArgument(f"params.{bad[0]}", f"not a transfer parameter of {method!r}",
+                              ", ".join(sorted(names | {"transfer_epochs", "transfer_lr", "transfer_mode"})) or "none")
+    if "transfer_epochs" in nn_attrs and (not isinstance(nn_attrs["transfer_epochs"], int)
+                                          or nn_attrs["transfer_epochs"] < 1):
+        raise InvalidArgument("params.transfer_epochs", f"{nn_attrs['transfer_epochs']!r}", ">= 1")
+    return kw, nn_attrs
+
+
+def _constructor_names(method: str) -> set[str]:
+    cls = type(make_predictor(method, TARGETS[0]))
+    sig = inspect.signature(cls.__init__)
+    return {n for n, p in sig.parameters.items()
+            if n not in ("self", "target", "seed") and p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+# --- measurements -> arrays ---------------------------------------------------------------------
+@dataclass
+class Rows:
+    """Checked measurements as arrays: modes (n, 4), batch sizes (n,), targets."""
+
+    modes: np.ndarray
+    batch_size: np.ndarray
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    source: str  # what the rows came from, for messages and history
+
+    def __len__(self) -> int:
+        return int(self.modes.shape[0])
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({int(b) for b in self.batch_size})
+
+    def features(self, columns: Sequence[str]) -> np.ndarray:
+        cols = [self.modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else self.batch_size.astype(float)
+                for c in columns]
+        return np.column_stack(cols).astype(float)
+
+    def target(self, name: str) -> np.ndarray:
+        return self.time_ms if name == "time_ms" else self.power_w
+
+    def subset(self, index: np.ndarray) -> Rows:
+        return Rows(self.modes[index], self.batch_size[index], self.time_ms[index], self.power_w[index], self.source)
+
+
+def feature_columns(rows: Rows) -> tuple[str, ...]:
+    """The mode columns, plus batch_size when the rows hold several batch sizes (as the library does)."""
+    return (*MODE_FIELDS, BATCH_FEATURE) if len(rows.batch_sizes) > 1 else MODE_FIELDS
+
+
+def rows_from_measurements(msgs: Sequence[common_pb2.Measurement], spec: DeviceSpec, workload: str, role: str,
+                           field: str = "measurements") -> Rows:
+    """Inline measurements, each checked: a valid mode of ``spec``, batch size >= 1, finite time > 0 and
+    power >= 0, and no other device / workload / role than the request's."""
+    n = len(msgs)
+    modes = np.empty((n, 4))
+    batch = np.empty(n, dtype=np.int64)
+    time_ms = np.empty(n)
+    power_w = np.empty(n)
+    for i, m in enumerate(msgs):
+        at = f"{field}[{i}]"
+        for name, want in (("device", spec.name), ("workload", workload)):
+            got = getattr(m, name)
+            if got and got != want:
+                raise InvalidArgument(f"{at}.{name}", f"{got!r} differs from the request's {want!r}",
+                                      f"{want!r} or empty: a model is per device, workload and role")
+        if m.role and role_name(m.role, f"{at}.role") != role:
+            raise InvalidArgument(f"{at}.role", f"differs from the request's {role!r}", f"{role!r} or unspecified")
+        modes[i] = valid_mode(spec, mode_from_proto(m.mode, f"{at}.mode"), f"{at}.mode")
+        batch[i] = _batch(m.batch_size, f"{at}.batch_size")
+        time_ms[i] = _positive(m.time_ms, f"{at}.time_ms", "ms")
+        power_w[i] = _non_negative(m.power_w, f"{at}.power_w", "W")
+    return Rows(modes, batch, time_ms, power_w, "request")
+
+
+def rows_from_store(docs: Sequence[Mapping[str, Any]], spec: DeviceSpec, source: str) -> Rows:
+    """Profile-table rows the profiler stored; a bad one is named by its position and id."""
+    n = len(docs)
+    modes = np.empty((n, 4))
+    batch = np.empty(n, dtype=np.int64)
+    time_ms = np.empty(n)
+    power_w = np.empty(n)
+    for i, d in enumerate(docs):
+        at = f"{source}[{i}]" + (f" (id {d['id']})" if d.get("id") else "")
+        try:
+            from edgetune.powermodes.mode import PowerMode
+
+            mode = PowerMode(int(d["cores"]), float(d["cpu_mhz"]), float(d["gpu_mhz"]), float(d["emc_mhz"]))
+            values = float(d["time_ms"]), float(d["power_w"]), d.get("batch_size", 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(at, f"stored measurement is not a profile row ({exc})") from None
+        modes[i] = valid_mode(spec, mode, f"{at}.mode")
+        batch[i] = _batch(values[2], f"{at}.batch_size")
+        time_ms[i] = _positive(values[0], f"{at}.time_ms", "ms")
+        power_w[i] = _non_negative(values[1], f"{at}.power_w", "W")
+    return Rows(modes, batch, time_ms, power_w, source)
+
+
+def valid_mode(spec: DeviceSpec, mode: Any, field: str) -> tuple[float, ...]:
+    try:
+        return spec.validate(mode).as_tuple()
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+
+
+def _batch(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InvalidArgument(field, f"{value!r} is not a batch size", ">= 1")
+    return int(value)
+
+
+def _positive(value: float, field: str, unit: str) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidArgument(field, f"{value!r} is not a finite positive number", f"> 0 {unit}")
+    return float(value)
+
+
+def _non_negative(value: float, field: str, unit: str) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidArgument(field, f"{value!r} is not a finite non-negative number", f">= 0 {unit}")
+    return float(value)
+
+
+def min_fit_rows(validation_fraction: float, min_train_rows: int) -> int:
+    """Fewest rows that leave ``min_train_rows`` to train on after the held-out split."""
+    n = min_train_rows + 1
+    while n - held_out_count(n, validation_fraction) < min_train_rows:
+        n += 1
+    return n
+
+
+def held_out_count(n: int, validation_fraction: float) -> int:
+    return max(1, int(round(validation_fraction * n)))
+
+
+def validation_fraction(value: float) -> float:
+    if value == 0:
+        return DEFAULT_VALIDATION_FRACTION
+    if not (math.isfinite(value) and 0 < value <= MAX_VALIDATION_FRACTION):
+        raise InvalidArgument("validation_fraction", f"{value!r} is out of range",
+                              f"0 (default {DEFAULT_VALIDATION_FRACTION}) or (0, {MAX_VALIDATION_FRACTION}]")
+    return float(value)
+
+
+def chunk_rows(value: int) -> int:
+    if value == 0:
+        return DEFAULT_CHUNK_ROWS
+    if not 0 < value <= MAX_CHUNK_ROWS:
+        raise InvalidArgument("chunk_size", f"{value} is out of range",
+                              f"0 (default {DEFAULT_CHUNK_ROWS}) or 1 to {MAX_CHUNK_ROWS}")
+    return int(value)
+
+
+def modes_from_request(msgs: Sequence[common_pb2.PowerMode], spec: DeviceSpec, field: str = "modes") -> np.ndarray:
+    """Explicit modes, each validated against ``spec`` (a mode of another device is named by index)."""
+    out = np.empty((len(msgs), 4))
+    for i, m in enumerate(msgs):
+        out[i] = valid_mode(spec, mode_from_proto(m, f"{field}[{i}]"), f"{field}[{i}]")
+    return out
+
+
+# --- responses ------------------------------------------------------------------------------------
+def model_info(meta: Mapping[str, Any], version: int) -> estimator_pb2.ModelInfo:
+    from edgetune.proto.convert import ROLE
+
+    msg = estimator_pb2.ModelInfo(
+        model_id=f"{meta['model_id']}@{version}", kind=meta.get("kind", ""), device=meta.get("device", ""),
+        workload=meta.get("workload", ""), base_model_id=meta.get("base_model_id", ""),
+        n_train=int(meta.get("n_train", 0)), has_std=bool(meta.get("has_std", False)),
+        metrics={k: float(v) for k, v in meta.get("metrics", {}).items() if v is not None},
+    )
+    if meta.get("role"):
+        msg.role = ROLE.to_proto(meta["role"])  # type: ignore[assignment]
+    created = float(meta.get("created_s", 0.0))
+    if created:
+        seconds = math.floor(created)
+        msg.created.FromNanoseconds(seconds * 10**9 + round((created - seconds) * 1e9))
+    return msg
+
+
+def prediction_chunk(modes: np.ndarray, batch_size: np.ndarray, out: Mapping[str, np.ndarray], start: int,
+                     stop: int) -> list[common_pb2.Prediction]:
+    """Prediction messages of rows ``start:stop`` (std fields only where the model gives them)."""
+    m = modes[start:stop].tolist()
+    b = batch_size[start:stop].tolist()
+    t = out["time_ms"][start:stop].tolist()
+    p = out["power_w"][start:stop].tolist()
+    Pm, Pr = common_pb2.PowerMode, common_pb2.Prediction
+    if "time_std_ms" in out or "power_std_w" in out:
+        n = stop - start
+        ts = out["time_std_ms"][start:stop].tolist() if "time_std_ms" in out else [None] * n
+        ps = out["power_std_w"][start:stop].tolist() if "power_std_w" in out else [None] * n
+        return [Pr(mode=Pm(cores=int(c), cpu_mhz=f1, gpu_mhz=f2, emc_mhz=f3), batch_size=bs, time_ms=tt, power_w=pp,
+                   time_std_ms=tsd, power_std_w=psd)
+                for (c, f1, f2, f3), bs, tt, pp, tsd, psd in zip(m, b, t, p, ts, ps, strict=True)]
+    return [Pr(mode=Pm(cores=int(c), cpu_mhz=f1, gpu_mhz=f2, emc_mhz=f3), batch_size=bs, time_ms=tt, power_w=pp)
+            for (c, f1, f2, f3), bs, tt, pp in zip(m, b, t, p, strict=True)]
+
+
+def efficiency_to_proto(passes_by_batch: Mapping[int, float],
+                        ratio: Mapping[int, float]) -> list[common_pb2.BatchEfficiency]:
+    """One row per batch size, ascending; ``passes_to_target`` / ``r`` absent for never."""
+    out = []
+    for b in sorted(passes_by_batch):
+        msg = common_pb2.BatchEfficiency(batch_size=int(b))
+        if math.isfinite(passes_by_batch[b]):
+            msg.passes_to_target = float(passes_by_batch[b])
+        if math.isfinite(ratio.get(b, math.inf)):
+            msg.r = float(ratio[b])
+        out.append(msg)
+    return out
+
+
+def observed_passes(rows: Sequence[common_pb2.BatchEfficiency]) -> dict[int, float]:
+    """Already-measured passes by batch size (absent = never); checked."""
+    out: dict[int, float] = {}
+    for i, r in enumerate(rows):
+        at = f"observed[{i}]"
+        if r.batch_size < 1:
+            raise InvalidArgument(f"{at}.batch_size", f"{r.batch_size} is not a batch size", ">= 1")
+        if r.batch_size in out:
+            raise InvalidArgument(f"{at}.batch_size", f"batch size {r.batch_size} repeats", "one row per batch size")
+        passes = r.passes_to_target if r.HasField("passes_to_target") else math.inf
+        if math.isnan(passes) or passes <= 0:
+            raise InvalidArgument(f"{at}.passes_to_target", f"{passes!r} is not a pass count",
+                                  "> 0, or absent for never")
+        out[int(r.batch_size)] = float(passes)
+    return out

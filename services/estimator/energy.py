@@ -1,0 +1,173 @@
+"""EstimateEnergy's wiring: a network (a layer-wise zoo name, or the request's layers) -> THOR (seed 003).
+
+The network becomes an ``nn.Sequential`` on the meta device (shapes only), THOR
+(:mod:`edgetune.estimation.layerwise.thor`) plans its variant networks, profiles them on the
+device's simulated layer costing in the requested mode, fits one GP per layer kind, and the
+energy of one training iteration above idle is the sum of its blocks' GP means. Per block the
+GP also gives a std; the total std adds the blocks' variances (independent GPs). A fitted THOR
+is cached per (device, mode, network, batch size): fitting takes seconds, estimating microseconds.
+
+When the layer-wise package is missing, :data:`AVAILABLE` is False and the RPC answers
+UNIMPLEMENTED saying so.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.proto.v1 import estimator_pb2
+
+try:  # being built alongside this service: answer UNIMPLEMENTED rather than fail to start
+    from edgetune.devices.simulated.layers import LayerCostModel
+    from edgetune.estimation.layerwise.blocks import BlockInstance, blocks_of, parse
+    from edgetune.estimation.layerwise.thor import Thor
+    from edgetune.estimation.layerwise.zoo import MODELS as ZOO
+    from edgetune.estimation.layerwise.zoo import parsed_model
+
+    AVAILABLE, MISSING = True, ""
+except ImportError as exc:  # pragma: no cover - depends on the installed library
+    AVAILABLE, MISSING = False, str(exc)
+    ZOO = {}
+
+DEFAULT_BATCH_SIZE = 16
+#: Layer types a request may list, and what each becomes.
+LAYER_TYPES = ("conv", "dwconv", "pool", "avgpool", "gap", "flatten", "fc", "bn", "relu", "dropout")
+
+
+class Unimplemented(EdgetuneError):
+    """The server cannot do this (a library part is missing); mapped to UNIMPLEMENTED."""
+
+
+def require() -> None:
+    if not AVAILABLE:
+        raise Unimplemented("EstimateEnergy needs edgetune.estimation.layerwise (THOR), which this installation "
+                            f"lacks: {MISSING}")
+
+
+# --- the network ------------------------------------------------------------------------------------
+def network_from_layers(layers: Sequence[estimator_pb2.Layer], batch_size: int) -> Any:
+    """The request's layers as a THOR-parsed model; a layer that does not fit its input is named."""
+    import torch
+    from torch import nn
+
+    first = layers[0]
+    for name in ("in_channels", "input_height", "input_width"):
+        if getattr(first, name) < 1:
+            raise InvalidArgument(f"layers[0].{name}", "the first layer must give the input shape", ">= 1")
+    shape = (batch_size, first.in_channels, first.input_height, first.input_width)
+    x = torch.zeros(shape, device="meta")
+    modules: list[nn.Module] = []
+    for i, layer in enumerate(layers):
+        at = f"layers[{i}]"
+        kind = layer.type.strip().lower()
+        if kind not in LAYER_TYPES:
+            raise InvalidArgument(f"{at}.type", f"unknown layer type {layer.type!r}", ", ".join(LAYER_TYPES))
+        channels = int(x.shape[1])
+        if layer.in_channels and layer.in_channels != channels and kind != "fc":
+            raise InvalidArgument(f"{at}.in_channels", f"{layer.in_channels} but the previous layer gives {channels}",
+                                  str(channels))
+        k, s, p = layer.kernel_size, layer.stride, layer.padding
+        with torch.device("meta"):
+            if kind in ("conv", "dwconv"):
+                if layer.out_channels < 1 and kind == "conv":
+                    raise InvalidArgument(f"{at}.out_channels", "is required for a conv layer", ">= 1")
+                out = channels if kind == "dwconv" else layer.out_channels
+                m: nn.Module = nn.Conv2d(channels, out, k or 3, s or 1, p, groups=channels if kind == "dwconv" else 1)
+            elif kind == "pool":
+                m = nn.MaxPool2d(k or 2, s or (k or 2), p)
+            elif kind == "avgpool":
+                m = nn.AvgPool2d(k or 2, s or (k or 2), p)
+            elif kind == "gap":
+                m = nn.AdaptiveAvgPool2d(1)
+            elif kind == "flatten":
+                m = nn.Flatten()
+            elif kind == "fc":
+                if layer.out_channels < 1:
+                    raise InvalidArgument(f"{at}.out_channels", "is required for an fc layer (its neurons)", ">= 1")
+                if x.dim() > 2:  # THOR's connector: an FC after conv layers sees them flat
+                    modules.append(nn.Flatten())
+                    x = modules[-1](x)
+                m = nn.Linear(int(x.shape[1]), layer.out_channels)
+            elif kind == "bn":
+                m = nn.BatchNorm2d(channels) if x.dim() == 4 else nn.BatchNorm1d(channels)
+            elif kind == "relu":
+                m = nn.ReLU()
+            else:
+                m = nn.Dropout(0.0)
+        try:
+            x = m(x)
+        except RuntimeError as exc:
+            raise InvalidArgument(at, f"does not fit its input of shape {tuple(x.shape)}: {exc}") from None
+        modules.append(m)
+    return parse(nn.Sequential(*modules), shape)
+
+
+def network(workload: str, layers: Sequence[estimator_pb2.Layer], batch_size: int) -> tuple[Any, str]:
+    """(parsed model, cache signature) of the request's network."""
+    if bool(workload) == bool(layers):
+        raise InvalidArgument("workload", "give a zoo workload name or the layers, not both / neither",
+                              ", ".join(ZOO) + ", or layers")
+    if workload:
+        if workload not in ZOO:
+            raise InvalidArgument("workload", f"unknown layer-wise zoo model {workload!r}", ", ".join(ZOO))
+        return parsed_model(workload, batch_size), f"zoo:{workload}"
+    return network_from_layers(layers, batch_size), "layers:" + repr([tuple(str(v) for v in (
+        lay.type, lay.input_height, lay.input_width, lay.in_channels, lay.out_channels, lay.kernel_size, lay.stride,
+        lay.padding)) for lay in layers])
+
+
+# --- estimating -------------------------------------------------------------------------------------
+@dataclass
+class BlockEnergy:
+    block: Any
+    energy_j: float
+    std_j: float
+
+
+class EnergyEstimator:
+    """Fitted THORs by (device, mode, network, batch size), fitted once each (see the module docs)."""
+
+    def __init__(self, cache_size: int = 8, seed: int = 0) -> None:
+        from edgetune.services.estimator.models import LRU
+
+        self._thors = LRU(cache_size)
+        self._lock = threading.Lock()  # one fit at a time: fits are CPU-bound and share the cores
+        self.seed = seed
+
+    def estimate(self, device: str, mode: Any, parsed: Any, signature: str) -> list[BlockEnergy]:
+        key = (device, mode.as_tuple() if mode is not None else None, signature, parsed.input_shape)
+        thor = self._thors.get(key)
+        if thor is None:
+            with self._lock:
+                thor = self._thors.get(key)
+                if thor is None:
+                    thor = Thor(parsed, LayerCostModel(device), mode, seed=self.seed).fit()
+                    self._thors.put(key, thor)
+        out = []
+        for b in blocks_of(parsed)[1]:
+            mean, std = thor.gps[b.kind].predict([b.gp_input()], return_std=True)
+            out.append(BlockEnergy(b, float(mean[0]), float(std[0])))
+        return out
+
+
+def layer_of(block: BlockInstance) -> estimator_pb2.Layer:
+    """A block as the API's Layer: its parametric layer, input size, channels and THOR position."""
+    k = block.kind
+    return estimator_pb2.Layer(type=k.layer, position=k.role, input_height=k.in_h, input_width=k.in_w,
+                               in_channels=block.c_in, out_channels=block.c_out, kernel_size=k.kernel,
+                               stride=k.stride)
+
+
+def response(blocks: Sequence[BlockEnergy]) -> estimator_pb2.EstimateEnergyResponse:
+    msg = estimator_pb2.EstimateEnergyResponse(
+        energy_j=sum(b.energy_j for b in blocks),
+        energy_std_j=math.sqrt(sum(b.std_j ** 2 for b in blocks)),
+    )
+    for b in blocks:
+        msg.layers.append(estimator_pb2.LayerEnergy(layer=layer_of(b.block), energy_j=b.energy_j, energy_std_j=b.std_j))
+    return msg

@@ -1,0 +1,145 @@
+"""The estimator's entry point: ``python -m edgetune.services.estimator.server`` or
+``edgetune serve estimator --port P --redis URL [--ray-address ADDR] [--no-ray]``.
+
+Models live in the store (versioned blobs), so a restarted estimator, or any replica, serves
+every model fitted before (``--redis embedded`` keeps them only as long as this process: give
+``embedded:/dir`` or a Redis URL to keep them). Fit / Transfer / EstimateBatchEfficiency run
+their tasks on a local Ray started at first use (``--ray-num-cpus``, default every core; started before the server listens), on a
+Ray cluster (``--ray-address`` or ``EDGETUNE_RAY_ADDRESS``), or in order in this process
+(``--no-ray``). Shutdown (SIGTERM / SIGINT): health goes NOT_SERVING, in-flight RPCs get
+``--grace-s``, then the local Ray this process started stops and the store closes.
+
+Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--ray-address``, ``--no-ray``,
+``--ray-num-cpus``, ``--model-cache-size``, ``--max-message-mb`` and the common server flags
+(``--host``, ``--port``, ``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from edgetune.coordination.store import Store, open_store
+from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.estimation import parallel
+from edgetune.proto.v1 import estimator_pb2_grpc
+from edgetune.services.common import (
+    add_option,
+    add_server_options,
+    build_server,
+    server_kwargs,
+    setup_logging,
+)
+from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.server import ServiceServer
+from edgetune.services.estimator.energy import Unimplemented
+from edgetune.services.estimator.jobs import Runner
+from edgetune.services.estimator.models import ModelRepository
+from edgetune.services.estimator.servicer import EstimatorServicer
+
+log = logging.getLogger("edgetune.estimator")
+
+DEFAULT_PORT = 50052
+#: A full grid × batch sizes streams in chunks, but a Fit with tens of thousands of inline rows is one message.
+DEFAULT_MAX_MESSAGE_MB = 64
+DEFAULT_MODEL_CACHE = 16
+
+if status_for(Unimplemented("")) is not grpc.StatusCode.UNIMPLEMENTED:
+    register_status(Unimplemented, grpc.StatusCode.UNIMPLEMENTED)
+
+
+def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_port: int | None = None, *,
+                  host: str = "0.0.0.0", grace_s: float = 10.0, max_workers: int = 16, use_ray: bool = True,
+                  ray_address: str | None = None, ray_num_cpus: int | None = None,
+                  model_cache_size: int = DEFAULT_MODEL_CACHE, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+                  store: Store | None = None) -> tuple[ServiceServer, EstimatorServicer]:
+    """The estimator's server, not yet started, and its servicer (see :func:`serve`)."""
+    if not max_message_mb > 0:
+        raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
+    if ray_num_cpus is not None and ray_num_cpus < 0:
+        raise InvalidArgument("ray_num_cpus", f"{ray_num_cpus} is negative", "0 (every core) or more")
+    if model_cache_size < 0:
+        raise InvalidArgument("model_cache_size", f"{model_cache_size} is negative", ">= 0")
+    own_store = store is None
+    store = store if store is not None else open_store(redis_url)
+    try:
+        runner = Runner(parallel=use_ray, address=parallel.resolve_address(ray_address) if use_ray else None,
+                        num_cpus=ray_num_cpus or None)
+        # Ray first, from this thread: Ray forks its daemons, and a fork from a gRPC handler thread
+        # while gRPC polls can crash the child (seen with ray 2.55 + grpcio here).
+        runner.start()
+        servicer = EstimatorServicer(ModelRepository(store, cache_size=model_cache_size), runner)
+        size = int(max_message_mb) * 1024 * 1024
+        server = build_server("estimator", [(servicer, estimator_pb2_grpc.add_EstimatorServicer_to_server)],
+                              host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
+                              max_workers=max_workers,
+                              options=[("grpc.max_receive_message_length", size),
+                                       ("grpc.max_send_message_length", size)])
+    except BaseException:
+        if own_store:
+            store.close()
+        raise
+    if own_store:
+        server.on_shutdown.append(store.close)
+    if use_ray:
+        server.on_shutdown.append(parallel.shutdown)  # stops only a Ray this process started
+    log.info("estimator ready", extra={"port": server.port, "store": repr(store),
+                                       "tasks": "sequential" if not use_ray else (runner.address or "local ray")})
+    return server, servicer
+
+
+def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_port: int | None = None, *,
+          block: bool = True, **kwargs: Any) -> ServiceServer:
+    """Start the estimator; with ``block`` serve until SIGTERM / SIGINT (keywords: :func:`create_server`'s)."""
+    server, _ = create_server(port, redis_url, metrics_port, **kwargs)
+    if not block:
+        return server.start()
+    try:
+        server.serve()
+    finally:
+        server.stop(0)  # no-op after a signal-driven stop; otherwise runs the hooks
+    return server
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="edgetune serve estimator",
+                                     description="The edgetune estimator: fit, transfer and serve time / power "
+                                                 "predictors; batch efficiency; layer-wise energy.")
+    add_server_options(parser, default_port=DEFAULT_PORT)
+    add_option(parser, "redis", "embedded",
+               "model store: redis://host:port/db, unix:///path, embedded[:/dir] (plain embedded: models last as "
+               "long as this process)")
+    add_option(parser, "ray_address", "", f"Ray cluster for the tasks (also {parallel.ADDRESS_ENV}); empty: a local "
+                                          "Ray started at first use")
+    add_option(parser, "no_ray", False, "run the tasks one after another in this process, without Ray")
+    add_option(parser, "ray_num_cpus", 0, "CPUs of the local Ray (0: every core)")
+    add_option(parser, "model_cache_size", DEFAULT_MODEL_CACHE, "loaded models kept in memory")
+    add_option(parser, "max_message_mb", DEFAULT_MAX_MESSAGE_MB, "largest request / response in MiB")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except EdgetuneError as exc:  # a bad EDGETUNE_* value
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging("estimator", args.log_level)
+    try:
+        serve(redis_url=args.redis, use_ray=not args.no_ray, ray_address=args.ray_address or None,
+              ray_num_cpus=args.ray_num_cpus or None, model_cache_size=args.model_cache_size,
+              max_message_mb=args.max_message_mb, **server_kwargs(args))
+    except (EdgetuneError, OSError) as exc:  # bad flags, unreachable Redis, busy port
+        log.error("cannot start the estimator: %s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
