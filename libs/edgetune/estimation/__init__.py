@@ -1,4 +1,4 @@
-"""Time and power predictors over power modes (PowerTrain transfer NN, GP, baselines).
+"""Estimation: time and power over power modes, batch efficiency, and layer-wise energy.
 
 * :mod:`.base` — the :class:`Predictor` interface and its file format;
 * :mod:`.nn` — PowerTrain's MLP and its transfer; :mod:`.asymmetric` — Fulcrum's loss;
@@ -7,7 +7,10 @@
 * :mod:`.registry` — methods by name (:func:`make_predictor`, :func:`adapt`);
 * :mod:`.bundle` — :class:`TimePowerModel`, the time + power pair in one file;
 * :mod:`.features`, :mod:`.validation` — feature / target handling and input checks;
-* :mod:`.metrics` — MAPE and friends.
+* :mod:`.metrics` — MAPE and friends;
+* :mod:`.parallel` — Ray tasks (local, a cluster address, or sequential with the same results);
+* :mod:`.batch_efficiency`, :mod:`.proxy` — seed 000's batch efficiency r on a proxy data set;
+* :mod:`.layerwise` — NeuralPower per-layer models and THOR layer-wise GP energy, pruning.
 
 Import the submodules you need; this package imports nothing heavy (torch) by itself.
 """

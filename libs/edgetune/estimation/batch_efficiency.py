@@ -1,0 +1,240 @@
+"""Batch-size efficiency on a proxy data set: passes to target accuracy and the vector r (seed 000).
+
+Seed 000 splits time to accuracy into ``TT(b, f) = T_s(b, f) × N_s_acc(b)``: the device
+profiles ``T_s``, the time to train on **s samples**; a server estimates ``N_s_acc(b)``, how
+many such s-sample passes training with batch size b needs to reach the target accuracy,
+by fine-tuning the same pre-trained model with every b on a proxy data set, and sends
+``r_b = N_s_acc(b) / max_b N_s_acc(b)``.
+
+:func:`estimate_batch_efficiency` does that here, one Ray task per (batch size, seed)
+(:mod:`edgetune.estimation.parallel`):
+
+- start from the shared pre-trained checkpoint (:func:`edgetune.estimation.proxy.pretrained_state`);
+- Adam, as the paper, at ``lr = base_lr · sqrt(b / base_batch)`` (square-root scaling,
+  5e-4 at b = 128: :func:`scaled_lr`);
+- the training stream is a seeded sequence of epoch permutations of the proxy's training
+  split, consumed b samples per minibatch; the seed fixes the order (the same for every
+  b, so the batch sizes see the same samples) and dropout;
+- **s** (``samples_per_pass``, default 256 = 2 × the largest batch size, inside the paper's
+  ``b_max ≤ s ≤ |D|``): after every s samples the held-out accuracy is measured; the
+  passes to target are the first k with accuracy ≥ target (an integer, as the paper's
+  10 and 15); never within ``max_passes`` → ``inf``.
+
+Per batch size the result holds the passes of every seed, their mean and std (inf when
+any seed never reaches the target: a censored run has no finite mean) and r. The
+``eff.csv`` it writes is exactly the ``edgetune optimize joint --efficiency`` table of
+CONTRACT.md: ``batch_size,passes_to_target`` with ``inf`` for never.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgetune.errors import InvalidArgument
+from edgetune.estimation.parallel import Progress, run_tasks
+
+SAMPLES_PER_PASS = 256
+BASE_LR = 5e-4
+BASE_BATCH = 128
+EFFICIENCY_COLUMNS = ("batch_size", "passes_to_target")
+
+
+def scaled_lr(batch_size: int, base_lr: float = BASE_LR, base_batch: int = BASE_BATCH) -> float:
+    """Adam learning rate for ``batch_size``: ``base_lr · sqrt(batch_size / base_batch)``."""
+    if batch_size < 1 or base_batch < 1 or not base_lr > 0:
+        raise InvalidArgument("batch_size", f"lr scaling needs positive sizes and lr, got b={batch_size}, "
+                              f"base_batch={base_batch}, base_lr={base_lr}", "> 0")
+    return base_lr * math.sqrt(batch_size / base_batch)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One (batch size, seed) training run."""
+
+    batch_size: int
+    seed: int
+    passes_to_target: float  # inf = never within max_passes
+    accuracy_by_pass: tuple[float, ...]  # held-out accuracy after each s-sample pass
+    lr: float
+    wall_s: float
+
+
+def train_to_target(*, workload: str, batch_size: int, seed: int, target_accuracy: float, lr: float,
+                    samples_per_pass: int, max_passes: int, input_size: int, data, init_state) -> RunResult:
+    """Fine-tune ``init_state`` with ``batch_size`` until held-out accuracy ≥ target; count s-sample passes.
+
+    Deterministic for a seed on one thread (``run_tasks`` ensures that in both of its modes).
+    """
+    import torch
+    from torch.nn import functional as F
+
+    from edgetune.estimation.proxy import accuracy, build_proxy_model
+
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)  # dropout masks
+    model = build_proxy_model(workload, input_size)
+    model.load_state_dict(init_state)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    order_rng = np.random.default_rng(seed)
+    stream = np.empty(0, dtype=np.int64)  # the sample order, extended one epoch at a time
+    pos = seen = 0
+    curve: list[float] = []
+    passes = math.inf
+    for k in range(1, max_passes + 1):
+        while seen < k * samples_per_pass:
+            if pos + batch_size > len(stream):
+                stream = np.concatenate([stream[pos:], order_rng.permutation(data.n_train)])
+                pos = 0
+            j = torch.from_numpy(stream[pos:pos + batch_size])
+            pos += batch_size
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(data.x_train[j]), data.y_train[j]).backward()
+            opt.step()
+            seen += batch_size
+        curve.append(accuracy(model, data.x_test, data.y_test))
+        if curve[-1] >= target_accuracy:
+            passes = float(k)
+            break
+    return RunResult(batch_size, seed, passes, tuple(curve), lr, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class BatchEfficiencyEstimate:
+    """Passes to target per (batch size, seed) on one proxy data set, and what follows from them."""
+
+    workload: str
+    proxy: str
+    target_accuracy: float
+    samples_per_pass: int
+    batch_sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
+    passes: np.ndarray  # (len(batch_sizes), len(seeds)); inf = never
+    initial_accuracy: float  # the pre-trained model's held-out accuracy
+    runs: tuple[RunResult, ...] = field(default=(), repr=False)
+    wall_s: float = 0.0
+
+    def passes_mean(self) -> dict[int, float]:
+        """Mean passes over seeds per batch size; inf if any seed never reached the target."""
+        return {b: float(np.mean(row)) if np.isfinite(row).all() else math.inf
+                for b, row in zip(self.batch_sizes, self.passes, strict=True)}
+
+    def passes_std(self) -> dict[int, float]:
+        return {b: float(np.std(row)) if np.isfinite(row).all() else math.nan
+                for b, row in zip(self.batch_sizes, self.passes, strict=True)}
+
+    def ratio(self) -> dict[int, float]:
+        """``r_b = N(b) / max_b N(b)`` over the batch sizes that reach the target; inf for the others."""
+        mean = self.passes_mean()
+        finite = [n for n in mean.values() if math.isfinite(n)]
+        top = max(finite) if finite else math.inf
+        return {b: n / top if math.isfinite(n) else math.inf for b, n in mean.items()}
+
+    def efficiency(self, seed: int | None = None):
+        """As :class:`edgetune.optimization.joint.BatchEfficiency` (mean over seeds, or one seed's)."""
+        from edgetune.optimization.joint import BatchEfficiency
+
+        if seed is None:
+            return BatchEfficiency.from_pairs(self.passes_mean())
+        col = self.seeds.index(seed)
+        return BatchEfficiency.from_pairs({b: float(row[col])
+                                           for b, row in zip(self.batch_sizes, self.passes, strict=True)})
+
+    def to_csv(self, path: str | os.PathLike) -> None:
+        """``eff.csv`` for ``edgetune optimize joint`` (mean passes; ``inf`` = never)."""
+        write_efficiency_csv(path, self.passes_mean())
+
+    def rows(self) -> list[dict]:
+        """One dict per batch size for reports: lr, mean / std passes, r, every seed's passes."""
+        mean, std, r = self.passes_mean(), self.passes_std(), self.ratio()
+        lr = {run.batch_size: run.lr for run in self.runs}
+        out = []
+        for b, row in zip(self.batch_sizes, self.passes, strict=True):
+            out.append({"workload": self.workload, "proxy": self.proxy, "batch_size": b,
+                        "lr": lr.get(b, math.nan), "passes_mean": mean[b], "passes_std": std[b], "r": r[b],
+                        **{f"passes_seed{s}": float(v) for s, v in zip(self.seeds, row, strict=True)}})
+        return out
+
+
+def write_efficiency_csv(path: str | os.PathLike, passes_by_batch: Mapping[int, float]) -> None:
+    """``batch_size,passes_to_target`` rows by ascending batch size; never (inf / NaN) is written ``inf``."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(EFFICIENCY_COLUMNS)
+        for b in sorted(passes_by_batch):
+            n = float(passes_by_batch[b])
+            w.writerow([int(b), "inf" if not math.isfinite(n) else repr(n)])
+
+
+def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
+           max_passes: int) -> None:
+    if not batch_sizes:
+        raise InvalidArgument("batch_sizes", "no batch sizes given", "one or more positive integers")
+    if any(int(b) != b or b < 1 for b in batch_sizes) or len(set(batch_sizes)) != len(batch_sizes):
+        raise InvalidArgument("batch_sizes", f"{list(batch_sizes)} must be distinct positive integers")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InvalidArgument("seeds", f"{list(seeds)} must be one or more distinct integers")
+    if not 0.0 < target_accuracy <= 1.0:
+        raise InvalidArgument("target_accuracy", f"{target_accuracy} is not a fraction", "(0, 1]")
+    if samples_per_pass < max(batch_sizes):
+        raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} is below the largest batch size "
+                              f"{max(batch_sizes)}", f">= {max(batch_sizes)} (seed 000: b_max <= s <= |D|)")
+    if max_passes < 1:
+        raise InvalidArgument("max_passes", f"{max_passes} must be positive", ">= 1")
+
+
+def estimate_batch_efficiency(
+    workload: str,
+    batch_sizes: Sequence[int],
+    target_accuracy: float,
+    seeds: Sequence[int] = (0, 1, 2),
+    proxy: str = "digits",
+    max_passes: int = 60,
+    base_lr: float = BASE_LR,
+    base_batch: int = BASE_BATCH,
+    parallel: bool = True,
+    *,
+    samples_per_pass: int = SAMPLES_PER_PASS,
+    input_size: int = 8,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> BatchEfficiencyEstimate:
+    """Train ``workload`` from the shared checkpoint with every batch size and seed to ``target_accuracy``.
+
+    ``workload``: ``"resnet-slim"``, ``"mobilenetv3-slim"`` or a zoo classification workload
+    (:func:`edgetune.estimation.proxy.build_proxy_model`); ``proxy``: a data set of
+    :data:`edgetune.estimation.proxy.DATASETS`. ``parallel`` / ``address`` / ``progress`` go
+    to :func:`edgetune.estimation.parallel.run_tasks`.
+    """
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
+
+    batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
+    _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
+    t0 = time.perf_counter()
+    data = load_proxy_data(proxy, input_size)
+    if samples_per_pass > data.n_train:
+        raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} exceeds the {data.n_train} training "
+                              f"samples of {proxy!r}", f"<= {data.n_train}")
+    init_state = pretrained_state(workload, input_size)
+    start = build_proxy_model(workload, input_size)
+    start.load_state_dict(init_state)
+    initial = accuracy(start, data.x_test, data.y_test)
+    if initial >= target_accuracy:  # zero passes would make r meaningless
+        raise InvalidArgument("target_accuracy", f"the pre-trained {workload} already has {initial:.3f} on "
+                              f"{proxy!r}", f"> {initial:.3f}")
+    tasks = [{"batch_size": b, "seed": s, "lr": scaled_lr(b, base_lr, base_batch)}
+             for b in batch_sizes for s in seeds]
+    shared = {"workload": workload, "target_accuracy": target_accuracy, "samples_per_pass": samples_per_pass,
+              "max_passes": max_passes, "input_size": input_size, "data": data, "init_state": init_state}
+    runs = run_tasks(train_to_target, tasks, parallel=parallel, address=address, progress=progress,
+                     shared=shared)
+    passes = np.array([r.passes_to_target for r in runs], dtype=float).reshape(len(batch_sizes), len(seeds))
+    return BatchEfficiencyEstimate(workload, proxy, target_accuracy, samples_per_pass, tuple(batch_sizes),
+                                   tuple(seeds), passes, initial, tuple(runs), time.perf_counter() - t0)

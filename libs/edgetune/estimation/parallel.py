@@ -1,0 +1,255 @@
+"""Run many independent estimation tasks in parallel with Ray, or one after another.
+
+Every piece of estimation work that fans out — proxy trainings per (batch size, seed),
+predictor fits per (workload, target), cross-validation folds — goes through
+:func:`run_tasks`:
+
+- ``parallel=True`` and no address: a **local Ray** started lazily on first use with quiet
+  defaults (no dashboard, no worker logs on the driver, ``num_cpus`` = ``os.cpu_count()``
+  unless given); a Ray already initialised by the caller is used as it is;
+- an ``address`` argument or the ``EDGETUNE_RAY_ADDRESS`` environment variable: that **Ray
+  cluster** (``"auto"``, ``"ray://head:10001"``, ...);
+- ``parallel=False``: the same calls, in order, in this process (no Ray import at all).
+
+Either way each task runs with one torch thread and one BLAS thread, so N tasks on N cores
+do not oversubscribe them and a seeded task gives bit-identical results in both modes
+(torch's CPU kernels can reduce in a different order with another thread count). Results
+come back in input order. A failing task raises :class:`TaskFailed` naming the function and
+the task's arguments, chained to the original exception; the other tasks are cancelled.
+``progress(done, total)`` is called as tasks finish (in completion order under Ray).
+
+``shared`` kwargs (a dataset, a pre-trained checkpoint) are put into Ray's object store
+once and handed to every task, instead of being serialised once per task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from edgetune.errors import EdgetuneError, InvalidArgument
+
+ADDRESS_ENV = "EDGETUNE_RAY_ADDRESS"
+
+Progress = Callable[[int, int], None]
+
+_lock = threading.Lock()
+_started_here = False  # whether this module called ray.init (then ``shutdown`` may stop it)
+
+
+class TaskFailed(EdgetuneError, RuntimeError):
+    """One task of :func:`run_tasks` raised; ``kwargs`` are its arguments, ``cause`` the original error."""
+
+    def __init__(self, fn_name: str, index: int, kwargs: Mapping[str, Any], cause: BaseException) -> None:
+        self.fn_name, self.index, self.kwargs, self.cause = fn_name, index, dict(kwargs), cause
+        args = ", ".join(f"{k}={_short_repr(v)}" for k, v in kwargs.items())
+        super().__init__(f"task {index} {fn_name}({args}) failed: {type(cause).__name__}: {cause}")
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """One torch intra-op thread and one BLAS / OpenMP thread inside the block; restored after."""
+    from threadpoolctl import threadpool_limits
+
+    try:
+        import torch
+    except ImportError:  # torch-free tasks still get the BLAS limit
+        torch = None  # type: ignore[assignment]
+    before = torch.get_num_threads() if torch is not None else None
+    try:
+        if torch is not None:
+            torch.set_num_threads(1)
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        if torch is not None and before is not None:
+            torch.set_num_threads(before)
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """What every task runs, local or remote: ``fn(**kwargs)`` on one thread."""
+    with single_threaded():
+        return fn(**kwargs)
+
+
+def _remote_call(fn: Callable[..., Any], kwargs: dict[str, Any], shared_names: list[str],
+                 *shared_values: Any) -> Any:
+    try:
+        return _call(fn, {**dict(zip(shared_names, shared_values, strict=True)), **kwargs})
+    except Exception as exc:  # noqa: BLE001 - shipped back as data, re-raised by the driver
+        return _Failure.of(exc)
+
+
+class _Failure:
+    """A task's exception in a form that survives pickling back to the driver.
+
+    Ray re-creates a remote exception by calling its class with ``exc.args``; exceptions whose
+    ``__init__`` takes other arguments (``InvalidArgument(field, message, allowed)``) come
+    back as an opaque ``UnserializableException``. Rebuilding with ``__new__`` + ``args`` +
+    ``__dict__`` keeps the original type and fields.
+    """
+
+    def __init__(self, exc_cls: type | None, args: tuple, state: dict, text: str, trace: str) -> None:
+        self.exc_cls, self.args, self.state, self.text, self.trace = exc_cls, args, state, text, trace
+
+    @classmethod
+    def of(cls, exc: BaseException) -> _Failure:
+        import pickle
+        import traceback
+
+        parts: tuple = (type(exc), exc.args, dict(getattr(exc, "__dict__", {})))
+        try:
+            pickle.loads(pickle.dumps(parts))
+        except Exception:  # noqa: BLE001 - a class or field that cannot travel: keep the text
+            parts = (None, (), {})
+        return cls(*parts, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+
+    def rebuild(self) -> BaseException:
+        exc: BaseException
+        try:
+            assert self.exc_cls is not None
+            exc = self.exc_cls.__new__(self.exc_cls)
+            exc.args = self.args
+            exc.__dict__.update(self.state)
+        except Exception:  # noqa: BLE001
+            exc = RuntimeError(self.text)
+        exc.add_note(f"in the Ray task:\n{self.trace}")
+        return exc
+
+
+def resolve_address(address: str | None = None) -> str | None:
+    """The Ray cluster to use: ``address``, else ``$EDGETUNE_RAY_ADDRESS``, else None (local Ray)."""
+    return address or os.environ.get(ADDRESS_ENV) or None
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
+    """Initialise Ray once (cluster at ``address`` or a quiet local one); returns the ``ray`` module.
+
+    A Ray the caller already initialised is left as it is (its ``num_cpus`` wins).
+    """
+    global _started_here
+    import ray
+
+    with _lock:
+        if ray.is_initialized():
+            return ray
+        address = resolve_address(address)
+        # CPU-only tasks: opt in to Ray's future GPU env behaviour, which also silences its FutureWarning
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            if num_cpus is not None and num_cpus < 1:
+                raise InvalidArgument("num_cpus", f"{num_cpus} must be positive", ">= 1")
+            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
+        _started_here = True
+    return ray
+
+
+def shutdown() -> None:
+    """Stop the Ray this module started (a Ray the caller started is theirs to stop)."""
+    global _started_here
+    with _lock:
+        if _started_here:
+            import ray
+
+            ray.shutdown()
+            _started_here = False
+
+
+def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
+    """The cartesian product of ``axes`` as kwargs dicts, last axis fastest.
+
+    ``grid(batch_size=[8, 32], seed=[0, 1])`` → ``[{batch_size: 8, seed: 0}, {8, 1}, {32, 0}, {32, 1}]``.
+    """
+    names = list(axes)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[n] for n in names))]
+
+
+def run_tasks(
+    fn: Callable[..., Any],
+    list_of_kwargs: Sequence[Mapping[str, Any]],
+    *,
+    parallel: bool = True,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    progress: Progress | None = None,
+    shared: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """``[fn(**shared, **kw) for kw in list_of_kwargs]``, as Ray tasks or in order (see module doc).
+
+    ``fn`` must be importable by name in a Ray worker (defined in a module, not in a REPL
+    cell or a test file outside ``sys.path``) or a closure cloudpickle can carry by value.
+    """
+    tasks = [dict(kw) for kw in list_of_kwargs]
+    common = dict(shared or {})
+    for i, kw in enumerate(tasks):
+        clash = set(kw) & set(common)
+        if clash:
+            raise InvalidArgument(f"list_of_kwargs[{i}]", f"repeats shared argument(s) {sorted(clash)}")
+    name = getattr(fn, "__qualname__", repr(fn))
+    if not tasks:
+        return []
+    if not parallel:
+        return _run_sequential(fn, name, tasks, common, progress)
+    return _run_ray(fn, name, tasks, common, progress, address, num_cpus)
+
+
+def _run_sequential(fn, name, tasks, common, progress) -> list[Any]:
+    results = []
+    for i, kw in enumerate(tasks):
+        try:
+            results.append(_call(fn, {**common, **kw}))
+        except Exception as exc:  # noqa: BLE001 - re-raised with the task named
+            raise TaskFailed(name, i, kw, exc) from exc
+        if progress is not None:
+            progress(i + 1, len(tasks))
+    return results
+
+
+def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
+    ray = ensure_ray(address, num_cpus)
+    from ray.exceptions import RayError
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(_remote_call)
+    fn_ref = ray.put(fn)
+    names = list(common)
+    shared_refs = [ray.put(common[k]) for k in names]  # one copy in the object store
+    pending = {}
+    for i, kw in enumerate(tasks):
+        # top-level ObjectRef arguments are resolved by Ray before the call; nested ones are not
+        pending[remote.remote(fn_ref, kw, names, *shared_refs)] = i
+    results: list[Any] = [None] * len(tasks)
+    done = 0
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i = pending.pop(ref)
+                try:
+                    out = ray.get(ref)
+                except RayError as exc:  # the worker died, or the task was cancelled
+                    raise TaskFailed(name, i, tasks[i], exc) from exc
+                if isinstance(out, _Failure):
+                    cause = out.rebuild()
+                    raise TaskFailed(name, i, tasks[i], cause) from cause
+                results[i] = out
+                done += 1
+                if progress is not None:
+                    progress(done, len(tasks))
+    except BaseException:
+        for ref in pending:  # don't leave the rest running after a failure or Ctrl-C
+            ray.cancel(ref, force=False)
+        raise
+    return results

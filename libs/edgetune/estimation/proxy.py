@@ -1,0 +1,235 @@
+"""Proxy data sets, zoo models adapted to them, and the shared pre-trained checkpoint (seed 000).
+
+Seed 000 estimates batch-size efficiency on a server by fine-tuning the *same pre-trained
+model* with every batch size on a *proxy data set* of the same task type. Offline, that is:
+
+- **Data** — scikit-learn's bundled ``load_digits`` (1,797 8×8 images, 10 classes; no
+  download), through the zoo's own pipeline (:class:`edgetune.workloads.data.DigitsImages`:
+  standardised, bilinear to the model's input size, repeated to 3 channels), split once by
+  a fixed permutation into three disjoint parts:
+
+  ======================  ==========  =====================================================
+  name                    samples     role
+  ======================  ==========  =====================================================
+  ``pretrain`` pool       397         pre-training (the paper's CIFAR-100 pre-training)
+  ``"digits"``            700         the proxy set (the paper's CIFAR-10 subset)
+  ``"digits-noisy"``      700         a *different* target set: other digits, with Gaussian
+                                      pixel noise (σ = 0.3 of the standardised scale; the
+                                      paper's SVHN / CINIC), for the oracle in experiments
+  ======================  ==========  =====================================================
+
+  Each of the two sets is split 80 / 20 into train / held-out test (560 / 140), as in the
+  paper.
+
+- **Models** — the zoo's building blocks at digit scale, so that a CPU trains one to
+  target in seconds: ``"resnet-slim"`` (ResNet18's ``BasicBlock``, 3 stages of 16 / 32 / 64
+  channels, one block each, ≈ 78 k parameters) and ``"mobilenetv3-slim"`` (MobileNetV3's
+  ``InvertedResidual`` blocks with squeeze-excite and hard-swish, 5 blocks up to 40
+  channels, ≈ 156 k parameters). Any zoo classification workload name (``"resnet18"``,
+  ``"mobilenetv3"``) also works: the full model with 10 classes at the given input size.
+
+- **Pre-trained checkpoint** — :func:`pretrained_state`: the model trained briefly on the
+  pool (Adam, fixed seed), the same weights for every batch size and seed; cached per
+  process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import default_collate
+
+from edgetune.errors import InvalidArgument
+from edgetune.workloads.mobilenet import InvertedResidual
+from edgetune.workloads.resnet import BasicBlock
+
+DATASETS = ("digits", "digits-noisy")
+SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim")
+NUM_CLASSES = 10
+IN_CHANNELS = 3  # the zoo's digits pipeline repeats the grey image to 3 channels
+
+_SPLIT_SEED = 20240  # fixed: the proxy / target / pool partition never changes
+_POOL, _PART = 397, 700  # 397 + 700 + 700 = 1,797 digits
+_TEST_FRACTION = 0.2
+_NOISE_STD = 0.3  # target set's pixel noise, in standardised units
+
+
+@dataclass(frozen=True)
+class ProxyData:
+    """Train / held-out tensors of one data set: x (n, C, S, S) float32, y (n,) int64."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def n_train(self) -> int:
+        return int(self.y_train.numel())
+
+
+@lru_cache(maxsize=4)
+def _digits_at(input_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from edgetune.workloads.data import DigitsImages
+
+    ds = DigitsImages(input_size, IN_CHANNELS)
+    x, y = default_collate([ds[i] for i in range(len(ds))])
+    return x, y
+
+
+def _partition() -> dict[str, np.ndarray]:
+    order = np.random.default_rng(_SPLIT_SEED).permutation(_POOL + 2 * _PART)
+    return {"pretrain": order[:_POOL], "digits": order[_POOL:_POOL + _PART],
+            "digits-noisy": order[_POOL + _PART:]}
+
+
+def _perturb(images_8px: torch.Tensor, seed: int) -> torch.Tensor:
+    """Add seeded Gaussian pixel noise to 8×8 images (fixed: the target set is one data set)."""
+    rng = np.random.default_rng([_SPLIT_SEED, seed])
+    return images_8px + torch.from_numpy(rng.normal(0.0, _NOISE_STD, images_8px.shape).astype(np.float32))
+
+
+@lru_cache(maxsize=8)
+def load_proxy_data(name: str = "digits", input_size: int = 8) -> ProxyData:
+    """The data set ``name`` (see :data:`DATASETS`, or ``"pretrain"`` for the pool) at ``input_size`` px."""
+    if name not in (*DATASETS, "pretrain"):
+        raise InvalidArgument("proxy", f"unknown proxy data set {name!r}", ", ".join(DATASETS))
+    if not isinstance(input_size, int) or input_size < 8:
+        raise InvalidArgument("input_size", f"{input_size!r} is too small", ">= 8 (the digits' own size)")
+    idx = torch.from_numpy(_partition()[name])
+    if name == "digits-noisy":
+        # noise at the native 8×8, then resampled like the zoo pipeline does
+        x8, y = _digits_at(8)
+        x = _perturb(x8[idx], seed=1)
+        if input_size != 8:
+            x = F.interpolate(x, size=(input_size, input_size), mode="bilinear", align_corners=False)
+        y = y[idx]
+    else:
+        x_all, y_all = _digits_at(input_size)
+        x, y = x_all[idx], y_all[idx]
+    if name == "pretrain":
+        empty = torch.zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.int64)
+        return ProxyData(name, x.contiguous(), y.contiguous(), *empty)
+    n_test = int(round(len(y) * _TEST_FRACTION))
+    return ProxyData(name, x[n_test:].contiguous(), y[n_test:].contiguous(),
+                     x[:n_test].contiguous(), y[:n_test].contiguous())
+
+
+# --- models ------------------------------------------------------------------------------
+class SlimResNet(nn.Module):
+    """ResNet18's BasicBlocks at digit scale: 3×3 stem, one block per stage (16, 32, 64 ch), FC."""
+
+    def __init__(self, widths: tuple[int, ...] = (16, 32, 64), num_classes: int = NUM_CLASSES,
+                 in_channels: int = IN_CHANNELS) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True))
+        blocks, c_in = [], widths[0]
+        for i, c_out in enumerate(widths):
+            blocks.append(BasicBlock(c_in, c_out, 1 if i == 0 else 2))
+            c_in = c_out
+        self.stages = nn.Sequential(*blocks)
+        self.fc = nn.Linear(c_in, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, BasicBlock):  # as the zoo's ResNet: blocks start as identity
+                nn.init.zeros_(m.bn2.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.stages(self.stem(x)), 1)
+        return self.fc(torch.flatten(x, 1))
+
+
+# (in, kernel, expanded, out, use_se, activation, stride): MobileNetV3-small's first blocks,
+# strides cut to fit 8×8 inputs
+_SLIM_MOBILE = [
+    (16, 3, 16, 16, True, "RE", 1),
+    (16, 3, 72, 24, False, "RE", 2),
+    (24, 3, 88, 24, False, "RE", 1),
+    (24, 5, 96, 40, True, "HS", 2),
+    (40, 5, 240, 40, True, "HS", 1),
+]
+
+
+class SlimMobileNetV3(nn.Module):
+    """MobileNetV3-small's inverted residual blocks at digit scale, with its 1×1 head and classifier."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES, in_channels: int = IN_CHANNELS,
+                 head: int = 240, hidden: int = 256, dropout: float = 0.2) -> None:
+        super().__init__()
+        last = _SLIM_MOBILE[-1][3]
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish(inplace=True),
+            *[InvertedResidual(*s) for s in _SLIM_MOBILE],
+            nn.Conv2d(last, head, 1, bias=False), nn.BatchNorm2d(head), nn.Hardswish(inplace=True),
+        )
+        self.classifier = nn.Sequential(nn.Linear(head, hidden), nn.Hardswish(inplace=True),
+                                        nn.Dropout(dropout), nn.Linear(hidden, num_classes))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            elif isinstance(m, nn.BatchNorm2d):
+                # the zoo blocks' 0.01 suits ImageNet's long runs; a digits run has only hundreds of
+                # steps, too few for running statistics that slow (held-out accuracy stays at chance)
+                m.momentum = 0.1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
+    """A fresh (untrained) model: a slim name of :data:`SLIM_MODELS`, or a zoo classification workload."""
+    if workload == "resnet-slim":
+        return SlimResNet()
+    if workload == "mobilenetv3-slim":
+        return SlimMobileNetV3()
+    from edgetune.workloads.registry import get_workload
+
+    wl = get_workload(workload)  # unknown names raise InvalidArgument listing the zoo
+    if wl.task != "classify":
+        raise InvalidArgument("workload", f"{workload!r} is a {wl.task} workload, not an image classifier",
+                              ", ".join(SLIM_MODELS) + ", or a zoo classification workload")
+    return wl.with_config(num_classes=NUM_CLASSES, input_size=input_size, in_channels=IN_CHANNELS).build()
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> float:
+    """Top-1 accuracy in eval mode (BatchNorm running stats, no dropout); the mode is restored."""
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(y), chunk):
+        correct += int((model(x[i:i + chunk]).argmax(1) == y[i:i + chunk]).sum())
+    model.train(was_training)
+    return correct / max(len(y), 1)
+
+
+@lru_cache(maxsize=8)
+def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch_size: int = 32,
+                     lr: float = 1e-3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The shared starting point: ``workload`` trained ``epochs`` on the pool with Adam (seeded).
+
+    Returned tensors are detached copies; callers ``load_state_dict`` them into a fresh model.
+    """
+    pool = load_proxy_data("pretrain", input_size)
+    torch.manual_seed(seed)
+    model = build_proxy_model(workload, input_size)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    order_rng = np.random.default_rng(seed)
+    model.train()
+    for _ in range(epochs):
+        order = torch.from_numpy(order_rng.permutation(pool.n_train))
+        for i in range(0, pool.n_train - batch_size + 1, batch_size):
+            j = order[i:i + batch_size]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(pool.x_train[j]), pool.y_train[j]).backward()
+            opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
