@@ -80,14 +80,25 @@ def round_request_from_proto(msg: coordinator_pb2.PlanRoundRequest) -> RoundRequ
     nodes = []
     for i, n in enumerate(msg.nodes):
         options = _options_from_proto(n.options, f"nodes[{i}].options") if n.options else None
-        nodes.append(RoundNode(n.node_id, int(n.samples), optional_value(n, "power_budget_w"), options))
+        nodes.append(RoundNode(n.node_id, int(n.samples), optional_value(n, "power_budget_w"), options,
+                               _batch_sizes(n.batch_sizes), _efficiency(n.batch_efficiency)))
     budgets = msg.budgets
     return RoundRequest(
         nodes=tuple(nodes), round_id=msg.round_id, objective=ROUND_OBJECTIVE.from_proto(msg.objective),
         deadline_s=optional_value(budgets, "deadline_s"),
         site_power_budget_w=optional_value(budgets, "site_power_budget_w"),
         workload=workload_to_dict(msg.workload),
-        role=role_from_proto(msg.workload.role, "workload.role", default=Role.TRAIN).value, apply=msg.apply)
+        role=role_from_proto(msg.workload.role, "workload.role", default=Role.TRAIN).value, apply=msg.apply,
+        batch_sizes=_batch_sizes(msg.batch_sizes), batch_efficiency=_efficiency(msg.batch_efficiency))
+
+
+def _batch_sizes(values: Sequence[int]) -> tuple[int, ...] | None:
+    """Empty (proto3's absent) is None: any batch size; checked by the round library."""
+    return tuple(int(b) for b in values) or None
+
+
+def _efficiency(values) -> dict[int, float] | None:
+    return {int(b): float(r) for b, r in values.items()} or None
 
 
 def _options_from_proto(options: Sequence[common_pb2.Prediction], at: str) -> OptionTable:
@@ -111,6 +122,9 @@ def round_outcome_to_proto(outcome: RoundOutcome) -> coordinator_pb2.PlanRoundRe
         return msg
     msg.makespan_s = plan.makespan_s or 0.0
     msg.energy_j = plan.energy_j or 0.0
+    msg.fastest_energy_j = plan.fastest_energy_j or 0.0
+    msg.fastest_makespan_s = plan.fastest_makespan_s or 0.0
+    msg.energy_saved_j = plan.energy_saved_j or 0.0
     for p in plan.nodes:
         node = msg.nodes.add(node_id=p.id, batch_size=p.batch_size, time_s=p.time_s, power_w=p.power_w,
                              energy_j=p.energy_j)

@@ -7,6 +7,10 @@ restarted replica resumes where the last one stopped. Shutdown (SIGTERM / SIGINT
 watches end, health goes NOT_SERVING, in-flight RPCs get ``--grace-s``, then the Kubernetes
 watch stops, the lease is released (the standby takes over at once) and the store closes.
 
+Membership re-plans: the leader checks every heartbeat interval (TTL / 3) whether a node of
+the last applied round was lost or came back, and re-plans the round when so
+(:class:`MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
+
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
 ``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--kube`` (``none``, ``incluster``,
 ``kubeconfig``), ``--kube-selector`` and the common server flags.
@@ -19,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +34,7 @@ from prometheus_client import Gauge
 
 from edgetune.coordination import kube
 from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, default_holder_id
+from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import Store, open_store
@@ -71,6 +76,42 @@ class CoordinatorServer(ServiceServer):
         super().stop(grace_s)
 
 
+class MembershipCheck:
+    """The leader's periodic check: re-plan the last round when its plannable nodes changed."""
+
+    def __init__(self, rounds: RoundCoordinator, lease: LeaderLease, interval_s: float) -> None:
+        self.rounds = rounds
+        self.lease = lease
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> None:
+        if not self.lease.is_leader:
+            return
+        try:
+            self.rounds.replan_after_membership_change()
+        except NotLeader:
+            pass  # lost the lease meanwhile: the new leader checks
+        except Exception:  # Redis hiccup, a bad stored round: log and try again next time
+            log.exception("membership check failed")
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="membership-check", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 5.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.check()
+
+
 @dataclass
 class Coordinator:
     """The parts of one running replica (for tests and embedding)."""
@@ -80,6 +121,7 @@ class Coordinator:
     store: Store
     lease: LeaderLease
     watcher: kube.KubeNodeWatcher | None = None
+    membership: MembershipCheck | None = None
 
 
 def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.KubeNodeWatcher | None:
@@ -112,10 +154,13 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "0.0.0.0",
                        metrics_port: int | None = None, grace_s: float = 10.0,
                        max_workers: int = DEFAULT_MAX_WORKERS,
-                       store: Store | None = None, watch_block_ms: int = 500) -> Coordinator:
+                       store: Store | None = None, watch_block_ms: int = 500,
+                       membership_check_s: float | None = None) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
+    ``membership_check_s``: how often the leader checks the last round's nodes for lost /
+    returned ones (None: the heartbeat interval, TTL / 3; 0: never).
     """
     own_store = store is None
     store = store if store is not None else open_store(redis_url)
@@ -136,11 +181,18 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         def on_register(record: NodeRecord) -> None:
             if watcher is not None:  # a node that registers after the last event gets its flag now
                 kube.apply_to_registry(registry, watcher.statuses)
+            if lease.is_leader:  # a node of the last round (re-)joins: re-plan it now (else the check will)
+                try:
+                    rounds.replan_after_membership_change(record.node_id)
+                except Exception:  # the registration itself succeeded; the periodic check retries
+                    log.exception("re-plan after the registration of %s failed", record.node_id)
 
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
                                        watch_block_ms=watch_block_ms)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
+        interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
+        membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
     except BaseException:
         if own_store:
             store.close()
@@ -151,7 +203,9 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     server.on_shutdown.append(lease.stop)
     if watcher is not None:
         server.on_shutdown.append(watcher.stop)
-    return Coordinator(server, servicer, store, lease, watcher)
+    if membership is not None:
+        server.on_shutdown.append(membership.stop)
+    return Coordinator(server, servicer, store, lease, watcher, membership)
 
 
 def start(coordinator: Coordinator) -> Coordinator:
@@ -159,6 +213,8 @@ def start(coordinator: Coordinator) -> Coordinator:
     coordinator.lease.start()
     if coordinator.watcher is not None:
         coordinator.watcher.start()
+    if coordinator.membership is not None:
+        coordinator.membership.start()
     log.info("coordinator ready", extra={"port": coordinator.server.port, "holder": coordinator.lease.holder_id,
                                          "lease_ms": coordinator.lease.lease_ms, "store": repr(coordinator.store)})
     return coordinator

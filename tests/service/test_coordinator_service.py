@@ -264,3 +264,51 @@ def test_health_and_reflection(leader):
     reply = next(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
     assert "edgetune.v1.Coordinator" in {s.name for s in reply.list_services_response.service}
     channel.close()
+
+
+def test_plan_round_batch_sizes_efficiency_and_energy_saved(leader):
+    coordinator, stub = leader
+    ids = [_register(stub, n) for n in ("a", "b")]
+    req = _plan_request(ids, apply=False)
+    fast = _options()[0]
+    small = common_pb2.Prediction(mode=fast.mode, batch_size=8, time_ms=30.0, power_w=42.0)
+    for n in req.nodes:
+        n.options.append(small)  # b=8: 400 × 30 ms = 12 s, slower than b=32's 10 s ...
+    req.batch_efficiency.update({8: 0.5, 32: 1.0})  # ... unless b=8 needs half the samples: 6 s
+    req.nodes[1].batch_sizes.append(32)  # b is fixed at 32 by the FL job
+    plan = stub.PlanRound(req)
+    assert plan.feasible and [(n.node_id, n.batch_size) for n in plan.nodes] == [("a", 8), ("b", 32)]
+    assert plan.nodes[0].time_s == pytest.approx(6.0)
+    assert plan.fastest_energy_j > 0 and plan.fastest_makespan_s > 0
+    assert plan.energy_saved_j == pytest.approx(plan.fastest_energy_j - plan.energy_j)
+    req.nodes[0].batch_sizes.append(16)
+    plan = stub.PlanRound(req)
+    assert not plan.feasible and "batch sizes 16" in plan.reason
+
+
+def test_lost_and_returning_nodes_replan_the_round(store):
+    coordinator, channel, stub = _replica(store, heartbeat_ttl_s=0.6, membership_check_s=0.1)
+    try:
+        assert coordinator.lease.wait_leader(3.0)
+        ids = [_register(stub, n) for n in ("a", "b", "c")]
+        plan = stub.PlanRound(_plan_request(ids, site_power_budget_w=100.0))
+        assert plan.feasible and len(plan.nodes) == 3
+        revs = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)).revision for i in ids}
+        deadline = time.monotonic() + 5
+        changed = False
+        while time.monotonic() < deadline and not changed:  # c goes silent; the leader's check re-plans
+            for i in ids[:2]:
+                stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=i))
+            cfg = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)) for i in ids[:2]}
+            changed = any(c.revision > revs[i] for i, c in cfg.items())
+            time.sleep(0.05)
+        assert changed
+        assert stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id="c")).revision == revs["c"]
+        # c re-registers: its config is re-planned at once (within the 100 W site budget)
+        _register(stub, "c")
+        after = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)) for i in ids}
+        assert after["c"].revision >= revs["c"]
+        assert sum(1 for i in ids if after[i].mode.cores == 12) <= 2  # 3 × 42 W would break 100 W
+    finally:
+        channel.close()
+        coordinator.server.stop(0)

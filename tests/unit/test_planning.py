@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import math
 import time
 
 import numpy as np
@@ -205,3 +206,97 @@ def test_bench_1000_nodes_fast():
     # target < 1 s per objective; a shared 2-core CI box gets 4× slack
     assert out["makespan"]["seconds"] < 4 and out["energy"]["seconds"] < 4, out
     assert time.perf_counter() - t0 < 20
+
+
+# -- batch size per node: fixed, a list, the batch-efficiency vector (issue 6) ------------
+
+# b=8 is fast per sample but (r 0.5 vs 1.0) b=32 needs twice the samples... here the reverse:
+# per 320 samples b=8 takes 40 × 15 ms = 0.6 s at 20 W, b=32 10 × 50 ms = 0.5 s at 25 W.
+B, T, P = [8, 8, 32, 32], [30.0, 15.0, 100.0, 50.0], [10.0, 20.0, 12.0, 25.0]
+
+
+def test_batch_sizes_fixed_and_list():
+    free = plan_round(Fleet([NodeOptions("a", 320, B, T, P)]))
+    assert free.nodes[0].batch_size == 32 and free.makespan_s == pytest.approx(0.5)
+    fixed = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_sizes=(8,))]))
+    assert fixed.nodes[0].batch_size == 8 and fixed.makespan_s == pytest.approx(0.6)
+    # the baseline of "energy saved" is the fastest *admissible* option
+    assert fixed.fastest_makespan_s == pytest.approx(0.6)
+    listed = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_sizes=(8, 32, 64))]))
+    assert listed.nodes[0].batch_size == 32
+    none = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_sizes=(16,))]))
+    assert not none.feasible and "'a'" in none.reason and "batch sizes 16" in none.reason
+
+
+def test_batch_efficiency_scales_the_work():
+    # r_8 = 0.5: b=8 needs 160 samples (20 × 15 ms = 0.3 s), now faster than b=32 (0.5 s)
+    eff = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_efficiency={8: 0.5, 32: 1.0})]))
+    assert eff.nodes[0].batch_size == 8 and eff.makespan_s == pytest.approx(0.3)
+    assert eff.energy_j == pytest.approx(0.3 * 20)
+    # r as passes_to_target (3 vs 2 passes): the work is samples × passes, the choice follows
+    passes = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_efficiency={8: 2.0, 32: 3.0})]))
+    assert passes.nodes[0].batch_size == 8 and passes.makespan_s == pytest.approx(80 * 0.015)
+    # a batch size missing from the vector, or inf, never reaches the target
+    only32 = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_efficiency={8: math.inf, 32: 1.0})]))
+    assert only32.nodes[0].batch_size == 32
+    never = plan_round(Fleet([NodeOptions("a", 320, B, T, P, batch_efficiency={64: 1.0})]))
+    assert not never.feasible and "reach the target (64)" in never.reason
+    # float noise in samples × r does not add a minibatch: 0.67 × 300 = 201 samples exactly
+    n = NodeOptions("a", 300, [67], [10.0], [5.0], batch_efficiency={67: 0.67})
+    assert n.round_time_s()[0] == pytest.approx(3 * 0.010)
+
+
+def test_batch_constraints_with_energy_objective_and_site_budget():
+    nodes = [NodeOptions("a", 320, B, T, P, batch_efficiency={8: 0.5, 32: 1.0}),
+             NodeOptions("b", 320, B, T, P, batch_sizes=(32,))]
+    plan = plan_round(Fleet(nodes, objective="energy", deadline_s=10, site_power_budget_w=30))
+    assert plan.feasible and sum(p.power_w for p in plan.nodes) <= 30
+    assert plan.nodes[1].batch_size == 32
+    # brute force over both nodes' admissible options
+    best = min((ea + eb) for ta, pa, ea in _opts(nodes[0]) for tb, pb, eb in _opts(nodes[1])
+               if pa + pb <= 30 and max(ta, tb) <= 10)
+    assert plan.energy_j == pytest.approx(best)
+
+
+def _opts(n):
+    t = n.round_time_s()
+    return [(t[j], n.power_w[j], t[j] * n.power_w[j]) for j in np.flatnonzero(n.admissible())]
+
+
+def test_fleet_json_batch_keys(tmp_path):
+    write_table(tmp_path / "t.csv", [(8, 1344, 727, 2133, b, t, p) for b, t, p in zip(B, T, P, strict=True)])
+    doc = {"batch_efficiency": {"8": 0.5, "32": 1.0},
+           "nodes": [{"id": "a", "samples": 320, "table": "t.csv"},
+                     {"id": "b", "samples": 320, "table": "t.csv", "batch_sizes": [32]},
+                     {"id": "c", "samples": 320, "table": "t.csv", "batch_sizes": 8,
+                      "batch_efficiency": {"8": None, "32": 1}},
+                     {"id": "d", "samples": 320, "table": "t.csv", "batch_efficiency": None}]}
+    (tmp_path / "fleet.json").write_text(json.dumps(doc))
+    fleet = load_fleet(tmp_path / "fleet.json")
+    a, b, c, d = fleet.nodes
+    assert a.batch_efficiency == {8: 0.5, 32: 1.0} and a.batch_sizes is None
+    assert b.batch_sizes == (32,) and b.batch_efficiency == {8: 0.5, 32: 1.0}
+    assert c.batch_sizes == (8,) and c.batch_efficiency == {8: math.inf, 32: 1.0}
+    assert d.batch_efficiency is None
+    plan = plan_round(fleet)
+    assert not plan.feasible and "'c'" in plan.reason  # c's only batch size never reaches the target
+    doc["nodes"].pop(2)
+    (tmp_path / "fleet.json").write_text(json.dumps(doc))
+    plan = plan_round(load_fleet(tmp_path / "fleet.json"))
+    assert [p.batch_size for p in plan.nodes] == [8, 32, 32]
+
+
+@pytest.mark.parametrize("extra,where", [
+    ({"batch_sizes": []}, "batch_sizes"),
+    ({"batch_sizes": [8, 0]}, "batch_sizes[1]"),
+    ({"batch_sizes": [8.5]}, "batch_sizes[0]"),
+    ({"batch_efficiency": {"x": 1}}, "batch_efficiency.x"),
+    ({"batch_efficiency": {"8": -1}}, "batch_efficiency.8"),
+    ({"batch_efficiency": [1, 2]}, "batch_efficiency"),
+])
+def test_fleet_batch_key_errors(tmp_path, extra, where):
+    write_table(tmp_path / "t.csv", [(8, 1344, 727, 2133, 16, 100, 20)])
+    (tmp_path / "fleet.json").write_text(json.dumps({"nodes": [{"id": "a", "samples": 5, "table": "t.csv", **extra}]}))
+    with pytest.raises(InvalidArgument) as err:
+        load_fleet(tmp_path / "fleet.json")
+    assert f"fleet.json:nodes[0].{where}" in str(err.value)

@@ -4,6 +4,7 @@ nodes, re-planning after a budget change with revisions only for changed nodes."
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -89,3 +90,73 @@ def test_standby_and_bad_requests(setup):
     rounds.lease.release()
     with pytest.raises(NotLeader):
         rounds.plan(_request("a"))
+
+
+def _beat_until_lost(registry, keep, lost, timeout_s=3.0):
+    deadline = time.monotonic() + timeout_s
+    while registry.get(lost).live and time.monotonic() < deadline:
+        for n in keep:
+            registry.heartbeat(n)
+        time.sleep(0.05)
+    assert not registry.get(lost).live
+
+
+def test_membership_change_replans_only_changed_nodes(setup):
+    store, registry, rounds = setup
+    # site 100 W: two nodes fit at FAST (84 W), three need MID somewhere
+    out = rounds.plan(_request("abc", site_power_budget_w=100.0))
+    assert out.plan.feasible and sorted(p.mode for p in out.plan.nodes).count(MID) >= 1
+    first = {p.id: p.mode for p in out.plan.nodes}
+    for n in "abc":
+        registry.heartbeat(n)
+    assert rounds.replan_after_membership_change() is None  # nothing changed
+    _beat_until_lost(registry, "ab", "c")
+    lost = rounds.replan_after_membership_change()
+    assert lost.plan.feasible and [p.id for p in lost.plan.nodes] == ["a", "b"] and "c (lost" in lost.reason
+    assert [p.mode for p in lost.plan.nodes] == [FAST, FAST]
+    # only the nodes whose config changed get a new revision; c keeps its old config
+    revs = {p.node_id: (p.revision, p.changed) for p in lost.published}
+    assert all(changed == (first[n] != FAST) for n, (_, changed) in revs.items())
+    assert rounds.configs.revision("c") == 1
+    for n in "ab":
+        registry.heartbeat(n)
+    assert rounds.replan_after_membership_change() is None  # the new members were stored
+    # c re-registers: RegisterNode's hook re-plans for that node (a node outside the round: nothing)
+    registry.register(NodeRecord("c", device=spec_to_dict(get_spec("orin-agx")), power_budget_w=50.0))
+    registry.register(NodeRecord("d", device=spec_to_dict(get_spec("orin-agx"))))
+    assert rounds.replan_after_membership_change("d") is None
+    back = rounds.replan_after_membership_change("c")
+    assert back.plan.feasible and [p.id for p in back.plan.nodes] == ["a", "b", "c"]
+    assert back.plan.total_power_w <= 100.0
+    assert rounds.replan_after_membership_change("c") is None
+
+
+def test_membership_check_without_a_round_and_on_a_standby(setup):
+    store, registry, rounds = setup
+    assert rounds.replan_after_membership_change() is None
+    rounds.lease.release()
+    with pytest.raises(NotLeader):
+        rounds.replan_after_membership_change()
+
+
+def test_batch_constraints_survive_the_replan(setup):
+    store, registry, rounds = setup
+    options = OptionTable.from_rows([(FAST, 8, 30.0, 42.0), (FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])
+    # b=8 at FAST: 400 × 30 ms = 12 s vs b=32: 100 × 100 ms = 10 s; with r_8 = 0.5, b=8 takes 6 s
+    req = RoundRequest((RoundNode("a", 3200, options=options, batch_sizes=(32,)), RoundNode("b", 3200, options=options)),
+                       round_id="r2", workload={"name": "resnet18"}, apply=True, batch_efficiency={8: 0.5, 32: 1.0})
+    out = rounds.plan(req)
+    assert [(p.id, p.batch_size) for p in out.plan.nodes] == [("a", 32), ("b", 8)]
+    assert out.plan.nodes[1].time_s == pytest.approx(6.0)
+    last = rounds.last_round()
+    assert last.batch_efficiency == {8: 0.5, 32: 1.0} and last.nodes[0].batch_sizes == (32,)
+    registry.update_budget("b", 35.0)  # b drops to MID: only b=32 is there
+    re = rounds.replan_after_budget_change("b")
+    assert [(p.id, p.batch_size) for p in re.plan.nodes] == [("a", 32), ("b", 32)]
+    with pytest.raises(InvalidArgument, match=r"nodes\[0\].batch_sizes\[0\]"):
+        rounds.plan(replace(req, nodes=(RoundNode("a", 3200, options=options, batch_sizes=(0,)),)))
+    with pytest.raises(InvalidArgument, match=r"batch_efficiency\[8\]"):
+        rounds.plan(replace(req, batch_efficiency={8: -1.0}))
+    # inf survives the JSON of the stored round (as null)
+    rounds.plan(replace(req, batch_efficiency={8: float("inf"), 32: 1.0}))
+    assert rounds.last_round().batch_efficiency == {8: float("inf"), 32: 1.0}

@@ -20,7 +20,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -249,6 +249,18 @@ class NodeRegistry:
     def plannable_nodes(self) -> list[NodeRecord]:
         """Live nodes not flagged unavailable: the ones a round may use."""
         return [n for n in self.nodes() if n.plannable]
+
+    def plannable_ids(self, node_ids: Sequence[str]) -> set[str]:
+        """Which of ``node_ids`` are plannable now (one pipelined read; unregistered ones are not)."""
+        ids = list(node_ids)
+        if not ids:
+            return set()
+        pipe = self.store.client.pipeline(transaction=False)
+        for i in ids:
+            pipe.get(self.store.key("kv", "heartbeat", i))
+            pipe.get(self.store.key("kv", "unavailable", i))
+        raw = pipe.execute()
+        return {i for k, i in enumerate(ids) if raw[2 * k] is not None and raw[2 * k + 1] is None}
 
     def _with_liveness(self, records: list[NodeRecord]) -> list[NodeRecord]:
         if not records:

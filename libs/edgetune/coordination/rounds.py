@@ -8,7 +8,17 @@ the leader plans: every planning entry point checks the lease, and publishing is
 it (see :mod:`.configs`).
 
     ns:kv:site-budgets     JSON {site_power_budget_w, deadline_s}: the site's standing budgets
-    ns:round:last          hash: the last *applied* round request (JSON) and its options (npz), for re-planning
+    ns:round:last          hash: the last *applied* round request (JSON), its options (npz) and
+                           ``members`` (JSON: the round's nodes that were plannable then), for re-planning
+
+Re-planning the last applied round follows a budget change (:meth:`replan_after_budget_change`)
+and a membership change (:meth:`replan_after_membership_change`: a node of the round lost,
+back, or newly registered). Only nodes whose config changed get a new revision.
+
+Batch size per node: a round (or one node) may fix the batch size or allow a list
+(``batch_sizes``) and give seed 000's batch-efficiency vector (``batch_efficiency``,
+r_b or passes_to_target per batch size), which scales the node's work at batch size b to
+``ceil(samples × r_b)``; a node's own values replace the round's.
 
 Budget precedence for a node: the request's override, else its registered budget. For the
 site: the request's values, else the standing site budgets.
@@ -19,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -85,6 +96,10 @@ class RoundNode:
     power_budget_w: float | None = None
     #: None: the node's stored measurements for the round's workload and role.
     options: OptionTable | None = None
+    #: Admissible batch sizes (None: the round's, else any; one entry: fixed by the FL job).
+    batch_sizes: tuple[int, ...] | None = None
+    #: r_b per batch size (None: the round's, else none); absent batch sizes never reach the target.
+    batch_efficiency: dict[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,22 +113,47 @@ class RoundRequest:
     workload: dict = field(default_factory=dict)
     role: str = "train"
     apply: bool = False
+    #: Every node's default admissible batch sizes / batch-efficiency vector (see RoundNode).
+    batch_sizes: tuple[int, ...] | None = None
+    batch_efficiency: dict[int, float] | None = None
 
     def to_json(self) -> dict:
         return {"round_id": self.round_id, "objective": self.objective, "deadline_s": self.deadline_s,
                 "site_power_budget_w": self.site_power_budget_w, "workload": self.workload, "role": self.role,
-                "apply": self.apply,
+                "apply": self.apply, "batch_sizes": _list_or_none(self.batch_sizes),
+                "batch_efficiency": _eff_to_json(self.batch_efficiency),
                 "nodes": [{"node_id": n.node_id, "samples": n.samples, "power_budget_w": n.power_budget_w,
-                           "options": n.options.to_json() if n.options is not None else None} for n in self.nodes]}
+                           "options": n.options.to_json() if n.options is not None else None,
+                           "batch_sizes": _list_or_none(n.batch_sizes),
+                           "batch_efficiency": _eff_to_json(n.batch_efficiency)} for n in self.nodes]}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RoundRequest:
         nodes = tuple(RoundNode(n["node_id"], int(n["samples"]), n.get("power_budget_w"),
-                                OptionTable.from_json(n["options"]) if n.get("options") else None)
+                                OptionTable.from_json(n["options"]) if n.get("options") else None,
+                                _tuple_or_none(n.get("batch_sizes")), _eff_from_json(n.get("batch_efficiency")))
                       for n in doc["nodes"])
         return cls(nodes, doc.get("round_id", ""), doc.get("objective", "makespan"), doc.get("deadline_s"),
                    doc.get("site_power_budget_w"), dict(doc.get("workload") or {}), doc.get("role", "train"),
-                   bool(doc.get("apply", False)))
+                   bool(doc.get("apply", False)), _tuple_or_none(doc.get("batch_sizes")),
+                   _eff_from_json(doc.get("batch_efficiency")))
+
+
+def _list_or_none(values) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def _tuple_or_none(values) -> tuple[int, ...] | None:
+    return None if values is None else tuple(int(v) for v in values)
+
+
+def _eff_to_json(eff: Mapping[int, float] | None) -> dict | None:
+    # JSON has no inf: "never reaches the target" is stored as null
+    return None if eff is None else {str(b): (float(r) if np.isfinite(r) else None) for b, r in eff.items()}
+
+
+def _eff_from_json(doc: Mapping[str, Any] | None) -> dict[int, float] | None:
+    return None if doc is None else {int(b): (float("inf") if r is None else float(r)) for b, r in doc.items()}
 
 
 @dataclass(frozen=True)
@@ -146,6 +186,8 @@ class RoundCoordinator:
         self.configs = configs
         self.lease = lease
         self._now_s = clock_s
+        #: Re-plans (budget, membership, periodic check) run one at a time.
+        self._replan_lock = threading.RLock()
 
     # -- budgets ------------------------------------------------------------------------
 
@@ -176,7 +218,7 @@ class RoundCoordinator:
         if self.lease is not None:
             self.lease.require()
         request = replace(request, round_id=request.round_id or new_round_id())
-        fleet, around, resolved = self._fleet(request, lenient)
+        fleet, around, resolved, members = self._fleet(request, lenient)
         if not fleet.nodes:
             why = "no plannable node in the request" + (
                 "" if not around else ": " + ", ".join(f"{n} ({w})" for n, w in around))
@@ -186,7 +228,7 @@ class RoundCoordinator:
         if request.apply and plan.feasible:
             outcome = replace(outcome, published=tuple(self._publish(request, fleet, plan)))
             # Options are stored resolved (inline), so a re-plan needs no measurement look-up.
-            self._save_last_round(replace(request, nodes=resolved))
+            self._save_last_round(replace(request, nodes=resolved), members)
         log.info("round planned", extra={"round_id": request.round_id, "feasible": plan.feasible,
                                          "makespan_s": plan.makespan_s, "energy_j": plan.energy_j,
                                          "applied": bool(outcome.published), "planned_around": around})
@@ -204,7 +246,7 @@ class RoundCoordinator:
                     node["options"] = {name: arrays[f"{i}.{name}"] for name in _OPTION_COLUMNS}
         return RoundRequest.from_json(doc)
 
-    def _save_last_round(self, request: RoundRequest) -> None:
+    def _save_last_round(self, request: RoundRequest, members: Sequence[str]) -> None:
         # Options as one npz blob beside the JSON: thousands of modes per node would make a
         # multi-megabyte JSON that costs more to format than the plan does to compute.
         doc = replace(request, nodes=tuple(replace(n, options=None) for n in request.nodes)).to_json()
@@ -213,7 +255,9 @@ class RoundCoordinator:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         self.store.client.hset(self.store.key(*LAST_ROUND_KEY),
-                               mapping={"request": json.dumps(doc, separators=(",", ":")), "options": buf.getvalue()})
+                               mapping={"request": json.dumps(doc, separators=(",", ":")), "options": buf.getvalue(),
+                                        "scope": json.dumps([n.node_id for n in request.nodes]),
+                                        "members": json.dumps(sorted(members))})
 
     def replan_after_budget_change(self, node_id: str | None = None) -> RoundOutcome | None:
         """Re-plan the last applied round after a budget update and publish the result.
@@ -224,6 +268,10 @@ class RoundCoordinator:
         applied round or the node is not in it. Configs get new revisions only where they
         changed; an infeasible re-plan publishes nothing and keeps the previous configs.
         """
+        with self._replan_lock:
+            return self._replan_after_budget_change(node_id)
+
+    def _replan_after_budget_change(self, node_id: str | None) -> RoundOutcome | None:
         last = self.last_round()
         if last is None:
             return None
@@ -244,11 +292,51 @@ class RoundCoordinator:
                         extra={"round_id": request.round_id, "reason": outcome.reason})
         return outcome
 
+    def replan_after_membership_change(self, node_id: str | None = None) -> RoundOutcome | None:
+        """Re-plan the last applied round when the plannable nodes of its scope changed.
+
+        The round's *members* are its nodes that were plannable (live, not unavailable) when it
+        was planned. A member that is lost (heartbeat expired) or flagged unavailable, or a
+        node of the round that is back (heartbeat again, re-registered), changes them: the
+        round is re-planned (lost nodes planned around) and only nodes whose config changed
+        get a new revision. ``node_id``: the node that just (re-)registered; None: check the
+        whole scope (the leader's periodic check). Returns None when nothing changed, there
+        is no applied round, or ``node_id`` is not in it. A node outside the round's scope
+        does not join it (the round's node list is the FL job's). An infeasible re-plan
+        keeps the previous configs and records the new members, so it is not retried each check.
+        """
+        if self.lease is not None:
+            self.lease.require()
+        with self._replan_lock:
+            key = self.store.key(*LAST_ROUND_KEY)
+            raw_scope, raw_members = cast("list[Any]", self.store.client.hmget(key, ["scope", "members"]))
+            if raw_scope is None or raw_members is None:
+                return None
+            scope = json.loads(raw_scope)
+            if node_id is not None and node_id not in scope:
+                return None
+            now = self.registry.plannable_ids(scope)
+            before = set(json.loads(raw_members))
+            if now == before:
+                return None
+            last = self.last_round()
+            if last is None:
+                return None
+            log.info("round membership changed: re-planning",
+                     extra={"round_id": last.round_id, "lost": sorted(before - now), "back": sorted(now - before)})
+            outcome = self.plan(replace(last, apply=True), lenient=True)
+            if not outcome.plan.feasible:
+                self.store.client.hset(key, "members", json.dumps(sorted(now)))
+                log.warning("re-plan after a membership change is infeasible; configs unchanged",
+                            extra={"round_id": last.round_id, "reason": outcome.reason})
+            return outcome
+
     # -- helpers ------------------------------------------------------------------------
 
     def _fleet(self, request: RoundRequest, lenient: bool = False,
-               ) -> tuple[Fleet, list[tuple[str, str]], tuple[RoundNode, ...]]:
-        """The planner's input; ``lenient`` plans around nodes without options instead of failing."""
+               ) -> tuple[Fleet, list[tuple[str, str]], tuple[RoundNode, ...], list[str]]:
+        """The planner's input, the nodes planned around, the resolved nodes and the round's
+        plannable nodes; ``lenient`` plans around nodes without options instead of failing."""
         if request.objective not in OBJECTIVES:
             raise InvalidArgument("objective", f"unknown objective {request.objective!r}", ", ".join(OBJECTIVES))
         if request.role not in ROLES:
@@ -265,6 +353,7 @@ class RoundCoordinator:
         nodes: list[NodeOptions] = []
         resolved: list[RoundNode] = []
         around: list[tuple[str, str]] = []
+        members: list[str] = []
         for i, n in enumerate(request.nodes):
             at = f"nodes[{i}]"
             if not n.node_id:
@@ -281,6 +370,7 @@ class RoundCoordinator:
                                else f"unavailable: {record.unavailable_reason}"))
                 resolved.append(n)
                 continue
+            members.append(n.node_id)
             try:
                 options = n.options if n.options is not None and len(n.options) else self._stored_options(
                     record, request, at)
@@ -293,10 +383,14 @@ class RoundCoordinator:
             _check_options(options, record, at)
             resolved.append(replace(n, options=options))
             budget = override if override is not None else record.power_budget_w
+            batches = _check_batch_sizes(n.batch_sizes if n.batch_sizes is not None else request.batch_sizes,
+                                         f"{at}.batch_sizes" if n.batch_sizes is not None else "batch_sizes")
+            eff = _check_efficiency(n.batch_efficiency if n.batch_efficiency is not None else request.batch_efficiency,
+                                    f"{at}.batch_efficiency" if n.batch_efficiency is not None else "batch_efficiency")
             nodes.append(NodeOptions(n.node_id, int(n.samples), options.batch_size, options.time_ms,
-                                     options.power_w, budget, options.modes))
+                                     options.power_w, budget, options.modes, batches, eff))
         fleet = Fleet(nodes, request.objective, deadline, site_w)
-        return fleet, around, tuple(resolved)
+        return fleet, around, tuple(resolved), members
 
     def _record(self, node_id: str, at: str) -> NodeRecord:
         try:
@@ -334,6 +428,31 @@ class RoundCoordinator:
                               reason=f"round {request.round_id} ({request.objective})")
                    for p in plan.nodes]
         return self.configs.publish_many(configs, fence=self.lease)
+
+
+def _check_batch_sizes(values: Sequence[int] | None, field_name: str) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    out = tuple(values)
+    if not out:
+        raise InvalidArgument(field_name, "is empty", "batch sizes >= 1, or absent for any")
+    for k, b in enumerate(out):
+        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b <= 0:
+            raise InvalidArgument(f"{field_name}[{k}]", f"{b!r}", ">= 1")
+    return out
+
+
+def _check_efficiency(eff: Mapping[int, float] | None, field_name: str) -> dict[int, float] | None:
+    if eff is None:
+        return None
+    if not eff:
+        raise InvalidArgument(field_name, "is empty", "r_b > 0 per batch size, or absent")
+    for b, r in eff.items():
+        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b <= 0:
+            raise InvalidArgument(f"{field_name}[{b!r}]", "is not a batch size", ">= 1")
+        if isinstance(r, bool) or not isinstance(r, int | float) or np.isnan(r) or r <= 0:
+            raise InvalidArgument(f"{field_name}[{b}]", f"{r!r}", "> 0 (inf: never reaches the target)")
+    return {int(b): float(r) for b, r in eff.items()}
 
 
 def _positive(value: float, field_name: str) -> float:

@@ -5,6 +5,13 @@ Each node has a table of options (power mode × batch size, with ``time_ms`` per
 Option j of node i takes ``ceil(samples_i / batch_size_j) × time_ms_j`` (the node's round
 time) and ``round time × power_w`` joules. :func:`flatten` lays every node's options out as
 one flat, node-sorted set of arrays for the vectorised planners.
+
+Batch size per node: ``batch_sizes`` (None: any in the table; one entry: fixed by the FL job)
+restricts a node's options to those batch sizes. ``batch_efficiency`` (seed 000's r_b, or
+passes_to_target, per batch size) scales the work: at batch size b the node processes
+``ceil(samples × r_b)`` samples, so a batch size that needs more passes to reach the target
+accuracy costs proportionally more time and energy; a batch size absent from the vector (or
+with r = inf, "never reaches the target") is not admissible.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ class NodeOptions:
     power_budget_w: float | None = None
     #: (n, 4) cores, cpu_mhz, gpu_mhz, emc_mhz per option, when the table has them
     modes: np.ndarray | None = None
+    #: admissible batch sizes (None: every batch size of the table; one: fixed by the job)
+    batch_sizes: tuple[int, ...] | None = None
+    #: r_b (or passes_to_target) per batch size: the round's work at b is ceil(samples × r_b)
+    batch_efficiency: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         self.batch_size = np.asarray(self.batch_size, dtype=np.int64).ravel()
@@ -48,9 +59,36 @@ class NodeOptions:
     def __len__(self) -> int:
         return int(self.batch_size.size)
 
+    def work_samples(self) -> np.ndarray:
+        """Samples each option processes this round (float: inf where r_b is inf or missing)."""
+        return _work_samples(np.full(len(self), int(self.samples), dtype=np.int64), self.batch_size,
+                             self.batch_efficiency)
+
+    def admissible(self) -> np.ndarray:
+        """Options allowed by the batch-size list and the efficiency vector (not the power budget)."""
+        ok = np.isfinite(self.work_samples())
+        if self.batch_sizes is not None:
+            ok &= np.isin(self.batch_size, np.asarray(self.batch_sizes, dtype=np.int64))
+        return ok
+
     def round_time_s(self) -> np.ndarray:
-        minibatches = -(-int(self.samples) // self.batch_size)  # exact integer ceil
-        return minibatches * self.time_ms / 1000.0
+        return _round_time_s(self.work_samples(), self.batch_size, self.time_ms)
+
+
+def _work_samples(samples: np.ndarray, batch: np.ndarray, efficiency: dict[int, float] | None) -> np.ndarray:
+    if efficiency is None:
+        return samples.astype(float)
+    r = np.asarray([efficiency.get(int(b), math.inf) for b in batch], dtype=float)
+    with np.errstate(invalid="ignore"):
+        # round away float noise (0.67 × 300 = 201.00000000000003 must stay 201 samples)
+        return np.where(np.isfinite(r), np.ceil(np.round(samples * r, 6)), math.inf)
+
+
+def _round_time_s(work: np.ndarray, batch: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
+    finite = np.isfinite(work)
+    w = np.where(finite, work, 0).astype(np.int64)
+    minibatches = -(-w // batch)  # exact integer ceil
+    return np.where(finite, minibatches * time_ms / 1000.0, math.inf)
 
 
 @dataclass
@@ -97,9 +135,16 @@ def flatten(fleet: Fleet) -> FlatOptions:
     samples = np.repeat(np.asarray([n.samples for n in nodes], dtype=np.int64), counts)
     budget = np.repeat(np.asarray([np.inf if n.power_budget_w is None else n.power_budget_w for n in nodes],
                                   dtype=float), counts)
-    time_s = (-(-samples // batch)) * time_ms / 1000.0
+    keep = power_w <= budget
+    if any(n.batch_sizes is not None or n.batch_efficiency is not None for n in nodes):
+        # per-node batch constraints: the work may differ per option (r_b), some options are out
+        work = np.concatenate([n.work_samples() for n in nodes])
+        keep &= np.concatenate([n.admissible() for n in nodes])
+        time_s = _round_time_s(work, batch, time_ms)
+    else:
+        time_s = (-(-samples // batch)) * time_ms / 1000.0
     flat = FlatOptions(node, row, time_s, power_w, time_s * power_w, len(nodes))
-    return flat.subset(power_w <= budget)
+    return flat.subset(keep)
 
 
 # --------------------------------------------------------------------------- fleet.json
@@ -131,10 +176,45 @@ def _load_table(path: str, where: str, cache: dict):
     return cache[resolved]
 
 
+def parse_batch_sizes(value, where: str) -> tuple[int, ...] | None:
+    """``batch_sizes``: a positive integer (fixed) or a non-empty list of them; None: any."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise InvalidArgument(where, "is empty", "a batch size or a non-empty list of batch sizes")
+    return tuple(sorted({_number(b, f"{where}[{k}]" if isinstance(value, list) else where, positive=True,
+                                 integer=True) for k, b in enumerate(items)}))
+
+
+def parse_batch_efficiency(value, where: str) -> dict[int, float] | None:
+    """``batch_efficiency``: {"batch size": r_b or passes_to_target (> 0; null: never)}; None: none."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise InvalidArgument(where, f"{json.dumps(value)} is not an object of batch size to r_b",
+                              '{"8": 0.67, "32": 1.0}')
+    out: dict[int, float] = {}
+    for key, r in value.items():
+        try:
+            b = int(str(key))
+        except ValueError:
+            b = 0
+        if b <= 0 or str(b) != str(key).strip():
+            raise InvalidArgument(f"{where}.{key}", f"{json.dumps(key)} is not a batch size", "a positive integer")
+        if r is None:
+            out[b] = math.inf
+            continue
+        out[b] = _number(r, f"{where}.{key}", positive=True)
+    return out
+
+
 def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
     """A :class:`Fleet` from the decoded ``fleet.json`` (tables relative to ``base_dir``).
 
-    Errors name the key path: ``fleet.json:nodes[2].power_budget_w``.
+    Errors name the key path: ``fleet.json:nodes[2].power_budget_w``. Optional beyond
+    CONTRACT.md: ``batch_sizes`` and ``batch_efficiency`` at fleet level (every node's default)
+    or per node (replaces the fleet's).
     """
     if not isinstance(doc, dict):
         raise InvalidArgument(name, "the fleet must be a JSON object")
@@ -145,6 +225,8 @@ def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
     deadline = None if deadline is None else _number(deadline, f"{name}:deadline_s", positive=True)
     site = doc.get("site_power_budget_w")
     site = None if site is None else _number(site, f"{name}:site_power_budget_w")
+    fleet_batches = parse_batch_sizes(doc.get("batch_sizes"), f"{name}:batch_sizes")
+    fleet_eff = parse_batch_efficiency(doc.get("batch_efficiency"), f"{name}:batch_efficiency")
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InvalidArgument(f"{name}:nodes", "must be a non-empty list of nodes")
@@ -172,7 +254,11 @@ def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
             raise InvalidArgument(f"{at}.table", f"{json.dumps(table_path)} is not a path to a profile table")
         full = table_path if os.path.isabs(table_path) else os.path.join(base_dir, table_path)
         batch, time_ms, power_w, modes = _load_table(full, f"{at}.table", cache)
-        nodes.append(NodeOptions(node_id, samples, batch, time_ms, power_w, budget, modes))
+        batches = parse_batch_sizes(raw.get("batch_sizes"), f"{at}.batch_sizes") if "batch_sizes" in raw \
+            else fleet_batches
+        eff = parse_batch_efficiency(raw.get("batch_efficiency"), f"{at}.batch_efficiency") \
+            if "batch_efficiency" in raw else fleet_eff
+        nodes.append(NodeOptions(node_id, samples, batch, time_ms, power_w, budget, modes, batches, eff))
     return Fleet(nodes, objective, deadline, site)
 
 

@@ -92,10 +92,7 @@ def plan_round(fleet: Fleet) -> RoundPlan:
     flat = flatten(fleet)
     missing = flat.nodes_without_options()
     if missing.size:
-        n = fleet.nodes[int(missing[0])]
-        least = float(n.power_w.min()) if len(n) else math.nan
-        return _infeasible(fleet, f"node {n.id!r} has no option within its power budget "
-                                  f"{n.power_budget_w:g} W (its least power is {least:g} W)")
+        return _infeasible(fleet, _no_option_reason(fleet.nodes[int(missing[0])]))
     site = fleet.site_power_budget_w
     ms = least_makespan(flat, site)
     if not ms.feasible:
@@ -130,6 +127,22 @@ def plan_round(fleet: Fleet) -> RoundPlan:
         fastest_makespan_s=float(flat.time_s[fast].max()),
         exact=ks.exact, energy_lower_bound_j=ks.lower_bound_j,
     )
+
+
+def _no_option_reason(n) -> str:
+    allowed = n.admissible() if len(n) else np.zeros(0, bool)
+    if not allowed.any():
+        what = []
+        if n.batch_sizes is not None:
+            what.append(f"batch sizes {', '.join(map(str, n.batch_sizes))}")
+        if n.batch_efficiency is not None:
+            reach = sorted(b for b, r in n.batch_efficiency.items() if math.isfinite(r))
+            what.append(f"batch sizes that reach the target ({', '.join(map(str, reach)) or 'none'})")
+        have = ", ".join(map(str, sorted(set(n.batch_size.tolist()))))
+        return f"node {n.id!r} has no option with its allowed {' and '.join(what)} (its table has {have})"
+    least = float(n.power_w[allowed].min())
+    return (f"node {n.id!r} has no option within its power budget {n.power_budget_w:g} W "
+            f"(its least power is {least:g} W)")
 
 
 def _deadline_reason(fleet: Fleet, flat: FlatOptions, least_makespan_s: float) -> str:

@@ -263,10 +263,32 @@ class NodeRound(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class BatchEfficiencyEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NODE_ID_FIELD_NUMBER: _builtins.int
     SAMPLES_FIELD_NUMBER: _builtins.int
     POWER_BUDGET_W_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    BATCH_SIZES_FIELD_NUMBER: _builtins.int
+    BATCH_EFFICIENCY_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     samples: _builtins.int
     """Samples the node trains on this round."""
@@ -278,6 +300,17 @@ class NodeRound(_message.Message):
         uses its stored profiles / predictions for the node and workload.
         """
 
+    @_builtins.property
+    def batch_sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Admissible batch sizes (empty: the round's batch_sizes, else any; one: fixed by the FL job)."""
+
+    @_builtins.property
+    def batch_efficiency(self) -> _containers.ScalarMap[_builtins.int, _builtins.float]:
+        """Batch efficiency r_b (or passes_to_target) per batch size (empty: the round's): the node's
+        work at batch size b is ceil(samples x r_b) samples; a batch size absent from a given map,
+        or with r = inf, never reaches the target and is not planned.
+        """
+
     def __init__(
         self,
         *,
@@ -285,10 +318,12 @@ class NodeRound(_message.Message):
         samples: _builtins.int = ...,
         power_budget_w: _builtins.float | None = ...,
         options: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        batch_sizes: _abc.Iterable[_builtins.int] | None = ...,
+        batch_efficiency: _abc.Mapping[_builtins.int, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "power_budget_w", b"power_budget_w"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "node_id", b"node_id", "options", b"options", "power_budget_w", b"power_budget_w", "samples", b"samples"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "batch_efficiency", b"batch_efficiency", "batch_sizes", b"batch_sizes", "node_id", b"node_id", "options", b"options", "power_budget_w", b"power_budget_w", "samples", b"samples"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__power_budget_w: _TypeAlias = _typing.Literal["power_budget_w"]  # noqa: Y015
     _WhichOneofArgType__power_budget_w: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w"]  # noqa: Y015
@@ -300,12 +335,34 @@ Global___NodeRound: _TypeAlias = NodeRound  # noqa: Y015
 class PlanRoundRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class BatchEfficiencyEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ROUND_ID_FIELD_NUMBER: _builtins.int
     OBJECTIVE_FIELD_NUMBER: _builtins.int
     BUDGETS_FIELD_NUMBER: _builtins.int
     WORKLOAD_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     APPLY_FIELD_NUMBER: _builtins.int
+    BATCH_SIZES_FIELD_NUMBER: _builtins.int
+    BATCH_EFFICIENCY_FIELD_NUMBER: _builtins.int
     round_id: _builtins.str
     """Empty: the coordinator makes one."""
     objective: Global___RoundObjective.ValueType
@@ -319,6 +376,12 @@ class PlanRoundRequest(_message.Message):
     def workload(self) -> _common_pb2.Workload: ...
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeRound]: ...
+    @_builtins.property
+    def batch_sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Every node's default admissible batch sizes and batch efficiency (see NodeRound)."""
+
+    @_builtins.property
+    def batch_efficiency(self) -> _containers.ScalarMap[_builtins.int, _builtins.float]: ...
     def __init__(
         self,
         *,
@@ -328,10 +391,12 @@ class PlanRoundRequest(_message.Message):
         workload: _common_pb2.Workload | None = ...,
         nodes: _abc.Iterable[Global___NodeRound] | None = ...,
         apply: _builtins.bool = ...,
+        batch_sizes: _abc.Iterable[_builtins.int] | None = ...,
+        batch_efficiency: _abc.Mapping[_builtins.int, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply", b"apply", "budgets", b"budgets", "nodes", b"nodes", "objective", b"objective", "round_id", b"round_id", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply", b"apply", "batch_efficiency", b"batch_efficiency", "batch_sizes", b"batch_sizes", "budgets", b"budgets", "nodes", b"nodes", "objective", b"objective", "round_id", b"round_id", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -383,11 +448,21 @@ class PlanRoundResponse(_message.Message):
     MAKESPAN_S_FIELD_NUMBER: _builtins.int
     ENERGY_J_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    FASTEST_ENERGY_J_FIELD_NUMBER: _builtins.int
+    FASTEST_MAKESPAN_S_FIELD_NUMBER: _builtins.int
+    ENERGY_SAVED_J_FIELD_NUMBER: _builtins.int
     round_id: _builtins.str
     feasible: _builtins.bool
     reason: _builtins.str
     makespan_s: _builtins.float
     energy_j: _builtins.float
+    fastest_energy_j: _builtins.float
+    """Every planned node at its fastest admissible option (least time, then least power),
+    within its own power budget: the baseline the plan's energy is compared with.
+    """
+    fastest_makespan_s: _builtins.float
+    energy_saved_j: _builtins.float
+    """fastest_energy_j - energy_j: the energy saved vs every node at its fastest mode."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodePlan]: ...
     def __init__(
@@ -399,10 +474,13 @@ class PlanRoundResponse(_message.Message):
         makespan_s: _builtins.float = ...,
         energy_j: _builtins.float = ...,
         nodes: _abc.Iterable[Global___NodePlan] | None = ...,
+        fastest_energy_j: _builtins.float = ...,
+        fastest_makespan_s: _builtins.float = ...,
+        energy_saved_j: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["energy_j", b"energy_j", "feasible", b"feasible", "makespan_s", b"makespan_s", "nodes", b"nodes", "reason", b"reason", "round_id", b"round_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["energy_j", b"energy_j", "energy_saved_j", b"energy_saved_j", "fastest_energy_j", b"fastest_energy_j", "fastest_makespan_s", b"fastest_makespan_s", "feasible", b"feasible", "makespan_s", b"makespan_s", "nodes", b"nodes", "reason", b"reason", "round_id", b"round_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
