@@ -8,6 +8,7 @@ import numpy as np
 from google.protobuf import json_format, timestamp_pb2
 
 from edgetune.coordination.configs import NodeConfig
+from edgetune.coordination.inference import InferencePlacement, check_positive
 from edgetune.coordination.registry import NodeRecord, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
 from edgetune.devices.base import Role
@@ -16,6 +17,7 @@ from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import SPECS
 from edgetune.proto.convert import (
     ROUND_OBJECTIVE,
+    budgets_from_dict,
     mode_from_proto,
     mode_to_proto,
     optional_value,
@@ -156,3 +158,26 @@ def node_budget_from_proto(msg: coordinator_pb2.UpdateBudgetRequest) -> float:
         raise InvalidArgument("budgets.power_budget_w", f"is required to change node {msg.node_id!r}'s budget",
                               "a number of watts > 0")
     return value
+
+
+def inference_update_from_proto(msg: coordinator_pb2.UpdateBudgetRequest) -> dict | None:
+    """An inference placement update (arrival rate, latency budget, workload; None: keep the
+    standing value), or None when the request changes none of them (a plain budget update)."""
+    arrival = optional_value(msg.budgets, "arrival_rps")
+    latency = optional_value(msg.budgets, "latency_budget_ms")
+    name = msg.workload.name if msg.HasField("workload") else ""
+    if arrival is None and latency is None and not name:
+        return None
+    if not msg.node_id:
+        raise InvalidArgument("node_id", "is empty: an arrival rate / latency budget / workload is an inference "
+                              "node's, not the site's", "the inference node's id")
+    return {"arrival_rps": None if arrival is None else check_positive(arrival, "budgets.arrival_rps"),
+            "latency_budget_ms": None if latency is None else check_positive(latency, "budgets.latency_budget_ms"),
+            "workload": name or None}
+
+
+def placement_to_proto(placement: InferencePlacement, revision: int) -> coordinator_pb2.UpdateBudgetResponse:
+    budgets = budgets_from_dict({"power_budget_w": placement.power_budget_w, "arrival_rps": placement.arrival_rps,
+                                 "latency_budget_ms": placement.latency_budget_ms})
+    return coordinator_pb2.UpdateBudgetResponse(budgets=budgets, reason="" if placement.feasible else placement.reason,
+                                                config_revision=revision)

@@ -1,5 +1,8 @@
 """The Coordinator gRPC servicer: request -> coordination library -> response. Wiring only.
 
+UpdateBudget with ``budgets.arrival_rps`` / ``budgets.latency_budget_ms`` / ``workload`` for a
+node re-solves that inference node's placement (``RoundCoordinator.update_arrival_rate``).
+
 Errors come from the library already naming the field (InvalidArgument -> INVALID_ARGUMENT,
 NotFound -> NOT_FOUND, NotLeader / FailedPrecondition -> FAILED_PRECONDITION); ``map_errors``
 turns them into statuses. Planning RPCs (PlanRound, UpdateBudget) need the leader lease: a
@@ -85,6 +88,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @map_errors
     def UpdateBudget(self, request, context):
         self.lease.require()  # a re-plan follows: leader only, so a standby does not half-apply it
+        inference = convert.inference_update_from_proto(request)
+        if inference is not None:  # an inference node: re-solve its (mode, β) and publish its config only
+            power = optional_value(request.budgets, "power_budget_w")
+            if power is not None:
+                self.registry.update_budget(request.node_id, power)
+                self.rounds.replan_after_budget_change(request.node_id, inference=False)
+            placement = self.rounds.update_arrival_rate(request.node_id, **inference)
+            return convert.placement_to_proto(placement, self.configs.revision(request.node_id))
         if request.node_id:
             record = self.registry.update_budget(request.node_id, convert.node_budget_from_proto(request))
             self.rounds.replan_after_budget_change(record.node_id)

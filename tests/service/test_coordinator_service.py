@@ -312,3 +312,52 @@ def test_lost_and_returning_nodes_replan_the_round(store):
     finally:
         channel.close()
         coordinator.server.stop(0)
+
+
+def test_update_budget_arrival_rate_replaces_only_the_inference_node(leader):
+    """UpdateBudget with budgets.arrival_rps re-solves one inference node's (mode, β) from its
+    stored inference measurements; the training nodes' configs keep their revisions."""
+    from edgetune.devices.simulated.tables import truth_table
+    from edgetune.powermodes.grids import fulcrum_grid
+
+    coordinator, stub = leader
+    for n in ("a", "b"):
+        _register(stub, n)
+    stub.PlanRound(_plan_request(["a", "b"]))
+    _register(stub, "inf", budget=30.0)
+    rows = truth_table(SPEC, "mobilenetv3", "infer", fulcrum_grid(SPEC).modes(), (1, 4, 16, 32, 64))
+    coordinator.store.put_measurements([{**r, "id": f"inf-{i}", "device_model": SPEC.name, "node_id": "inf"}
+                                        for i, r in enumerate(rows)])
+
+    def update(**budgets) -> coordinator_pb2.UpdateBudgetResponse:
+        return stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+            node_id="inf", budgets=common_pb2.Budgets(**budgets),
+            workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_INFER)))
+
+    low = update(arrival_rps=50.0, latency_budget_ms=100.0)
+    assert low.config_revision == 1 and not low.reason
+    assert (low.budgets.arrival_rps, low.budgets.latency_budget_ms, low.budgets.power_budget_w) == (50.0, 100.0, 30.0)
+    cfg = stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id="inf"))
+    assert cfg.workload.role == common_pb2.ROLE_INFER and cfg.workload.name == "mobilenetv3" and cfg.batch_size == 1
+    assert update(arrival_rps=50.0).config_revision == 1  # the same rate: no new revision
+    high = update(arrival_rps=400.0)
+    cfg = stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id="inf"))
+    assert high.config_revision == 2 and cfg.revision == 2 and cfg.batch_size > 1
+    for n in ("a", "b"):
+        assert stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=n)).revision == 1
+    too_fast = update(arrival_rps=5000.0)
+    assert too_fast.config_revision == 2 and "keep up" in too_fast.reason
+
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        node_id="inf", budgets=common_pb2.Budgets(arrival_rps=-1.0)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "budgets.arrival_rps" in details
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        node_id="inf", budgets=common_pb2.Budgets(arrival_rps=10.0, latency_budget_ms=0.0)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "budgets.latency_budget_ms" in details
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        budgets=common_pb2.Budgets(arrival_rps=10.0)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "node_id" in details
+    code, details = _code(stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        node_id="a", budgets=common_pb2.Budgets(arrival_rps=10.0, latency_budget_ms=100.0),
+        workload=common_pb2.Workload(name="yolov8n")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "profile yolov8n with role infer" in details

@@ -15,6 +15,10 @@ Re-planning the last applied round follows a budget change (:meth:`replan_after_
 and a membership change (:meth:`replan_after_membership_change`: a node of the round lost,
 back, or newly registered). Only nodes whose config changed get a new revision.
 
+An inference node is placed on its own (:meth:`update_arrival_rate`, :mod:`.inference`): its
+(mode, β) is re-solved from its inference measurements when its arrival rate, latency budget
+or power budget moves, and only that node's config is re-published.
+
 Batch size per node: a round (or one node) may fix the batch size or allow a list
 (``batch_sizes``) and give seed 000's batch-efficiency vector (``batch_efficiency``,
 r_b or passes_to_target per batch size), which scales the node's work at batch size b to
@@ -40,6 +44,7 @@ from typing import Any, cast
 import numpy as np
 
 from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
+from edgetune.coordination.inference import InferencePlacement, has_placement, solve_placement
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.planning import Fleet, NodeOptions, RoundPlan, plan_round
 from edgetune.coordination.registry import NodeRecord, NodeRegistry, check_budget
@@ -259,7 +264,8 @@ class RoundCoordinator:
                                         "scope": json.dumps([n.node_id for n in request.nodes]),
                                         "members": json.dumps(sorted(members))})
 
-    def replan_after_budget_change(self, node_id: str | None = None) -> RoundOutcome | None:
+    def replan_after_budget_change(self, node_id: str | None = None, *,
+                                   inference: bool = True) -> RoundOutcome | None:
         """Re-plan the last applied round after a budget update and publish the result.
 
         ``node_id``: the node whose budget changed (its round override is dropped: the new
@@ -267,9 +273,34 @@ class RoundCoordinator:
         own site values are replaced by the standing ones). Returns None when there is no
         applied round or the node is not in it. Configs get new revisions only where they
         changed; an infeasible re-plan publishes nothing and keeps the previous configs.
+        With ``inference`` (default) a node with an inference placement is re-solved too.
         """
         with self._replan_lock:
-            return self._replan_after_budget_change(node_id)
+            outcome = self._replan_after_budget_change(node_id)
+            if inference and node_id is not None and has_placement(self.store, node_id):
+                self._update_arrival_rate(node_id, None, None, None)
+            return outcome
+
+    def update_arrival_rate(self, node_id: str, arrival_rps: float | None = None,
+                            latency_budget_ms: float | None = None, *,
+                            workload: str | None = None) -> InferencePlacement:
+        """Re-solve one inference node's (mode, β) for a new arrival rate and publish it.
+
+        None keeps the node's standing value (each is required the first time). Only this
+        node's config is touched, and it gets a new revision only when the decision changed;
+        an infeasible selection keeps the previous config (see :func:`.inference.solve_placement`
+        for the errors).
+        """
+        with self._replan_lock:
+            return self._update_arrival_rate(node_id, arrival_rps, latency_budget_ms, workload)
+
+    def _update_arrival_rate(self, node_id: str, arrival_rps: float | None, latency_budget_ms: float | None,
+                             workload: str | None) -> InferencePlacement:
+        if self.lease is not None:
+            self.lease.require()
+        return solve_placement(self.store, self.registry, self.configs, node_id, arrival_rps=arrival_rps,
+                               latency_budget_ms=latency_budget_ms, workload=workload, lease=self.lease,
+                               now_s=self._now_s())
 
     def _replan_after_budget_change(self, node_id: str | None) -> RoundOutcome | None:
         last = self.last_round()

@@ -595,19 +595,29 @@ class UpdateBudgetRequest(_message.Message):
 
     NODE_ID_FIELD_NUMBER: _builtins.int
     BUDGETS_FIELD_NUMBER: _builtins.int
+    WORKLOAD_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
-    """A node's budgets (power_budget_w); empty: the site's (site_power_budget_w, deadline_s)."""
+    """A node's budgets (power_budget_w); empty: the site's (site_power_budget_w, deadline_s).
+    An inference node: budgets.arrival_rps and / or budgets.latency_budget_ms (absent: the
+    node's standing value, required the first time) re-solve its (mode, inference batch size)
+    from its stored inference measurements of workload.name, and only its config is re-published.
+    """
     @_builtins.property
     def budgets(self) -> _common_pb2.Budgets: ...
+    @_builtins.property
+    def workload(self) -> _common_pb2.Workload:
+        """Inference placement: the workload served (name; empty: the node's standing one)."""
+
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         budgets: _common_pb2.Budgets | None = ...,
+        workload: _common_pb2.Workload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "node_id", b"node_id", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -618,6 +628,14 @@ class UpdateBudgetResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BUDGETS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CONFIG_REVISION_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Inference placement: why no configuration meets the budgets (the previous config stays);
+    empty when one was published.
+    """
+    config_revision: _builtins.int
+    """Inference placement: the node's config revision after the update."""
     @_builtins.property
     def budgets(self) -> _common_pb2.Budgets:
         """The effective budgets after the update."""
@@ -626,10 +644,12 @@ class UpdateBudgetResponse(_message.Message):
         self,
         *,
         budgets: _common_pb2.Budgets | None = ...,
+        reason: _builtins.str = ...,
+        config_revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "config_revision", b"config_revision", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -114,7 +114,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateBudget(self, request, context):
-        """Change a node's power budget or the site's budgets.
+        """Change a node's power budget, an inference node's arrival rate / latency budget, or the
+        site's budgets; re-plans what they affect.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

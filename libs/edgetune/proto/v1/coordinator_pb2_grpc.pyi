@@ -43,7 +43,9 @@ class CoordinatorStub:
     WatchConfig: _grpc.UnaryStreamMultiCallable[_coordinator_pb2.WatchConfigRequest, _coordinator_pb2.NodeConfig]
     """The node's configuration now (when newer than after_revision) and each new one."""
     UpdateBudget: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.UpdateBudgetRequest, _coordinator_pb2.UpdateBudgetResponse]
-    """Change a node's power budget or the site's budgets."""
+    """Change a node's power budget, an inference node's arrival rate / latency budget, or the
+    site's budgets; re-plans what they affect.
+    """
 
 @_typing.type_check_only
 class CoordinatorAsyncStub(CoordinatorStub):
@@ -58,7 +60,9 @@ class CoordinatorAsyncStub(CoordinatorStub):
     WatchConfig: _aio.UnaryStreamMultiCallable[_coordinator_pb2.WatchConfigRequest, _coordinator_pb2.NodeConfig]  # type: ignore[assignment]
     """The node's configuration now (when newer than after_revision) and each new one."""
     UpdateBudget: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.UpdateBudgetRequest, _coordinator_pb2.UpdateBudgetResponse]  # type: ignore[assignment]
-    """Change a node's power budget or the site's budgets."""
+    """Change a node's power budget, an inference node's arrival rate / latency budget, or the
+    site's budgets; re-plans what they affect.
+    """
 
 class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -112,6 +116,8 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.UpdateBudgetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.UpdateBudgetResponse, _abc.Awaitable[_coordinator_pb2.UpdateBudgetResponse]]:
-        """Change a node's power budget or the site's budgets."""
+        """Change a node's power budget, an inference node's arrival rate / latency budget, or the
+        site's budgets; re-plans what they affect.
+        """
 
 def add_CoordinatorServicer_to_server(servicer: CoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,144 @@
+"""Inference placement: one node's (mode, inference batch size β) for an arrival rate α.
+
+An inference node's config depends on its request arrival rate α, its latency budget L̂ and
+its power budget P̂: :class:`~edgetune.optimization.problems.InferProblem` picks, from the
+node's stored inference measurements, the configuration with the least peak latency
+λ = (β−1)/α + t_in within λ ≤ L̂, p_in ≤ P̂ and keep-up t_in ≤ β/α. When α (or L̂, or P̂)
+moves, only that node is re-solved and its config re-published; the config store gives a
+new revision only when the decision changed.
+
+    ns:kv:inference:<node_id>   JSON {workload, arrival_rps, latency_budget_ms}: the node's
+                                standing inference placement (what a re-solve starts from)
+
+Measurements: the node's own of (device model, workload, "infer"), else its device model's
+(any node), the same fallback as round planning. P̂: the node's registered budget; a node
+without one is not power-limited (every measured point is within budget).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
+from edgetune.coordination.leader import LeaderLease
+from edgetune.coordination.registry import NodeRegistry
+from edgetune.coordination.store import Store
+from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
+from edgetune.optimization.problems import ROLE_INFER, Decision, InferProblem
+
+log = logging.getLogger(__name__)
+
+
+def placement_key(node_id: str) -> tuple[str, str]:
+    return ("inference", node_id)
+
+
+@dataclass(frozen=True)
+class InferencePlacement:
+    """The outcome of re-solving one node's inference selection."""
+
+    node_id: str
+    workload: str
+    arrival_rps: float
+    latency_budget_ms: float
+    #: The P̂ solved under (None: the node has no budget).
+    power_budget_w: float | None
+    decision: Decision
+    #: None when the decision is infeasible (the previous config stays).
+    published: Published | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.decision.feasible
+
+    @property
+    def reason(self) -> str:
+        return self.decision.reason
+
+
+def check_positive(value: Any, field_name: str) -> float:
+    """A finite number > 0, else InvalidArgument naming ``field_name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(field_name, f"{value!r}", "> 0")
+    return float(value)
+
+
+def _flat(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored measurement with its mode's knobs at the top level (as the problems read them)."""
+    mode = row.get("mode")
+    return {**row, **mode} if isinstance(mode, Mapping) else row
+
+
+def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, node_id: str, *,
+                    arrival_rps: float | None = None, latency_budget_ms: float | None = None,
+                    workload: str | None = None, lease: LeaderLease | None = None,
+                    now_s: float | None = None) -> InferencePlacement:
+    """Re-solve ``node_id``'s inference selection and publish its config when feasible.
+
+    ``arrival_rps`` / ``latency_budget_ms`` / ``workload``: None keeps the node's standing
+    value (required the first time). Raises InvalidArgument naming ``budgets.arrival_rps``,
+    ``budgets.latency_budget_ms`` or ``workload.name``; NotFound ``node_id``;
+    FailedPrecondition when nothing of the workload's inference was measured for the node.
+    The new α / L̂ are stored even when the selection is infeasible (they are facts about
+    the load; a later budget change re-solves from them); an infeasible selection publishes
+    nothing and keeps the previous config.
+    """
+    try:
+        record = registry.get(node_id)
+    except NotFound:
+        raise NotFound(f"node_id: node {node_id!r} is not registered") from None
+    standing = store.get(placement_key(node_id)) or {}
+    alpha = arrival_rps if arrival_rps is not None else standing.get("arrival_rps")
+    if alpha is None:
+        raise InvalidArgument("budgets.arrival_rps", f"is required for node {node_id!r} (no standing arrival rate)",
+                              "requests per second > 0")
+    alpha = check_positive(alpha, "budgets.arrival_rps")
+    latency = latency_budget_ms if latency_budget_ms is not None else standing.get("latency_budget_ms")
+    if latency is None:
+        raise InvalidArgument("budgets.latency_budget_ms",
+                              f"is required for node {node_id!r} (no standing latency budget)", "milliseconds > 0")
+    latency = check_positive(latency, "budgets.latency_budget_ms")
+    name = workload or standing.get("workload")
+    if not name:
+        raise InvalidArgument("workload.name", f"is required for node {node_id!r} (no standing inference workload)",
+                              "the inference workload's name, e.g. mobilenetv3")
+
+    device = record.device_model
+    rows = store.get_measurements(device, name, ROLE_INFER, node_id) if device else []
+    if not rows and device:
+        rows = store.get_measurements(device, name, ROLE_INFER)
+    if not rows:
+        raise FailedPrecondition(
+            f"node_id: no stored inference measurements of {name} for node {node_id!r} "
+            f"(device {device or 'unknown'}): profile {name} with role infer on it first")
+    flat = [_flat(r) for r in rows]
+    budget = record.power_budget_w
+    # No registered budget: not power-limited (InferProblem needs a finite P̂; the most seen power is one).
+    p_hat = budget if budget is not None else max(float(r["power_w"]) for r in flat)
+    problem = InferProblem(p_hat, latency, alpha, infer_workload=name)
+    decision = problem.solve(problem.observations_from_rows(flat))
+    store.set(placement_key(node_id), {"workload": name, "arrival_rps": alpha, "latency_budget_ms": latency})
+
+    published = None
+    if decision.feasible and decision.evaluation is not None:
+        ev = decision.evaluation
+        config = NodeConfig(node_id=node_id, mode=ev.mode, batch_size=ev.batch_size, workload={"name": name},
+                            role=ROLE_INFER, valid_from_s=now_s, power_budget_w=budget,
+                            reason=f"inference: {alpha:g} rps, latency {ev.latency_ms:.1f} <= {latency:g} ms, "
+                                   f"{ev.power_w:.1f} W")
+        published = configs.publish(config, fence=lease)
+    else:
+        log.warning("inference selection infeasible; config unchanged",
+                    extra={"node_id": node_id, "reason": decision.reason})
+    log.info("inference placement solved", extra={
+        "node_id": node_id, "arrival_rps": alpha, "latency_budget_ms": latency, "feasible": decision.feasible,
+        "batch_size": decision.batch_size, "changed": bool(published and published.changed)})
+    return InferencePlacement(node_id, name, alpha, latency, budget, decision, published)
+
+
+def has_placement(store: Store, node_id: str) -> bool:
+    return store.get(placement_key(node_id)) is not None
