@@ -8,4 +8,6 @@
 - ``kube``      Kubernetes node awareness (label selector, cordoned / NotReady nodes)
 - ``planning``  federated-round planning (makespan, energy, site budget)
 - ``rounds``    PlanRound / re-plan glue between registry, store, planner and configs
+- ``inference`` re-solve an inference node's mode and batch size when its arrival rate moves
+- ``localcluster`` start Redis, services and agents as local processes (tests, examples)
 """
