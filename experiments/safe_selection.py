@@ -17,6 +17,8 @@ Setup (reuses ``powertrain_mape.py``'s helpers and noise model):
   ``nn+gp ucb r``     nn+gp, power mean + z(1-r) std <= budget, r in {0.2, 0.1, 0.05, 0.01};
   ``nn+gp offset r``   predicted mean power + the (1-r) conformal quantile (W) of the raw CV
                       residuals y - mu <= budget (a constant safety margin, ignores the std);
+  ``nn+gp cv10 r``    ``nn+gp`` with ``calibration="cv"`` (10 folds, each refitted from the reference
+                      NN on 45 modes), std scaled by c = q_{1-r}(held-out scores) / z(r);
   ``nn+gp conformal r`` the same as ucb with z replaced by the (1-r) split-conformal quantile of the
                       standardised residuals (y - mu) / std from 5-fold cross-validation of
                       nn+gp on the 50 profiled modes (the GP's own std rescaled to its observed
@@ -41,6 +43,7 @@ import warnings
 import numpy as np
 import torch
 
+from edgetune.estimation.gp import conformal_scale
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.optimization.select import Candidates, MinTime, z_score
@@ -56,12 +59,14 @@ BUDGETS = [float(b) for b in range(17, 51)]
 RISKS = (0.2, 0.1, 0.05, 0.01)
 N_PROFILED = 50
 FOLDS = 5
+CAL_FOLDS = 10  # nn+gp calibration="cv" (the predictor's own option)
 PLOT_WORKLOAD = "mobilenetv3"
 
 
 def method_names() -> list[str]:
     return (["powertrain", "nn+gp mean"] + [f"nn+gp ucb {r:g}" for r in RISKS]
-            + [f"nn+gp conformal {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS])
+            + [f"nn+gp conformal {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS]
+            + [f"nn+gp cv{CAL_FOLDS} {r:g}" for r in RISKS])
 
 
 def conformal_z(reference: dict, x: np.ndarray, y_pow: np.ndarray, seed: int
@@ -176,6 +181,14 @@ def main(argv: list[str] | None = None) -> int:
                     o["pred_power_bound_w"] = o["pred_power_w"]
                     o["pred_power_w"] = round(o["pred_power_w"] - max(wc[r], 0.0), 3)
                 out += sel
+            # the predictor's calibration="cv" option: 10 folds from the reference, scale the std per risk
+            cal = adapt(reference["power_w"], "nn+gp", x, y_obs[:, 1], calibration="cv",
+                        calibration_folds=CAL_FOLDS)
+            raw_sd = cal.predict(orin)[1] / cal.std_scale
+            for r in RISKS:
+                scaled = Candidates(c_gp.time_ms, c_gp.power_w, c_gp.time_std_ms,
+                                    raw_sd * conformal_scale(cal.calibration_scores, r))
+                out += evaluate(f"nn+gp cv{CAL_FOLDS} {r:g}", scaled, r, y_true, opt, meas_pow)
             rows += [{**base, **o} for o in out]
             print(f"{workload:12s} rep={rep} ({time.perf_counter() - t0:.1f} s)  " + "  ".join(
                 f"{m}: {_exceed([o for o in out if o['method'] == m]):.0f}%/{_pen([o for o in out if o['method'] == m]):.1f}%"

@@ -22,6 +22,7 @@ from edgetune.estimation.features import feature_columns
 from edgetune.estimation.metrics import mape_pct, under_fraction
 from edgetune.estimation.registry import METHODS, adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
+from edgetune.optimization.select import z_score
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import Table
@@ -294,3 +295,28 @@ def test_methods_that_cannot_transfer_say_so(fulcrum):
     assert fresh.method == "rf" and fresh.columns == lin.columns
     with pytest.raises(FailedPrecondition, match="not fitted"):
         make_predictor("nn").transfer(fulcrum[:10], t[:10])
+
+
+def test_nn_gp_cv_calibration_covers_held_out_residuals_better(resnet_reference, powertrain):
+    # issue 5: the raw GP std of a stacked nn+gp is over-confident on unprofiled modes; calibration="cv"
+    # scales it by the K-fold conformal factor, stored in the file
+    rng = np.random.default_rng(11)
+    idx = rng.choice(len(powertrain), 40, replace=False)
+    _, p = truth("mobilenetv3", powertrain)
+    y = noisy(p[idx], 0.015, 12)
+    kw = dict(restarts=0)
+    raw = adapt(resnet_reference["power_w"], "nn+gp", powertrain[idx], y, **kw)
+    cal = adapt(resnet_reference["power_w"], "nn+gp", powertrain[idx], y, calibration="cv",
+                calibration_folds=5, calibration_risk=0.1, **kw)
+    assert cal.calibration_scores is not None and cal.std_scale > 1.0
+    held = np.setdiff1d(np.arange(len(powertrain)), idx)[::7]
+    mu_r, sd_r = raw.predict(powertrain[held])
+    mu_c, sd_c = cal.predict(powertrain[held])
+    np.testing.assert_allclose(mu_c, mu_r)  # the same fit, only the std is scaled
+    z = z_score(0.1)
+    cov_raw = np.mean(p[held] <= mu_r + z * sd_r)
+    cov_cal = np.mean(p[held] <= mu_c + z * sd_c)
+    assert cov_cal > cov_raw
+    back = Predictor.from_bytes(cal.to_bytes())
+    assert back.std_scale == cal.std_scale
+    np.testing.assert_allclose(back.predict(powertrain[held])[1], sd_c)

@@ -24,6 +24,16 @@ On the simulator (50 noisy modes, Orin AGX, ResNet18 reference, 3 draws) "stacke
 target itself is. Out-of-fold residuals were worse still. Before any transfer the predictor
 answers with the NN alone (no std).
 
+Calibration (``calibration="cv"``, issue 5): the GP's std is over-confident on modes it was
+not profiled on, mostly because the stacked NN input was fine-tuned on the same rows (a
+leave-one-out check with the fitted hyper-parameters says the std is calibrated, score std
+≈ 1.0, while on unprofiled modes it is 1.8–3.6× too narrow). With ``calibration="cv"`` the
+transfer also refits NN + GP on ``calibration_folds`` folds (default 10; each fold starts from
+the same reference NN), collects the held-out standardised residuals ``(y − μ)/σ`` and scales
+every reported std by ``c = q_{1−risk}(scores) / z(risk)`` (split-conformal rank,
+``calibration_risk`` default 0.1), so that ``μ + z(risk)·c·σ`` is the CV conformal bound.
+``c`` is stored in the model file (``std_scale``; files without it read as 1.0).
+
 Serialisation stores the fitted kernel hyperparameters and the training rows, and rebuilds
 the GP without re-optimising (identical predictions, no pickle).
 """
@@ -43,6 +53,8 @@ from edgetune.estimation.nn import NNPredictor
 
 #: How ``nn+gp`` combines the transferred NN and the GP (module docs).
 COMBINE_MODES = ("stacked", "residual")
+#: How ``nn+gp`` calibrates its std after a transfer (module docs); None: the raw GP std.
+CALIBRATIONS = (None, "cv")
 
 
 def make_kernel(n_features: int):
@@ -141,18 +153,32 @@ class NNGPPredictor(Predictor):
 
     def __init__(self, target: str = "time_ms", transform: str | None = None, seed: int = 0, *,
                  combine: str = "stacked", restarts: int = 2, nn_params: dict[str, Any] | None = None,
-                 nn: NNPredictor | None = None) -> None:
+                 nn: NNPredictor | None = None, calibration: str | None = None, calibration_risk: float = 0.1,
+                 calibration_folds: int = 10) -> None:
         super().__init__(target, transform, seed)
         if combine not in COMBINE_MODES:
             raise InvalidArgument("combine", f"unknown combination {combine!r}", ", ".join(COMBINE_MODES))
+        if calibration not in CALIBRATIONS:
+            raise InvalidArgument("calibration", f"unknown calibration {calibration!r}", "none, cv")
+        if not 0.0 < float(calibration_risk) <= 0.5:
+            raise InvalidArgument("calibration_risk", f"{calibration_risk!r} is out of range", "0 < risk <= 0.5")
+        if int(calibration_folds) < 2:
+            raise InvalidArgument("calibration_folds", f"{calibration_folds!r} folds", ">= 2")
         self.combine, self.restarts = combine, int(restarts)
+        self.calibration, self.calibration_risk = calibration, float(calibration_risk)
+        self.calibration_folds = int(calibration_folds)
+        self.std_scale = 1.0
+        self.calibration_scores: np.ndarray | None = None
         self.nn = nn if nn is not None else NNPredictor(target, transform, seed, **(nn_params or {}))
         self.gp: GaussianProcess | None = None
 
     @classmethod
-    def from_nn(cls, nn: NNPredictor, combine: str = "stacked", restarts: int = 2) -> NNGPPredictor:
-        """Wrap a fitted NN (a reference, or a clone of one) so that :meth:`transfer` adds the GP."""
-        pred = cls(nn.target, nn.transform, nn.seed, combine=combine, restarts=restarts, nn=nn)
+    def from_nn(cls, nn: NNPredictor, combine: str = "stacked", restarts: int = 2, **kw: Any) -> NNGPPredictor:
+        """Wrap a fitted NN (a reference, or a clone of one) so that :meth:`transfer` adds the GP.
+
+        Other keywords (``calibration``, ``calibration_risk``, ``calibration_folds``) go to the constructor.
+        """
+        pred = cls(nn.target, nn.transform, nn.seed, combine=combine, restarts=restarts, nn=nn, **kw)
         pred.columns, pred.x_scaler, pred.y_scaler = nn.columns, nn.x_scaler, nn.y_scaler
         pred.lo, pred.hi = nn.lo, nn.hi
         pred.meta = {"fit": nn.meta.get("fit"), "transfers": list(nn.meta.get("transfers", []))}
@@ -167,7 +193,11 @@ class NNGPPredictor(Predictor):
         self.nn.progress = fn
 
     def params(self) -> dict[str, Any]:
-        return {"combine": self.combine, "restarts": self.restarts, "nn_params": self.nn.params()}
+        out = {"combine": self.combine, "restarts": self.restarts, "nn_params": self.nn.params()}
+        if self.calibration is not None:
+            out.update(calibration=self.calibration, calibration_risk=self.calibration_risk,
+                       calibration_folds=self.calibration_folds)
+        return out
 
     def _sync_nn(self) -> None:
         # the NN works in this predictor's scaled space: share the scalers
@@ -182,24 +212,55 @@ class NNGPPredictor(Predictor):
         self.gp = None
         return info
 
+    def _fit_gp(self, nn: NNPredictor, xs: np.ndarray, ys: np.ndarray) -> GaussianProcess:
+        nn_out = nn.forward(xs)
+        target = ys if self.combine == "stacked" else ys - nn_out
+        return GaussianProcess(self.restarts, self.seed).fit(self._gp_inputs(xs, nn_out), target)
+
     def _transfer(self, xs: np.ndarray, ys: np.ndarray) -> dict[str, Any]:
         self._sync_nn()
+        scores = self.cv_scores(xs, ys) if self.calibration == "cv" else None
         info = self.nn._transfer(xs, ys)
-        nn_out = self.nn.forward(xs)
-        target = ys if self.combine == "stacked" else ys - nn_out
-        self.gp = GaussianProcess(self.restarts, self.seed).fit(self._gp_inputs(xs, nn_out), target)
-        return {**info, "combine": self.combine, "kernel": self.gp.summary()}
+        self.gp = self._fit_gp(self.nn, xs, ys)
+        out = {**info, "combine": self.combine, "kernel": self.gp.summary()}
+        self.std_scale = 1.0
+        if scores is not None:
+            self.calibration_scores = scores  # not stored in the file; for other risks see conformal_scale
+            self.std_scale = conformal_scale(scores, self.calibration_risk)
+            out.update(calibration=self.calibration, std_scale=round(self.std_scale, 4))
+        return out
+
+    def cv_scores(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """Held-out standardised residuals ``(y − μ)/σ`` of NN+GP transfers from the current NN on K folds."""
+        import copy
+
+        n = xs.shape[0]
+        k = min(self.calibration_folds, n)
+        folds = np.array_split(np.random.default_rng(self.seed + 7).permutation(n), k)
+        scores = np.empty(n)
+        for held in folds:
+            keep = np.setdiff1d(np.arange(n), held)
+            nn = copy.deepcopy(self.nn)
+            nn.progress = None
+            nn._transfer(xs[keep], ys[keep])
+            gp = self._fit_gp(nn, xs[keep], ys[keep])
+            nn_out = nn.forward(xs[held])
+            mu, sd = gp.predict(self._gp_inputs(xs[held], nn_out))
+            mu = mu if self.combine == "stacked" else nn_out + mu
+            scores[held] = (ys[held] - mu) / np.maximum(sd, 1e-12)
+        return scores
 
     def _predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         nn_out = self.nn.forward(xs)
         if self.gp is None:
             return nn_out, None
         mu, sd = self.gp.predict(self._gp_inputs(xs, nn_out))
-        return (mu if self.combine == "stacked" else nn_out + mu), sd
+        return (mu if self.combine == "stacked" else nn_out + mu), sd * self.std_scale
 
     def _state(self):
         _, nn_arrays, _ = self.nn._state()
-        state: dict[str, Any] = {"in_dim": len(self.columns), "has_gp": self.gp is not None}
+        state: dict[str, Any] = {"in_dim": len(self.columns), "has_gp": self.gp is not None,
+                                 "std_scale": self.std_scale}
         arrays = dict(nn_arrays)
         if self.gp is not None:
             gp_state, gp_arrays = self.gp.state()
@@ -212,3 +273,14 @@ class NNGPPredictor(Predictor):
         self._sync_nn()
         self.gp = (GaussianProcess.restore(state["gp"], arrays["gp.theta"], arrays["gp.x"], arrays["gp.y"], self.seed)
                    if state.get("has_gp") else None)
+        self.std_scale = float(state.get("std_scale", 1.0))  # files before calibration: the raw std
+
+
+def conformal_scale(scores: np.ndarray, risk: float) -> float:
+    """``c`` with ``z(risk)·c`` = the split-conformal (1 − risk) quantile of standardised residuals ``scores``."""
+    from edgetune.optimization.select import z_score
+
+    s = np.sort(np.asarray(scores, float))
+    n = len(s)
+    k = min(int(np.ceil((n + 1) * (1.0 - risk))), n)  # finite-sample conformal rank; > n: the max
+    return max(float(s[k - 1]), 0.0) / z_score(risk)
