@@ -1,29 +1,125 @@
-"""`make demo` runs the main job: a fleet profiled, modes chosen within budgets, a report written."""
+"""`make demo` runs the main job: the suite as processes, the story through gRPC, a report, a clean stop.
 
+A reduced run (30 + 10 modes per node, small reference fits, the estimator without Ray) of ``python -m edgetune.demo`` as a
+subprocess: exit 0, the report folder complete, every node's verified choice within its budget
+(per ``summary.json``), only the re-budgeted node's config revision bumped, and no process of
+the run left behind. Plus the supervisor's own guarantees on small stand-in children.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
 import subprocess
 import sys
+import time
 
-from edgetune.demo import story
+import pytest
+
+from edgetune.demo.suite import FLEET
+from edgetune.demo.supervisor import Supervisor, SupervisorError, find_marked
 
 
-def test_demo_writes_report_and_respects_budgets(tmp_path):
-    out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "edgetune.demo", "--out", str(out), "--modes", "12"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    for name in ("index.html", "pareto_fronts.png", "mode_counts.png"):
-        assert (out / name).stat().st_size > 1000, name
+def _alive(pid: int, run_id: str) -> bool:
+    """``pid`` is still a process of this run (a reused pid without the run's marker does not count)."""
+    return pid in find_marked(run_id)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "report"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "edgetune.demo", "--out", str(out), "--modes", "30", "--quick",
+                           "--no-ray"],
+                          capture_output=True, text=True, timeout=400, env={**os.environ, "COLUMNS": "200"})
+    return proc, out, time.monotonic() - t0
+
+
+def test_demo_exits_zero_and_writes_the_report(demo_run):
+    proc, out, _ = demo_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     page = (out / "index.html").read_text()
-    assert "pareto_fronts.png" in page and "orin-1" in page
-    for node in story.FLEET:
-        assert node in proc.stdout
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert {"pareto_fronts.png", "predicted_vs_measured.png", "round_timeline.png"} <= set(pngs)
+    for name in pngs:
+        assert (out / name).stat().st_size > 10_000, name
+        assert f'src="{name}"' in page and f'href="{name}"' in page, f"index.html does not link {name}"
+    assert 'href="summary.json"' in page
+    for node in FLEET:
+        assert (out / "logs" / f"agent-{node.node_id}.log").exists()
+    assert "Report:" in proc.stdout and "no stray process remains" in proc.stdout
 
 
-def test_each_choice_is_a_profiled_mode_within_budget():
-    r = story.profile_node("n", "orin-agx", 25.0, "resnet18", n_modes=15, seed=3)
-    assert r.chosen is not None
-    assert r.chosen.power_w <= 25.0
-    assert r.chosen in r.measurements
-    feasible = [m.time_ms for m in r.measurements if m.power_w <= 25.0]
-    assert r.chosen.time_ms == min(feasible)
-    assert r.maxn.power_w > r.chosen.power_w  # MAXN is the fast, hungry baseline
+def test_every_node_runs_a_verified_mode_within_its_budget(demo_run):
+    proc, out, _ = demo_run
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["node"]: r for r in summary["nodes"]}
+    assert set(rows) == {n.node_id for n in FLEET}
+    for node in FLEET:
+        r = rows[node.node_id]
+        assert node.node_id in proc.stdout
+        assert r["mode"] and re.fullmatch(r"\d+c/[\d.]+/[\d.]+/[\d.]+", r["mode"]), r
+        assert r["budget_w"] == node.budget_w
+        assert r["power_w"] is not None and r["power_w"] <= r["budget_w"], r
+        assert r["within_budget"] is True
+        assert r["maxn"]["power_w"] > r["power_w"]  # MAXN: the fast, hungry baseline
+    assert summary["accuracy"]["points"] > 0
+
+
+def test_rounds_budget_change_and_concurrent_case(demo_run):
+    _, out, _ = demo_run
+    summary = json.loads((out / "summary.json").read_text())
+    plans = {r["plan"]: r for r in summary["rounds"]}
+    assert {"makespan", "energy", "energy, after budget change"} <= set(plans)
+    assert plans["energy"]["makespan_s"] <= plans["energy"]["deadline_s"] + 1e-6
+    bc = summary["budget_change"]
+    assert bc["bumped"] == [bc["node"]], bc  # only the re-budgeted node gets a new revision
+    assert bc["revisions_after"][bc["node"]] > bc["revisions_before"][bc["node"]]
+    assert bc["agent_applied"] and bc["within_budget"], bc
+    conc = summary["concurrent"]
+    assert conc["profiled_points"] > 0
+    if conc["feasible"]:
+        assert conc["power_w"] <= conc["power_budget_w"] and conc["latency_ms"] <= conc["latency_budget_ms"]
+
+
+def test_no_process_of_the_run_remains(demo_run):
+    _, out, elapsed = demo_run
+    summary = json.loads((out / "summary.json").read_text())
+    pids = [p["pid"] for p in summary["processes"]]
+    assert len(pids) >= len(FLEET) + 3  # redis, coordinator, optimizer, agents (+ estimator)
+    assert not [pid for pid in pids if _alive(pid, summary["run_id"])]
+    assert find_marked(summary["run_id"]) == []
+    assert summary["stray_pids"] == [] and summary["exit_code"] == 0
+    assert all(s["stopped_by"] in ("SIGTERM", "SHUTDOWN") for s in summary["shutdown"]), summary["shutdown"]
+    assert elapsed < 300
+
+
+# --- the supervisor on stand-in children ---------------------------------------------------------
+def test_supervisor_stops_children_and_their_children(tmp_path):
+    sup = Supervisor(tmp_path / "logs")
+    # A child that forks a grandchild in another session and ignores SIGTERM: only SIGKILL ends it.
+    code = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+            "print('ready', flush=True); time.sleep(120)")
+    child = sup.spawn("stubborn", ["-c", code])
+    deadline = time.monotonic() + 30
+    while "ready" not in child.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(find_marked(sup.run_id)) == 2
+    sup.close(grace_s=1.0)
+    assert sup.stopped[0][3] == "SIGKILL"
+    time.sleep(0.2)
+    assert find_marked(sup.run_id) == []
+
+
+def test_supervisor_reports_a_child_that_dies_at_start(tmp_path):
+    sup = Supervisor(tmp_path / "logs", start_timeout_s=20)
+    try:
+        child = sup.spawn("broken", ["-c", "import sys; print('cannot bind: boom', flush=True); sys.exit(3)"])
+        with pytest.raises(SupervisorError, match=r"(?s)broken .* exited with code 3.*cannot bind: boom"):
+            sup.wait_ready(child, "edgetune.v1.Optimizer")
+    finally:
+        sup.close()
+    assert sup.stopped[0][2] == 3
+    assert find_marked(sup.run_id) == []

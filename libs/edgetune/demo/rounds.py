@@ -1,0 +1,235 @@
+"""The demo's federated round (steps 6–7): PlanRound under the makespan and energy objectives, every
+applied config measured on its agent, then a budget change mid-way and the coordinator's re-plan."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import grpc
+
+from edgetune.demo.story import (
+    RISK,
+    RPC_TIMEOUT_S,
+    NodeResult,
+    RoundResult,
+    Story,
+    calibrated,
+    key,
+    label,
+    learn_from_miss,
+    parallel,
+    profile,
+)
+from edgetune.proto.v1 import (
+    common_pb2,
+    coordinator_pb2,
+    profiler_pb2,
+)
+
+
+# --- 6. round planning ------------------------------------------------------------------------------
+def round_options(res: NodeResult) -> list[common_pb2.Prediction]:
+    """The node's predicted modes for the planner, with the safe (mean + 1.645 σ, calibrated) power."""
+    out = []
+    for p in calibrated(res):
+        q = common_pb2.Prediction(mode=p.mode, batch_size=p.batch_size, time_ms=p.time_ms,
+                                  power_w=p.power_w + RISK * (p.power_std_w if p.HasField("power_std_w") else 0.0))
+        out.append(q)
+    return out
+
+
+def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:
+    """Energy and makespan of every node (or ``only`` one) at its fastest option within its budget."""
+    total_e, makespan = 0.0, 0.0
+    for r in story.nodes.values():
+        if only is not None and r.node.node_id != only:
+            continue
+        opts = [p for p in round_options(r) if p.power_w <= budgets[r.node.node_id]]
+        if not opts:
+            continue
+        best = min(opts, key=lambda p: (p.time_ms, p.power_w))
+        t_s = math.ceil(r.node.samples / best.batch_size) * best.time_ms / 1000.0
+        total_e += t_s * best.power_w
+        makespan = max(makespan, t_s)
+    return total_e, makespan
+
+
+def plan(story: Story, objective: int, *, deadline_s: float | None = None, apply: bool = False,
+         round_id: str = "", must: bool = True) -> coordinator_pb2.PlanRoundResponse:
+    """PlanRound with every node's samples and predicted options. Re-planning an applied round under
+    its own ``round_id`` changes only the configs whose mode or batch size changed."""
+    nodes = []
+    for r in story.nodes.values():
+        options = round_options(r)
+        if not any(o.power_w <= story.budgets[r.node.node_id] for o in options):  # nothing safe: planned around
+            note = f"left out of the round: no predicted mode fits {story.budgets[r.node.node_id]:g} W safely"
+            if note not in r.notes:
+                r.notes.append(note)
+            continue
+        nodes.append(coordinator_pb2.NodeRound(node_id=r.node.node_id, samples=r.node.samples, options=options))
+    budgets = common_pb2.Budgets()
+    if deadline_s is not None:
+        budgets.deadline_s = deadline_s
+    reply = story.suite.coordinator.PlanRound(coordinator_pb2.PlanRoundRequest(
+        round_id=round_id, objective=objective, budgets=budgets, workload=story.workload(), nodes=nodes,
+        apply=apply),
+        timeout=RPC_TIMEOUT_S)
+    if must and not reply.feasible:
+        raise RuntimeError(f"PlanRound found no feasible plan: {reply.reason}")
+    return reply
+
+
+def plan_rounds(story: Story) -> str:
+    """PlanRound twice on the coordinator: least makespan, then least energy by a deadline 50 % longer
+    (that plan is applied: configs are pushed to the agents)."""
+    budgets = {n.node_id: n.budget_w for n in story.fleet}
+    fast_e, fast_ms = _fastest(story, budgets)
+    ms = plan(story, coordinator_pb2.ROUND_OBJECTIVE_MAKESPAN)
+    story.rounds.append(RoundResult("makespan", "makespan", ms, fast_e, fast_ms))
+    # The deadline: 50 % over the least makespan, and long enough for the node whose budget will drop
+    # in the next step to still make it at its fastest under the new budget (else that re-plan is infeasible).
+    node_id, new_w = story.options.budget_change
+    _, slow_after = _fastest(story, {**budgets, node_id: new_w}, only=node_id)
+    deadline = round(max(ms.makespan_s * 1.5, slow_after * 1.1), 1)
+    en = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline, apply=True)
+    story.round_id = en.round_id
+    en = verify_configs(story, [n.node_id for n in en.nodes], budgets, deadline) or en
+    story.rounds.append(RoundResult("energy", "energy", en, fast_e, fast_ms, deadline))
+    checks = [c for r in story.nodes.values() for c in r.config_checks]
+    fixed = sum(not c["within_budget"] for c in checks)
+    checked = ("every applied config measured on its agent within budget"
+               + (f" after {fixed} re-plan(s) of configs measured over" if fixed else ""))
+
+    def saved(e: float) -> str:
+        pct = 100.0 * (1 - e / fast_e) if fast_e else math.nan
+        return f"{abs(pct):.1f} % {'less' if pct >= 0 else 'more'} energy"
+
+    return (f"every node at its fastest: {fast_ms:.0f} s, {fast_e / 1000:.2f} kJ; least makespan: "
+            f"{ms.makespan_s:.0f} s, {ms.energy_j / 1000:.2f} kJ ({saved(ms.energy_j)}); least energy by "
+            f"a {deadline:.0f} s deadline: {en.makespan_s:.0f} s, {en.energy_j / 1000:.2f} kJ ({saved(en.energy_j)}); "
+            f"applied as round {en.round_id}; {checked}")
+
+
+def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float], deadline_s: float | None,
+                   max_attempts: int = 4) -> coordinator_pb2.PlanRoundResponse | None:
+    """Measure each node's applied config on its agent once the agent runs it. A config over the node's
+    budget: drop that mode (and every mode at or above its clocks) from the node's options and re-plan
+    (PlanRound, apply): only that node's config changes. Returns the last re-plan (None: none needed)."""
+    replanned = None
+    for _ in range(max_attempts):
+        def check(node_id: str) -> bool:
+            res, agent = story.nodes[node_id], story.agent(node_id)
+            cfg = story.suite.coordinator.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=node_id),
+                                                        timeout=10)
+            deadline = time.monotonic() + 15
+            current = None
+            while time.monotonic() < deadline:
+                current = agent.stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10).current_mode
+                if key(current) == key(cfg.mode):
+                    break
+                time.sleep(0.1)
+            rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=[cfg.mode],
+                                                              batch_sizes=[cfg.batch_size or story.options.batch_size],
+                                                              seed=story.options.seed + 7 + cfg.revision))
+            power = rows[0].power_w if rows else math.inf
+            ok = power <= budgets[node_id]
+            res.config_checks.append({"revision": cfg.revision, "mode": label(cfg.mode),
+                                      "agent_applied": current is not None and key(current) == key(cfg.mode),
+                                      "power_w": power, "time_ms": rows[0].time_ms if rows else None,
+                                      "budget_w": budgets[node_id], "within_budget": ok})
+            if not ok:
+                predicted = res.predicted().get(key(cfg.mode))
+                learn_from_miss(res, cfg.mode, predicted.power_w if predicted else power, rows[0] if rows else None)
+            return ok
+
+        over = [n for n, ok in zip(node_ids, parallel(node_ids, check, workers=3), strict=True) if not ok]
+        if not over:
+            return replanned
+        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline_s, apply=True,
+                         round_id=story.round_id, must=False)
+        if not replanned.feasible:  # nothing published: the previous configs stay; say why
+            for n in over:
+                story.nodes[n].notes.append(f"re-plan after a config measured over budget: {replanned.reason}")
+            return None
+        node_ids = over
+    return replanned
+
+
+def round_rows(story: Story) -> list[dict]:
+    rows = []
+    for rr in story.rounds:
+        for n in rr.response.nodes:
+            rows.append({"plan": rr.label, "node": n.node_id, "mode": label(n.mode), "batch": n.batch_size,
+                         "time_s": round(n.time_s, 1), "power_w": round(n.power_w, 2),
+                         "energy_kj": round(n.energy_j / 1000, 2)})
+    return rows
+
+
+# --- 7. budget change -------------------------------------------------------------------------------
+def revisions(story: Story) -> dict[str, int]:
+    out = {}
+    for n in story.fleet:
+        try:
+            cfg = story.suite.coordinator.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=n.node_id),
+                                                        timeout=10)
+        except grpc.RpcError as exc:  # a node left out of the round has no config yet
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            out[n.node_id] = 0
+            continue
+        out[n.node_id] = cfg.revision
+    return out
+
+
+def change_budget(story: Story) -> str:
+    """UpdateBudget on one node mid-way: the coordinator re-plans the applied round and pushes a new
+    config to that node only (its revision bumps, WatchConfig delivers it, the agent applies it); the
+    new config is then measured on the agent (and re-planned again if it is over the new budget)."""
+    node_id, new_w = story.options.budget_change
+    coord = story.suite.coordinator
+    before = revisions(story)
+    old_w = next(n.budget_w for n in story.fleet if n.node_id == node_id)
+    coord.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+        node_id=node_id, budgets=common_pb2.Budgets(power_budget_w=new_w)), timeout=RPC_TIMEOUT_S)
+    watch = coord.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=node_id, after_revision=before[node_id]),
+                              timeout=15)
+    pushed = None
+    try:
+        pushed = next(iter(watch))
+    except grpc.RpcError as exc:  # no new config: the coordinator's re-plan was infeasible or unchanged
+        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+    finally:
+        watch.cancel()
+    energy = next(r for r in story.rounds if r.label == "energy")
+    story.budgets[node_id] = new_w
+    budgets = dict(story.budgets)
+    res = story.nodes[node_id]
+    n_checks = len(res.config_checks)
+    replanned = verify_configs(story, [node_id], budgets, energy.deadline_s)
+    if replanned is None:  # the coordinator's own re-plan stands: the same request, planned again to show it
+        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=energy.deadline_s, must=False)
+    if not replanned.feasible:
+        raise RuntimeError(f"after the budget change no plan meets the round's deadline: {replanned.reason}")
+    fast_e, fast_ms = _fastest(story, budgets)
+    story.rounds.append(RoundResult("energy, after budget change", "energy", replanned, fast_e, fast_ms,
+                                    energy.deadline_s))
+    after = revisions(story)
+    checks = res.config_checks[n_checks:]
+    final = checks[-1]
+    bumped = sorted(n for n in before if after[n] != before[n])
+    story.budget_change = {"node": node_id, "old_budget_w": old_w, "new_budget_w": new_w,
+                           "revisions_before": before, "revisions_after": after, "bumped": bumped,
+                           "watched_revision": pushed.revision if pushed else None,
+                           "watched_mode": label(pushed.mode) if pushed else None,
+                           "final_mode": final["mode"], "agent_applied": final["agent_applied"],
+                           "measured_power_w": final["power_w"], "measured_time_ms": final["time_ms"],
+                           "within_budget": final["within_budget"], "checks": checks,
+                           "makespan_s": replanned.makespan_s, "energy_j": replanned.energy_j}
+    extra = (f" (after {len(checks) - 1} more re-plan(s): configs measured over were dropped)"
+             if len(checks) > 1 else "")
+    watched = f"WatchConfig delivered r{pushed.revision}" if pushed else "no new config within 15 s"
+    return (f"{node_id}: {old_w:g} W → {new_w:g} W; {watched}; revisions bumped: "
+            f"{', '.join(bumped) or 'none'} (r{before[node_id]} → r{after[node_id]}); the agent runs "
+            f"{final['mode']}, measured {final['power_w']:.1f} W{extra}")

