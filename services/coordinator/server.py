@@ -38,10 +38,11 @@ from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeade
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import Store, open_store
-from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.proto.v1 import coordinator_pb2_grpc
-from edgetune.services.common import add_option, add_server_options, server_kwargs, setup_logging
+from edgetune.services.common import add_option, add_server_options, server_kwargs
 from edgetune.services.common.config import env_name
+from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.coordinator.servicer import CoordinatorServicer
@@ -254,21 +255,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except EdgetuneError as exc:  # a bad EDGETUNE_* value
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    setup_logging("coordinator", args.log_level)
-    try:
-        serve(redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
-              replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
-              kube_selector=args.kube_selector, **server_kwargs(args))
-    except (EdgetuneError, OSError) as exc:  # bad flags, busy port, unreachable Redis
-        log.error("cannot start the coordinator: %s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("coordinator", argv, parse_args, lambda args: serve(
+        redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
+        replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
+        kube_selector=args.kube_selector, **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

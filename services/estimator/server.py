@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from edgetune.coordination.store import Store, open_store
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
 from edgetune.proto.v1 import estimator_pb2_grpc
 from edgetune.services.common import (
@@ -33,8 +33,8 @@ from edgetune.services.common import (
     add_server_options,
     build_server,
     server_kwargs,
-    setup_logging,
 )
+from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.estimator.energy import Unimplemented
@@ -124,21 +124,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except EdgetuneError as exc:  # a bad EDGETUNE_* value
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    setup_logging("estimator", args.log_level)
-    try:
-        serve(redis_url=args.redis, use_ray=not args.no_ray, ray_address=args.ray_address or None,
-              ray_num_cpus=args.ray_num_cpus or None, model_cache_size=args.model_cache_size,
-              max_message_mb=args.max_message_mb, **server_kwargs(args))
-    except (EdgetuneError, OSError) as exc:  # bad flags, unreachable Redis, busy port
-        log.error("cannot start the estimator: %s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("estimator", argv, parse_args, lambda args: serve(
+        redis_url=args.redis, use_ray=not args.no_ray, ray_address=args.ray_address or None,
+        ray_num_cpus=args.ray_num_cpus or None, model_cache_size=args.model_cache_size,
+        max_message_mb=args.max_message_mb, **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

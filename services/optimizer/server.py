@@ -22,15 +22,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from edgetune.coordination.store import Store, open_store
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import optimizer_pb2_grpc
 from edgetune.services.common import (
     add_option,
     add_server_options,
     build_server,
     server_kwargs,
-    setup_logging,
 )
+from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.optimizer.servicer import OptimizerServicer
 from edgetune.services.optimizer.sessions import DEFAULT_TTL_S, SessionStore
@@ -100,20 +100,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except EdgetuneError as exc:  # a bad EDGETUNE_* value
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    setup_logging("optimizer", args.log_level)
-    try:
-        serve(redis_url=args.redis, session_ttl_s=args.session_ttl_s, max_message_mb=args.max_message_mb,
-              **server_kwargs(args))
-    except (EdgetuneError, OSError) as exc:  # bad flags, unreachable Redis, busy port
-        log.error("cannot start the optimizer: %s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("optimizer", argv, parse_args, lambda args: serve(
+        redis_url=args.redis, session_ttl_s=args.session_ttl_s, max_message_mb=args.max_message_mb,
+        **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

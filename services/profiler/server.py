@@ -27,15 +27,15 @@ from typing import Any
 
 from edgetune.coordination.store import Store, open_store
 from edgetune.devices.factory import open_device
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
     add_server_options,
     build_server,
     server_kwargs,
-    setup_logging,
 )
+from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.link import CoordinatorLink, advertised_address
@@ -151,25 +151,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _start(args: argparse.Namespace) -> None:
+    if args.power_budget_w < 0:
+        raise InvalidArgument("--power-budget-w", f"{args.power_budget_w:g}", "watts > 0, or 0 for none")
+    serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
+          seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
+          advertise=args.advertise, **server_kwargs(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except EdgetuneError as exc:  # a bad EDGETUNE_* value
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    setup_logging("profiler", args.log_level)
-    kwargs: dict[str, Any] = server_kwargs(args)
-    try:
-        if args.power_budget_w < 0:
-            raise InvalidArgument("--power-budget-w", f"{args.power_budget_w:g}", "watts > 0, or 0 for none")
-        serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
-              seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
-              advertise=args.advertise, **kwargs)
-    except (EdgetuneError, OSError) as exc:  # bad flags, busy port, unwritable state dir
-        log.error("cannot start the profiler agent: %s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("profiler", argv, parse_args, _start)
 
 
 if __name__ == "__main__":  # pragma: no cover
