@@ -112,3 +112,34 @@ def test_bad_requests_name_the_field(bad, field):
     with pytest.raises(InvalidArgument) as info:
         estimate_batch_efficiency(**args)
     assert info.value.field == field
+
+
+def test_noisy_proxy_has_the_proxy_digits_and_a_larger_held_out_set():
+    from edgetune.estimation.proxy import NOISY_PROXY
+
+    clean, noisy = load_proxy_data("digits"), load_proxy_data(NOISY_PROXY)
+    assert noisy.x_train.shape == clean.x_train.shape and torch.equal(noisy.y_train, clean.y_train)
+    assert not torch.equal(noisy.x_train, clean.x_train)  # noise added
+    assert len(noisy.y_test) == 8 * len(clean.y_test)  # 8 noise draws of the same held-out digits
+    assert torch.equal(noisy.y_test[: len(clean.y_test)], clean.y_test)
+
+
+def test_matched_target_closes_the_same_share_of_the_remaining_error():
+    from edgetune.estimation.batch_efficiency import matched_target_accuracy
+
+    # the device's target closes half of the pre-trained model's remaining error (0.8 -> 0.9) ...
+    assert matched_target_accuracy(0.6, 0.8, 0.9) == pytest.approx(0.8)  # ... so the proxy's goes 0.6 -> 0.8
+    with pytest.raises(InvalidArgument) as err:
+        matched_target_accuracy(0.6, 0.9, 0.8)
+    assert err.value.field == "target_accuracy"
+
+
+def test_retargeted_rescores_the_same_runs_at_a_lower_target():
+    est = estimate_batch_efficiency("resnet-slim", [16], target_accuracy=0.9, seeds=(0,), max_passes=20,
+                                    parallel=False, samples_per_pass=64)
+    lower = (est.initial_accuracy + 0.9) / 2
+    again = est.retargeted(lower)
+    assert again.passes_mean()[16] <= est.passes_mean()[16]
+    run = again.runs[0]
+    assert run.accuracy_by_pass[-1] >= lower and all(a < lower for a in run.accuracy_by_pass[:-1])
+    assert est.reachable_accuracy() >= 0.9

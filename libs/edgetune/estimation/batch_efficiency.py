@@ -147,6 +147,33 @@ class BatchEfficiencyEstimate:
         return BatchEfficiency.from_pairs({b: float(row[col])
                                            for b, row in zip(self.batch_sizes, self.passes, strict=True)})
 
+    def reachable_accuracy(self) -> float:
+        """The highest held-out accuracy that every (batch size, seed) run reached (needs ``runs``)."""
+        if not self.runs:
+            raise InvalidArgument("runs", "this estimate holds no accuracy curves", "an estimate with runs")
+        return min(max(run.accuracy_by_pass, default=self.initial_accuracy) for run in self.runs)
+
+    def retargeted(self, target_accuracy: float) -> BatchEfficiencyEstimate:
+        """The same runs scored at a lower ``target_accuracy``: passes = first pass at or above it.
+
+        Exact without training: a run stops at its first pass at the original target, so its
+        curve holds the first crossing of every lower level (and a never-run reaches max_passes).
+        """
+        if not self.initial_accuracy < target_accuracy <= self.target_accuracy:
+            raise InvalidArgument("target_accuracy", f"{target_accuracy} is outside the curves' range",
+                                  f"({self.initial_accuracy:.4f}, {self.target_accuracy:.4f}]")
+        by_key = {(run.batch_size, run.seed): run for run in self.runs}
+        runs, passes = [], np.empty_like(self.passes)
+        for i, b in enumerate(self.batch_sizes):
+            for j, s in enumerate(self.seeds):
+                run = by_key[(b, s)]
+                k = next((k for k, a in enumerate(run.accuracy_by_pass, 1) if a >= target_accuracy), None)
+                passes[i, j] = math.inf if k is None else float(k)
+                runs.append(RunResult(b, s, passes[i, j], run.accuracy_by_pass[:k], run.lr, run.wall_s))
+        return BatchEfficiencyEstimate(self.workload, self.proxy, target_accuracy, self.samples_per_pass,
+                                       self.batch_sizes, self.seeds, passes, self.initial_accuracy, tuple(runs),
+                                       self.wall_s)
+
     def to_csv(self, path: str | os.PathLike) -> None:
         """``eff.csv`` for ``edgetune optimize joint`` (mean passes; ``inf`` = never)."""
         write_efficiency_csv(path, self.passes_mean())
@@ -171,6 +198,35 @@ def write_efficiency_csv(path: str | os.PathLike, passes_by_batch: Mapping[int, 
         for b in sorted(passes_by_batch):
             n = float(passes_by_batch[b])
             w.writerow([int(b), "inf" if not math.isfinite(n) else repr(n)])
+
+
+def matched_target_accuracy(proxy_initial: float, target_initial: float, target_accuracy: float) -> float:
+    """The proxy's target accuracy that corresponds to the device's ``target_accuracy``.
+
+    Seed 000 picks the proxy's target so that its training is comparable to the device's. The
+    device knows its target and the pre-trained model's accuracy on its own held-out split
+    (one evaluation, no training); the proxy's target closes the same fraction of the
+    pre-trained model's remaining error: ``a_p + (t - a_d) / (1 - a_d) · (1 - a_p)``.
+    """
+    for name, v in (("proxy_initial", proxy_initial), ("target_initial", target_initial),
+                    ("target_accuracy", target_accuracy)):
+        if not 0.0 <= v <= 1.0:
+            raise InvalidArgument(name, f"{v} is not a fraction", "[0, 1]")
+    if not target_initial < target_accuracy:
+        raise InvalidArgument("target_accuracy", f"{target_accuracy} is not above the pre-trained "
+                              f"{target_initial}", f"> {target_initial}")
+    closed = (target_accuracy - target_initial) / (1.0 - target_initial)
+    return proxy_initial + closed * (1.0 - proxy_initial)
+
+
+def initial_accuracy(workload: str, data_set: str, input_size: int = 8) -> float:
+    """The shared pre-trained checkpoint's held-out accuracy on ``data_set``."""
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
+
+    data = load_proxy_data(data_set, input_size)
+    model = build_proxy_model(workload, input_size)
+    model.load_state_dict(pretrained_state(workload, input_size))
+    return accuracy(model, data.x_test, data.y_test)
 
 
 def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
