@@ -70,7 +70,7 @@ class Table:
     def modes(self) -> list[PowerMode]:
         return [PowerMode.from_mapping(r) for r in self.rows]
 
-    def where(self, **equals: Any) -> "Table":
+    def where(self, **equals: Any) -> Table:
         """Rows whose columns equal the given values (``workload="resnet18", role="train"``)."""
         rows = [r for r in self.rows if all(r.get(k) == v for k, v in equals.items())]
         return Table(list(self.columns), rows, self.path)
@@ -142,7 +142,7 @@ def _parse(fh: TextIO, required: Sequence[str], path: str) -> Table:
             raise _fail(path, line, header[0], "duplicate header row inside the data")
         if len(cells) != len(header):
             raise _fail(path, line, "row", f"has {len(cells)} cells, the header has {len(header)}")
-        rows.append({col: _parse_cell(path, line, col, cell) for col, cell in zip(header, cells)})
+        rows.append({col: _parse_cell(path, line, col, cell) for col, cell in zip(header, cells, strict=True)})
     return Table(header, rows, path)
 
 

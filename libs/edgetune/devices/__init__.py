@@ -8,6 +8,15 @@
 - ``factory``    ``open_device("sim:orin-agx" | "sysfs" | "replay:table.csv")``
 """
 
-from edgetune.devices.base import Clock, Device, PowerSample, PowerSampler, PowerSensor, RealClock, Role, VirtualClock
+from edgetune.devices.base import (
+    Clock,
+    Device,
+    PowerSample,
+    PowerSampler,
+    PowerSensor,
+    RealClock,
+    Role,
+    VirtualClock,
+)
 
 __all__ = ["Clock", "Device", "PowerSample", "PowerSampler", "PowerSensor", "RealClock", "Role", "VirtualClock"]

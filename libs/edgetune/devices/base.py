@@ -25,12 +25,12 @@ from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - str() and format() of members are relied on as-is
     TRAIN = "train"
     INFER = "infer"
 
     @classmethod
-    def parse(cls, value: "str | Role") -> "Role":
+    def parse(cls, value: str | Role) -> Role:
         from edgetune.errors import InvalidArgument
 
         try:
@@ -173,7 +173,7 @@ class Device(ABC):
         """Release resources; restores the initial mode."""
         self.restore()
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc: object) -> None:

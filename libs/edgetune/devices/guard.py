@@ -120,7 +120,7 @@ class ModeGuard:
         for s in signals:
             signal.signal(s, handler)
 
-    def __enter__(self) -> "ModeGuard":
+    def __enter__(self) -> ModeGuard:
         self.recover()
         return self
 

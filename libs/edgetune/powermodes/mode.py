@@ -27,7 +27,7 @@ class PowerMode:
         return (self.cores, self.cpu_mhz, self.gpu_mhz, self.emc_mhz)
 
     @classmethod
-    def from_mapping(cls, row: dict) -> "PowerMode":
+    def from_mapping(cls, row: dict) -> PowerMode:
         return cls(int(row["cores"]), float(row["cpu_mhz"]), float(row["gpu_mhz"]), float(row["emc_mhz"]))
 
     def label(self) -> str:
