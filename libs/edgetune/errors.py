@@ -21,11 +21,16 @@ class InvalidArgument(EdgetuneError, ValueError):
 
     def __init__(self, field: str, message: str, allowed: str | None = None) -> None:
         self.field = field
+        self.message = message
         self.allowed = allowed
         text = f"{field}: {message}"
         if allowed:
             text += f" (allowed: {allowed})"
         super().__init__(text)
+
+    def renamed(self, field: str) -> InvalidArgument:
+        """The same error about another field (a library's ``gpu_mhz`` → a request's ``modes[3].gpu_mhz``)."""
+        return InvalidArgument(field, self.message, self.allowed)
 
 
 class FailedPrecondition(EdgetuneError):

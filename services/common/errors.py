@@ -101,3 +101,23 @@ class ErrorInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         return wrap_handler(handler, lambda behavior, _kind: _wrap(behavior, context_index=1))
+
+
+@contextmanager
+def field_prefix(prefix: str) -> Iterator[None]:
+    """Re-raise a library InvalidArgument (``gpu_mhz``) with the request path (``modes[3].gpu_mhz``)."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        if exc.field == prefix or exc.field.startswith((f"{prefix}.", f"{prefix}[")):
+            raise
+        raise exc.renamed(f"{prefix}.{exc.field}") from None
+
+
+@contextmanager
+def field_named(field: str) -> Iterator[None]:
+    """Re-raise a library InvalidArgument as one about the request field ``field``."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        raise exc.renamed(field) from None

@@ -12,8 +12,7 @@ bound: probability ``Φ(−k)`` has the quantile ``z = k`` (k = 1.645 is a 5 % r
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from edgetune.proto.convert import (
     role_from_proto,
 )
 from edgetune.proto.v1 import common_pb2, optimizer_pb2
+from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.sessions import Told, space_ref
 
 #: Largest ``risk`` multiplier accepted: Φ(−8) ≈ 6e-16 is as far as a double's tail reaches.
@@ -318,20 +318,6 @@ def search_point(mode: PowerMode, role: str, batch_size: int, workload: str | No
 
 
 # --- search sessions ----------------------------------------------------------------------------
-@contextmanager
-def field_prefix(prefix: str) -> Iterator[None]:
-    """Re-raise a library InvalidArgument about ``cores`` as one about ``modes[3].cores``."""
-    try:
-        yield
-    except InvalidArgument as exc:
-        if exc.field == prefix or exc.field.startswith((f"{prefix}.", f"{prefix}[")):
-            raise
-        text = str(exc).removeprefix(f"{exc.field}: ")
-        if exc.allowed:
-            text = text.removesuffix(f" (allowed: {exc.allowed})")
-        raise InvalidArgument(f"{prefix}.{exc.field}", text, exc.allowed) from None
-
-
 @dataclass(frozen=True)
 class SearchSpec:
     """A checked StartSearch request."""

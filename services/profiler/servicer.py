@@ -40,7 +40,7 @@ from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling import Measurement, PowerLimitExceeded, ProfileConfig, Profiler, descending_order
 from edgetune.proto import convert
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
-from edgetune.services.common.errors import map_errors
+from edgetune.services.common.errors import field_named, field_prefix, map_errors
 from edgetune.services.common.paging import paginate
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.safety import ModeKeeper
@@ -63,33 +63,6 @@ _POLL_S = 0.2
 
 
 # --- request fields ------------------------------------------------------------------------
-def _renamed(exc: InvalidArgument, field: str) -> InvalidArgument:
-    text = str(exc).removeprefix(f"{exc.field}: ")
-    if exc.allowed:
-        text = text.removesuffix(f" (allowed: {exc.allowed})")
-    return InvalidArgument(field, text, exc.allowed)
-
-
-@contextmanager
-def field_prefix(prefix: str) -> Iterator[None]:
-    """Re-raise a library InvalidArgument (``gpu_mhz``) with the request path (``modes[3].gpu_mhz``)."""
-    try:
-        yield
-    except InvalidArgument as exc:
-        if exc.field == prefix or exc.field.startswith((f"{prefix}.", f"{prefix}[")):
-            raise
-        raise _renamed(exc, f"{prefix}.{exc.field}") from None
-
-
-@contextmanager
-def field_named(field: str) -> Iterator[None]:
-    """Re-raise a library InvalidArgument as one about the request field ``field``."""
-    try:
-        yield
-    except InvalidArgument as exc:
-        raise _renamed(exc, field) from None
-
-
 def _non_negative(value: int | float, field: str, allowed: str) -> None:
     if not value >= 0:  # also catches NaN
         raise InvalidArgument(field, f"{value} is negative", allowed)
