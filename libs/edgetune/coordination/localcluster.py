@@ -23,7 +23,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,9 +80,10 @@ def _deadline_check(deadline: float, process: ServiceProcess, what: str) -> None
         raise ClusterError(f"{process.name} {what} within {START_TIMEOUT_S:g} s:\n{process.log_tail()}")
 
 
-def wait_serving(process: ServiceProcess, service: str, deadline: float) -> None:
-    """Until ``process`` reports ``service`` SERVING through gRPC health checking."""
-    with grpc.insecure_channel(process.address) as channel:
+def poll_until_serving(address: str, service: str, check: Callable[[], None]) -> None:
+    """Poll gRPC health checking at ``address`` until ``service`` is SERVING; ``check()`` between polls
+    raises to give up (process died, deadline passed)."""
+    with grpc.insecure_channel(address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
@@ -91,8 +92,14 @@ def wait_serving(process: ServiceProcess, service: str, deadline: float) -> None
                     return
             except grpc.RpcError:
                 pass
-            _deadline_check(deadline, process, "never reported SERVING")
+            check()
             time.sleep(_POLL_S)
+
+
+def wait_serving(process: ServiceProcess, service: str, deadline: float) -> None:
+    """Until ``process`` reports ``service`` SERVING through gRPC health checking."""
+    poll_until_serving(process.address, service,
+                       lambda: _deadline_check(deadline, process, "never reported SERVING"))
 
 
 @dataclass

@@ -34,9 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from edgetune.coordination.localcluster import poll_until_serving
 from edgetune.coordination.store import EmbeddedRedisServer
 
 #: Environment marker inherited by every process the demo starts (and their children).
@@ -145,17 +143,8 @@ class Supervisor:
             self._check(child, deadline, "never logged that it is serving")
             time.sleep(_POLL_S)
         child.address = f"127.0.0.1:{port}"
-        with grpc.insecure_channel(child.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                self._check(child, deadline, f"never reported {service} SERVING")
-                time.sleep(_POLL_S)
+        poll_until_serving(child.address, service,
+                           lambda: self._check(child, deadline, f"never reported {service} SERVING"))
         while extra is not None and not extra():
             self._check(child, deadline, "never became ready")
             time.sleep(_POLL_S)
