@@ -149,24 +149,13 @@ def build_strategy(coordinator: str, n_clients: int, *, objective: str = "makesp
 
 
 def start_ray(attempts: int = RAY_START_ATTEMPTS) -> None:
-    """Start the local Ray instance the simulation engine then reuses, retrying a failed start.
+    """Start the local Ray instance the simulation engine then reuses (retried: see ``init_local_ray``).
 
-    Ray gives its raylet a fixed 30 s to register; on a loaded two-core machine it can miss
-    that, so the start is tried again rather than failing the whole run. Actors get this
-    process's ``sys.path`` (as Flower's own start does), so they import what it imports.
+    Actors get this process's ``sys.path`` (as Flower's own start does), so they import what it imports.
     """
-    import ray
+    from edgetune.estimation.parallel import init_local_ray
 
-    for attempt in range(1, attempts + 1):
-        try:
-            ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}}, **RAY_INIT_ARGS)
-            return
-        except Exception:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
-            ray.shutdown()
-            if attempt == attempts:
-                raise
-            logging.getLogger(__name__).warning("Ray did not start (attempt %d of %d); trying again", attempt,
-                                                attempts)
+    init_local_ray(attempts, runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}}, **RAY_INIT_ARGS)
 
 
 def run(coordinator: str, node_ids: Sequence[str], rounds: int = 2, *,

@@ -132,6 +132,28 @@ def resolve_address(address: str | None = None) -> str | None:
     return address or os.environ.get(ADDRESS_ENV) or None
 
 
+#: Tries at starting a local Ray: its raylet has a fixed 30 s to register, which a loaded
+#: two-core machine can miss; a second try almost always works.
+LOCAL_START_ATTEMPTS = 3
+
+
+def init_local_ray(attempts: int = LOCAL_START_ATTEMPTS, **init_kwargs: Any) -> Any:
+    """``ray.init(**init_kwargs)`` for a local Ray, retried when the node times out starting."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(**init_kwargs)
+            return ray
+        except Exception:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            ray.shutdown()
+            if attempt == attempts:
+                raise
+            logging.getLogger(__name__).warning("local Ray did not start (attempt %d of %d); trying again",
+                                                attempt, attempts)
+    return ray
+
+
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
     """Initialise Ray once (cluster at ``address`` or a quiet local one); returns the ``ray`` module.
 
@@ -151,8 +173,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
         else:
             if num_cpus is not None and num_cpus < 1:
                 raise InvalidArgument("num_cpus", f"{num_cpus} must be positive", ">= 1")
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False, logging_level=logging.WARNING)
+            init_local_ray(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                           log_to_driver=False, logging_level=logging.WARNING)
         _started_here = True
     return ray
 
