@@ -1,6 +1,6 @@
 """What every edgetune gRPC service shares: the server bootstrap (health, reflection,
-Prometheus metrics, graceful shutdown), error -> status mapping, JSON logs, flag/env config
-and list paging. One module each; the names most services need are re-exported here.
+Prometheus metrics, graceful shutdown), error -> status mapping, JSON logs, flag/env config,
+list paging and who closes a service's store. One module each; the names most services need are re-exported here.
 """
 
 from edgetune.services.common.config import add_option, add_server_options, server_kwargs, setting

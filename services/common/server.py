@@ -154,7 +154,8 @@ class ServiceServer:
         return self._stopped.wait(timeout_s)
 
     def serve(self) -> None:
-        """start(), stop on SIGTERM / SIGINT, and wait for the shutdown to finish."""
+        """start(), stop on SIGTERM / SIGINT, and wait for the shutdown to finish (hooks included).
+        Left any other way (an exception while waiting), it stops at once, so the hooks still run."""
         if not self._started:
             self.start()
         self.install_signal_handlers()
@@ -162,6 +163,7 @@ class ServiceServer:
             self.wait()
         finally:
             self.restore_signal_handlers()
+            self.stop(0)  # no-op after a signal-driven stop
 
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:

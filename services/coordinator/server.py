@@ -37,7 +37,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.coordination.store import Store, open_store
+from edgetune.coordination.store import Store
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.proto.v1 import coordinator_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
@@ -45,6 +45,7 @@ from edgetune.services.common.config import env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
+from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator.servicer import CoordinatorServicer
 
 log = logging.getLogger("edgetune.coordinator")
@@ -163,9 +164,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     ``membership_check_s``: how often the leader checks the last round's nodes for lost /
     returned ones (None: the heartbeat interval, TTL / 3; 0: never).
     """
-    own_store = store is None
-    store = store if store is not None else open_store(redis_url)
-    try:
+    owner = OwnedStore(store, redis_url)
+    with owner as store:
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
@@ -194,13 +194,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
         membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
-    except BaseException:
-        if own_store:
-            store.close()
-        raise
     # Hooks run last-registered first: kube watch, then the lease (released), then the store.
-    if own_store:
-        server.on_shutdown.append(store.close)
+    owner.close_with(server)
     server.on_shutdown.append(lease.stop)
     if watcher is not None:
         server.on_shutdown.append(watcher.stop)
@@ -227,10 +222,7 @@ def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *, block
     coordinator = start(create_coordinator(port, redis_url, **kwargs))
     if not block:
         return coordinator
-    try:
-        coordinator.server.serve()
-    finally:
-        coordinator.server.stop(0)  # no-op after a signal-driven stop
+    coordinator.server.serve()
     return coordinator
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from edgetune.coordination.store import Store, open_store
+from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
 from edgetune.proto.v1 import estimator_pb2_grpc
@@ -37,6 +37,7 @@ from edgetune.services.common import (
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
+from edgetune.services.common.stores import OwnedStore
 from edgetune.services.estimator.energy import Unimplemented
 from edgetune.services.estimator.jobs import Runner
 from edgetune.services.estimator.models import ModelRepository
@@ -65,9 +66,8 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
         raise InvalidArgument("ray_num_cpus", f"{ray_num_cpus} is negative", "0 (every core) or more")
     if model_cache_size < 0:
         raise InvalidArgument("model_cache_size", f"{model_cache_size} is negative", ">= 0")
-    own_store = store is None
-    store = store if store is not None else open_store(redis_url)
-    try:
+    owner = OwnedStore(store, redis_url)
+    with owner as store:
         runner = Runner(parallel=use_ray, address=parallel.resolve_address(ray_address) if use_ray else None,
                         num_cpus=ray_num_cpus or None)
         # Ray first, from this thread: Ray forks its daemons, and a fork from a gRPC handler thread
@@ -80,12 +80,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               max_workers=max_workers,
                               options=[("grpc.max_receive_message_length", size),
                                        ("grpc.max_send_message_length", size)])
-    except BaseException:
-        if own_store:
-            store.close()
-        raise
-    if own_store:
-        server.on_shutdown.append(store.close)
+    owner.close_with(server)
     if use_ray:
         server.on_shutdown.append(parallel.shutdown)  # stops only a Ray this process started
     log.info("estimator ready", extra={"port": server.port, "store": repr(store),
@@ -99,10 +94,7 @@ def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_
     server, _ = create_server(port, redis_url, metrics_port, **kwargs)
     if not block:
         return server.start()
-    try:
-        server.serve()
-    finally:
-        server.stop(0)  # no-op after a signal-driven stop; otherwise runs the hooks
+    server.serve()
     return server
 
 

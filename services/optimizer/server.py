@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from edgetune.coordination.store import Store, open_store
+from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import optimizer_pb2_grpc
 from edgetune.services.common import (
@@ -32,6 +32,7 @@ from edgetune.services.common import (
 )
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
+from edgetune.services.common.stores import OwnedStore
 from edgetune.services.optimizer.servicer import OptimizerServicer
 from edgetune.services.optimizer.sessions import DEFAULT_TTL_S, SessionStore
 
@@ -49,9 +50,8 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
     """The optimizer's server, not yet started, and its servicer (see :func:`serve`)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
-    own_store = store is None
-    store = store if store is not None else open_store(redis_url)
-    try:
+    owner = OwnedStore(store, redis_url)
+    with owner as store:
         servicer = OptimizerServicer(SessionStore(store, ttl_s=session_ttl_s))
         size = int(max_message_mb) * 1024 * 1024
         server = build_server("optimizer", [(servicer, optimizer_pb2_grpc.add_OptimizerServicer_to_server)],
@@ -59,12 +59,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               max_workers=max_workers,
                               options=[("grpc.max_receive_message_length", size),
                                        ("grpc.max_send_message_length", size)])
-    except BaseException:
-        if own_store:
-            store.close()
-        raise
-    if own_store:
-        server.on_shutdown.append(store.close)
+    owner.close_with(server)
     log.info("optimizer ready", extra={"port": server.port, "store": repr(store), "session_ttl_s": session_ttl_s})
     return server, servicer
 
@@ -80,10 +75,7 @@ def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_
     server, _ = create_server(port, redis_url, metrics_port, **kwargs)
     if not block:
         return server.start()
-    try:
-        server.serve()
-    finally:
-        server.stop(0)  # no-op after a signal-driven stop; otherwise closes the store
+    server.serve()
     return server
 
 

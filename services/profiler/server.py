@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edgetune.coordination.store import Store, open_store
+from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import profiler_pb2_grpc
@@ -37,6 +37,7 @@ from edgetune.services.common import (
 )
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
+from edgetune.services.common.stores import OwnedStore
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.link import CoordinatorLink, advertised_address
 from edgetune.services.profiler.safety import default_state_dir, open_guarded_device, state_file_name
@@ -45,8 +46,6 @@ from edgetune.services.profiler.servicer import ProfilerServicer
 log = logging.getLogger("edgetune.profiler")
 
 DEFAULT_PORT = 50051
-#: ``--redis`` values that mean "do not store measurements" (they are still streamed).
-NO_STORE = ("none", "off")
 
 
 def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
@@ -65,22 +64,18 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
     if recovered is not None:
         log.warning("restored the power mode a previous agent left applied",
                     extra={"mode": recovered.label(), "state_file": str(state_path)})
-    own_store = None
     try:
-        if store is None and (redis_url or "").strip().lower() not in NO_STORE:
-            store = own_store = open_store(redis_url)
-        servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
-        server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
-                              host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
-                              max_workers=max_workers)
+        owner = OwnedStore(store, redis_url, optional=True)
+        with owner as store:
+            servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
+            server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
+                                  host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
+                                  max_workers=max_workers)
     except BaseException:
         keeper.close()
-        if own_store is not None:
-            own_store.close()
         raise
     # Hooks run last-registered first: workers stop, then the mode comes back, then the store closes.
-    if own_store is not None:
-        server.on_shutdown.append(own_store.close)
+    owner.close_with(server)
     server.on_shutdown.append(keeper.close)
     server.on_shutdown.append(servicer.shutdown)
     log.info("profiler agent ready", extra={
@@ -126,10 +121,7 @@ def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "e
             raise
     if not block:
         return server
-    try:
-        server.serve()
-    finally:
-        server.stop(0)  # no-op after a signal-driven stop; otherwise still restores the mode
+    server.serve()  # stops on SIGTERM / SIGINT or any exit, which restores the mode
     return server
 
 

@@ -20,11 +20,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgetune.coordination.store import open_store
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.common import config, logs, paging
 from edgetune.services.common.errors import map_errors
 from edgetune.services.common.server import build_server
+from edgetune.services.common.stores import OwnedStore
 
 PROFILER = "edgetune.v1.Profiler"
 
@@ -250,3 +252,43 @@ def test_paging_walks_the_list_and_refuses_forged_tokens():
         paging.paginate(items, 10, "not-a-token")
     with pytest.raises(InvalidArgument, match="^page_size"):
         paging.paginate(items, -1, "")
+
+
+def _is_up(store) -> bool:
+    try:
+        return store.ping()
+    except Exception:  # a closed embedded store's server is gone
+        return False
+
+
+def test_owned_store_closes_what_it_opened_on_failure_or_at_shutdown():
+    owner = OwnedStore(None, "embedded")
+    with pytest.raises(RuntimeError):
+        with owner as store:
+            assert _is_up(store)
+            raise RuntimeError("server build failed")
+    assert not _is_up(owner.opened)
+
+    owner = OwnedStore(None, "embedded")
+    with owner:
+        server = build_server("trivial", port=0, host="127.0.0.1")
+    owner.close_with(server)
+    assert _is_up(owner.store)
+    server.start()
+    server.stop(0)
+    assert not _is_up(owner.opened)
+
+
+def test_owned_store_leaves_the_callers_store_open_and_none_means_none():
+    with open_store("embedded") as callers:
+        owner = OwnedStore(callers, "redis://ignored:1/0")
+        with pytest.raises(RuntimeError), owner:
+            raise RuntimeError("server build failed")
+        server = build_server("trivial", port=0, host="127.0.0.1")
+        owner.close_with(server)
+        server.start()
+        server.stop(0)
+        assert owner.opened is None and _is_up(callers)
+    assert OwnedStore(None, " None ", optional=True).store is None
+    with pytest.raises(InvalidArgument, match="redis"):
+        OwnedStore(None, "none")  # only where the service can run without a store
