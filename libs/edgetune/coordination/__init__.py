@@ -9,5 +9,6 @@
 - ``planning``  federated-round planning (makespan, energy, site budget)
 - ``rounds``    PlanRound / re-plan glue between registry, store, planner and configs
 - ``inference`` re-solve an inference node's mode and batch size when its arrival rate moves
-- ``localcluster`` start Redis, services and agents as local processes (tests, examples)
+- ``processes`` services as child processes: start, wait for health, logs, guaranteed stop
+- ``localcluster`` Redis, coordinator, agents and services as local processes (tests, examples)
 """

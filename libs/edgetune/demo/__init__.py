@@ -1,6 +1,6 @@
-"""``make demo``: the main job, end to end, on simulated Jetsons, through the real services.
+"""``make demo``: the main job, end to end, on simulated Jetsons, through the real services
+(processes started and stopped by :class:`edgetune.coordination.processes.Supervisor`).
 
-- ``supervisor``  child processes on loopback: start, wait for health, log files, guaranteed stop
 - ``suite``       the fleet and the suite (Redis, coordinator, estimator, optimizer, one agent per node)
 - ``estimation``  the Estimator API: the service over gRPC, or the library in-process without it
 - ``story``       the shared state (Story, NodeResult, Options) and helpers every step uses

@@ -11,6 +11,7 @@ training + inference on one node. Writes a report folder; shuts everything down;
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -29,10 +30,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from edgetune.coordination.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
 from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import RISK, ROUND_NOTE, Options, Story, Tick
 from edgetune.demo.suite import FLEET, start_suite
-from edgetune.demo.supervisor import Supervisor, SupervisorError, install_signal_handlers
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
         "model", "kind", "backend", "state"}
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
 
     console.rule("[bold]edgetune demo: a power mode per Jetson, under each node's budget, through the services")
     sup = Supervisor(out / "logs")
+    # This process is the demo's alone: mark it too, so what it forks (an in-process Ray with
+    # --local-estimator) is found by the stray check like the children's.
+    os.environ[RUN_ENV] = sup.run_id
     restore_signals = install_signal_handlers()
     suite = story = None
     rc, failure = 0, ""

