@@ -48,6 +48,9 @@ class LocalCluster:
     heartbeat_ttl_s: float = 6.0
     lease_ms: int = 2000
     log_level: str = "INFO"
+    replica_id: str = "local"
+    grace_s: float = 0.5
+    #: The supervisor to run the processes under (default: a new one logging to ``workdir``).
     supervisor: Supervisor | None = None
     store: Store | None = None
     coordinator: Child | None = None
@@ -56,9 +59,14 @@ class LocalCluster:
     processes: list[Child] = field(default_factory=list)
 
     def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def start(self) -> LocalCluster:
+        """Redis, then the coordinator once it serves and holds the lease (closed again on failure)."""
         try:
             self.workdir = Path(self.workdir)
-            self.supervisor = Supervisor(self.workdir, start_timeout_s=START_TIMEOUT_S)
+            if self.supervisor is None:
+                self.supervisor = Supervisor(self.workdir, start_timeout_s=START_TIMEOUT_S)
             self.supervisor.start_redis()
             self.store = open_store(self.redis_url)
             self._start_coordinator()
@@ -88,13 +96,13 @@ class LocalCluster:
 
     def _service_argv(self, name: str, extra: Sequence[str]) -> list[str]:
         return ["-m", f"edgetune.services.{name}.server", "--host", "127.0.0.1", "--port", "0",
-                "--metrics-port", "0", "--grace-s", "0.5", "--log-level", self.log_level,
+                "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
     def _start_coordinator(self) -> None:
         assert self.supervisor is not None and self.store is not None
         self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
-            "--lease-ms", str(self.lease_ms), "--replica-id", "local", "--kube", "none",
+            "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
             "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
         lease = self.store.key("leader", "coordinator")
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
@@ -103,18 +111,22 @@ class LocalCluster:
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 
+    def spawn_agent(self, node_id: str, model: str, budget_w: float | None = None, *, seed: int = 0) -> Child:
+        """An agent on a simulated ``model`` that registers with the coordinator (not waited for:
+        :meth:`wait_serving`, or :meth:`start_agents` for several, registered)."""
+        assert self.coordinator is not None, "the cluster is not started"
+        extra = ["--device", f"sim:{model}", "--state-dir", str(self.workdir / f"state-{node_id}"),
+                 "--node-id", node_id, "--seed", str(seed), "--coordinator", self.coordinator.address]
+        if budget_w is not None:
+            extra += ["--power-budget-w", f"{budget_w:g}"]
+        return self.spawn(f"agent-{node_id}", self._service_argv("profiler", extra))
+
     def start_agents(self, nodes: Mapping[str, tuple[str, float | None]], *, seed: int = 0) -> dict[str, Child]:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, started together;
         returns them once each has registered with the coordinator and serves."""
-        assert self.supervisor is not None and self.coordinator is not None and self.stub is not None, \
-            "the cluster is not started"
-        agents = {}
-        for i, (node_id, (model, budget_w)) in enumerate(nodes.items()):
-            extra = ["--device", f"sim:{model}", "--state-dir", str(self.workdir / f"state-{node_id}"),
-                     "--node-id", node_id, "--seed", str(seed + i), "--coordinator", self.coordinator.address]
-            if budget_w is not None:
-                extra += ["--power-budget-w", str(budget_w)]
-            agents[node_id] = self.spawn(f"agent-{node_id}", self._service_argv("profiler", extra))
+        assert self.supervisor is not None and self.stub is not None, "the cluster is not started"
+        agents = {node_id: self.spawn_agent(node_id, model, budget_w, seed=seed + i)
+                  for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             listed = {n.node_id: n for n in self.stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
@@ -129,13 +141,19 @@ class LocalCluster:
                 a, deadline, "never reported SERVING"))
         return agents
 
-    def start_service(self, name: str, service: str, extra: Sequence[str] = ()) -> Child:
-        """``edgetune.services.<name>.server`` on a free port, with this cluster's Redis; returns it
-        serving ``service`` (``edgetune.v1.Optimizer``)."""
+    def spawn_service(self, name: str, extra: Sequence[str] = ()) -> Child:
+        """``edgetune.services.<name>.server`` on a free port, with this cluster's Redis (not waited for)."""
+        return self.spawn(name, self._service_argv(name, extra))
+
+    def wait_serving(self, child: Child, service: str) -> Child:
+        """``child`` once it serves ``service`` (``edgetune.v1.Optimizer``); its address is set."""
         assert self.supervisor is not None, "the cluster is not started"
-        child = self.spawn(name, self._service_argv(name, extra))
         self.supervisor.wait_ready(child, service)
         return child
+
+    def start_service(self, name: str, service: str, extra: Sequence[str] = ()) -> Child:
+        """:meth:`spawn_service`, returned once it serves ``service``."""
+        return self.wait_serving(self.spawn_service(name, extra), service)
 
     def close(self) -> None:
         if self.channel is not None:

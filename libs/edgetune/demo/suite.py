@@ -1,6 +1,6 @@
 """The edgetune suite on loopback: embedded Redis, coordinator, estimator, optimizer and one
-profiler agent per simulated Jetson, each a process of the :class:`Supervisor`, with the
-generated gRPC stubs the story talks to."""
+profiler agent per simulated Jetson — a :class:`LocalCluster` under the demo's
+:class:`Supervisor` — with the generated gRPC stubs the story talks to."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from edgetune.coordination.localcluster import LocalCluster
 from edgetune.coordination.processes import Child, Supervisor
-from edgetune.coordination.store import Store, open_store
+from edgetune.coordination.store import Store
 from edgetune.demo.estimation import (
-    ESTIMATOR_MODULE,
     Estimator,
     LocalEstimator,
     ServiceEstimator,
@@ -55,15 +55,22 @@ class Agent:
 
 @dataclass
 class Suite:
-    """Running services and their stubs; :meth:`close` (via the supervisor) stops them all."""
+    """Running services and their stubs; :meth:`close` (via the cluster's supervisor) stops them all."""
 
-    supervisor: Supervisor
-    store: Store
+    cluster: LocalCluster
     coordinator: coordinator_pb2_grpc.CoordinatorStub
     optimizer: optimizer_pb2_grpc.OptimizerStub
     estimator: Estimator
     agents: dict[str, Agent] = field(default_factory=dict)
     channels: list[grpc.Channel] = field(default_factory=list)
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.cluster.supervisor
+
+    @property
+    def store(self) -> Store:
+        return self.cluster.store
 
     def rows(self) -> list[dict]:
         """One row per process: name, pid, address, log file."""
@@ -78,10 +85,7 @@ class Suite:
     def close(self) -> None:
         for ch in self.channels:
             ch.close()
-        try:
-            self.store.close()
-        finally:
-            self.supervisor.close()
+        self.cluster.close()
 
 
 def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
@@ -92,59 +96,40 @@ def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
 
 def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, use_service: bool | None = None,
                 ray: bool = True, on_started=lambda name, child: None) -> Suite:
-    """Start every service under ``sup`` and return the :class:`Suite`; ``on_started(name, child)``
-    is called as each one serves. ``use_service``: None = the estimator service when installed;
-    ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process)."""
-    redis = sup.start_redis()
-    on_started("redis", None)
+    """Start every service under ``sup`` (as a :class:`LocalCluster`) and return the :class:`Suite`;
+    ``on_started(name, child)`` is called as each one serves. ``use_service``: None = the estimator
+    service when installed; ``ray``: the estimator runs its tasks on a local Ray (False: one after
+    another, in-process)."""
+    cluster = LocalCluster(sup.log_dir, heartbeat_ttl_s=10.0, lease_ms=2000, replica_id="demo", grace_s=1.0,
+                           supervisor=sup).start()  # Suite.close (or the demo's sup.close) stops it
     channels: list[grpc.Channel] = []
-    store = open_store(redis.url)
-    common = ["--redis", redis.url, "--log-level", "INFO"]
+    on_started("redis", None)
+    on_started("coordinator", cluster.coordinator)
 
-    lease_key = store.key("leader", "coordinator")
-    coord = sup.spawn("coordinator", ["-m", "edgetune.services.coordinator.server", "--host", "127.0.0.1",
-                                      "--port", "0", "--metrics-port", "0", "--grace-s", "1", *common,
-                                      "--lease-ms", "2000", "--heartbeat-ttl-s", "10", "--replica-id", "demo",
-                                      "--kube", "none"])
-    # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
-    sup.wait_ready(coord, "edgetune.v1.Coordinator", extra=lambda: bool(store.client.get(lease_key)))
-    on_started("coordinator", coord)
-    coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, coord.address))
-
-    # Agents start together (their start-up overlaps), then each is awaited.
-    spawned = {}
-    for i, node in enumerate(fleet):
-        spawned[node.node_id] = sup.spawn(f"agent-{node.node_id}", [
-            "-m", "edgetune.services.profiler.server", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-            "--grace-s", "1", *common, "--device", f"sim:{node.device}", "--node-id", node.node_id,
-            "--seed", str(seed + i), "--state-dir", str(sup.log_dir / "agent-state" / node.node_id),
-            "--coordinator", coord.address, "--power-budget-w", f"{node.budget_w:g}"])
-
+    # Agents and the estimator start together (their start-ups overlap), then each is awaited.
+    spawned = {node.node_id: cluster.spawn_agent(node.node_id, node.device, node.budget_w, seed=seed + i)
+               for i, node in enumerate(fleet)}
     use_service = service_available() if use_service is None else use_service
-    est_child = None
-    if use_service:
-        est_child = sup.spawn("estimator", ["-m", ESTIMATOR_MODULE, "--host", "127.0.0.1", "--port", "0",
-                                            "--metrics-port", "0", "--grace-s", "1", *common,
-                                            *([] if ray else ["--no-ray"])])
-    opt = sup.start_service("optimizer", "edgetune.services.optimizer.server", "edgetune.v1.Optimizer", common)
+    est_child = cluster.spawn_service("estimator", [] if ray else ["--no-ray"]) if use_service else None
+    opt = cluster.start_service("optimizer", "edgetune.v1.Optimizer")
     on_started("optimizer", opt)
     optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, opt.address))
 
     agents = {}
     for node in fleet:
-        child = spawned[node.node_id]
-        sup.wait_ready(child, "edgetune.v1.Profiler")
+        child = cluster.wait_serving(spawned[node.node_id], "edgetune.v1.Profiler")
         on_started(child.name, child)
         agents[node.node_id] = Agent(node, child, profiler_pb2_grpc.ProfilerStub(_channel(channels, child.address)))
 
     if est_child is not None:
-        sup.wait_ready(est_child, "edgetune.v1.Estimator")
+        cluster.wait_serving(est_child, "edgetune.v1.Estimator")
         on_started("estimator", est_child)
         estimator: Estimator = ServiceEstimator(_channel(channels, est_child.address), est_child.address,
                                                 "local Ray" if ray else "no Ray")
     else:
         estimator = LocalEstimator()
-    return Suite(sup, store, coordinator, optimizer, estimator, agents, channels)
+    coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
+    return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 
 
 def registered(suite: Suite) -> dict[str, coordinator_pb2.NodeInfo]:
