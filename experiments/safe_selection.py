@@ -15,21 +15,23 @@ Setup (reuses ``powertrain_mape.py``'s helpers and noise model):
   ``powertrain``      transfer means, power mean <= budget (PowerTrain's rule);
   ``nn+gp mean``      nn+gp means, risk None;
   ``nn+gp ucb r``     nn+gp, power mean + z(1-r) std <= budget, r in {0.2, 0.1, 0.05, 0.01};
-  ``nn+gp offset r``   predicted mean power + the (1-r) conformal quantile (W) of the raw CV
-                      residuals y - mu <= budget (a constant safety margin, ignores the std);
   ``nn+gp cv10 r``    ``nn+gp`` with ``calibration="cv"`` (10 folds, each refitted from the reference
-                      NN on 45 modes), std scaled by c = q_{1-r}(held-out scores) / z(r);
-  ``nn+gp conformal r`` the same as ucb with z replaced by the (1-r) split-conformal quantile of the
-                      standardised residuals (y - mu) / std from 5-fold cross-validation of
-                      nn+gp on the 50 profiled modes (the GP's own std rescaled to its observed
-                      coverage).
+                      NN on 45 modes), std scaled by c = q_{1-r}(held-out scores) / z(r) (the
+                      split-conformal bound on the standardised held-out residuals);
+  ``nn+gp offset r``  predicted mean power + the (1-r) conformal quantile (W) of the same held-out
+                      residuals y - mu <= budget (a constant safety margin, ignores the std);
+  ``nn+gp select r``  predicted mean power + ``selection_margin``: the least margin for which a
+                      least-time selection *replayed* on the 50 profiled modes (observed time,
+                      held-out power mean from the same 10 folds, 64 budgets over the observed
+                      powers) exceeds its budget (observed power) in at most a fraction r of the
+                      choices; ``select1w`` counts only excesses > 1 W (the issue's tolerance).
 * Evaluation with the simulator's noise-free truth (time, power) of the chosen mode; the true
   optimum is the least true time with true power <= budget. Also: the exceed rate when the chosen
   mode's power is *measured* once with the profiling noise (what a power meter would report).
 
-Writes ``experiments/results/safe_selection.{csv,md,png}``. About 4-5 min on 2 cores.
+Writes ``experiments/results/safe_selection.{csv,md,png}``. About 8 min on 2 shared cores (4 draws; 493 s measured).
 
-    python experiments/safe_selection.py [--repeats 2] [--quick]
+    python experiments/safe_selection.py [--repeats 4] [--quick]
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import torch
 from edgetune.estimation.gp import conformal_scale
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
-from edgetune.optimization.select import Candidates, MinTime, z_score
+from edgetune.optimization.select import Candidates, MinTime, selection_margin, z_score
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import write_table
@@ -58,37 +60,21 @@ WORKLOADS = ("mobilenetv3", "yolov8n", "lstm")
 BUDGETS = [float(b) for b in range(17, 51)]
 RISKS = (0.2, 0.1, 0.05, 0.01)
 N_PROFILED = 50
-FOLDS = 5
 CAL_FOLDS = 10  # nn+gp calibration="cv" (the predictor's own option)
 PLOT_WORKLOAD = "mobilenetv3"
 
 
 def method_names() -> list[str]:
     return (["powertrain", "nn+gp mean"] + [f"nn+gp ucb {r:g}" for r in RISKS]
-            + [f"nn+gp conformal {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS]
-            + [f"nn+gp cv{CAL_FOLDS} {r:g}" for r in RISKS])
+            + [f"nn+gp cv{CAL_FOLDS} {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS]
+            + [f"nn+gp select {r:g}" for r in RISKS] + [f"nn+gp select1w {r:g}" for r in RISKS])
 
 
-def conformal_z(reference: dict, x: np.ndarray, y_pow: np.ndarray, seed: int
-                ) -> tuple[dict[float, float], dict[float, float], np.ndarray]:
-    """Per risk, the conformal (1-r) quantiles over K-fold CV of nn+gp power of (y - mu)/std and of y - mu (W)."""
-    rng = np.random.default_rng(seed)
-    folds = np.array_split(rng.permutation(len(x)), FOLDS)
-    scores = np.empty(len(x))
-    resid = np.empty(len(x))
-    for held in folds:
-        keep = np.setdiff1d(np.arange(len(x)), held)
-        pred = adapt(reference["power_w"], "nn+gp", x[keep], y_pow[keep])
-        mu, sd = pred.predict(x[held])
-        scores[held] = (y_pow[held] - mu) / np.maximum(sd, 1e-9)
-        resid[held] = y_pow[held] - mu
-    n = len(scores)
-    s, e = np.sort(scores), np.sort(resid)
-    z_out, w_out = {}, {}
-    for r in RISKS:
-        k = min(int(np.ceil((n + 1) * (1.0 - r))), n)  # finite-sample conformal rank; > n: use the max
-        z_out[r], w_out[r] = float(s[k - 1]), float(e[k - 1])
-    return z_out, w_out, scores
+def conformal_quantile(values: np.ndarray, risk: float) -> float:
+    """The split-conformal (1 - risk) quantile (finite-sample rank; beyond n: the max)."""
+    s = np.sort(np.asarray(values, float))
+    k = min(int(np.ceil((len(s) + 1) * (1.0 - risk))), len(s))
+    return float(s[k - 1])
 
 
 def evaluate(name: str, cands: Candidates, risk: float | None, y_true: np.ndarray, opt: list[int | None],
@@ -115,7 +101,7 @@ def true_optimum(y_true: np.ndarray) -> list[int | None]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=2, help="random draws of the profiled modes")
+    ap.add_argument("--repeats", type=int, default=4, help="random draws of the profiled modes")
     ap.add_argument("--quick", action="store_true", help="short reference training, one draw (smoke run)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -147,48 +133,55 @@ def main(argv: list[str] | None = None) -> int:
             meas_pow = noisy(y_true, np.random.default_rng(5000 + rep))[:, 1]
             x = orin[idx]
             pt = {t: adapt(reference[t], "transfer", x, y_obs[:, j]).predict(orin)[0] for j, t in enumerate(TARGETS)}
-            gp = {t: adapt(reference[t], "nn+gp", x, y_obs[:, j]).predict(orin) for j, t in enumerate(TARGETS)}
-            zc, wc, scores = conformal_z(reference, x, y_obs[:, 1], seed=7000 + rep)
+            t_mu = adapt(reference["time_ms"], "nn+gp", x, y_obs[:, 0]).predict(orin)[0]
+            # power: nn+gp with the predictor's calibration="cv" option (10 folds refitted from the
+            # reference); the mean and raw std are those of the plain nn+gp fit (same fit, std x c)
+            cal = adapt(reference["power_w"], "nn+gp", x, y_obs[:, 1], calibration="cv",
+                        calibration_folds=CAL_FOLDS)
+            mu, sd_cal = cal.predict(orin)
+            sd = sd_cal / cal.std_scale
+            resid = y_obs[:, 1] - cal.calibration_means  # held-out residuals (W)
+            cscale = {r: conformal_scale(cal.calibration_scores, r) for r in RISKS}
+            offset = {r: max(conformal_quantile(resid, r), 0.0) for r in RISKS}
+            margin = {(tol, r): selection_margin(y_obs[:, 0], cal.calibration_means, y_obs[:, 1], r, tolerance_w=tol)
+                      for tol in (0.0, 1.0) for r in RISKS}
             val = np.setdiff1d(np.arange(len(orin)), idx)
-            mu, sd = gp["power_w"]
             zt = (y_true[val, 1] - mu[val]) / sd[val]
             calib.append({"workload": workload, "repeat": rep, "median_power_std_w": round(float(np.median(sd)), 3),
-                          "cv_score_std": round(float(np.std(scores)), 3),
+                          "cv_score_std": round(float(np.std(cal.calibration_scores)), 3),
                           "true_score_std": round(float(np.std(zt)), 3),
+                          "cv_resid_rms_w": round(float(np.sqrt(np.mean(resid ** 2))), 3),
+                          "true_resid_rms_w": round(float(np.sqrt(np.mean((y_true[val, 1] - mu[val]) ** 2))), 3),
+                          "true_resid_mean_w": round(float(np.mean(y_true[val, 1] - mu[val])), 3),
                           **{f"coverage_ucb_{r:g}": round(float(np.mean(zt <= z_score(r))), 4) for r in RISKS},
-                          **{f"z_conformal_{r:g}": round(zc[r], 3) for r in RISKS},
-                          **{f"coverage_conformal_{r:g}": round(float(np.mean(zt <= zc[r])), 4) for r in RISKS},
-                          **{f"offset_w_{r:g}": round(wc[r], 3) for r in RISKS},
-                          **{f"coverage_offset_{r:g}": round(float(np.mean(y_true[val, 1] <= mu[val] + max(wc[r], 0.0))), 4)
-                             for r in RISKS}})
+                          **{f"c_cv_{r:g}": round(cscale[r], 3) for r in RISKS},
+                          **{f"coverage_cv_{r:g}": round(float(np.mean(zt <= z_score(r) * cscale[r])), 4)
+                             for r in RISKS},
+                          **{f"offset_w_{r:g}": round(offset[r], 3) for r in RISKS},
+                          **{f"coverage_offset_{r:g}": round(float(np.mean(y_true[val, 1] <= mu[val] + offset[r])), 4)
+                             for r in RISKS},
+                          **{f"margin_w_{r:g}": round(margin[(0.0, r)], 3) for r in RISKS},
+                          **{f"margin1w_w_{r:g}": round(margin[(1.0, r)], 3) for r in RISKS}})
             base = dict(workload=workload, repeat=rep)
             c_pt = Candidates(pt["time_ms"], np.maximum(pt["power_w"], 0.0))
             out = evaluate("powertrain", c_pt, None, y_true, opt, meas_pow)
-            c_gp = Candidates(gp["time_ms"][0], np.maximum(mu, 0.0), gp["time_ms"][1], sd)
+            c_gp = Candidates(t_mu, np.maximum(mu, 0.0), None, sd)
             out += evaluate("nn+gp mean", c_gp, None, y_true, opt, meas_pow)
             for r in RISKS:
                 out += evaluate(f"nn+gp ucb {r:g}", c_gp, r, y_true, opt, meas_pow)
-            for r in RISKS:
-                # MinTime checks mu + z(r) * std; scale std so the bound is mu + z_conformal * std
-                scaled = Candidates(c_gp.time_ms, c_gp.power_w, c_gp.time_std_ms,
-                                    sd * max(zc[r], 0.0) / z_score(r))
-                out += evaluate(f"nn+gp conformal {r:g}", scaled, r, y_true, opt, meas_pow)
-            for r in RISKS:
-                # a constant offset in W: the predicted power itself shifted by the CV residual quantile
-                shifted = Candidates(c_gp.time_ms, c_gp.power_w + max(wc[r], 0.0))
-                sel = evaluate(f"nn+gp offset {r:g}", shifted, None, y_true, opt, meas_pow)
+            for r in RISKS:  # MinTime checks mu + z(r) * std: scale the raw std by the CV conformal factor
+                scaled = Candidates(c_gp.time_ms, c_gp.power_w, None, sd * cscale[r])
+                out += evaluate(f"nn+gp cv{CAL_FOLDS} {r:g}", scaled, r, y_true, opt, meas_pow)
+            shifts = ([(f"nn+gp offset {r:g}", offset[r]) for r in RISKS]
+                      + [(f"nn+gp select {r:g}", margin[(0.0, r)]) for r in RISKS]
+                      + [(f"nn+gp select1w {r:g}", margin[(1.0, r)]) for r in RISKS])
+            for name, m in shifts:
+                # a constant margin in W: the predicted power itself shifted
+                sel = evaluate(name, Candidates(c_gp.time_ms, c_gp.power_w + m), None, y_true, opt, meas_pow)
                 for o in sel:  # report the unshifted mean as the prediction, the shifted one as the bound
                     o["pred_power_bound_w"] = o["pred_power_w"]
-                    o["pred_power_w"] = round(o["pred_power_w"] - max(wc[r], 0.0), 3)
+                    o["pred_power_w"] = round(o["pred_power_w"] - m, 3)
                 out += sel
-            # the predictor's calibration="cv" option: 10 folds from the reference, scale the std per risk
-            cal = adapt(reference["power_w"], "nn+gp", x, y_obs[:, 1], calibration="cv",
-                        calibration_folds=CAL_FOLDS)
-            raw_sd = cal.predict(orin)[1] / cal.std_scale
-            for r in RISKS:
-                scaled = Candidates(c_gp.time_ms, c_gp.power_w, c_gp.time_std_ms,
-                                    raw_sd * conformal_scale(cal.calibration_scores, r))
-                out += evaluate(f"nn+gp cv{CAL_FOLDS} {r:g}", scaled, r, y_true, opt, meas_pow)
             rows += [{**base, **o} for o in out]
             print(f"{workload:12s} rep={rep} ({time.perf_counter() - t0:.1f} s)  " + "  ".join(
                 f"{m}: {_exceed([o for o in out if o['method'] == m]):.0f}%/{_pen([o for o in out if o['method'] == m]):.1f}%"
@@ -197,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     runtime = time.perf_counter() - t_start
     write_table(rows, os.path.join(RESULTS, "safe_selection.csv"))
     summary = summarise(rows)
-    write_markdown(summary, calib, ref_seconds, runtime, repeats, epochs, len(orin))
+    write_markdown(summary, calib, rows, ref_seconds, runtime, repeats, epochs, len(orin))
     plot(summary, rows)
     print(f"total {runtime:.0f} s; wrote {RESULTS}/safe_selection.csv, .md, .png")
     return 0
@@ -229,7 +222,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
-def write_markdown(summary, calib, ref_seconds, runtime, repeats, epochs, n_modes) -> None:
+def write_markdown(summary, calib, rows, ref_seconds, runtime, repeats, epochs, n_modes) -> None:
     n = summary[0]["n"]
     lines = [
         "# Safe power-budget selection on the simulated Orin AGX (issue 5)",
@@ -269,9 +262,7 @@ def write_markdown(summary, calib, ref_seconds, runtime, repeats, epochs, n_mode
                  + (f"Least penalty with < 2 % over: {min(safe, key=lambda s: s['median_penalty_pct'])['method']} "
                     f"({min(safe, key=lambda s: s['median_penalty_pct'])['exceed_1w_pct']:.1f} % / "
                     f"{min(safe, key=lambda s: s['median_penalty_pct'])['median_penalty_pct']:.2f} %). " if safe else ""))
-              + "The raw GP std is 1.8–3.6× too narrow on unprofiled modes (score std vs truth in the calibration table), "
-              "so the nominal-risk UCB under-covers; CV-conformal rescaling restores coverage but over-corrects (5-fold CV "
-              "on 40 modes overstates the error of the 50-mode model) and costs time."]
+              + "See the notes below the tables for what limits each family."]
     lines += ["", "✓ = meets both targets. *measured*: the chosen mode's power measured once with the profiling noise "
               "(1.5 % + 0.1 W), as a power meter on the device would see it.", "",
               "## Per workload (over > 1 W % / median penalty %)", "",
@@ -279,28 +270,65 @@ def write_markdown(summary, calib, ref_seconds, runtime, repeats, epochs, n_mode
     for s in summary:
         lines.append(f"| {s['method']} | " + " | ".join(
             f"{s['per_workload'][w][0]:.1f} / {s['per_workload'][w][1]:.2f}" for w in WORKLOADS) + " |")
-    lines += ["", "## Calibration of the nn+gp power std", "",
-              "Coverage = fraction of the 4,318 unprofiled modes with true power ≤ mean + z·std (nominal 1 − risk). "
-              "`z conf` = conformal multiplier from 5-fold CV on the 50 profiled modes (nominal z: "
-              + ", ".join(f"{z_score(r):.2f} at {r:g}" for r in RISKS) + "). Score std = std of (y − μ)/σ "
-              "(1 for a calibrated σ).", "",
-              "| workload | draw | median σ W | score std (CV) | score std (truth) | "
-              + " | ".join(f"cov ucb {r:g}" for r in RISKS) + " | " + " | ".join(f"z conf {r:g}" for r in RISKS)
-              + " | " + " | ".join(f"cov conf {r:g}" for r in RISKS)
+    lines += ["", "## Calibration of the nn+gp power std and the margins", "",
+              "Coverage = fraction of the 4,318 unprofiled modes with true power ≤ the bound (nominal 1 − risk): "
+              "`ucb` mean + z·σ (raw GP σ), `cv` mean + z·c·σ (c = CV conformal factor, nominal z: "
+              + ", ".join(f"{z_score(r):.2f} at {r:g}" for r in RISKS) + "), `offset` mean + the CV residual "
+              "quantile (W). Score std = std of (y − μ)/σ (1 for a calibrated σ); CV = the 10 held-out folds on "
+              "the 50 profiled modes (noisy y), truth = the unprofiled modes (noise-free). `margin` = "
+              "`selection_margin` (W) at tolerance 0 / 1 W.", "",
+              "| workload | draw | median σ W | score std CV / truth | residual rms W CV / truth | "
+              + " | ".join(f"cov ucb {r:g}" for r in RISKS) + " | " + " | ".join(f"c {r:g}" for r in RISKS)
+              + " | " + " | ".join(f"cov cv {r:g}" for r in RISKS)
               + " | " + " | ".join(f"offset W {r:g}" for r in RISKS)
-              + " | " + " | ".join(f"cov offset {r:g}" for r in RISKS) + " |",
-              "|---|---|---|---|---|" + "---|" * (5 * len(RISKS))]
+              + " | " + " | ".join(f"cov offset {r:g}" for r in RISKS)
+              + " | " + " | ".join(f"margin W {r:g}" for r in RISKS) + " |",
+              "|---|---|---|---|---|" + "---|" * (6 * len(RISKS))]
     for c in calib:
-        lines.append(f"| {c['workload']} | {c['repeat']} | {c['median_power_std_w']:.2f} | {c['cv_score_std']:.2f} | "
-                     f"{c['true_score_std']:.2f} | "
+        lines.append(f"| {c['workload']} | {c['repeat']} | {c['median_power_std_w']:.2f} | {c['cv_score_std']:.2f} / "
+                     f"{c['true_score_std']:.2f} | {c['cv_resid_rms_w']:.2f} / {c['true_resid_rms_w']:.2f} | "
                      + " | ".join(f"{c[f'coverage_ucb_{r:g}']:.3f}" for r in RISKS) + " | "
-                     + " | ".join(f"{c[f'z_conformal_{r:g}']:.2f}" for r in RISKS) + " | "
-                     + " | ".join(f"{c[f'coverage_conformal_{r:g}']:.3f}" for r in RISKS) + " | "
+                     + " | ".join(f"{c[f'c_cv_{r:g}']:.2f}" for r in RISKS) + " | "
+                     + " | ".join(f"{c[f'coverage_cv_{r:g}']:.3f}" for r in RISKS) + " | "
                      + " | ".join(f"{c[f'offset_w_{r:g}']:.2f}" for r in RISKS) + " | "
-                     + " | ".join(f"{c[f'coverage_offset_{r:g}']:.3f}" for r in RISKS) + " |")
+                     + " | ".join(f"{c[f'coverage_offset_{r:g}']:.3f}" for r in RISKS) + " | "
+                     + " | ".join(f"{c[f'margin_w_{r:g}']:.2f} / {c[f'margin1w_w_{r:g}']:.2f}" for r in RISKS) + " |")
+    lines += ["", "## Notes", ""] + notes(summary, calib, rows)
     lines.append("")
     with open(os.path.join(RESULTS, "safe_selection.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
+
+
+def notes(summary, calib, rows) -> list[str]:
+    """What the run shows, computed from it (no numbers typed in)."""
+    by = {s["method"]: s for s in summary}
+    sig = [c["median_power_std_w"] for c in calib]
+    mean_rows = [r for r in rows if r["method"] == "nn+gp mean"]
+    chosen_bias = float(np.mean([r["true_power_w"] - r["pred_power_w"] for r in mean_rows]))
+    all_bias = float(np.mean([c["true_resid_mean_w"] for c in calib]))
+    sel = [(r, by[f"nn+gp select {r:g}"]["exceed_0w_pct"]) for r in RISKS]
+    cov_cv = float(np.mean([c[f"coverage_cv_{RISKS[1]:g}"] for c in calib]))
+    cov_off = float(np.mean([c[f"coverage_offset_{RISKS[1]:g}"] for c in calib]))
+    return [
+        f"1. The raw GP power σ is nearly constant over the modes (median σ {min(sig):.2f}–{max(sig):.2f} W per draw, "
+        "close to the fitted white-noise level): it says little about *which* modes are uncertain, so the UCB, the "
+        "CV-scaled UCB and the offset all act as a near-constant margin in W; what separates them is its size.",
+        f"2. Per-mode coverage is not selection coverage. At risk {RISKS[1]:g} the CV-calibrated bounds cover "
+        f"{100 * cov_cv:.0f} % (`cv`) and {100 * cov_off:.0f} % (`offset`) of the unprofiled modes (nominal "
+        f"{100 * (1 - RISKS[1]):.0f} %), but the modes the selector picks are biased: their true power is "
+        f"{chosen_bias:+.2f} W above the predicted mean on average (mean selection), against {all_bias:+.2f} W over all "
+        "unprofiled modes — the least-time choice favours modes whose power is under-predicted (winner's curse) and "
+        "the efficient frontier is itself under-predicted when the profiled sample misses it.",
+        "3. `selection_margin` replays the selection on the profiled modes to see that bias; the replay's over-budget "
+        "rate on the real selection (over > 0 W) at risk " + ", ".join(f"{r:g}: {e:.1f} %" for r, e in sel)
+        + f". A replay over the {N_PROFILED} profiled candidates sees a weaker winner's curse than a selection "
+        "over the whole grid, and when the random sample misses the under-predicted frontier no held-out estimate "
+        "can see it.",
+        "4. Over > 1 W with the chosen mode's power *measured* once (profiling noise) differs from the truth-based "
+        f"rate by at most {max(abs(s['exceed_1w_measured_pct'] - s['exceed_1w_pct']) for s in summary):.1f} points "
+        "over all methods.",
+        "",
+    ]
 
 
 def plot(summary, rows) -> None:
@@ -313,7 +341,8 @@ def plot(summary, rows) -> None:
     ax = axes[0]
     for s in summary:
         m = s["method"]
-        marker = "s" if m == "powertrain" else ("o" if "ucb" in m or m.endswith("mean") else ("^" if "conf" in m else "D"))
+        marker = ("s" if m == "powertrain" else "o" if "ucb" in m or m.endswith("mean") else "^" if "cv" in m
+                  else "v" if "select" in m else "D")
         ax.scatter(s["median_penalty_pct"], s["exceed_1w_pct"], marker=marker, s=40)
         ax.annotate(m, (s["median_penalty_pct"], s["exceed_1w_pct"]), fontsize=7, xytext=(3, 3),
                     textcoords="offset points")
@@ -326,7 +355,7 @@ def plot(summary, rows) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax = axes[1]
-    for m in ("powertrain", "nn+gp mean", "nn+gp ucb 0.05", "nn+gp conformal 0.05", "nn+gp offset 0.05"):
+    for m in ("powertrain", "nn+gp mean", "nn+gp ucb 0.05", "nn+gp cv10 0.1", "nn+gp select 0.05"):
         sel = [r for r in rows if r["method"] == m and r["workload"] == PLOT_WORKLOAD and r["repeat"] == 0]
         ax.plot([r["budget_w"] for r in sel], [r["true_power_w"] for r in sel], marker=".", label=m)
     ax.plot(BUDGETS, BUDGETS, "k-", lw=0.8, label="budget")

@@ -22,7 +22,7 @@ from edgetune.estimation.features import feature_columns
 from edgetune.estimation.metrics import mape_pct, under_fraction
 from edgetune.estimation.registry import METHODS, adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
-from edgetune.optimization.select import z_score
+from edgetune.optimization.select import selection_margin, z_score
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import Table
@@ -309,6 +309,13 @@ def test_nn_gp_cv_calibration_covers_held_out_residuals_better(resnet_reference,
     cal = adapt(resnet_reference["power_w"], "nn+gp", powertrain[idx], y, calibration="cv",
                 calibration_folds=5, calibration_risk=0.1, **kw)
     assert cal.calibration_scores is not None and cal.std_scale > 1.0
+    # the held-out (out-of-fold) means, in W, for selection_margin: one per row, worse than in-sample
+    assert raw.calibration_means is None
+    oof = cal.calibration_means
+    assert oof is not None and oof.shape == (40,) and np.isfinite(oof).all()
+    assert np.sqrt(np.mean((y - oof) ** 2)) > np.sqrt(np.mean((y - cal.predict(powertrain[idx])[0]) ** 2))
+    margin = selection_margin(truth("mobilenetv3", powertrain[idx])[0], oof, y, 0.1)
+    assert 0.0 <= margin <= float(y.max() - y.min())
     held = np.setdiff1d(np.arange(len(powertrain)), idx)[::7]
     mu_r, sd_r = raw.predict(powertrain[held])
     mu_c, sd_c = cal.predict(powertrain[held])
@@ -320,3 +327,11 @@ def test_nn_gp_cv_calibration_covers_held_out_residuals_better(resnet_reference,
     back = Predictor.from_bytes(cal.to_bytes())
     assert back.std_scale == cal.std_scale
     np.testing.assert_allclose(back.predict(powertrain[held])[1], sd_c)
+
+
+def test_nn_gp_calibration_options_are_checked_naming_the_field():
+    for kw, field in ((dict(calibration="loo"), "calibration"), (dict(calibration_risk=0.7), "calibration_risk"),
+                      (dict(calibration_folds=1), "calibration_folds")):
+        with pytest.raises(InvalidArgument) as exc:
+            make_predictor("nn+gp", "power_w", **kw)
+        assert exc.value.field == field

@@ -32,7 +32,10 @@ transfer also refits NN + GP on ``calibration_folds`` folds (default 10; each fo
 the same reference NN), collects the held-out standardised residuals ``(y − μ)/σ`` and scales
 every reported std by ``c = q_{1−risk}(scores) / z(risk)`` (split-conformal rank,
 ``calibration_risk`` default 0.1), so that ``μ + z(risk)·c·σ`` is the CV conformal bound.
-``c`` is stored in the model file (``std_scale``; files without it read as 1.0).
+``c`` is stored in the model file (``std_scale``; files without it read as 1.0). The same folds
+also leave each profiled row's held-out mean (``calibration_means``, target units; not stored in
+the file), on which :func:`edgetune.optimization.select.selection_margin` replays a selection to
+calibrate a power margin for the selection itself rather than per mode.
 
 Serialisation stores the fitted kernel hyperparameters and the training rows, and rebuilds
 the GP without re-optimising (identical predictions, no pickle).
@@ -49,6 +52,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
+from edgetune.estimation.features import inverse_transform
 from edgetune.estimation.nn import NNPredictor
 
 #: How ``nn+gp`` combines the transferred NN and the GP (module docs).
@@ -169,6 +173,7 @@ class NNGPPredictor(Predictor):
         self.calibration_folds = int(calibration_folds)
         self.std_scale = 1.0
         self.calibration_scores: np.ndarray | None = None
+        self.calibration_means: np.ndarray | None = None
         self.nn = nn if nn is not None else NNPredictor(target, transform, seed, **(nn_params or {}))
         self.gp: GaussianProcess | None = None
 
@@ -225,19 +230,26 @@ class NNGPPredictor(Predictor):
         out = {**info, "combine": self.combine, "kernel": self.gp.summary()}
         self.std_scale = 1.0
         if scores is not None:
-            self.calibration_scores = scores  # not stored in the file; for other risks see conformal_scale
+            # not stored in the file; for other risks see conformal_scale, for a selection margin
+            # edgetune.optimization.select.selection_margin(time, calibration_means, y, risk)
+            self.calibration_scores = scores
             self.std_scale = conformal_scale(scores, self.calibration_risk)
             out.update(calibration=self.calibration, std_scale=round(self.std_scale, 4))
         return out
 
     def cv_scores(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-        """Held-out standardised residuals ``(y − μ)/σ`` of NN+GP transfers from the current NN on K folds."""
+        """Held-out standardised residuals ``(y − μ)/σ`` of NN+GP transfers from the current NN on K folds.
+
+        Also sets :attr:`calibration_means`: each row's held-out (out-of-fold) mean in target units,
+        what :func:`~edgetune.optimization.select.selection_margin` replays the selection on.
+        """
         import copy
 
         n = xs.shape[0]
         k = min(self.calibration_folds, n)
         folds = np.array_split(np.random.default_rng(self.seed + 7).permutation(n), k)
         scores = np.empty(n)
+        held_mu = np.empty(n)
         for held in folds:
             keep = np.setdiff1d(np.arange(n), held)
             nn = copy.deepcopy(self.nn)
@@ -248,6 +260,10 @@ class NNGPPredictor(Predictor):
             mu, sd = gp.predict(self._gp_inputs(xs[held], nn_out))
             mu = mu if self.combine == "stacked" else nn_out + mu
             scores[held] = (ys[held] - mu) / np.maximum(sd, 1e-12)
+            held_mu[held] = mu
+        if self.y_scaler is not None:
+            self.calibration_means = inverse_transform(
+                self.transform, self.y_scaler.inverse(held_mu.reshape(-1, 1)).ravel(), None)[0]
         return scores
 
     def _predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

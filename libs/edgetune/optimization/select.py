@@ -15,6 +15,11 @@ upper confidence bound ``power_w + z(1 - risk) · power_std_w`` (z the standard 
 quantile) instead of the mean, so that a prediction that is right on average exceeds the
 budget with probability about ``risk`` at most. Without ``power_std_w`` the bound is the mean.
 
+Per-option coverage is not selection coverage: the least-time choice favours options whose
+power is under-predicted. :func:`selection_margin` calibrates a constant power margin (W) on the
+selection itself, replayed over held-out predictions of profiled options (e.g. an ``nn+gp``
+predictor's ``calibration_means`` with ``calibration="cv"``); select on ``power_w + margin``.
+
 Everything is vectorised: one selection is a few O(n) passes; a sweep over k budgets buckets
 the options by the least budget each fits (``searchsorted``) and takes running minima over
 the buckets, O(n log k) with no full sort — the answers are the points of the
@@ -308,6 +313,66 @@ def safe_least_time(cands: Candidates, power_budget_w: float, risk: float = 0.05
                     time_budget_ms: float | None = None) -> Selection:
     """Least time with ``power_w + z(1-risk)·power_std_w <= power_budget_w``."""
     return MinTime(risk).select(cands, power_budget_w, time_budget_ms)
+
+
+# --------------------------------------------------------------------------- selection-aware margin
+
+#: Budgets :func:`selection_margin` replays by default (evenly spaced over the observed powers).
+MARGIN_BUDGETS = 64
+
+
+def selection_margin(time_ms, power_pred_w, power_obs_w, risk: float, *, tolerance_w: float = 0.0,
+                     budgets_w: Sequence[float] | None = None, step_w: float = 0.05,
+                     max_margin_w: float | None = None) -> float:
+    """Least constant power margin (W) that keeps a *replayed* least-time selection within budget.
+
+    Per-mode coverage is not selection coverage: :class:`MinTime` picks the fastest of many
+    options near the budget, so it prefers the ones whose power is *under*-predicted (the
+    winner's curse), and the fast, efficient modes it picks can be biased as a group. This
+    calibrates on the selection itself: given held-out (out-of-fold) power predictions
+    ``power_pred_w`` of profiled options with their observed ``time_ms`` and ``power_obs_w``
+    (e.g. ``NNGPPredictor.calibration_means`` with ``calibration="cv"``), it replays
+    ``MinTime`` over those options on ``budgets_w`` (default: :data:`MARGIN_BUDGETS` budgets
+    spread over the observed powers) with the predicted power shifted by a margin ``m``, and
+    returns the least ``m`` on a ``step_w`` grid for which at most a fraction ``risk`` of the
+    feasible replayed choices has observed power > budget + ``tolerance_w``. Select with
+    ``power_w + m`` (the full model's prediction shifted by the margin) to use it.
+
+    The replay uses the observed times (the best times known for profiled options) and the
+    held-out powers; with few options the replayed choices are few and the margin coarse.
+    ``max_margin_w`` (default: the observed power range) is returned when no margin suffices.
+    """
+    z_score(risk)  # validates risk
+    t = _as_vector("time_ms", time_ms)
+    pred = np.asarray(power_pred_w, dtype=float).ravel()
+    if pred.size != t.size or not np.isfinite(pred).all():
+        raise InvalidArgument("power_pred_w", f"has {pred.size} values (finite ones expected), expected {t.size}",
+                              "one finite prediction per option")
+    obs = _as_vector("power_obs_w", power_obs_w, t.size)
+    if t.size < 5:
+        raise InvalidArgument("time_ms", f"{t.size} options are too few to replay a selection", ">= 5 options")
+    if not (isinstance(tolerance_w, (int, float)) and math.isfinite(tolerance_w) and tolerance_w >= 0):
+        raise InvalidArgument("tolerance_w", f"{tolerance_w!r} is not a non-negative number", ">= 0")
+    if not (isinstance(step_w, (int, float)) and math.isfinite(step_w) and step_w > 0):
+        raise InvalidArgument("step_w", f"{step_w!r} is not a positive number", "> 0")
+    span = float(obs.max() - obs.min())
+    top = float(max_margin_w) if max_margin_w is not None else max(span, step_w)
+    if not (math.isfinite(top) and top >= 0):
+        raise InvalidArgument("max_margin_w", f"{max_margin_w!r} is not a non-negative number", ">= 0")
+    if budgets_w is None:
+        budgets = list(np.linspace(float(obs.min()), float(obs.max()), MARGIN_BUDGETS))
+    else:
+        budgets = [float(b) for b in budgets_w]
+        for b in budgets:
+            _check_budget("budgets_w", b)
+    selector = MinTime()
+    for m in np.arange(0.0, top + 1e-9, step_w):
+        cands = Candidates(t, np.maximum(pred + m, 0.0))
+        over = [obs[s.index] > b + tolerance_w for b, s in zip(budgets, selector.sweep(cands, budgets), strict=True)
+                if s.feasible]
+        if over and float(np.mean(over)) <= risk:
+            return float(m)
+    return top
 
 
 # --------------------------------------------------------------------------- budgets
