@@ -24,6 +24,8 @@ from edgetune.optimization.strategies import (
     run_search,
     search_space,
 )
+from edgetune.optimization.strategies.als import config_features, mode_features
+from edgetune.optimization.strategies.guide import Guide
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table
@@ -137,7 +139,9 @@ def test_gmd_concurrent_within_budget(table, truth):
 # -- ALS, random, NN, fixed modes -----------------------------------------------------------------
 def test_als_train_uses_50_profiles_and_decides_on_observations(table, truth):
     res, prob = _run(table, TrainProblem(30), "als", **FAST_GUIDE)
-    assert res.trials == 50 and res.profiled == 50
+    # Algorithm 2's PickMaxK takes fewer than 5 when the predicted front has fewer points: with
+    # these 40-epoch guides a round can come up short (the experiment's 300-epoch guides use 50)
+    assert 40 <= res.trials <= 50 and res.profiled == res.trials
     _assert_observed_and_feasible(res, prob, truth)
     assert res.decision.evaluation.time_ms <= 1.25 * prob.solve(truth).evaluation.time_ms
 
@@ -147,6 +151,73 @@ def test_als_infer_stays_within_145(table, truth):
     assert 25 < res.trials <= 145 and res.profiled <= 145
     _assert_observed_and_feasible(res, prob, truth)
     assert res.decision.feasible
+
+
+def test_als_train_profiles_the_least_power_mode(table, truth):
+    """The tightest budget any mode meets is solved: the least-power mode is always profiled
+    (without it the asymmetric-loss guide's over-predicted powers kept ALS above ~15.6 W and
+    the 15 W ResNet-18 problem had no answer)."""
+    least = min((r for r in table.rows if r["role"] == "train"), key=lambda r: r["power_w"])
+    for seed in (0, 1, 2):
+        res, prob = _run(table, TrainProblem(round(least["power_w"] + 0.005, 2)), "als", seed=seed, **FAST_GUIDE)
+        first = res.strategy._history[:10]
+        assert any(str(t.mode) == "4c/422.4/114.75/665.6" for t, _ in first)  # every dimension at its lowest
+        assert res.trials <= 50 and res.decision.feasible
+        _assert_observed_and_feasible(res, prob, truth)
+    ext = make_strategy("als", prob, res.strategy.space, initial=0, rounds=1, **FAST_GUIDE)
+    ext.warm_start(Observations())
+    assert ext.ask() == []  # an extension adds no initial phase, anchor included
+
+
+class _OracleGuide(Guide):
+    """Predicts the truth table exactly (the NN's accuracy out of the way)."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def fit(self, x, y):
+        pass
+
+    def predict(self, x):
+        return np.array([self.values[tuple(np.round(row, 9))] for row in np.asarray(x)])
+
+
+def _oracle_factory(space, truth, infer_sizes):
+    modes = list(space.modes)
+    xm = mode_features(modes)
+    cfg = [(m, b) for m in modes for b in infer_sizes]
+    xc = config_features([m for m, _ in cfg], [b for _, b in cfg])
+    tables = {1: {}, 2: {}, 3: {}, 4: {}}  # ALS's salts: t_in, p_in, t_tr, p_tr
+    for row, (m, b) in zip(xc, cfg, strict=True):
+        p = truth.get(m, "infer", b)
+        tables[1][tuple(np.round(row, 9))], tables[2][tuple(np.round(row, 9))] = p.time_ms, p.power_w
+    for row, m in zip(xm, modes, strict=True):
+        p = truth.get(m, "train", 16)
+        tables[3][tuple(np.round(row, 9))], tables[4][tuple(np.round(row, 9))] = p.time_ms, p.power_w
+    return lambda x, seed: _OracleGuide(tables[seed % 1000])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_als_concurrent_samples_small_batches_for_tight_latency(table, truth, seed):
+    """Tight latency at a low rate needs β = 4 at high power (θ = 1 training minibatch per
+    window of 4 requests). On a (θ, power) front a small β is always dominated by the larger β
+    of the same mode, so ALS profiled β = 4 only at random and missed these problems even with
+    exact predictions; latency on the front and per-β power distance sample them."""
+    dev = ReplayDevice(table)
+    problems = [ConcurrentProblem(37, 390, 30), ConcurrentProblem(34, 200, 35), ConcurrentProblem(38, 150, 30),
+                ConcurrentProblem(37, 100, 40)]
+    space, p0 = search_space(dev, problems[0])
+    als = make_strategy("als", p0, space, seed=seed,
+                        guide_factory=_oracle_factory(space, truth, space.infer_batch_sizes))
+    res = run_search(als, dev, p0)
+    assert res.trials <= 145
+    for problem in problems:
+        _, prob = search_space(dev, problem)
+        opt = prob.solve(truth)
+        assert opt.feasible and opt.batch_size == 4
+        dec = prob.solve(als.obs)
+        assert dec.feasible, prob.describe()
+        assert dec.evaluation.objective >= opt.evaluation.objective * (1 - 1e-9)
 
 
 def test_random_respects_n(table, truth):
