@@ -7,7 +7,8 @@
                     [--max-profiles N] [--seed S] [--json]
 
 ``truth.csv`` is a profile table with ``workload`` and ``role`` columns; its distinct values
-per dimension define the grid. ``profiled`` counts the distinct (mode, batch size, workload,
+per dimension define the grid (a table that recorded some modes only is fine: GMD lets the
+nearest recorded mode stand for a grid point that was not recorded). ``profiled`` counts the distinct (mode, batch size, workload,
 role) points the strategy measured. ``--max-profiles`` caps that count (and is N for
 ``random`` / ``nn``). Nothing feasible is an answer (``"feasible": false``, exit 0); a missing
 or bad option exits 2 naming it.

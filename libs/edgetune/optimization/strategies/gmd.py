@@ -44,6 +44,10 @@ Choices where the paper leaves room (all documented in the report):
   space is exhausted on local moves from the best candidate — one step up in a dimension, or
   one step up in a high-ρ dimension paired with one step down in a low-ρ one — kept when they
   are better and within budget. ``refine=False`` stops where Algorithm 1 does.
+- A space that is not a full grid (a replay table that recorded some modes only): the grid is
+  the product of the recorded values, and a grid point that was not recorded stands for the
+  recorded mode nearest to it (fewest index steps; ties: the lower-power side, then grid
+  order), so the moves and bisections go on over what can be measured.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class GMD(SearchStrategy):
         self.grid = space.grid
         self.rho: dict[int, float] = {}
         self.search_batch_size: int | None = None  # the bs the multi-dimensional search ran at
+        self._stand_in: dict[Idx, PowerMode] = {}  # grid point -> nearest recorded mode (sparse spaces)
 
     def default_budget(self) -> int:
         return GMD_BUDGETS[self.problem.kind]
@@ -93,7 +98,19 @@ class GMD(SearchStrategy):
     # -- grid helpers ------------------------------------------------------------------------
     def _mode(self, idx: Idx) -> PowerMode:
         g = self.grid
-        return PowerMode(g.cores[idx[0]], g.cpu_mhz[idx[1]], g.gpu_mhz[idx[2]], g.emc_mhz[idx[3]])
+        mode = PowerMode(g.cores[idx[0]], g.cpu_mhz[idx[1]], g.gpu_mhz[idx[2]], g.emc_mhz[idx[3]])
+        return mode if self.space.available(mode) else self._nearest_recorded(idx)
+
+    def _nearest_recorded(self, idx: Idx) -> PowerMode:
+        """The recorded mode standing for grid point ``idx`` in a sparse space (module docstring)."""
+        if idx not in self._stand_in:
+            def steps(m: PowerMode) -> tuple[int, int]:
+                at = self.grid.indices(m)
+                # ties go to the side with fewer steps up (the lower-power side)
+                return (sum(abs(a - b) for a, b in zip(at, idx, strict=True)),
+                        sum(max(a - b, 0) for a, b in zip(at, idx, strict=True)))
+            self._stand_in[idx] = min(self.space.modes, key=steps)
+        return self._stand_in[idx]
 
     @staticmethod
     def _moved(idx: Idx, dim: int, value: int) -> Idx:
@@ -102,12 +119,8 @@ class GMD(SearchStrategy):
         return tuple(out)  # type: ignore[return-value]
 
     def _start(self) -> Idx:
-        """The grid midpoint, or the available mode nearest to it (partial replay tables)."""
-        mid = self.grid.indices(self.grid.midpoint())
-        if self.space.available(self.grid.midpoint()):
-            return mid
-        best = min(self.space.modes, key=lambda m: sum(abs(a - b) for a, b in zip(self.grid.indices(m), mid, strict=True)))
-        return self.grid.indices(best)
+        """The grid midpoint (in a sparse space, the recorded mode nearest to it)."""
+        return self.grid.indices(self._mode(self.grid.indices(self.grid.midpoint())))
 
     # -- what a point says -------------------------------------------------------------------
     def _eval(self, idx: Idx, beta: int) -> Evaluation | None:
