@@ -1,4 +1,4 @@
-"""``edgetune optimize select|joint``: exact JSON (CONTRACT.md), human output, exit codes."""
+"""``edgetune optimize select|joint|frontier``: exact JSON (CONTRACT.md), human output, exit codes."""
 
 import json
 
@@ -165,3 +165,71 @@ def test_through_the_edgetune_entry_point(table, capsys):
     assert json.loads(capsys.readouterr().out)["time_ms"] == 100.0
     assert main(["optimize", "select", "--table", table, "--power-budget", "50:17:1"]) == 2
     assert "--power-budget" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- frontier
+
+
+@pytest.fixture(scope="module")
+def predictions(tmp_path_factory):
+    """Every fulcrum-grid mode of the simulated Orin AGX, ResNet18 train bs 16 (the 'predictions')."""
+    from edgetune.devices.simulated import truth_table
+    from edgetune.powermodes.grids import named_grid
+    from edgetune.powermodes.specs import get_spec
+    from edgetune.tables import write_table
+
+    grid = named_grid(get_spec("orin-agx"), "fulcrum").array()
+    rows = truth_table("orin-agx", "resnet18", "train", grid, [16])
+    path = tmp_path_factory.mktemp("frontier") / "pred.csv"
+    write_table(rows, path)
+    return str(path), rows
+
+
+def test_frontier_picks_unprofiled_front_modes_and_writes_a_mode_table(predictions, tmp_path):
+    from edgetune.optimization.pareto import pareto_mask
+    from edgetune.tables import read_mode_table, write_table
+
+    path, rows = predictions
+    profiled = tmp_path / "profiled.csv"
+    write_table([{k: r[k] for k in ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")} for r in rows[::40]], profiled)
+    out = tmp_path / "next.csv"
+    r = run("frontier", "--table", path, "--profiled", profiled, "--n", 4, "--power-budget", "20:40",
+            "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["profiled"] == len(rows[::40]) and len(got["modes"]) == 4
+    front = {tuple(float(rows[i][k]) for k in ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz"))
+             for i in pareto_mask([x["time_ms"] for x in rows], [x["power_w"] for x in rows]).nonzero()[0]}
+    seen = {tuple(float(x[k]) for k in ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")) for x in rows[::40]}
+    picked = {tuple(float(m[k]) for k in ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")) for m in got["modes"]}
+    assert picked <= front - seen
+    assert all(18 <= w <= 41 for w in got["predicted_power_w"])
+    assert [tuple(float(x[k]) for k in ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz"))
+            for x in read_mode_table(str(out)).rows] == [tuple(float(m[k]) for k in m) for m in got["modes"]]
+    human = run("frontier", "--table", path, "--profiled", profiled, "--n", 2)
+    assert human.exit_code == 0 and "next 2 modes to profile" in human.output
+
+
+def test_frontier_bad_input_exits_2_naming_the_option(predictions, table, tmp_path):
+    path, _rows = predictions
+    r = run("frontier", "--table", table, "--profiled", table)  # the fixture table has two batch sizes
+    assert r.exit_code == 2 and "--table" in r.output and "batch sizes" in r.output
+    r = run("frontier", "--table", path, "--profiled", path, "--power-budget", "20-40")
+    assert r.exit_code == 2 and "--power-budget" in r.output
+    r = run("frontier", "--table", path, "--profiled", path, "--n", 0)
+    assert r.exit_code == 2 and "--n" in r.output
+
+
+def test_select_reads_estimate_predicts_output_without_batch_size(tmp_path):
+    """``estimate predict`` on a mode table without batch_size writes none: select still works
+    (one option per mode; the JSON's batch_size is null)."""
+    path = tmp_path / "pred.csv"
+    path.write_text("cores,cpu_mhz,gpu_mhz,emc_mhz,time_ms,power_w,power_std_w\n"
+                    "8,1344,727,2133,100,20,1\n12,2200,1300,3199,60,51.1,2\n")
+    r = run("select", "--table", path, "--power-budget", "30", "--risk", "0.2", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {
+        "feasible": True, "mode": {"cores": 8, "cpu_mhz": 1344.0, "gpu_mhz": 727.0, "emc_mhz": 2133.0},
+        "batch_size": None, "time_ms": 100.0, "power_w": 20.0}
+    r = run("frontier", "--table", path, "--profiled", path, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["modes"] == []  # every mode is profiled

@@ -1,7 +1,8 @@
 """``edgetune optimize``: pick a mode (and batch size) from a table.
 
-- ``select``  least time (or power, or energy) within a power budget or a budget sweep
-- ``joint``   seed 000's joint batch size and mode selection under a power cap
+- ``select``    least time (or power, or energy) within a power budget or a budget sweep
+- ``joint``     seed 000's joint batch size and mode selection under a power cap
+- ``frontier``  which modes to profile next so that budget selections hold (frontier sampling)
 
 JSON output is exactly CONTRACT.md's; an infeasible request is an answer
 (``{"feasible": false, "reason": …}``, exit 0), bad input exits 2 naming the field.
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.optimization.frontier import BELOW_W, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.joint_tables import read_efficiency, read_lut
 from edgetune.optimization.select import (
@@ -27,8 +29,16 @@ from edgetune.optimization.select import (
     make_selector,
     parse_budget_sweep,
 )
-from edgetune.powermodes.mode import MODE_FIELDS
-from edgetune.tables import read_profile_table
+from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
+from edgetune.tables import parse_table, read_mode_table, write_table
+
+#: What ``select`` and ``frontier`` need of a table: ``estimate predict``'s output as it is
+#: (``batch_size`` optional: a table without it holds one batch size, reported as null).
+OPTION_COLUMNS = (*MODE_FIELDS, "time_ms", "power_w")
+
+
+def read_options(path: str):
+    return parse_table(path, OPTION_COLUMNS)
 
 
 class InputError(click.ClickException):
@@ -69,7 +79,7 @@ def _selection_json(table, sel: Selection) -> dict:
     if not sel.feasible:
         return {"feasible": False, "reason": sel.reason}
     row = table.rows[sel.index]
-    return {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row["batch_size"],
+    return {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
             "time_ms": row["time_ms"], "power_w": row["power_w"]}
 
 
@@ -95,7 +105,7 @@ def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_jso
     """Choose the option with the least time whose power fits the budget."""
     _check_optional_budget("--time-budget-ms", time_budget_ms)
     budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
-    table = read_profile_table(table_path)
+    table = read_options(table_path)
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
     if budgets is not None and is_sweep_spec(power_budget):
@@ -123,7 +133,7 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
     grid.add_column("field", style="bold")
     grid.add_column("value")
     grid.add_row("mode", f"{row['cores']}c / {row['cpu_mhz']:g} / {row['gpu_mhz']:g} / {row['emc_mhz']:g} MHz")
-    grid.add_row("batch size", str(row["batch_size"]))
+    grid.add_row("batch size", str(row.get("batch_size", "-")))
     grid.add_row("time", f"{row['time_ms']:g} ms")
     grid.add_row("power", f"{row['power_w']:g} W")
     if sel.power_bound_w is not None and sel.power_bound_w != sel.power_w:
@@ -144,7 +154,7 @@ def _print_sweep(table, budgets, results, objective: str) -> None:
             continue
         row = table.rows[s.index]
         out.add_row(f"{b:g}", f"{row['cores']}c/{row['cpu_mhz']:g}/{row['gpu_mhz']:g}/{row['emc_mhz']:g}",
-                    str(row["batch_size"]), f"{row['time_ms']:g}", f"{row['power_w']:g}")
+                    str(row.get("batch_size", "-")), f"{row['time_ms']:g}", f"{row['power_w']:g}")
     Console().print(out)
 
 
@@ -195,3 +205,65 @@ def joint_cmd(lut_path, eff_path, power_cap, as_json) -> None:
     grid.add_row("power", f"{choice.power_w:g} W")
     grid.add_row("power cap", "none" if cap is None else f"{cap:g} W")
     console.print(grid)
+
+
+# --------------------------------------------------------------------------- frontier
+
+
+@command.command("frontier")
+@click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False),
+              help="Predictions of every mode (CSV with time_ms, power_w; one batch size), e.g. estimate predict's.")
+@click.option("--profiled", "profiled_path", required=True, type=click.Path(dir_okay=False),
+              help="The modes profiled so far (a mode or profile table).")
+@click.option("--n", "n_modes", type=int, default=5, show_default=True, help="How many modes to pick.")
+@click.option("--power-budget", "power_range", default=None,
+              help="The budgets the selections will use, LOW:HIGH W (e.g. 17:50); default: any power.")
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the picks as a mode table (for edgetune profile --modes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the picks as JSON.")
+@reports_errors
+def frontier_cmd(table_path, profiled_path, n_modes, power_range, out_path, as_json) -> None:
+    """Pick the next modes to profile on the predicted (time, power) front.
+
+    One round of frontier sampling (edgetune.optimization.frontier): of the modes on the front
+    predicted by the current model, within the budget range (2 W below, 1 W above), the N
+    farthest in predicted power from every profiled mode. Loop: profile them, transfer again,
+    predict, pick again — then select with --risk on the final predictions.
+    """
+    if n_modes < 1:
+        raise InvalidArgument("--n", f"{n_modes} modes", ">= 1")
+    table = read_options(table_path)
+    sizes = {r.get("batch_size") for r in table.rows}
+    if len(sizes) > 1:
+        raise InvalidArgument("--table", f"holds {len(sizes)} batch sizes ({', '.join(map(str, sorted(sizes)))})",
+                              "the predictions of one batch size")
+    keys = [PowerMode.from_mapping(r).as_tuple() for r in table.rows]
+    where = {k: i for i, k in enumerate(keys)}
+    done = [where[k] for k in {PowerMode.from_mapping(r).as_tuple() for r in read_mode_table(profiled_path).rows} if k in where]
+    bounds = None
+    if power_range is not None:
+        try:
+            low, high = (float(v) for v in power_range.split(":"))
+        except ValueError:
+            raise InvalidArgument("--power-budget", f"{power_range!r} is not LOW:HIGH", "e.g. 17:50") from None
+        bounds = (low, high)
+    cands = Candidates.from_table(table)
+    picks = next_frontier_modes(cands.time_ms, cands.power_w, done, n_modes, power_range_w=bounds)
+    rows = [{k: table.rows[i][k] for k in MODE_FIELDS} for i in picks]
+    if out_path:
+        write_table(rows, out_path, MODE_FIELDS)
+    if as_json:
+        emit_json({"modes": rows, "profiled": len(done),
+                   "predicted_power_w": [round(float(cands.power_w[i]), 3) for i in picks]})
+        return
+    console = Console()
+    if not rows:
+        console.print("no unprofiled mode is left on the predicted front" + (f" within {power_range} W (−{BELOW_W:g} W)"
+                                                                              if power_range else ""))
+        return
+    out = RichTable(title=f"next {len(rows)} modes to profile ({len(done)} profiled)")
+    for col in (*MODE_FIELDS, "predicted time_ms", "predicted power_w"):
+        out.add_column(col, justify="right")
+    for i, r in zip(picks, rows, strict=True):
+        out.add_row(*(f"{r[k]:g}" for k in MODE_FIELDS), f"{cands.time_ms[i]:.1f}", f"{cands.power_w[i]:.2f}")
+    console.print(out)

@@ -2,7 +2,8 @@
 
 The front of (time, power) is what every selection in edgetune walks: a mode off the front is
 slower *and* hungrier than some other mode, so no budget ever prefers it. Throughput fronts
-are the same computation on (-throughput, power).
+are the same computation on (-throughput, power). :func:`pick_far` spreads picks along a front
+by power (ALS and frontier sampling profile the front points farthest from what was profiled).
 """
 
 from __future__ import annotations
@@ -48,3 +49,15 @@ def throughput_front(throughput: np.ndarray, power_w: np.ndarray) -> np.ndarray:
     thr = np.asarray(throughput, dtype=float)
     idx = np.flatnonzero(pareto_mask(-thr, power_w))
     return idx[np.argsort(thr[idx], kind="stable")]
+
+
+def pick_far(pred_power_w: np.ndarray, observed_power_w: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` candidates whose power is farthest from every observed power
+    (largest minimum distance; stable order; all equally far when nothing was observed)."""
+    pred = np.asarray(pred_power_w, dtype=float).ravel()
+    seen = np.asarray(observed_power_w, dtype=float).ravel()
+    if seen.size == 0:
+        dist = np.full(pred.size, np.inf)
+    else:
+        dist = np.abs(pred[:, None] - seen[None, :]).min(axis=1)
+    return np.argsort(-dist, kind="stable")[:k]

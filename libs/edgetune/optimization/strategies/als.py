@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.pareto import pareto_mask
+from edgetune.optimization.pareto import pareto_mask, pick_far
 from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, ConcurrentProblem
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 from edgetune.optimization.strategies.guide import Guide, MLPGuide
@@ -130,16 +130,6 @@ def pick_far_by_group(pred_power_w: np.ndarray, groups: np.ndarray, observed_pow
         if theirs.size:
             dist[mine] = np.abs(pred_power_w[mine][:, None] - theirs[None, :]).min(axis=1)
     return np.argsort(-dist, kind="stable")[:k]
-
-
-def pick_far(pred_power_w: np.ndarray, observed_power_w: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` largest minimum distances in power to the observed (stable order)."""
-    if observed_power_w.size == 0:
-        dist = np.full(pred_power_w.size, np.inf)
-    else:
-        dist = np.abs(pred_power_w[:, None] - observed_power_w[None, :]).min(axis=1)
-    order = np.argsort(-dist, kind="stable")
-    return order[:k]
 
 
 class ALS(SearchStrategy):

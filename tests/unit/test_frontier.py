@@ -1,0 +1,97 @@
+"""Frontier sampling (libs/edgetune/optimization/frontier.py): which modes to profile for safe selections."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgetune.devices.simulated import truth_table
+from edgetune.errors import InvalidArgument
+from edgetune.optimization.frontier import FrontierSampler, next_frontier_modes
+from edgetune.optimization.pareto import pareto_mask
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.specs import get_spec
+
+
+@pytest.fixture(scope="module")
+def table() -> tuple[np.ndarray, np.ndarray]:
+    """(time_ms, power_w) of ResNet18 training on the 441-mode fulcrum grid of the simulated Orin AGX."""
+    grid = named_grid(get_spec("orin-agx"), "fulcrum").array()
+    rows = truth_table("orin-agx", "resnet18", "train", grid, [16])
+    return np.array([r["time_ms"] for r in rows]), np.array([r["power_w"] for r in rows])
+
+
+def test_picks_are_unprofiled_front_modes_in_the_range(table):
+    t, p = table
+    front = np.flatnonzero(pareto_mask(t, p))
+    profiled = list(front[::4])
+    picks = next_frontier_modes(t, p, profiled, 5, power_range_w=(20, 40))
+    assert len(picks) == 5 and len(set(picks)) == 5
+    assert set(picks) <= set(front) - set(profiled)
+    assert ((p[picks] >= 18) & (p[picks] <= 41)).all()  # the range widened by 2 W below, 1 W above
+
+
+def test_picks_spread_by_power_away_from_what_was_profiled(table):
+    t, p = table
+    front = np.flatnonzero(pareto_mask(t, p))
+    low = front[p[front] < 20]  # everything profiled so far is low-power
+    picks = next_frontier_modes(t, p, list(low), 3)
+    # the first pick is the front mode farthest in power from the profiled ones: the top of the front
+    assert p[picks[0]] == p[front].max()
+    assert np.min(np.abs(np.diff(np.sort(p[picks])))) > 1.0  # not three neighbours
+
+
+def test_a_profiled_front_moves_on_to_the_next_front(table):
+    t, p = table
+    front = np.flatnonzero(pareto_mask(t, p))
+    picks = next_frontier_modes(t, p, list(front), 4)
+    assert len(picks) == 4 and not set(picks) & set(front)
+    rest = np.setdiff1d(np.arange(t.size), front)
+    assert set(picks) <= set(rest[pareto_mask(t[rest], p[rest])])
+
+
+def test_sampler_covers_the_front_better_than_random(table):
+    """With the true table as the 'prediction', frontier sampling leaves smaller power gaps along
+    the front in the budget range than the same number of random modes (the point of it)."""
+    t, p = table
+    sampler = FrontierSampler(t.size, n_initial=5, rounds=5, per_round=3, power_range_w=(15, 45), seed=1)
+    first = sampler.ask()
+    assert len(first) == 5 and len(set(first)) == 5
+    while not sampler.done:
+        assert len(sampler.ask(t, p)) == 3
+    assert len(sampler.profiled) == sampler.budget == 20 and len(set(sampler.profiled)) == 20
+    assert sampler.ask(t, p).size == 0  # done
+
+    front = np.flatnonzero(pareto_mask(t, p) & (p >= 15) & (p <= 45))
+
+    def worst_gap_w(profiled) -> float:
+        """The largest distance in power from a front mode to the nearest profiled power."""
+        q = p[np.asarray(profiled)]
+        return float(np.max(np.min(np.abs(p[front][:, None] - q[None, :]), axis=1)))
+
+    random_gaps = [worst_gap_w(np.random.default_rng(s).choice(t.size, 20, replace=False)) for s in range(20)]
+    assert worst_gap_w(sampler.profiled) < np.median(random_gaps)
+    on_front = np.isin(sampler.profiled, np.flatnonzero(pareto_mask(t, p))).sum()
+    assert on_front >= 15  # every round's picks lie on the front
+
+
+def test_rounds_need_predictions_and_bad_values_name_the_field(table):
+    t, p = table
+    sampler = FrontierSampler(t.size, seed=0)
+    sampler.ask()
+    with pytest.raises(InvalidArgument, match="pred_time_ms"):
+        sampler.ask()
+    with pytest.raises(InvalidArgument, match="pred_power_w"):
+        sampler.ask(t, p[:-1])
+    with pytest.raises(InvalidArgument, match="k"):
+        next_frontier_modes(t, p, [], 0)
+    with pytest.raises(InvalidArgument, match="power_range_w"):
+        next_frontier_modes(t, p, [], 2, power_range_w=(40, 20))
+    with pytest.raises(InvalidArgument, match="profiled"):
+        next_frontier_modes(t, p, [t.size], 2)
+    with pytest.raises(InvalidArgument, match="below_w"):
+        next_frontier_modes(t, p, [], 2, power_range_w=(20, 40), below_w=-1)
+    with pytest.raises(InvalidArgument, match="n_initial"):
+        FrontierSampler(10, n_initial=11)
+    with pytest.raises(InvalidArgument, match="per_round"):
+        FrontierSampler(10, per_round=0)
