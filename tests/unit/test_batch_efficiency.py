@@ -143,3 +143,87 @@ def test_retargeted_rescores_the_same_runs_at_a_lower_target():
     run = again.runs[0]
     assert run.accuracy_by_pass[-1] >= lower and all(a < lower for a in run.accuracy_by_pass[:-1])
     assert est.reachable_accuracy() >= 0.9
+
+
+def test_noise_scale_fit_recovers_mccandlish_parameters_and_handles_edge_cases():
+    from edgetune.estimation.batch_efficiency import fit_noise_scale
+
+    # E(b) = E_min (1 + b / B_noise) with N_min = 12 passes, B_noise = 32: exact data -> exact fit
+    exact = {b: 12.0 * (1 + b / 32) for b in (4, 8, 16, 32, 64, 128)}
+    fit = fit_noise_scale(exact)
+    assert fit.n_min == pytest.approx(12.0) and fit.b_noise == pytest.approx(32.0)
+    assert fit.passes(48) == pytest.approx(12.0 * 2.5)
+    # passes falling with b: no negative slope, the best constant instead (B_noise = inf)
+    falling = fit_noise_scale({4: 30.0, 16: 20.0, 64: 10.0})
+    assert falling.slope == 0.0 and math.isinf(falling.b_noise) and 10.0 < falling.n_min < 30.0
+    # steeper than proportional: no negative intercept, a line through the origin
+    steep = fit_noise_scale({8: 1.0, 16: 10.0, 32: 30.0})
+    assert steep.intercept == 0.0 and steep.slope > 0
+    # never-reached batch sizes are left out of the fit; fewer than two finite points is an error
+    assert fit_noise_scale({**exact, 256: math.inf}) == fit
+    for bad in ({8: 10.0, 16: math.inf}, {8: 10.0, 16: -1.0}, {}):
+        with pytest.raises(InvalidArgument) as err:
+            fit_noise_scale(bad)
+        assert err.value.field == "passes_by_batch"
+
+
+def test_fit_smooths_noisy_means_and_efficiency_rejects_unknown_fits():
+    # seed noise around a line: the fit follows the line, not the noise (b=16 measured above b=32)
+    passes = np.array([[10.0, 12.0], [13.0, 13.0], [19.0, 19.0], [17.0, 17.0], [22.0, 24.0], [math.inf, 40.0]])
+    est = BatchEfficiencyEstimate("m", "digits", 0.9, 128, (4, 8, 16, 32, 64, 128), (0, 1), passes, 0.5)
+    fitted = est.fitted_passes()
+    assert fitted[128] == math.inf  # a censored mean stays never
+    assert fitted[4] < fitted[8] < fitted[16] < fitted[32] < fitted[64]  # monotone, unlike the raw means
+    eff = est.efficiency(fit="noise-scale")
+    assert eff.passes_by_batch == fitted
+    assert est.efficiency().passes_by_batch == est.passes_mean()  # default unchanged: raw means
+    assert est.efficiency(seed=1, fit="noise-scale").passes_by_batch[128] < math.inf  # seed 1 reached it
+    with pytest.raises(InvalidArgument) as err:
+        est.efficiency(fit="spline")
+    assert err.value.field == "fit"
+    with pytest.raises(InvalidArgument) as err:
+        est.efficiency(seed=7)
+    assert err.value.field == "seed"
+
+
+def _curve_estimate(curves: dict[tuple[int, int], tuple[float, ...]], initial: float = 0.8):
+    from edgetune.estimation.batch_efficiency import RunResult
+
+    bs, seeds = sorted({b for b, _ in curves}), sorted({s for _, s in curves})
+    runs = tuple(RunResult(b, s, math.inf, curves[(b, s)], 1e-3, 0.0) for b in bs for s in seeds)
+    return BatchEfficiencyEstimate("m", "digits", 1.0, 64, tuple(bs), tuple(seeds),
+                                   np.full((len(bs), len(seeds)), math.inf), initial, runs)
+
+
+def test_plateau_target_is_reached_by_every_run():
+    # b=32 plateaus at 0.90, b=8 climbs to 0.96: the lowest plateau is 0.90
+    est = _curve_estimate({(8, 0): (0.82, 0.9, 0.96), (8, 1): (0.85, 0.93, 0.95),
+                           (32, 0): (0.84, 0.88, 0.90), (32, 1): (0.86, 0.9, 0.89)})
+    goal = est.plateau_target(0.7)  # 0.8 + 0.7 * (0.90 - 0.8) = 0.87, snapped down to a measured 0.86
+    assert goal == 0.86
+    again = est.retargeted(goal)
+    assert np.isfinite(again.passes).all()
+    assert again.passes_mean() == {8: 2.0, 32: 1.5}
+    top = est.retargeted(est.plateau_target(1.0))  # the edge itself: still reached, by the last look
+    assert np.isfinite(top.passes).all() and top.passes_mean()[32] == 2.5
+    for bad in (0.0, 1.5, -0.2, "half"):
+        with pytest.raises(InvalidArgument) as err:
+            est.plateau_target(bad)
+        assert err.value.field == "fraction"
+    flat = _curve_estimate({(8, 0): (0.7, 0.75)})
+    with pytest.raises(InvalidArgument) as err:
+        flat.plateau_target(0.5)
+    assert err.value.field == "runs"
+
+
+def test_a_computed_target_on_a_count_ratio_is_reached_there_not_one_image_later():
+    # 125/140 -> 130/140 at fraction 0.8 is 129/140 in exact arithmetic, but not in floating point
+    est = _curve_estimate({(8, 0): (127 / 140, 129 / 140, 130 / 140)}, initial=125 / 140)
+    assert 125 / 140 + 0.8 * (130 / 140 - 125 / 140) != 129 / 140  # the rounding this guards against
+    goal = est.plateau_target(0.8)
+    assert goal == 129 / 140  # snapped onto the measured level
+    assert est.retargeted(goal).passes_mean() == {8: 2.0}
+    assert est.retargeted(129 / 140 + 1e-12).passes_mean() == {8: 2.0}  # a rounding error above still counts
+    # 0.5 of the way is 127.5 / 140: the measured level below (127), not 128 / 129 above it
+    assert est.plateau_target(0.5) == 127 / 140
+    assert est.retargeted(est.plateau_target(0.5)).passes_mean() == {8: 1.0}
