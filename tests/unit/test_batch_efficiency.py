@@ -105,6 +105,8 @@ def test_training_is_deterministic_per_seed():
     (dict(target_accuracy=0.5), "target_accuracy"),  # the pre-trained model is already there
     (dict(proxy="imagenet"), "proxy"),
     (dict(workload="bert-tiny"), "workload"),
+    (dict(eval_draws=4), "eval_draws"),  # clean digits have no noise to redraw
+    (dict(proxy="digits-noisy", eval_draws=0), "eval_draws"),
 ])
 def test_bad_requests_name_the_field(bad, field):
     args = dict(workload="resnet-slim", batch_sizes=[8, 32], target_accuracy=0.95, seeds=(0,), parallel=False)
@@ -122,6 +124,28 @@ def test_noisy_proxy_has_the_proxy_digits_and_a_larger_held_out_set():
     assert not torch.equal(noisy.x_train, clean.x_train)  # noise added
     assert len(noisy.y_test) == 8 * len(clean.y_test)  # 8 noise draws of the same held-out digits
     assert torch.equal(noisy.y_test[: len(clean.y_test)], clean.y_test)
+
+
+def test_target_held_out_digits_under_several_noise_draws_keep_its_own_draw_first():
+    from edgetune.estimation.proxy import EVAL_DRAWS, NOISY_PROXY
+
+    one, eight = load_proxy_data("digits-noisy"), load_proxy_data("digits-noisy", eval_draws=8)
+    assert len(one.y_test) == 140 and len(eight.y_test) == 8 * 140  # default: the target as drawn
+    assert torch.equal(eight.x_train, one.x_train) and torch.equal(eight.y_train, one.y_train)  # training unchanged
+    assert torch.equal(eight.x_test[:140], one.x_test)  # its own draw first ...
+    assert torch.equal(eight.y_test, one.y_test.repeat(8))  # ... of the same digits
+    draws = eight.x_test.reshape(8, 140, *eight.x_test.shape[1:])
+    assert all(not torch.equal(draws[0], draws[k]) for k in range(1, 8))  # independent redraws
+    # every draw is the same clean digits plus independent noise of the target's sigma 0.3
+    assert float((draws - draws.mean(0)).std()) == pytest.approx(0.3 * math.sqrt(7 / 8), rel=0.05)
+    assert load_proxy_data(NOISY_PROXY) is load_proxy_data(NOISY_PROXY, eval_draws=EVAL_DRAWS)
+    assert len(load_proxy_data(NOISY_PROXY, eval_draws=2).y_test) == 280
+    assert load_proxy_data("digits-noisy", 16, eval_draws=2).x_test.shape == (280, 3, 16, 16)
+    for name, bad in (("digits", 2), ("digits-noisy", 0), ("digits-noisy", 1.5), ("digits-noisy", True),
+                      (NOISY_PROXY, 65), ("pretrain", 3)):
+        with pytest.raises(InvalidArgument) as err:
+            load_proxy_data(name, eval_draws=bad)
+        assert err.value.field == "eval_draws"
 
 
 def test_matched_target_closes_the_same_share_of_the_remaining_error():

@@ -339,11 +339,12 @@ def matched_target_accuracy(proxy_initial: float, target_initial: float, target_
     return proxy_initial + closed * (1.0 - proxy_initial)
 
 
-def initial_accuracy(workload: str, data_set: str, input_size: int = 8) -> float:
-    """The shared pre-trained checkpoint's held-out accuracy on ``data_set``."""
+def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_draws: int | None = None) -> float:
+    """The shared pre-trained checkpoint's held-out accuracy on ``data_set`` (``eval_draws`` as in
+    :func:`~edgetune.estimation.proxy.load_proxy_data`)."""
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
 
-    data = load_proxy_data(data_set, input_size)
+    data = load_proxy_data(data_set, input_size, eval_draws)
     model = build_proxy_model(workload, input_size)
     model.load_state_dict(pretrained_state(workload, input_size))
     return accuracy(model, data.x_test, data.y_test)
@@ -381,20 +382,24 @@ def estimate_batch_efficiency(
     input_size: int = 8,
     address: str | None = None,
     progress: Progress | None = None,
+    eval_draws: int | None = None,
 ) -> BatchEfficiencyEstimate:
     """Train ``workload`` from the shared checkpoint with every batch size and seed to ``target_accuracy``.
 
     ``workload``: ``"resnet-slim"``, ``"mobilenetv3-slim"`` or a zoo classification workload
     (:func:`edgetune.estimation.proxy.build_proxy_model`); ``proxy``: a data set of
-    :data:`edgetune.estimation.proxy.DATASETS`. ``parallel`` / ``address`` / ``progress`` go
-    to :func:`edgetune.estimation.parallel.run_tasks`.
+    :data:`edgetune.estimation.proxy.PROXY_DATASETS`; ``eval_draws``: its held-out digits under
+    that many pixel-noise draws (noisy sets only; ``None``: the set's default,
+    :func:`edgetune.estimation.proxy.load_proxy_data`), so that "target reached" measures
+    training progress rather than one draw's test noise. ``parallel`` / ``address`` /
+    ``progress`` go to :func:`edgetune.estimation.parallel.run_tasks`.
     """
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
     _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
     t0 = time.perf_counter()
-    data = load_proxy_data(proxy, input_size)
+    data = load_proxy_data(proxy, input_size, eval_draws)
     if samples_per_pass > data.n_train:
         raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} exceeds the {data.n_train} training "
                               f"samples of {proxy!r}", f"<= {data.n_train}")

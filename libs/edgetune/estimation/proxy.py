@@ -23,6 +23,10 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
   difficulty: the ``"digits"`` part with pixel noise of the same σ, independent draws
   (train: one draw; held-out: the 140 test digits under 8 draws = 1,120 images, for a less
   noisy accuracy signal). It is disjoint from the target's digits.
+  ``eval_draws`` (:func:`load_proxy_data`) scores the held-out digits of either noisy set
+  under that many independent noise draws: the target ``"digits-noisy"`` keeps its own draw
+  first and adds ``eval_draws - 1`` others (default 1: its 140 images as drawn), the noisy
+  proxy has :data:`EVAL_DRAWS` by default. A noise-free set has one draw only.
 
 - **Models** — the zoo's building blocks at digit scale, so that a CPU trains one to
   target in seconds: ``"resnet-slim"`` (ResNet18's ``BasicBlock``, 3 stages of 16 / 32 / 64
@@ -54,9 +58,10 @@ from edgetune.workloads.resnet import BasicBlock
 DATASETS = ("digits", "digits-noisy")
 # a proxy of the target's difficulty: the *proxy's* digits (disjoint from the target's) with pixel
 # noise of the target's level but an independent draw; its held-out split is scored under
-# _EVAL_DRAWS independent noise draws (a larger, augmented held-out set: a less noisy accuracy signal)
+# EVAL_DRAWS independent noise draws (a larger, augmented held-out set: a less noisy accuracy signal)
 NOISY_PROXY = "digits-noisy-proxy"
 PROXY_DATASETS = (*DATASETS, NOISY_PROXY)
+NOISY_DATASETS = ("digits-noisy", NOISY_PROXY)  # the sets with pixel noise: their held-out split can be redrawn
 SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim")
 NUM_CLASSES = 10
 IN_CHANNELS = 3  # the zoo's digits pipeline repeats the grey image to 3 channels
@@ -65,7 +70,8 @@ _SPLIT_SEED = 20240  # fixed: the proxy / target / pool partition never changes
 _POOL, _PART = 397, 700  # 397 + 700 + 700 = 1,797 digits
 _TEST_FRACTION = 0.2
 _NOISE_STD = 0.3  # target set's pixel noise, in standardised units
-_EVAL_DRAWS = 8  # noise draws of the noisy proxy's held-out images (140 digits -> 1,120 test images)
+EVAL_DRAWS = 8  # noise draws of the noisy proxy's held-out images by default (140 digits -> 1,120 test images)
+_MAX_EVAL_DRAWS = 64
 
 
 @dataclass(frozen=True)
@@ -104,26 +110,51 @@ def _perturb(images_8px: torch.Tensor, seed: int) -> torch.Tensor:
     return images_8px + torch.from_numpy(rng.normal(0.0, _NOISE_STD, images_8px.shape).astype(np.float32))
 
 
-@lru_cache(maxsize=8)
-def load_proxy_data(name: str = "digits", input_size: int = 8) -> ProxyData:
-    """The data set ``name`` (see :data:`DATASETS`, or ``"pretrain"`` for the pool) at ``input_size`` px."""
+def default_eval_draws(name: str) -> int:
+    """Noise draws of ``name``'s held-out split when none are asked for: 8 for the noisy proxy, else 1."""
+    return EVAL_DRAWS if name == NOISY_PROXY else 1
+
+
+def load_proxy_data(name: str = "digits", input_size: int = 8, eval_draws: int | None = None) -> ProxyData:
+    """The data set ``name`` (see :data:`PROXY_DATASETS`, or ``"pretrain"`` for the pool) at ``input_size`` px.
+
+    ``eval_draws``: the held-out digits under that many independent pixel-noise draws (noisy sets
+    only, :data:`NOISY_DATASETS`; ``None``: :func:`default_eval_draws`). More draws measure the
+    accuracy on the same digits with less noise-draw noise; the training split is unchanged.
+    """
     if name not in (*PROXY_DATASETS, "pretrain"):
         raise InvalidArgument("proxy", f"unknown proxy data set {name!r}", ", ".join(PROXY_DATASETS))
     if not isinstance(input_size, int) or input_size < 8:
         raise InvalidArgument("input_size", f"{input_size!r} is too small", ">= 8 (the digits' own size)")
+    if eval_draws is None:
+        eval_draws = default_eval_draws(name)
+    if isinstance(eval_draws, bool) or not isinstance(eval_draws, int) or not 1 <= eval_draws <= _MAX_EVAL_DRAWS:
+        raise InvalidArgument("eval_draws", f"{eval_draws!r} is not a number of noise draws",
+                              f"an integer in [1, {_MAX_EVAL_DRAWS}]")
+    if eval_draws > 1 and name not in NOISY_DATASETS:
+        raise InvalidArgument("eval_draws", f"{name!r} has no pixel noise to redraw (asked for {eval_draws} draws)",
+                              f"1 for {name!r}; more only for " + ", ".join(NOISY_DATASETS))
+    return _load(name, input_size, eval_draws)
+
+
+@lru_cache(maxsize=8)
+def _load(name: str, input_size: int, eval_draws: int) -> ProxyData:
     if name == NOISY_PROXY:
-        return _noisy_proxy(input_size)
+        return _noisy_proxy(input_size, eval_draws)
     idx = torch.from_numpy(_partition()[name])
     if name == "digits-noisy":
         # noise at the native 8×8, then resampled like the zoo pipeline does
         x8, y = _digits_at(8)
-        x = _perturb(x8[idx], seed=1)
-        if input_size != 8:
-            x = F.interpolate(x, size=(input_size, input_size), mode="bilinear", align_corners=False)
-        y = y[idx]
-    else:
-        x_all, y_all = _digits_at(input_size)
-        x, y = x_all[idx], y_all[idx]
+        clean, y = x8[idx], y[idx]
+        x = _resize(_perturb(clean, seed=1), input_size)
+        n_test = int(round(len(y) * _TEST_FRACTION))
+        # the target's own held-out draw first, then eval_draws - 1 independent redraws of the same digits
+        x_test = torch.cat([x[:n_test], *(_resize(_perturb(clean[:n_test], seed=200 + k), input_size)
+                                          for k in range(1, eval_draws))])
+        return ProxyData(name, x[n_test:].contiguous(), y[n_test:].contiguous(), x_test.contiguous(),
+                         y[:n_test].repeat(eval_draws).contiguous())
+    x_all, y_all = _digits_at(input_size)
+    x, y = x_all[idx], y_all[idx]
     if name == "pretrain":
         empty = torch.zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.int64)
         return ProxyData(name, x.contiguous(), y.contiguous(), *empty)
@@ -138,7 +169,7 @@ def _resize(x8: torch.Tensor, input_size: int) -> torch.Tensor:
     return F.interpolate(x8, size=(input_size, input_size), mode="bilinear", align_corners=False)
 
 
-def _noisy_proxy(input_size: int) -> ProxyData:
+def _noisy_proxy(input_size: int, eval_draws: int = EVAL_DRAWS) -> ProxyData:
     """``"digits-noisy-proxy"``: the proxy's 700 digits with the target's noise level, other draws.
 
     The server does not have the device's images, but it knows their kind (the same sensor noise
@@ -146,16 +177,17 @@ def _noisy_proxy(input_size: int) -> ProxyData:
     made as hard as the target: pixel noise of σ = ``_NOISE_STD`` on the proxy's own digits
     (disjoint from the target's), drawn independently of the target's. Train: one fixed draw
     (as the target's training set, which is one noisy data set). Held-out: the 140 test digits
-    under ``_EVAL_DRAWS`` independent draws, so the accuracy that decides "target reached" is
-    measured on 1,120 images instead of 140 (steps of 0.09 % instead of 0.7 %).
+    under ``eval_draws`` independent draws (default :data:`EVAL_DRAWS`), so the accuracy that
+    decides "target reached" is measured on 1,120 images instead of 140 (steps of 0.09 % instead
+    of 0.7 %).
     """
     x8, y_all = _digits_at(8)
     idx = torch.from_numpy(_partition()["digits"])
     x, y = x8[idx], y_all[idx]
     n_test = int(round(len(y) * _TEST_FRACTION))
     x_train = _resize(_perturb(x[n_test:], seed=2), input_size)
-    x_test = torch.cat([_resize(_perturb(x[:n_test], seed=100 + k), input_size) for k in range(_EVAL_DRAWS)])
-    y_test = y[:n_test].repeat(_EVAL_DRAWS)
+    x_test = torch.cat([_resize(_perturb(x[:n_test], seed=100 + k), input_size) for k in range(eval_draws)])
+    y_test = y[:n_test].repeat(eval_draws)
     return ProxyData(NOISY_PROXY, x_train.contiguous(), y[n_test:].contiguous(), x_test.contiguous(),
                      y_test.contiguous())
 
