@@ -44,3 +44,17 @@ def test_throughput_front_maximises_throughput():
 
 def test_empty_input():
     assert pareto_mask(np.array([]), np.array([])).size == 0
+
+
+def test_nondominated_matches_brute_force_in_three_objectives():
+    from edgetune.optimization.pareto import nondominated
+
+    rng = np.random.default_rng(3)
+    c = rng.integers(0, 6, size=(700, 3)).astype(float)  # ties on purpose; > one 512-row block
+    brute = np.array([not any((c[j] <= c[i]).all() and (c[j] < c[i]).any() for j in range(len(c)))
+                      for i in range(len(c))])
+    assert (nondominated(c) == brute).all() and brute.any() and not brute.all()
+    # two objectives: the same front as pareto_mask where points are distinct
+    d = rng.random((300, 2))
+    assert (nondominated(d) == pareto_mask(d[:, 0], d[:, 1])).all()
+    assert nondominated(np.empty((0, 3))).size == 0

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from edgetune.errors import EdgetuneError, InvalidArgument
-from edgetune.optimization.frontier import BELOW_W, next_frontier_modes
+from edgetune.optimization.frontier import ABOVE_W, BELOW_W, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.joint_tables import read_efficiency, read_lut
 from edgetune.optimization.select import (
@@ -237,9 +237,9 @@ def frontier_cmd(table_path, profiled_path, n_modes, power_range, out_path, as_j
     if len(sizes) > 1:
         raise InvalidArgument("--table", f"holds {len(sizes)} batch sizes ({', '.join(map(str, sorted(sizes)))})",
                               "the predictions of one batch size")
-    keys = [PowerMode.from_mapping(r).as_tuple() for r in table.rows]
-    where = {k: i for i, k in enumerate(keys)}
-    done = [where[k] for k in {PowerMode.from_mapping(r).as_tuple() for r in read_mode_table(profiled_path).rows} if k in where]
+    where = {PowerMode.from_mapping(r): i for i, r in enumerate(table.rows)}
+    profiled = {PowerMode.from_mapping(r) for r in read_mode_table(profiled_path).rows}
+    done = [where[m] for m in profiled if m in where]  # profiled modes the table does not list are ignored
     bounds = None
     if power_range is not None:
         try:
@@ -258,8 +258,9 @@ def frontier_cmd(table_path, profiled_path, n_modes, power_range, out_path, as_j
         return
     console = Console()
     if not rows:
-        console.print("no unprofiled mode is left on the predicted front" + (f" within {power_range} W (−{BELOW_W:g} W)"
-                                                                              if power_range else ""))
+        console.print("no unprofiled mode is left on the predicted front"
+                      + (f" within {power_range} W (widened by {BELOW_W:g} W below, {ABOVE_W:g} W above)"
+                         if power_range else ""))
         return
     out = RichTable(title=f"next {len(rows)} modes to profile ({len(done)} profiled)")
     for col in (*MODE_FIELDS, "predicted time_ms", "predicted power_w"):

@@ -2,7 +2,8 @@
 
 The front of (time, power) is what every selection in edgetune walks: a mode off the front is
 slower *and* hungrier than some other mode, so no budget ever prefers it. Throughput fronts
-are the same computation on (-throughput, power). :func:`pick_far` spreads picks along a front
+are the same computation on (-throughput, power); :func:`nondominated` is the front over any
+number of objectives (ALS's concurrent quadrants add latency). :func:`pick_far` spreads picks along a front
 by power (ALS and frontier sampling profile the front points farthest from what was profiled).
 """
 
@@ -49,6 +50,20 @@ def throughput_front(throughput: np.ndarray, power_w: np.ndarray) -> np.ndarray:
     thr = np.asarray(throughput, dtype=float)
     idx = np.flatnonzero(pareto_mask(-thr, power_w))
     return idx[np.argsort(thr[idx], kind="stable")]
+
+
+def nondominated(costs: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows no other row dominates (every column a cost to minimise)."""
+    c = np.asarray(costs, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] == 0:
+        return np.zeros(c.shape[0] if c.ndim else 0, dtype=bool)
+    dominated = np.zeros(c.shape[0], dtype=bool)
+    for start in range(0, c.shape[0], 512):  # bounded memory: 512 × n × columns at a time
+        blk = c[start:start + 512]
+        le = (c[None, :, :] <= blk[:, None, :]).all(axis=2)
+        lt = (c[None, :, :] < blk[:, None, :]).any(axis=2)
+        dominated[start:start + 512] = (le & lt).any(axis=1)
+    return ~dominated
 
 
 def pick_far(pred_power_w: np.ndarray, observed_power_w: np.ndarray, k: int) -> np.ndarray:

@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.pareto import pareto_mask, pick_far
+from edgetune.optimization.pareto import nondominated, pareto_mask, pick_far
 from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, ConcurrentProblem
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 from edgetune.optimization.strategies.guide import Guide, MLPGuide
@@ -105,20 +105,6 @@ def least_power_index(modes: Sequence[PowerMode]) -> int:
     x = np.asarray([m.as_tuple() for m in modes], dtype=np.float64).reshape(-1, 4)
     ranks = np.column_stack([np.unique(x[:, d], return_inverse=True)[1] for d in range(x.shape[1])])
     return int(np.argmin(ranks.sum(axis=1)))
-
-
-def nondominated(costs: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows no other row dominates (every column a cost to minimise)."""
-    c = np.asarray(costs, dtype=np.float64)
-    if c.ndim != 2 or c.shape[0] == 0:
-        return np.zeros(c.shape[0] if c.ndim else 0, dtype=bool)
-    dominated = np.zeros(c.shape[0], dtype=bool)
-    for start in range(0, c.shape[0], 512):  # bounded memory: 512 × n × columns at a time
-        blk = c[start:start + 512]
-        le = (c[None, :, :] <= blk[:, None, :]).all(axis=2)
-        lt = (c[None, :, :] < blk[:, None, :]).any(axis=2)
-        dominated[start:start + 512] = (le & lt).any(axis=1)
-    return ~dominated
 
 
 def pick_far_by_group(pred_power_w: np.ndarray, groups: np.ndarray, observed_power_w: np.ndarray,
