@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from edgetune.errors import InvalidArgument
+from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.select import make_selector, parse_budget_sweep
@@ -86,6 +87,26 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         decision = convert.problem_decision_to_proto(problem.solve(obs), problem)
         metrics.decided("SelectConcurrent", decision.feasible)
         return optimizer_pb2.SelectConcurrentResponse(decision=decision)
+
+    @map_errors
+    def NextProfiles(self, request, context):
+        rows = convert.rows_from_proto(request.candidates)
+        if len(set(rows.batch_size.tolist())) > 1:
+            raise InvalidArgument("candidates.table.rows", "hold several batch sizes",
+                                  "the predictions of one batch size")
+        where = {tuple(m): i for i, m in enumerate(rows.mode_array.tolist())}
+        done = [where[k] for k in {(m.cores, m.cpu_mhz, m.gpu_mhz, m.emc_mhz) for m in request.profiled}
+                if k in where]
+        low, high = request.power_low_w, request.power_high_w
+        bounds = None if low == 0 and high == 0 else (low, high)
+        try:
+            picks = next_frontier_modes(rows.cands.time_ms, rows.cands.power_w, done, request.count or PER_ROUND,
+                                        power_range_w=bounds)
+        except InvalidArgument as exc:  # name the request's fields
+            fields = {"k": "count", "power_range_w": "power_low_w, power_high_w"}
+            raise exc.renamed(fields.get(exc.field, exc.field)) from None
+        return optimizer_pb2.NextProfilesResponse(picks=[rows.messages[i] for i in picks],
+                                                  indices=[int(i) for i in picks])
 
     # -- search sessions --------------------------------------------------------------------------------
     @map_errors

@@ -27,6 +27,7 @@ from scipy.special import ndtr
 from edgetune.coordination.store import EmbeddedRedisServer, open_store
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import COLUMNS, truth_table
+from edgetune.optimization.frontier import next_frontier_modes
 from edgetune.optimization.joint import BatchEfficiency, JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, Point, TrainProblem
@@ -146,6 +147,28 @@ def test_pareto_front_equals_the_library(optimizer, truth):
     got = optimizer.ParetoFront(optimizer_pb2.ParetoFrontRequest(candidates=_table(rows, std), risk=2.0))
     want = pareto_front([r["time_ms"] for r in rows], np.array([r["power_w"] for r in rows]) + 2.0 * std)[::-1]
     assert list(got.indices) == list(want)
+
+
+def test_next_profiles_equals_the_library_and_names_bad_fields(optimizer):
+    rows = truth_table(ORIN, "resnet18", "train", FULCRUM.modes(), [16])
+    profiled = [PowerMode.from_mapping(r) for r in rows[::30]]
+    request = optimizer_pb2.NextProfilesRequest(candidates=_table(rows), profiled=[mode_to_proto(m) for m in profiled],
+                                                count=4, power_low_w=20, power_high_w=40)
+    got = optimizer.NextProfiles(request)
+    want = next_frontier_modes([r["time_ms"] for r in rows], [r["power_w"] for r in rows], list(range(0, len(rows), 30)),
+                               4, power_range_w=(20, 40))
+    assert list(got.indices) == list(want) and len(want) == 4
+    assert [mode_from_proto(p.mode) for p in got.picks] == [PowerMode.from_mapping(rows[i]) for i in want]
+    assert not {mode_from_proto(p.mode) for p in got.picks} & set(profiled)
+    # defaults: count 0 -> 5, no range -> any power
+    assert len(optimizer.NextProfiles(optimizer_pb2.NextProfilesRequest(candidates=_table(rows))).picks) == 5
+    bad = optimizer_pb2.NextProfilesRequest(candidates=_table(rows), count=-1)
+    _code(optimizer.NextProfiles, bad, grpc.StatusCode.INVALID_ARGUMENT, "count")
+    bad = optimizer_pb2.NextProfilesRequest(candidates=_table(rows), power_low_w=40, power_high_w=20)
+    _code(optimizer.NextProfiles, bad, grpc.StatusCode.INVALID_ARGUMENT, "power_low_w")
+    mixed = truth_table(ORIN, "resnet18", "train", FULCRUM.modes(), [8, 16])
+    _code(optimizer.NextProfiles, optimizer_pb2.NextProfilesRequest(candidates=_table(mixed)),
+          grpc.StatusCode.INVALID_ARGUMENT, "batch sizes")
 
 
 @pytest.mark.parametrize(("objective", "selector", "power", "time_ms"), [

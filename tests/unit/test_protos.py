@@ -79,7 +79,7 @@ EXPECTED_RPCS = {
     "Estimator": {"Fit": U, "Transfer": U, "Predict": SS, "EstimateBatchEfficiency": U,
                   "EstimateEnergy": U, "ListModels": U},
     "Optimizer": {"ParetoFront": U, "Select": U, "SelectJoint": U, "StartSearch": U, "Ask": U, "Tell": U,
-                  "Best": U, "EndSearch": U, "SelectConcurrent": U},
+                  "Best": U, "EndSearch": U, "SelectConcurrent": U, "NextProfiles": U},
     "Coordinator": {"RegisterNode": U, "Heartbeat": U, "ListNodes": U, "PlanRound": U, "GetNodeConfig": U,
                     "WatchConfig": SS, "UpdateBudget": U},
 }

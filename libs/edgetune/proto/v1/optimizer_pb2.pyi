@@ -760,3 +760,75 @@ class SelectConcurrentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SelectConcurrentResponse: _TypeAlias = SelectConcurrentResponse  # noqa: Y015
+
+@_typing.final
+class NextProfilesRequest(_message.Message):
+    """One round of frontier sampling (edgetune.optimization.frontier): of the modes on the
+    (time, power) front the current predictions draw, with predicted power within the budget
+    range (widened by 2 W below and 1 W above), those farthest in predicted power from every
+    profiled mode. Loop: profile them, transfer the model again, predict, ask again; then
+    Select with risk on the last predictions.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    PROFILED_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    POWER_LOW_W_FIELD_NUMBER: _builtins.int
+    POWER_HIGH_W_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """How many modes to pick (0: 5)."""
+    power_low_w: _builtins.float
+    """The budgets the selections will use, in W (both 0: any power)."""
+    power_high_w: _builtins.float
+    @_builtins.property
+    def candidates(self) -> Global___Candidates:
+        """The current predictions of every mode (inline rows, one batch size)."""
+
+    @_builtins.property
+    def profiled(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PowerMode]:
+        """The modes profiled so far (modes not among the candidates are ignored)."""
+
+    def __init__(
+        self,
+        *,
+        candidates: Global___Candidates | None = ...,
+        profiled: _abc.Iterable[_common_pb2.PowerMode] | None = ...,
+        count: _builtins.int = ...,
+        power_low_w: _builtins.float = ...,
+        power_high_w: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "count", b"count", "power_high_w", b"power_high_w", "power_low_w", b"power_low_w", "profiled", b"profiled"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NextProfilesRequest: _TypeAlias = NextProfilesRequest  # noqa: Y015
+
+@_typing.final
+class NextProfilesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PICKS_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def picks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]:
+        """The picked rows in pick order, and their indices in the candidate table."""
+
+    @_builtins.property
+    def indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        picks: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        indices: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["indices", b"indices", "picks", b"picks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NextProfilesResponse: _TypeAlias = NextProfilesResponse  # noqa: Y015

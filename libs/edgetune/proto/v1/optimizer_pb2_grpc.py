@@ -79,6 +79,11 @@ class OptimizerStub:
                 request_serializer=edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentRequest.SerializeToString,
                 response_deserializer=edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentResponse.FromString,
                 _registered_method=True)
+        self.NextProfiles = channel.unary_unary(
+                '/edgetune.v1.Optimizer/NextProfiles',
+                request_serializer=edgetune_dot_v1_dot_optimizer__pb2.NextProfilesRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_optimizer__pb2.NextProfilesResponse.FromString,
+                _registered_method=True)
 
 
 class OptimizerServicer:
@@ -144,6 +149,13 @@ class OptimizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NextProfiles(self, request, context):
+        """Frontier sampling: which modes to profile next so that budget selections hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OptimizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +203,11 @@ def add_OptimizerServicer_to_server(servicer, server):
                     servicer.SelectConcurrent,
                     request_deserializer=edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentRequest.FromString,
                     response_serializer=edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentResponse.SerializeToString,
+            ),
+            'NextProfiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.NextProfiles,
+                    request_deserializer=edgetune_dot_v1_dot_optimizer__pb2.NextProfilesRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_optimizer__pb2.NextProfilesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +453,33 @@ class Optimizer:
             '/edgetune.v1.Optimizer/SelectConcurrent',
             edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentRequest.SerializeToString,
             edgetune_dot_v1_dot_optimizer__pb2.SelectConcurrentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NextProfiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Optimizer/NextProfiles',
+            edgetune_dot_v1_dot_optimizer__pb2.NextProfilesRequest.SerializeToString,
+            edgetune_dot_v1_dot_optimizer__pb2.NextProfilesResponse.FromString,
             options,
             channel_credentials,
             insecure,

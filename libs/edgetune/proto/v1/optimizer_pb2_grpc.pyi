@@ -50,6 +50,8 @@ class OptimizerStub:
     EndSearch: _grpc.UnaryUnaryMultiCallable[_optimizer_pb2.EndSearchRequest, _optimizer_pb2.EndSearchResponse]
     SelectConcurrent: _grpc.UnaryUnaryMultiCallable[_optimizer_pb2.SelectConcurrentRequest, _optimizer_pb2.SelectConcurrentResponse]
     """Concurrent training + inference on one node from both candidate sets."""
+    NextProfiles: _grpc.UnaryUnaryMultiCallable[_optimizer_pb2.NextProfilesRequest, _optimizer_pb2.NextProfilesResponse]
+    """Frontier sampling: which modes to profile next so that budget selections hold."""
 
 @_typing.type_check_only
 class OptimizerAsyncStub(OptimizerStub):
@@ -70,6 +72,8 @@ class OptimizerAsyncStub(OptimizerStub):
     EndSearch: _aio.UnaryUnaryMultiCallable[_optimizer_pb2.EndSearchRequest, _optimizer_pb2.EndSearchResponse]  # type: ignore[assignment]
     SelectConcurrent: _aio.UnaryUnaryMultiCallable[_optimizer_pb2.SelectConcurrentRequest, _optimizer_pb2.SelectConcurrentResponse]  # type: ignore[assignment]
     """Concurrent training + inference on one node from both candidate sets."""
+    NextProfiles: _aio.UnaryUnaryMultiCallable[_optimizer_pb2.NextProfilesRequest, _optimizer_pb2.NextProfilesResponse]  # type: ignore[assignment]
+    """Frontier sampling: which modes to profile next so that budget selections hold."""
 
 class OptimizerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -141,5 +145,13 @@ class OptimizerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_optimizer_pb2.SelectConcurrentResponse, _abc.Awaitable[_optimizer_pb2.SelectConcurrentResponse]]:
         """Concurrent training + inference on one node from both candidate sets."""
+
+    @_abc_1.abstractmethod
+    def NextProfiles(
+        self,
+        request: _optimizer_pb2.NextProfilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_optimizer_pb2.NextProfilesResponse, _abc.Awaitable[_optimizer_pb2.NextProfilesResponse]]:
+        """Frontier sampling: which modes to profile next so that budget selections hold."""
 
 def add_OptimizerServicer_to_server(servicer: OptimizerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
