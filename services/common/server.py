@@ -165,6 +165,14 @@ class ServiceServer:
             self.restore_signal_handlers()
             self.stop(0)  # no-op after a signal-driven stop
 
+    def run(self, block: bool = True) -> ServiceServer:
+        """What a service's ``serve(block=...)`` does: :meth:`serve` until stopped, or (``block=False``)
+        :meth:`start` and return at once."""
+        if not block:
+            return self.start()
+        self.serve()
+        return self
+
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
         """First signal: graceful stop in a thread. Second: stop now (grace 0)."""

@@ -92,10 +92,7 @@ def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_
           block: bool = True, **kwargs: Any) -> ServiceServer:
     """Start the estimator; with ``block`` serve until SIGTERM / SIGINT (keywords: :func:`create_server`'s)."""
     server, _ = create_server(port, redis_url, metrics_port, **kwargs)
-    if not block:
-        return server.start()
-    server.serve()
-    return server
+    return server.run(block)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -73,10 +73,7 @@ def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_
     returns the started server (``server.port``, ``server.stop()``).
     """
     server, _ = create_server(port, redis_url, metrics_port, **kwargs)
-    if not block:
-        return server.start()
-    server.serve()
-    return server
+    return server.run(block)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -13,13 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from edgetune.coordination.processes import SupervisorError, wait_process_serving
 from edgetune.devices.sysfs import SysfsJetson
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto, mode_to_proto
@@ -61,21 +60,11 @@ def _free_port() -> int:
 
 
 def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> grpc.Channel:
-    channel = grpc.insecure_channel(address)
-    health = health_pb2_grpc.HealthStub(channel)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"agent exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                    health_pb2.HealthCheckResponse.SERVING:
-                return channel
-        except grpc.RpcError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError("agent did not start serving")
-        time.sleep(0.1)
+    try:
+        wait_process_serving(address, proc, timeout_s=timeout_s)
+    except SupervisorError as exc:  # a test failure, with the agent's stderr
+        raise AssertionError(str(exc)) from None
+    return grpc.insecure_channel(address)
 
 
 class Agent:

@@ -113,6 +113,22 @@ def poll_until_serving(address: str, service: str, check: Callable[[], None]) ->
             time.sleep(_POLL_S)
 
 
+def wait_process_serving(address: str, proc: subprocess.Popen, service: str = "",
+                         timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until ``proc`` (started by other means, e.g. a test's Popen) answers SERVING at ``address``;
+    :class:`SupervisorError` with its stderr tail (when piped) if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+
+    def check() -> None:
+        if proc.poll() is not None:
+            tail = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise SupervisorError(f"{address}: the process exited with {proc.returncode}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise SupervisorError(f"{address} did not report SERVING within {timeout_s:g} s")
+
+    poll_until_serving(address, service, check)
+
+
 class Supervisor:
     """Starts, watches and stops a set of child processes (see the module doc)."""
 
