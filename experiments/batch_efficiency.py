@@ -58,11 +58,13 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from edgetune.estimation import parallel
 from edgetune.estimation.batch_efficiency import (
+    BASE_LR,
     FITS,
     estimate_batch_efficiency,
     fit_noise_scale,
@@ -74,19 +76,37 @@ from edgetune.optimization.joint import (
     JointLUT,
     baseline_best_r,
     baseline_largest_batch,
+    baseline_mode,
     evaluate,
     joint_select,
     oracle_select,
 )
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seed000_paper import paper_ratios  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-MODELS = {  # proxy model -> (batch sizes, simulator workload profile for the Nano LUT, paper's model)
-    "resnet-slim": ((4, 8, 16, 32, 64, 128), "resnet18", "ResNet18"),
-    "mobilenetv3-slim": ((4, 8, 16, 32, 64), "mobilenetv3", "MobileNetV2"),
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """One model of the reproduction: its batch sizes, data sets and the simulator profile of its LUT."""
+
+    batch_sizes: tuple[int, ...]
+    sim_workload: str  # simulator profile of the device LUT (the paper's full-size model)
+    paper_model: str  # its name in the paper's tables
+    target: str  # the device's data set (the paper's SVHN / CINIC / Austen)
+    target_accuracy: float  # the device's target, as the paper's Table 1
+    proxy: str | None = None  # the server's data set; None: --proxy (the image models)
+    base_lr: float = BASE_LR  # lr at b = 128, square-root scaled
+
+
+MODELS = {
+    "resnet-slim": ModelSetup((4, 8, 16, 32, 64, 128), "resnet18", "ResNet18", "digits-noisy", 0.94),
+    # MobileNet-slim plateaus lower on the noisy digits
+    "mobilenetv3-slim": ModelSetup((4, 8, 16, 32, 64), "mobilenetv3", "MobileNetV2", "digits-noisy", 0.90),
 }
-# the device's targets on digits-noisy, as the paper's Table 1 (MobileNet-slim plateaus lower)
-TARGET = "digits-noisy"
-TARGET_ACCURACY = {"resnet-slim": 0.94, "mobilenetv3-slim": 0.90}
+IMAGE_TARGET = "digits-noisy"
 # the proxy's fixed targets (--proxy-target fixed): MobileNet-slim plateaus near 93 % on digits within a
 # few passes (b >= 16 never reach 94 % in 40 passes), so its target sits lower
 PROXY_TARGET_FIXED = {("resnet-slim", "digits"): 0.95, ("mobilenetv3-slim", "digits"): 0.93}
@@ -104,9 +124,31 @@ PLATEAU_FRACTION = 0.8
 # needed up to 40 passes of 256 for 94 %); its runs stop at the target, so it costs little.
 PROXY_SAMPLES = 10240
 TARGET_SAMPLES = 20480
-CAPS_W = (4.5, 7.0, None)
-B1_GPU_MHZ = {4.5: 307.2, 7.0: 614.4, None: 921.6}  # seed 000's Baseline 1 frequencies
 METHODS = ("Baseline 1", "Baseline 2", "Ours", "Oracle")
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One of the paper's tables on a simulated device: its models, caps and the baselines' frequencies."""
+
+    table: str
+    device: str
+    models: tuple[str, ...]
+    caps_w: tuple[float | None, ...]  # the paper's P_max^1, P_max^2, none
+    # Baseline 1's GPU MHz per cap; None: by the paper's rule (``baseline_mode``) over RULE_WORKLOADS
+    b1_gpu_mhz: dict[float | None, float] | None = None
+
+
+BENCHES = (
+    # the paper's Nano limits and its fixed Baseline 1 frequencies
+    Bench("Table 2", "nano", ("resnet-slim", "mobilenetv3-slim"), (4.5, 7.0, None),
+          {4.5: 307.2, 7.0: 614.4, None: 921.6}),
+    # the paper gives no TX2 NX limits in its text: 7.5 W and 11 W sit in the TX2 NX's simulated ResNet18
+    # training power range (5.5–15.7 W) where 4.5 W and 7 W sit in the Nano's (3.1–9.8 W)
+    Bench("Table 4", "tx2-nx", ("resnet-slim",), (7.5, 11.0, None)),
+)
+# the models the paper's rule profiles to fix Baseline 1's frequency ("irrespective of what model or b")
+RULE_WORKLOADS = {"resnet18": MODELS["resnet-slim"].batch_sizes, "mobilenetv3": MODELS["mobilenetv3-slim"].batch_sizes}
 
 
 def samples_per_pass(batch_sizes) -> int:
@@ -114,12 +156,15 @@ def samples_per_pass(batch_sizes) -> int:
     return max(batch_sizes)
 
 
-def nano_lut(workload: str, batch_sizes, samples_per_pass: int) -> JointLUT:
-    """Time of one s-sample pass and power per (b, GPU MHz) on the noise-free simulated Nano."""
+def device_lut(device: str, workload: str, batch_sizes, samples_per_pass: int) -> JointLUT:
+    """Time of one s-sample pass and power per (b, GPU MHz) on the noise-free simulated ``device``.
+
+    Modes: every GPU frequency at the device's most cores, fastest CPU and fastest EMC.
+    """
     from edgetune.devices.simulated import SimulatedJetson
     from edgetune.powermodes.mode import PowerMode
 
-    dev = SimulatedJetson("nano", noise=False)
+    dev = SimulatedJetson(device, noise=False)
     spec = dev.spec
     rows = []
     for b in batch_sizes:
@@ -131,13 +176,25 @@ def nano_lut(workload: str, batch_sizes, samples_per_pass: int) -> JointLUT:
     return JointLUT.from_rows(rows)
 
 
-def at_gpu(lut: JointLUT, gpu_mhz: float) -> JointLUT:
-    keep = lut.mode == f"{gpu_mhz:g}"
+def b1_modes(bench: Bench) -> dict[float | None, str]:
+    """Baseline 1's (and 2's) fixed mode per cap: the paper's numbers, else its rule on the simulator."""
+    if bench.b1_gpu_mhz is not None:
+        return {cap: f"{bench.b1_gpu_mhz[cap]:g}" for cap in bench.caps_w}
+    luts = [device_lut(bench.device, w, bs, samples_per_pass(bs)) for w, bs in RULE_WORKLOADS.items()]
+    modes = {cap: baseline_mode(luts, cap) for cap in bench.caps_w}
+    missing = [cap for cap, mode in modes.items() if mode is None]
+    if missing:
+        raise SystemExit(f"{bench.device}: no GPU frequency fits every model under cap(s) {missing} W")
+    return modes
+
+
+def at_mode(lut: JointLUT, mode: str) -> JointLUT:
+    keep = lut.mode == mode
     return JointLUT(lut.batch_size[keep], lut.mode[keep], lut.time_s[keep], lut.power_w[keep])
 
 
-def compare(lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dict]:
-    """Table 2 rows for one model: every method under every cap, scored on the target's seeds.
+def compare(bench: Bench, lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dict]:
+    """The paper's table rows for one model on ``bench``: every method under every cap, scored per target seed.
 
     Ours uses the proxy's passes with ``fit``; the other fit is reported as "Ours, raw r" or
     "Ours, fitted r". Baseline 2 is the paper's argmin of the proxy's raw passes; the oracle and
@@ -149,8 +206,8 @@ def compare(lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dic
     other_name = "Ours, raw r" if other_fit == "none" else "Ours, fitted r"
     per_seed = [target_est.efficiency(seed=s) for s in target_est.seeds]
     rows = []
-    for cap in CAPS_W:
-        fixed = at_gpu(lut, B1_GPU_MHZ[cap])
+    for cap, b1_mode in b1_modes(bench).items():
+        fixed = at_mode(lut, b1_mode)
         choices = {
             "Baseline 1": (fixed, baseline_largest_batch(fixed, true_mean, cap)),
             "Baseline 2": (fixed, baseline_best_r(fixed, raw_eff, cap, true_mean)),
@@ -161,7 +218,8 @@ def compare(lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dic
         }
         for method, (table, choice) in choices.items():
             tt = np.array([evaluate(table, choice, eff) for eff in per_seed])
-            rows.append({"model": proxy_est.workload, "cap_w": "none" if cap is None else cap, "method": method,
+            rows.append({"table": bench.table, "device": bench.device, "model": proxy_est.workload,
+                         "cap_w": "none" if cap is None else cap, "method": method,
                          "batch_size": choice.batch_size, "gpu_mhz": choice.mode, "power_w": choice.power_w,
                          "tt_mean_s": float(np.mean(tt)),
                          "tt_std_s": float(np.std(tt)) if np.isfinite(tt).all() else math.nan})
@@ -176,39 +234,69 @@ def write_csv(path: str, rows: list[dict]) -> None:
 
 
 def plot(path: str, estimates: dict, fit: str) -> None:
+    """Samples to target and r per batch size, one line per (model, role); the proxy's fit dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_n, ax_r) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for (model, data), est in estimates.items():
+    for (model, role), est in estimates.items():
         b = np.array(est.batch_sizes)
         mean, std, r = est.passes_mean(), est.passes_std(), est.ratio()
         s = est.samples_per_pass
-        style = "-o" if data != TARGET else "--s"
-        label = f"{model} on {data} (target {est.target_accuracy:.1%})"
+        style = "-o" if role == "proxy" else "--s"
+        label = f"{model} on {est.proxy} (target {est.target_accuracy:.1%})"
         line = ax_n.errorbar(b, [mean[x] * s for x in b], yerr=[std[x] * s for x in b], fmt=style, capsize=3,
                              label=label)
         ax_r.plot(b, [r[x] for x in b], style, color=line[0].get_color(), label=label)
-        if data != TARGET:
+        if role == "proxy":
             fitted = est.fitted_passes()
             top = max(v for v in fitted.values() if math.isfinite(v))
             ax_n.plot(b, [fitted[x] * s for x in b], ":", color=line[0].get_color())
             ax_r.plot(b, [fitted[x] / top for x in b], ":", color=line[0].get_color(),
-                      label=f"{model} on {data}, fitted E(b)")
+                      label=f"{model} on {est.proxy}, fitted E(b)")
     for ax in (ax_n, ax_r):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size b")
         ax.grid(alpha=0.3)
+    ax_n.set_yscale("log")
     ax_n.set_ylabel("samples to target = N(b)·s (mean ± std over seeds)")
     ax_r.set_ylabel("r_b = N(b) / max_b N(b)")
     ax_r.set_ylim(0, 1.05)
     ax_n.legend(fontsize=7)
     ax_r.legend(fontsize=6)
-    seeds = len(next(iter(estimates.values())).seeds)
-    fig.suptitle(f"Seed 000 batch efficiency: Adam, lr 5e-4·sqrt(b/128), pre-trained checkpoint, {seeds} seeds "
+    fig.suptitle("Seed 000 batch efficiency from one pre-trained checkpoint per model, lr square-root scaled "
                  "(dotted: proxy fit E(b) = E_min(1 + b/B_noise))", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def plot_tables(path: str, joint_rows: list[dict]) -> None:
+    """Per (table, model, cap) row: B2 / B1 and ours / B1 here against the paper's (its target data sets)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = _cells(joint_rows)
+    keys = sorted(cells, key=lambda k: (k[0], list(MODELS).index(k[1]), _cap_index(k[0], k[2])))
+    x = np.arange(len(keys))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+    for ax, (i, name) in zip(axes, ((0, "Baseline 2 / Baseline 1"), (1, "Ours / Baseline 1")), strict=True):
+        ours = [cells[k]["Baseline 2" if i == 0 else "Ours"] / cells[k]["Baseline 1"] for k in keys]
+        ax.bar(x - 0.2, ours, 0.4, label="this reproduction (simulator, digit / text proxies)")
+        for j, k in enumerate(keys):
+            paper = paper_ratios(k[0], _paper_model(k[1]), _cap_index(k[0], k[2]))
+            ax.plot([j + 0.2] * len(paper), [v[i] for v in paper.values()], "k_", markersize=14,
+                    label="paper (one mark per target data set)" if j == 0 else None)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(x, [f"T{t[6:]} {_paper_model(m)[:6]}\n{c if c == 'none' else f'{c:g} W'}"
+                          for t, m, c in keys], fontsize=7)
+        ax.set_title(name + " (time to target; < 1: faster than Baseline 1)", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Seed 000 Tables 2–4 (table: model, power limit): ratios here vs the paper's", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -231,21 +319,84 @@ def fit_chi2_per_dof(est) -> float:
     return chi2 / (k - 2) if k > 2 else math.nan
 
 
-def verdict(joint_rows: list[dict], method: str = "Ours") -> tuple[int, int, int]:
-    """(rows within 10 % of the oracle, rows with ours <= B2 <= B1 in mean time, rows)."""
-    by = {(r["model"], r["cap_w"], r["method"]): r["tt_mean_s"] for r in joint_rows}
-    keys = sorted({(m, c) for m, c, _ in by}, key=str)
-    within = sum(by[(m, c, method)] <= 1.10 * by[(m, c, "Oracle")] for m, c in keys)
-    ordered = sum(by[(m, c, method)] <= by[(m, c, "Baseline 2")] <= by[(m, c, "Baseline 1")] for m, c in keys)
-    return within, ordered, len(keys)
+def _cells(joint_rows: list[dict]) -> dict[tuple, dict[str, float]]:
+    """(table, model, cap) -> method -> mean time to target."""
+    out: dict[tuple, dict[str, float]] = {}
+    for r in joint_rows:
+        out.setdefault((r["table"], r["model"], r["cap_w"]), {})[r["method"]] = r["tt_mean_s"]
+    return out
+
+
+def verdict(joint_rows: list[dict], method: str = "Ours") -> dict[str, int]:
+    """Counts over (table, model, cap) rows: within 10 % of the oracle; ours <= both baselines;
+    B2 vs B1 in the paper's direction (on every target data set of the paper); ours <= B2 <= B1."""
+    cells = _cells(joint_rows)
+    counts = {"rows": len(cells), "within_10pct": 0, "ours_le_baselines": 0, "b2_b1_as_paper": 0,
+              "ours_le_b2_le_b1": 0}
+    for (table, model, cap), t in cells.items():
+        b1, b2, ours = t["Baseline 1"], t["Baseline 2"], t[method]
+        counts["within_10pct"] += ours <= 1.10 * t["Oracle"]
+        counts["ours_le_baselines"] += ours <= min(b1, b2)
+        counts["ours_le_b2_le_b1"] += ours <= b2 <= b1
+        paper = paper_ratios(table, _paper_model(model), _cap_index(table, cap))
+        counts["b2_b1_as_paper"] += all((b2 <= b1) == (ratio[0] <= 1.0) for ratio in paper.values())
+    return counts
+
+
+def _paper_model(model: str) -> str:
+    return MODELS[model].paper_model
+
+
+def _bench(table: str) -> Bench:
+    return next(b for b in BENCHES if b.table == table)
+
+
+def _cap_index(table: str, cap) -> int:
+    return [("none" if c is None else c) for c in _bench(table).caps_w].index(cap)
+
+
+def joint_markdown(joint_rows: list[dict], other: str) -> list[str]:
+    """The per-table comparison with the paper's ratios beside ours, and the verdict lines."""
+    by = {(r["table"], r["model"], r["cap_w"], r["method"]): r for r in joint_rows}
+    lines = ["Time to target on the simulated device (s, mean ± std over the target's seeds); choice as b @ GPU "
+             "MHz. Paper: its B2 / B1, ours / B1 and ours / fastest per target data set at that limit (Tables 2–4).",
+             "", "| table | device | model | cap | " + " | ".join(METHODS) + f" | ours vs oracle | {other} (vs oracle) "
+             "| B1 at highest f under cap | B2 / B1, ours / B1: ours | paper |",
+             "|---|---|---|---|" + "---|" * (len(METHODS) + 5)]
+    tables = sorted({(r["table"], r["model"], r["cap_w"]) for r in joint_rows},
+                    key=lambda k: (k[0], list(MODELS).index(k[1]), _cap_index(k[0], k[2])))
+    for table, model, c in tables:
+        def cell(method, k=(table, model, c)):
+            r = by[(*k, method)]
+            return f"{r['tt_mean_s']:.0f} ± {r['tt_std_s']:.0f} ({r['batch_size']}@{r['gpu_mhz']})"
+
+        t = {m: by[(table, model, c, m)]["tt_mean_s"] for m in (*METHODS, other)}
+        paper = paper_ratios(table, _paper_model(model), _cap_index(table, c))
+        paper_text = "; ".join(f"{d} {b2:.2f}, {o:.2f}" for d, (b2, o, _) in paper.items())
+        device = by[(table, model, c, "Ours")]["device"]
+        cap = "none" if c == "none" else f"{c:g} W"
+        lines.append(f"| {table} | {device} | {model} | {cap} | " + " | ".join(cell(m) for m in METHODS)
+                     + f" | {t['Ours'] / t['Oracle'] - 1:+.1%} | {cell(other)} ({t[other] / t['Oracle'] - 1:+.1%}) "
+                     f"| {cell('B1, highest f under cap')} | {t['Baseline 2'] / t['Baseline 1']:.2f}, "
+                     f"{t['Ours'] / t['Baseline 1']:.2f} | {paper_text} |")
+    lines.append("")
+    for name, rows in [("all tables", joint_rows)] + [
+            (table, [r for r in joint_rows if r["table"] == table]) for table in sorted({r["table"] for r in joint_rows})]:
+        v, vo = verdict(rows), verdict(rows, other)
+        n = v["rows"]
+        lines.append(f"- **{name}**: ours within 10 % of the oracle in {v['within_10pct']} of {n} rows; ours ≤ both "
+                     f"baselines in {v['ours_le_baselines']} of {n}; Baseline 2 vs Baseline 1 in the paper's direction "
+                     f"in {v['b2_b1_as_paper']} of {n}; ours ≤ Baseline 2 ≤ Baseline 1 in {v['ours_le_b2_le_b1']} of "
+                     f"{n}. ({other}: within 10 % in {vo['within_10pct']} of {n}.)")
+    return lines + [""]
 
 
 def markdown(estimates: dict, joint_rows: list[dict], timing: dict, settings: dict) -> str:
-    all_b = MODELS["resnet-slim"][0]
+    all_b = sorted({b for m in MODELS.values() for b in m.batch_sizes})
     fit = settings["fit"]
     other = "Ours, raw r" if fit != "none" else "Ours, fitted r"
     seeds = len(next(iter(estimates.values())).seeds)
-    lines = ["# Seed 000: batch efficiency r and joint batch size + GPU frequency selection", "",
+    lines = ["# Seed 000: batch efficiency r and joint batch size + GPU frequency selection (Tables 2–4)", "",
              f"`python experiments/batch_efficiency.py {settings['argv']}`".replace(" `", "`"), "",
              f"{seeds} seeds. s = the model's largest batch size (samples per pass; held-out accuracy after every "
              f"pass). Passes to target, mean ± std over seeds (inf: some seed never got there within the budget: "
@@ -253,48 +404,58 @@ def markdown(estimates: dict, joint_rows: list[dict], timing: dict, settings: di
              f"{settings['proxy_target_text']}. Ours: {settings['fit_text']}.", "", settings["data_text"] + ".", "",
              "| model | data set | s | target | pre-trained acc | " + " | ".join(f"b={b}" for b in all_b) + " |",
              "|---|---|---|---|---|" + "---|" * len(all_b)]
-    for (model, data), est in estimates.items():
+    for (model, role), est in estimates.items():
         mean, std, r = est.passes_mean(), est.passes_std(), est.ratio()
         cells = [f"{mean[b]:.1f} ± {std[b]:.1f} (r {r[b]:.2f})" if b in mean and math.isfinite(mean[b])
                  else ("inf" if b in mean else "–") for b in all_b]
-        lines.append(f"| {model} | {data} | {est.samples_per_pass} | {est.target_accuracy:.1%} | "
+        lines.append(f"| {model} | {est.proxy} | {est.samples_per_pass} | {est.target_accuracy:.1%} | "
                      f"{est.initial_accuracy:.1%} | " + " | ".join(cells) + " |")
-        if data != TARGET:
+        if role == "proxy":
             fp = est.fitted_passes()
             top = max(v for v in fp.values() if math.isfinite(v))
             f = fit_noise_scale(est.passes_mean())
             cells = [f"{fp[b]:.1f} (r {fp[b] / top:.2f})" if b in fp and math.isfinite(fp[b])
                      else ("inf" if b in fp else "–") for b in all_b]
-            lines.append(f"| {model} | {data}, fit: N_min {f.n_min:.1f}, B_noise {f.b_noise:.0f}, "
+            lines.append(f"| {model} | {est.proxy}, fit: N_min {f.n_min:.1f}, B_noise {f.b_noise:.0f}, "
                          f"χ²/dof {fit_chi2_per_dof(est):.1f} | | | | "
                          + " | ".join(cells) + " |")
-    lines += ["", "Time to target on the simulated Nano (s, mean ± std over the target's seeds); "
-              "choice as b @ GPU MHz.", "",
-              "| model | cap | " + " | ".join(METHODS) + f" | ours vs oracle | {other} (vs oracle) "
-              "| B1 at highest f under cap |",
-              "|---|---|" + "---|" * (len(METHODS) + 3)]
-    by = {(r["model"], r["cap_w"], r["method"]): r for r in joint_rows}
-    for model in MODELS:
-        for cap in CAPS_W:
-            c = "none" if cap is None else cap
-
-            def cell(method, model=model, c=c):
-                r = by[(model, c, method)]
-                return f"{r['tt_mean_s']:.0f} ± {r['tt_std_s']:.0f} ({r['batch_size']}@{r['gpu_mhz']})"
-
-            oracle = by[(model, c, "Oracle")]["tt_mean_s"]
-            gap = by[(model, c, "Ours")]["tt_mean_s"] / oracle - 1
-            gap_other = by[(model, c, other)]["tt_mean_s"] / oracle - 1
-            lines.append(f"| {model} | {c} W | " + " | ".join(cell(m) for m in METHODS)
-                         + f" | {gap:+.1%} | {cell(other)} ({gap_other:+.1%}) | {cell('B1, highest f under cap')} |")
-    within, ordered, n = verdict(joint_rows)
-    within_o, ordered_o, _ = verdict(joint_rows, other)
-    lines += ["", f"**Verdict: ours is within 10 % of the oracle in {within} of {n} rows; ours ≤ Baseline 2 ≤ "
-              f"Baseline 1 (mean time) holds in {ordered} of {n} rows.** "
-              f"({other}: within 10 % in {within_o} of {n}, ordering in {ordered_o} of {n}.)", "",
+    lines += ["", *joint_markdown(joint_rows, other),
               f"Wall time: {timing['total_s']:.0f} s in all ({timing['training_s']:.0f} s training, "
               f"{timing['ray_start_s']:.1f} s Ray start-up, {timing['tasks']} Ray tasks).", ""]
     return "\n".join(lines)
+
+
+def proxy_goal(model: str, proxy: str, args, common: dict):
+    """The proxy's estimate at its target (``--proxy-target``) and the raw runs behind it, plus its headroom."""
+    setup = MODELS[model]
+    s = samples_per_pass(setup.batch_sizes)
+    kw = dict(proxy=proxy, samples_per_pass=s, max_passes=PROXY_SAMPLES // s, base_lr=setup.base_lr, **common)
+    if args.proxy_target == "plateau":
+        full = estimate_batch_efficiency(model, setup.batch_sizes, 1.0, **kw)
+        goal = full.plateau_target(args.plateau_fraction)
+        print(f"{model} on {proxy}: lowest best accuracy of a run {full.reachable_accuracy():.2%}, checkpoint "
+              f"{full.initial_accuracy:.2%} -> plateau target {goal:.2%}", flush=True)
+        headroom = full.reachable_accuracy() - full.initial_accuracy
+        return full.retargeted(goal), full, headroom
+    if args.proxy_target == "matched":
+        goal = matched_target_accuracy(
+            initial_accuracy(model, proxy),
+            initial_accuracy(model, setup.target, eval_draws=_target_draws(setup, args)), setup.target_accuracy)
+    else:
+        goal = PROXY_TARGET_FIXED.get((model, proxy), setup.target_accuracy)
+    full = est = estimate_batch_efficiency(model, setup.batch_sizes, goal, **kw)
+    if args.proxy_target == "matched" and not np.isfinite(est.passes).all():
+        # the matched target lies above the proxy's plateau for some runs: score the same runs
+        # at the highest accuracy every run reached, so that every b has an r (no retraining)
+        print(f"{model} on {proxy}: {est.target_accuracy:.2%} not reached by every run; "
+              f"re-targeted to {est.reachable_accuracy():.2%}", flush=True)
+        est = est.retargeted(est.reachable_accuracy())
+    return est, full, None
+
+
+def _target_draws(setup: ModelSetup, args) -> int | None:
+    """The target's held-out noise draws: --target-eval-draws for the noisy digits, the set's default otherwise."""
+    return args.target_eval_draws if setup.target == IMAGE_TARGET else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,12 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sequential", action="store_true", help="no Ray: every training in this process")
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
-                    help="subset of models (for quick checks; the report needs both)")
+                    help="subset of models (for quick checks; the report needs all)")
     ap.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
-                    help=f"proxy data set (default {DEFAULT_PROXY}: the proxy's digits at the target's noise level, "
-                         f"{EVAL_DRAWS}-draw held-out; digits: noise-free, 140 held-out images)")
+                    help=f"image models' proxy data set (default {DEFAULT_PROXY}: the proxy's digits at the target's "
+                         f"noise level, {EVAL_DRAWS}-draw held-out; digits: noise-free, 140 held-out images)")
     ap.add_argument("--target-eval-draws", type=int, default=TARGET_EVAL_DRAWS,
-                    help=f"pixel-noise draws of the target's 140 held-out digits (default {TARGET_EVAL_DRAWS}; "
+                    help=f"pixel-noise draws of the image target's 140 held-out digits (default {TARGET_EVAL_DRAWS}; "
                          "1: its own draw only, the earlier measurement)")
     ap.add_argument("--proxy-target", choices=PROXY_TARGETS, default="plateau",
                     help="proxy target: plateau (default: every proxy run trains the whole budget, target = "
@@ -325,61 +486,44 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sequential:
         parallel.ensure_ray(args.address)
     t_ray = time.perf_counter() - t0
-    seeds = tuple(range(args.seeds))
-    models = {m: MODELS[m] for m in args.models}
+    common = dict(seeds=tuple(range(args.seeds)), parallel=not args.sequential, address=args.address)
     estimates, curves, headroom = {}, {}, {}
     n_tasks = 0
-    proxy = args.proxy
-    common = dict(seeds=seeds, parallel=not args.sequential, address=args.address)
-    for model, (batch_sizes, _, _) in models.items():
-        s = samples_per_pass(batch_sizes)
-        if args.proxy_target == "plateau":
-            full = estimate_batch_efficiency(model, batch_sizes, 1.0, proxy=proxy, samples_per_pass=s,
-                                             max_passes=PROXY_SAMPLES // s, **common)
-            goal = full.plateau_target(args.plateau_fraction)
-            n_test = len(load_proxy_data(proxy).y_test)
-            headroom[model] = (full.reachable_accuracy() - full.initial_accuracy, n_test)
-            print(f"{model} on {proxy}: lowest best accuracy of a run {full.reachable_accuracy():.2%}, checkpoint "
-                  f"{full.initial_accuracy:.2%} -> plateau target {goal:.2%}", flush=True)
-            est = full.retargeted(goal)
-        else:
-            if args.proxy_target == "matched":
-                goal = matched_target_accuracy(
-                    initial_accuracy(model, proxy),
-                    initial_accuracy(model, TARGET, eval_draws=args.target_eval_draws), TARGET_ACCURACY[model])
-            else:
-                goal = PROXY_TARGET_FIXED.get((model, proxy), TARGET_ACCURACY[model])
-            full = est = estimate_batch_efficiency(model, batch_sizes, goal, proxy=proxy, samples_per_pass=s,
-                                                   max_passes=PROXY_SAMPLES // s, **common)
-            if args.proxy_target == "matched" and not np.isfinite(est.passes).all():
-                # the matched target lies above the proxy's plateau for some runs: score the same runs
-                # at the highest accuracy every run reached, so that every b has an r (no retraining)
-                print(f"{model} on {proxy}: {est.target_accuracy:.2%} not reached by every run; "
-                      f"re-targeted to {est.reachable_accuracy():.2%}", flush=True)
-                est = est.retargeted(est.reachable_accuracy())
-        tgt = estimate_batch_efficiency(model, batch_sizes, TARGET_ACCURACY[model], proxy=TARGET, samples_per_pass=s,
-                                        max_passes=TARGET_SAMPLES // s, eval_draws=args.target_eval_draws, **common)
-        for data, e, raw in ((proxy, est, full), (TARGET, tgt, tgt)):
-            estimates[(model, data)], curves[(model, data)] = e, raw
+    for model in args.models:
+        setup = MODELS[model]
+        s = samples_per_pass(setup.batch_sizes)
+        proxy = setup.proxy or args.proxy
+        est, full, room = proxy_goal(model, proxy, args, common)
+        if room is not None:
+            headroom[model] = (room, len(load_proxy_data(proxy).y_test))
+        tgt = estimate_batch_efficiency(model, setup.batch_sizes, setup.target_accuracy, proxy=setup.target,
+                                        samples_per_pass=s, max_passes=TARGET_SAMPLES // s, base_lr=setup.base_lr,
+                                        eval_draws=_target_draws(setup, args), **common)
+        for role, e, raw in (("proxy", est, full), ("target", tgt, tgt)):
+            estimates[(model, role)], curves[(model, role)] = e, raw
             n_tasks += len(e.runs)
-            print(f"{model} on {data}: passes {e.passes_mean()}  r {e.ratio()}  ({raw.wall_s:.0f} s)", flush=True)
+            print(f"{model} on {e.proxy}: passes {e.passes_mean()}  r {e.ratio()}  ({raw.wall_s:.0f} s)", flush=True)
     t_train = time.perf_counter() - t0 - t_ray
 
     joint_rows = []
-    for model, (batch_sizes, sim_workload, _) in models.items():
-        lut = nano_lut(sim_workload, batch_sizes, samples_per_pass(batch_sizes))
-        joint_rows += compare(lut, estimates[(model, proxy)], estimates[(model, TARGET)], args.fit)
-        estimates[(model, proxy)].to_csv(os.path.join(args.out, f"batch_efficiency_eff_{model}.csv"))
+    for bench in BENCHES:
+        for model in (m for m in bench.models if m in args.models):
+            bs = MODELS[model].batch_sizes
+            lut = device_lut(bench.device, MODELS[model].sim_workload, bs, samples_per_pass(bs))
+            joint_rows += compare(bench, lut, estimates[(model, "proxy")], estimates[(model, "target")], args.fit)
+    for model in args.models:
+        estimates[(model, "proxy")].to_csv(os.path.join(args.out, f"batch_efficiency_eff_{model}.csv"))
     write_csv(os.path.join(args.out, "batch_efficiency.csv"), [row for est in estimates.values() for row in est.rows()])
     write_csv(os.path.join(args.out, "batch_efficiency_joint.csv"), joint_rows)
     write_csv(os.path.join(args.out, "batch_efficiency_curves.csv"),  # for re-targeting without re-training
-              [{"model": model, "data_set": data, "batch_size": run.batch_size, "seed": run.seed,
+              [{"model": model, "data_set": est.proxy, "batch_size": run.batch_size, "seed": run.seed,
                 "samples_per_pass": est.samples_per_pass, "trained_to": est.target_accuracy,
                 "accuracy_by_pass": " ".join(f"{a:.4f}" for a in run.accuracy_by_pass)}
-               for (model, data), est in curves.items() for run in est.runs])
+               for (model, _), est in curves.items() for run in est.runs])
     plot(os.path.join(args.out, "batch_efficiency.png"), estimates, args.fit)
+    plot_tables(os.path.join(args.out, "batch_efficiency_tables.png"), joint_rows)
     timing = {"total_s": time.perf_counter() - t0, "training_s": t_train, "ray_start_s": t_ray, "tasks": n_tasks}
-    targets = ", ".join(f"{m} {estimates[(m, proxy)].target_accuracy:.1%}" for m in models)
+    targets = ", ".join(f"{m} {estimates[(m, 'proxy')].target_accuracy:.1%}" for m in args.models)
     proxy_target_text = {
         "plateau": f"plateau rule, checkpoint + {args.plateau_fraction:g} × (lowest best accuracy of any proxy run "
                    f"within the budget − checkpoint): {targets}",
@@ -389,13 +533,13 @@ def main(argv: list[str] | None = None) -> int:
                 "2018), the raw-r choice beside it" if args.fit != "none" else
                 "raw mean proxy passes, the fitted-r choice beside it")
     room = "; ".join(f"{m} {h:.1%} = {h * n:.0f} of {n} images" for m, (h, n) in headroom.items())
-    data_text = (f"Proxy {proxy} ({len(load_proxy_data(proxy).y_test)} held-out images"
+    data_text = (f"Image proxy {args.proxy} ({len(load_proxy_data(args.proxy).y_test)} held-out images"
                  + (f"; headroom = lowest best accuracy of a run − checkpoint: {room}" if room else "")
-                 + f"); target {TARGET}, its 140 held-out digits under {args.target_eval_draws} noise draw(s) "
-                 f"({len(load_proxy_data(TARGET, eval_draws=args.target_eval_draws).y_test)} images)")
+                 + f"); image target {IMAGE_TARGET}, its 140 held-out digits under {args.target_eval_draws} noise "
+                 f"draw(s) ({len(load_proxy_data(IMAGE_TARGET, eval_draws=args.target_eval_draws).y_test)} images)")
     settings = {"fit": args.fit, "proxy_target_text": proxy_target_text, "fit_text": fit_text, "data_text": data_text,
                 "argv": " ".join(argv if argv is not None else sys.argv[1:])}
-    md = markdown(estimates, joint_rows, timing, settings) if len(models) == len(MODELS) else ""
+    md = markdown(estimates, joint_rows, timing, settings) if len(args.models) == len(MODELS) else ""
     if md:
         with open(os.path.join(args.out, "batch_efficiency.md"), "w") as fh:
             fh.write(md)

@@ -12,6 +12,7 @@ from edgetune.optimization.joint import (
     JointLUT,
     baseline_best_r,
     baseline_largest_batch,
+    baseline_mode,
     candidate_set,
     evaluate,
     joint_select,
@@ -55,6 +56,24 @@ def test_seed000_anchor_b8_at_low_cap_b32_at_high_cap():
     # Baseline 1 at 4.5 W: the largest batch that fits (32) at its fastest feasible mode (153)
     b1 = baseline_largest_batch(lut, eff, 4.5)
     assert (b1.batch_size, b1.mode, b1.time_to_target_s) == (32, "153", 2250.0)
+
+
+def test_baseline_mode_is_the_fastest_mode_every_model_and_batch_fits():
+    lut = nano_lut()
+    p = {(int(b), m): w for b, m, w in zip(lut.batch_size, lut.mode, lut.power_w, strict=True)}
+    for cap in (3.0, 4.5, 7.0):
+        mode = baseline_mode([lut], cap)
+        # every batch size fits at the chosen mode, and the next frequency up breaks the cap for some b
+        assert all(p[(b, mode)] <= cap for b in (4, 8, 16, 32, 64, 128))
+        above = NANO_F[NANO_F.index(float(mode)) + 1]
+        assert any(p[(b, f"{above:g}")] > cap for b in (4, 8, 16, 32, 64, 128))
+    assert baseline_mode([lut], None) == "921.6"
+    # a second model that draws more power pulls the shared mode down; a cap nothing fits gives None
+    hot = JointLUT(lut.batch_size, lut.mode, lut.time_s, lut.power_w + 1.0)
+    assert float(baseline_mode([lut, hot], 7.0)) < float(baseline_mode([lut], 7.0))
+    assert baseline_mode([lut], 1.0) is None
+    with pytest.raises(InvalidArgument, match="luts"):
+        baseline_mode([], 7.0)
 
 
 def test_algorithm1_never_slower_than_baselines():

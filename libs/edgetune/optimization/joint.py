@@ -19,6 +19,8 @@ The baselines of the paper, for experiments:
   at its fastest feasible mode (the highest frequency the cap allows);
 - :func:`baseline_best_r` (Baseline 2): at that same mode, the batch size with the least
   passes (argmin r) among those whose row at that mode fits the cap;
+- :func:`baseline_mode`: the fixed mode the paper gives both baselines per cap, by its rule
+  (the fastest mode at which every model and batch size profiled fits the cap);
 - :func:`oracle_select`: Algorithm 1 with the true passes of the target dataset.
 
 Ties everywhere: less time to target, then lower power, then LUT order.
@@ -240,6 +242,30 @@ def baseline_best_r(lut: JointLUT, efficiency: BatchEfficiency, power_cap_w: flo
         i = b1.index
     score = (true_efficiency or efficiency).passes(lut.batch_size)
     return _choice(lut, i, score)
+
+
+def baseline_mode(luts: Sequence[JointLUT], power_cap_w: float | None) -> str | None:
+    """The baselines' fixed mode under a cap, by seed 000's rule, or None when no mode qualifies.
+
+    The paper fixes one GPU frequency per power limit, "selecting the frequencies that assure a
+    power limit is satisfied irrespective of what model or b is used": here, among the modes
+    present in every LUT (one per model), those at which every row fits the cap; of them the
+    fastest (least summed ``time_s`` over all rows, i.e. the highest frequency on a frequency
+    ladder).
+    """
+    _check_cap(power_cap_w)
+    if not luts:
+        raise InvalidArgument("luts", "no LUT given", "one or more LUTs (one per model)")
+    modes = set.intersection(*(set(lut.mode.tolist()) for lut in luts))
+    best, best_time = None, math.inf
+    for mode in sorted(modes):
+        rows = [(lut.power_w[lut.mode == mode], lut.time_s[lut.mode == mode]) for lut in luts]
+        if power_cap_w is not None and any((p > power_cap_w).any() for p, _ in rows):
+            continue
+        total = float(sum(t.sum() for _, t in rows))
+        if total < best_time:
+            best, best_time = mode, total
+    return best
 
 
 def evaluate(lut: JointLUT, choice: JointChoice, true_efficiency: BatchEfficiency) -> float:
