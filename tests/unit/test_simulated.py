@@ -93,7 +93,8 @@ def test_monotone_power_and_time_over_whole_grid(name):
     grid = _grid(spec)
     shape = (len(spec.core_counts), len(spec.cpu_mhz), len(spec.gpu_mhz), len(spec.emc_mhz))
     for workload, role in [("resnet18", "train"), ("mobilenetv3", "infer"), ("yolov8n", "train"),
-                           ("bert-base", "train"), ("lstm", "train"), ("tiny", "train")]:
+                           ("bert-base", "train"), ("lstm", "train"), ("char-transformer", "train"),
+                           ("tiny", "train")]:
         t = dev.true_time_ms(grid, workload, role, 16).reshape(shape)
         p = dev.true_power_w(grid, workload, role, 16).reshape(shape)
         for axis in range(4):

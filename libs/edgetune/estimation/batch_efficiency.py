@@ -10,8 +10,10 @@ by fine-tuning the same pre-trained model with every b on a proxy data set, and 
 (:mod:`edgetune.estimation.parallel`):
 
 - start from the shared pre-trained checkpoint (:func:`edgetune.estimation.proxy.pretrained_state`);
-- Adam, as the paper, at ``lr = base_lr · sqrt(b / base_batch)`` (square-root scaling,
-  5e-4 at b = 128: :func:`scaled_lr`);
+- Adam for the CNNs and AdamW for the character transformer, as the paper (``optimizer``:
+  :func:`default_optimizer` picks it by workload), at ``lr = base_lr · sqrt(b / base_batch)``
+  (square-root scaling, 5e-4 at b = 128 by default; the text experiment's 1e-3:
+  :func:`scaled_lr`);
 - the training stream is a seeded sequence of epoch permutations of the proxy's training
   split, consumed b samples per minibatch; the seed fixes the order (the same for every
   b, so the batch sizes see the same samples) and dropout;
@@ -19,6 +21,10 @@ by fine-tuning the same pre-trained model with every b on a proxy data set, and 
   ``b_max ≤ s ≤ |D|``): after every s samples the held-out accuracy is measured; the
   passes to target are the first k with accuracy ≥ target (an integer, as the paper's
   10 and 15); never within ``max_passes`` → ``inf``.
+
+The text workload (``"chartransformer-slim"`` on ``"text-proxy"``, ``"text-target-a"``, ...,
+:mod:`edgetune.estimation.proxy_text`) runs through the same code: its samples are
+64-character windows and its accuracy is next-character accuracy over every position.
 
 Per batch size the result holds the passes of every seed, their mean and std (inf when
 any seed never reaches the target: a censored run has no finite mean) and r. Two options
@@ -66,10 +72,37 @@ EFFICIENCY_COLUMNS = ("batch_size", "passes_to_target")
 # silently ask for one more correct image: "reached" allows for that
 ACCURACY_TOLERANCE = 1e-9
 FITS = ("none", "noise-scale")  # efficiency(fit=...): raw mean passes, or McCandlish et al.'s E(b) model
+OPTIMIZERS = ("adam", "adamw")  # torch defaults otherwise (AdamW: weight_decay 0.01)
+
+
+def default_optimizer(workload: str) -> str:
+    """The paper's optimizer for ``workload``: AdamW for a text (transformer) model, Adam for the CNNs."""
+    from edgetune.estimation.proxy_text import TEXT_MODELS
+
+    return "adamw" if workload in TEXT_MODELS else "adam"
+
+
+def _optimizer_name(workload: str, optimizer: str | None) -> str:
+    name = default_optimizer(workload) if optimizer is None else optimizer
+    if name not in OPTIMIZERS:
+        raise InvalidArgument("optimizer", f"unknown optimizer {optimizer!r}", ", ".join(OPTIMIZERS))
+    return name
+
+
+def _check_pairing(workload: str, data_set: str) -> None:
+    """A text model trains on a text data set and an image model on an image one."""
+    from edgetune.estimation.proxy_text import TEXT_DATASETS, TEXT_MODELS
+
+    if workload in TEXT_MODELS and data_set not in TEXT_DATASETS:
+        raise InvalidArgument("proxy", f"{workload!r} is a text model; {data_set!r} is not a text data set",
+                              ", ".join(TEXT_DATASETS))
+    if workload not in TEXT_MODELS and data_set in TEXT_DATASETS:
+        raise InvalidArgument("workload", f"{data_set!r} is a text data set; {workload!r} is not a text model",
+                              ", ".join(TEXT_MODELS))
 
 
 def scaled_lr(batch_size: int, base_lr: float = BASE_LR, base_batch: int = BASE_BATCH) -> float:
-    """Adam learning rate for ``batch_size``: ``base_lr · sqrt(batch_size / base_batch)``."""
+    """Adam / AdamW learning rate for ``batch_size``: ``base_lr · sqrt(batch_size / base_batch)``."""
     if batch_size < 1 or base_batch < 1 or not base_lr > 0:
         raise InvalidArgument("batch_size", f"lr scaling needs positive sizes and lr, got b={batch_size}, "
                               f"base_batch={base_batch}, base_lr={base_lr}", "> 0")
@@ -147,10 +180,13 @@ class RunResult:
 
 
 def train_to_target(*, workload: str, batch_size: int, seed: int, target_accuracy: float, lr: float,
-                    samples_per_pass: int, max_passes: int, input_size: int, data, init_state) -> RunResult:
+                    samples_per_pass: int, max_passes: int, input_size: int, data, init_state,
+                    optimizer: str | None = None) -> RunResult:
     """Fine-tune ``init_state`` with ``batch_size`` until held-out accuracy ≥ target; count s-sample passes.
 
-    Deterministic for a seed on one thread (``run_tasks`` ensures that in both of its modes).
+    ``optimizer``: ``"adam"`` or ``"adamw"`` (:data:`OPTIMIZERS`); ``None``: the paper's for the
+    workload (:func:`default_optimizer`). Deterministic for a seed on one thread (``run_tasks``
+    ensures that in both of its modes).
     """
     import torch
     from torch.nn import functional as F
@@ -158,11 +194,12 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     from edgetune.estimation.proxy import accuracy, build_proxy_model
 
     t0 = time.perf_counter()
+    opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[_optimizer_name(workload, optimizer)]
     torch.manual_seed(seed)  # dropout masks
     model = build_proxy_model(workload, input_size)
     model.load_state_dict(init_state)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = opt_cls(model.parameters(), lr=lr)
     order_rng = np.random.default_rng(seed)
     stream = np.empty(0, dtype=np.int64)  # the sample order, extended one epoch at a time
     pos = seen = 0
@@ -344,6 +381,7 @@ def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_dra
     :func:`~edgetune.estimation.proxy.load_proxy_data`)."""
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
 
+    _check_pairing(workload, data_set)
     data = load_proxy_data(data_set, input_size, eval_draws)
     model = build_proxy_model(workload, input_size)
     model.load_state_dict(pretrained_state(workload, input_size))
@@ -383,6 +421,7 @@ def estimate_batch_efficiency(
     address: str | None = None,
     progress: Progress | None = None,
     eval_draws: int | None = None,
+    optimizer: str | None = None,
 ) -> BatchEfficiencyEstimate:
     """Train ``workload`` from the shared checkpoint with every batch size and seed to ``target_accuracy``.
 
@@ -393,13 +432,21 @@ def estimate_batch_efficiency(
     :func:`edgetune.estimation.proxy.load_proxy_data`), so that "target reached" measures
     training progress rather than one draw's test noise. ``parallel`` / ``address`` /
     ``progress`` go to :func:`edgetune.estimation.parallel.run_tasks`.
+
+    Text: ``workload="chartransformer-slim"`` with a ``proxy`` of
+    :data:`edgetune.estimation.proxy_text.TEXT_DATASETS` (``"text-proxy"``, ``"text-target-a"``,
+    ``"text-target-b"``); a sample is a 64-character window, the accuracy next-character
+    accuracy, ``eval_draws`` 1 only. ``optimizer``: ``"adam"`` / ``"adamw"``, ``None`` for the
+    paper's choice by workload (:func:`default_optimizer`: AdamW for the transformer).
     """
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
     _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
+    optimizer = _optimizer_name(workload, optimizer)
     t0 = time.perf_counter()
     data = load_proxy_data(proxy, input_size, eval_draws)
+    _check_pairing(workload, proxy)
     if samples_per_pass > data.n_train:
         raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} exceeds the {data.n_train} training "
                               f"samples of {proxy!r}", f"<= {data.n_train}")
@@ -413,7 +460,8 @@ def estimate_batch_efficiency(
     tasks = [{"batch_size": b, "seed": s, "lr": scaled_lr(b, base_lr, base_batch)}
              for b in batch_sizes for s in seeds]
     shared = {"workload": workload, "target_accuracy": target_accuracy, "samples_per_pass": samples_per_pass,
-              "max_passes": max_passes, "input_size": input_size, "data": data, "init_state": init_state}
+              "max_passes": max_passes, "input_size": input_size, "data": data, "init_state": init_state,
+              "optimizer": optimizer}
     runs = run_tasks(train_to_target, tasks, parallel=parallel, address=address, progress=progress,
                      shared=shared)
     passes = np.array([r.passes_to_target for r in runs], dtype=float).reshape(len(batch_sizes), len(seeds))

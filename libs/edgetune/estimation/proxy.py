@@ -38,6 +38,13 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
 - **Pre-trained checkpoint** — :func:`pretrained_state`: the model trained briefly on the
   pool (Adam, fixed seed), the same weights for every batch size and seed; cached per
   process.
+
+- **Text** — the paper's character-level transformer experiment lives in
+  :mod:`edgetune.estimation.proxy_text` (corpora from the standard library's own text, a
+  slim causal transformer); the functions here dispatch to it: :func:`load_proxy_data` for
+  its data set names (``"text-proxy"``, ``"text-target-a"``, ...), :func:`build_proxy_model`
+  and :func:`pretrained_state` for ``"chartransformer-slim"``, and :func:`accuracy` scores
+  every position of a sequence (next-character accuracy).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ DATASETS = ("digits", "digits-noisy")
 NOISY_PROXY = "digits-noisy-proxy"
 PROXY_DATASETS = (*DATASETS, NOISY_PROXY)
 NOISY_DATASETS = ("digits-noisy", NOISY_PROXY)  # the sets with pixel noise: their held-out split can be redrawn
-SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim")
+SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim")  # the image models; the text models: proxy_text.TEXT_MODELS
 NUM_CLASSES = 10
 IN_CHANNELS = 3  # the zoo's digits pipeline repeats the grey image to 3 channels
 
@@ -76,7 +83,10 @@ _MAX_EVAL_DRAWS = 64
 
 @dataclass(frozen=True)
 class ProxyData:
-    """Train / held-out tensors of one data set: x (n, C, S, S) float32, y (n,) int64."""
+    """Train / held-out tensors of one data set: x (n, C, S, S) float32, y (n,) int64.
+
+    A text set (:mod:`edgetune.estimation.proxy_text`) holds windows: x and y (n, T) int64.
+    """
 
     name: str
     x_train: torch.Tensor
@@ -86,7 +96,8 @@ class ProxyData:
 
     @property
     def n_train(self) -> int:
-        return int(self.y_train.numel())
+        """Training samples (images, or text windows)."""
+        return int(self.y_train.shape[0])
 
 
 @lru_cache(maxsize=4)
@@ -121,9 +132,21 @@ def load_proxy_data(name: str = "digits", input_size: int = 8, eval_draws: int |
     ``eval_draws``: the held-out digits under that many independent pixel-noise draws (noisy sets
     only, :data:`NOISY_DATASETS`; ``None``: :func:`default_eval_draws`). More draws measure the
     accuracy on the same digits with less noise-draw noise; the training split is unchanged.
+
+    A text data set (:data:`edgetune.estimation.proxy_text.TEXT_DATASETS`) is
+    :func:`~edgetune.estimation.proxy_text.load_text_data`'s 64-character windows;
+    ``input_size`` does not apply to it and ``eval_draws`` must be 1 (or ``None``).
     """
+    from edgetune.estimation.proxy_text import TEXT_DATASETS, load_text_data
+
+    if name in TEXT_DATASETS:
+        if eval_draws is not None and (isinstance(eval_draws, bool) or eval_draws != 1):
+            raise InvalidArgument("eval_draws", f"{name!r} is text: it has no pixel noise to redraw "
+                                  f"(asked for {eval_draws!r} draws)", f"1 (or None) for {name!r}")
+        return load_text_data(name)
     if name not in (*PROXY_DATASETS, "pretrain"):
-        raise InvalidArgument("proxy", f"unknown proxy data set {name!r}", ", ".join(PROXY_DATASETS))
+        raise InvalidArgument("proxy", f"unknown proxy data set {name!r}", ", ".join((*PROXY_DATASETS,
+                                                                                      *TEXT_DATASETS)))
     if not isinstance(input_size, int) or input_size < 8:
         raise InvalidArgument("input_size", f"{input_size!r} is too small", ">= 8 (the digits' own size)")
     if eval_draws is None:
@@ -257,39 +280,69 @@ class SlimMobileNetV3(nn.Module):
 
 
 def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
-    """A fresh (untrained) model: a slim name of :data:`SLIM_MODELS`, or a zoo classification workload."""
+    """A fresh (untrained) model: a slim name of :data:`SLIM_MODELS`, a zoo classification workload,
+    or a text model of :data:`edgetune.estimation.proxy_text.TEXT_MODELS` (``input_size`` does not apply)."""
     if workload == "resnet-slim":
         return SlimResNet()
     if workload == "mobilenetv3-slim":
         return SlimMobileNetV3()
+    from edgetune.estimation.proxy_text import TEXT_MODELS, build_text_model
+
+    if workload in TEXT_MODELS:
+        return build_text_model(workload)
     from edgetune.workloads.registry import get_workload
 
     wl = get_workload(workload)  # unknown names raise InvalidArgument listing the zoo
     if wl.task != "classify":
         raise InvalidArgument("workload", f"{workload!r} is a {wl.task} workload, not an image classifier",
-                              ", ".join(SLIM_MODELS) + ", or a zoo classification workload")
+                              ", ".join((*SLIM_MODELS, *TEXT_MODELS)) + ", or a zoo classification workload")
     return wl.with_config(num_classes=NUM_CLASSES, input_size=input_size, in_channels=IN_CHANNELS).build()
 
 
 @torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> float:
-    """Top-1 accuracy in eval mode (BatchNorm running stats, no dropout); the mode is restored."""
+    """Top-1 accuracy in eval mode (BatchNorm running stats, no dropout); the mode is restored.
+
+    Over every element of ``y``: per image for a classifier (``y`` (n,)), per position for a
+    sequence model (``y`` (n, T), logits (n, vocab, T): next-character accuracy).
+    """
     was_training = model.training
     model.eval()
     correct = 0
     for i in range(0, len(y), chunk):
         correct += int((model(x[i:i + chunk]).argmax(1) == y[i:i + chunk]).sum())
     model.train(was_training)
-    return correct / max(len(y), 1)
+    return correct / max(y.numel(), 1)
+
+
+def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch_size: int | None = None,
+                     lr: float | None = None, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The shared starting point: ``workload`` trained ``epochs`` on the pool with Adam (seeded).
+
+    ``batch_size`` / ``lr``: ``None`` for 32 / 1e-3. A text model
+    (:data:`edgetune.estimation.proxy_text.TEXT_MODELS`) is pre-trained instead by
+    :func:`edgetune.estimation.proxy_text.pretrain_text_state`: its fixed number of AdamW steps
+    on windows of ``"text-pretrain"`` (``None``: its own batch size and lr; ``epochs`` and
+    ``input_size`` do not apply). Cached per process on the resolved arguments (defaults
+    given or not: one checkpoint). Returned tensors are detached copies; callers
+    ``load_state_dict`` them into a fresh model.
+    """
+    from edgetune.estimation.proxy_text import PRETRAIN_BATCH, PRETRAIN_LR, TEXT_MODELS
+
+    if workload in TEXT_MODELS:
+        return _pretrained_state(workload, 0, 0, PRETRAIN_BATCH if batch_size is None else batch_size,
+                                 PRETRAIN_LR if lr is None else lr, seed)
+    return _pretrained_state(workload, input_size, epochs, 32 if batch_size is None else batch_size,
+                             1e-3 if lr is None else lr, seed)
 
 
 @lru_cache(maxsize=8)
-def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch_size: int = 32,
-                     lr: float = 1e-3, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The shared starting point: ``workload`` trained ``epochs`` on the pool with Adam (seeded).
+def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: int, lr: float,
+                      seed: int) -> dict[str, torch.Tensor]:
+    from edgetune.estimation.proxy_text import TEXT_MODELS, pretrain_text_state
 
-    Returned tensors are detached copies; callers ``load_state_dict`` them into a fresh model.
-    """
+    if workload in TEXT_MODELS:
+        return pretrain_text_state(workload, batch_size=batch_size, lr=lr, seed=seed)
     pool = load_proxy_data("pretrain", input_size)
     torch.manual_seed(seed)
     model = build_proxy_model(workload, input_size)

@@ -166,6 +166,29 @@ LSTM = WorkloadProfile(
     },
 )
 
+# Seed 000's character-level transformer (its Table 3): 6 pre-LN layers, 6 heads, 256 embedding,
+# sequence 64, vocabulary ~100 -> 6 x 12 x 256^2 + embeddings and head ~ 4.8 M parameters. Forward:
+# 2 x 4.8 M x 64 tokens + causal attention (4 T^2 d per layer) ~ 0.64 GFLOP per sample; training
+# ~ 3x that. All GEMMs, but small ones: a few hundred tokens per minibatch leave most of the GPU
+# idle (batch_half 16), and ~45 kernels per layer (fwd + bwd) plus AdamW make the step long in
+# launches for its FLOPs. Text windows are sliced from a tensor in memory: no data pipeline.
+CHAR_TRANSFORMER = WorkloadProfile(
+    "char-transformer",
+    "character-level GPT (6 layers, 6 heads, 256 embedding, seq 64, ~4.8 M parameters), seed 000",
+    {
+        Role.TRAIN: RoleProfile(
+            gflop_per_sample=1.92, gpu_eff=0.42, batch_half=16.0, gpu_mb_per_sample=6.0,
+            gpu_mb_fixed=150.0, kernels=380, host_ms=2.0, data_ms_per_sample=0.02,
+            data_mem_frac=0.3, workers=1, overlap_p=2.0, fixed_ms=1.0, warmup_ms=800.0,
+            gpu_activity=0.97, cpu_activity=0.8),
+        Role.INFER: RoleProfile(
+            gflop_per_sample=0.64, gpu_eff=0.4, batch_half=16.0, gpu_mb_per_sample=2.0,
+            gpu_mb_fixed=20.0, kernels=110, host_ms=0.5, data_ms_per_sample=0.01,
+            data_mem_frac=0.3, workers=1, overlap_p=2.0, fixed_ms=0.8, warmup_ms=300.0,
+            gpu_activity=0.95, cpu_activity=0.8),
+    },
+)
+
 # A deliberately small, balanced workload for fast tests: every term matters a little.
 TINY = WorkloadProfile(
     "tiny",
@@ -185,7 +208,7 @@ TINY = WorkloadProfile(
 )
 
 PROFILES: dict[str, WorkloadProfile] = {
-    p.name: p for p in (RESNET18, MOBILENETV3, YOLOV8N, BERT_BASE, BERT_LARGE, LSTM, TINY)
+    p.name: p for p in (RESNET18, MOBILENETV3, YOLOV8N, BERT_BASE, BERT_LARGE, LSTM, CHAR_TRANSFORMER, TINY)
 }
 
 
