@@ -12,6 +12,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import (
     BatchEfficiencyEstimate,
     estimate_batch_efficiency,
+    initial_accuracy,
     scaled_lr,
     train_to_target,
     write_efficiency_csv,
@@ -251,3 +252,30 @@ def test_a_computed_target_on_a_count_ratio_is_reached_there_not_one_image_later
     # 0.5 of the way is 127.5 / 140: the measured level below (127), not 128 / 129 above it
     assert est.plateau_target(0.5) == 127 / 140
     assert est.retargeted(est.plateau_target(0.5)).passes_mean() == {8: 1.0}
+
+
+def test_fresh_head_reinitialises_only_the_classifier_layer_the_same_way_every_time():
+    from edgetune.estimation.proxy import head_layer, pretrained_state, with_fresh_head
+
+    for workload in ("resnet-slim", "mobilenetv3-slim"):
+        state = pretrained_state(workload)
+        fresh = with_fresh_head(workload, state)
+        model = build_proxy_model(workload)
+        head = head_layer(model)
+        head_keys = {n for n, p in model.named_parameters() if p is head.weight or p is head.bias}
+        changed = {k for k in state if not torch.equal(state[k], fresh[k])}
+        assert changed == head_keys and len(head_keys) == 2  # the head's weight and bias, nothing else
+        again = with_fresh_head(workload, state)
+        assert all(torch.equal(fresh[k], again[k]) for k in state)  # one fresh head for every b and seed
+        assert state is not fresh and all(torch.equal(state[k], pretrained_state(workload)[k]) for k in state)
+        # fine-tuning then starts near chance instead of at the checkpoint's accuracy
+        assert initial_accuracy(workload, "digits-noisy", fresh_head=True) < 0.5 < initial_accuracy(workload,
+                                                                                                     "digits-noisy")
+
+
+def test_fresh_head_needs_an_image_classifier():
+    from edgetune.estimation.proxy import head_layer
+    from edgetune.estimation.proxy_text import SlimCharTransformer
+
+    with pytest.raises(InvalidArgument, match="head"):
+        head_layer(SlimCharTransformer())

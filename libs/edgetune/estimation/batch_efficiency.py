@@ -376,15 +376,23 @@ def matched_target_accuracy(proxy_initial: float, target_initial: float, target_
     return proxy_initial + closed * (1.0 - proxy_initial)
 
 
-def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_draws: int | None = None) -> float:
+def _start_state(workload: str, input_size: int, fresh_head: bool):
+    from edgetune.estimation.proxy import pretrained_state, with_fresh_head
+
+    state = pretrained_state(workload, input_size)
+    return with_fresh_head(workload, state, input_size) if fresh_head else state
+
+
+def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_draws: int | None = None,
+                     fresh_head: bool = False) -> float:
     """The shared pre-trained checkpoint's held-out accuracy on ``data_set`` (``eval_draws`` as in
     :func:`~edgetune.estimation.proxy.load_proxy_data`)."""
-    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
 
     _check_pairing(workload, data_set)
     data = load_proxy_data(data_set, input_size, eval_draws)
     model = build_proxy_model(workload, input_size)
-    model.load_state_dict(pretrained_state(workload, input_size))
+    model.load_state_dict(_start_state(workload, input_size, fresh_head))
     return accuracy(model, data.x_test, data.y_test)
 
 
@@ -422,6 +430,7 @@ def estimate_batch_efficiency(
     progress: Progress | None = None,
     eval_draws: int | None = None,
     optimizer: str | None = None,
+    fresh_head: bool = False,
 ) -> BatchEfficiencyEstimate:
     """Train ``workload`` from the shared checkpoint with every batch size and seed to ``target_accuracy``.
 
@@ -438,8 +447,10 @@ def estimate_batch_efficiency(
     ``"text-target-b"``); a sample is a 64-character window, the accuracy next-character
     accuracy, ``eval_draws`` 1 only. ``optimizer``: ``"adam"`` / ``"adamw"``, ``None`` for the
     paper's choice by workload (:func:`default_optimizer`: AdamW for the transformer).
+    ``fresh_head``: start from the checkpoint with its classifier layer re-initialised
+    (:func:`edgetune.estimation.proxy.with_fresh_head`), as a transfer to a new label set does.
     """
-    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data, pretrained_state
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
     _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
@@ -450,7 +461,7 @@ def estimate_batch_efficiency(
     if samples_per_pass > data.n_train:
         raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} exceeds the {data.n_train} training "
                               f"samples of {proxy!r}", f"<= {data.n_train}")
-    init_state = pretrained_state(workload, input_size)
+    init_state = _start_state(workload, input_size, fresh_head)
     start = build_proxy_model(workload, input_size)
     start.load_state_dict(init_state)
     initial = accuracy(start, data.x_test, data.y_test)

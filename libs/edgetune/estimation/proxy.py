@@ -299,6 +299,37 @@ def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
     return wl.with_config(num_classes=NUM_CLASSES, input_size=input_size, in_channels=IN_CHANNELS).build()
 
 
+HEAD_SEED = 7  # the fresh classifier's initialisation: one for every batch size and seed
+
+
+def head_layer(model: nn.Module) -> nn.Linear:
+    """The image model's last classifier layer: the one a transfer to a new label set replaces."""
+    last = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not last or last[-1].out_features != NUM_CLASSES:
+        raise InvalidArgument("workload", f"{type(model).__name__} has no {NUM_CLASSES}-class linear head",
+                              "an image classifier (" + ", ".join(SLIM_MODELS) + ", or a zoo classifier)")
+    return last[-1]
+
+
+def with_fresh_head(workload: str, state: dict[str, torch.Tensor], input_size: int = 8) -> dict[str, torch.Tensor]:
+    """``state`` with its last classifier layer re-initialised (seeded by :data:`HEAD_SEED`).
+
+    Seed 000 pre-trains on CIFAR-100 and fine-tunes on SVHN / CINIC: the 100-class head is
+    replaced, so fine-tuning re-learns the classifier on transferred features. The digits
+    checkpoint is pre-trained on the same ten classes as its proxy and target; a fresh head
+    puts its fine-tuning in the paper's regime (starting near chance) without another data set.
+    """
+    model = build_proxy_model(workload, input_size)
+    model.load_state_dict(state)
+    head = head_layer(model)
+    gen = torch.Generator().manual_seed(HEAD_SEED)
+    bound = 1.0 / head.in_features ** 0.5  # torch's default Linear initialisation, from a fixed generator
+    with torch.no_grad():
+        head.weight.uniform_(-bound, bound, generator=gen)
+        head.bias.uniform_(-bound, bound, generator=gen)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 @torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> float:
     """Top-1 accuracy in eval mode (BatchNorm running stats, no dropout); the mode is restored.
