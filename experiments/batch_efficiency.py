@@ -62,7 +62,11 @@ accuracy curve (``batch_efficiency_curves.csv``; the proxy's over the whole budg
 
     python experiments/batch_efficiency.py [--seeds N] [--models ...] [--address auto] [--sequential] [--out DIR]
         [--proxy digits-noisy-proxy|digits] [--target-eval-draws 8] [--proxy-target plateau|fixed|matched]
-        [--plateau-fraction 0.8] [--fit none|noise-scale]
+        [--plateau-fraction 0.8] [--fit none|noise-scale] [--fresh-head] [--proxy-samples N] [--target-samples N]
+
+``--fresh-head`` (ablation, image models): start from the checkpoint with its classifier layer
+re-initialised, as the paper's transfer from CIFAR-100 to a 10-class set does
+(``edgetune.estimation.proxy.with_fresh_head``); its runs are longer, so give them larger budgets.
 """
 
 from __future__ import annotations
@@ -424,7 +428,8 @@ def markdown(estimates: dict, joint_rows: list[dict], timing: dict, settings: di
              f"`python experiments/batch_efficiency.py {settings['argv']}`".replace(" `", "`"), "",
              f"Seeds: {seeds}. s = the model's largest batch size (samples per pass; held-out accuracy after every "
              f"pass). Passes to target, mean ± std over seeds (inf: some seed never got there within the budget: "
-             f"proxy {PROXY_SAMPLES} samples, target {TARGET_SAMPLES}); r = N(b) / max N(b). Proxy target: "
+             f"proxy {settings['proxy_samples']} samples, target {settings['target_samples']}); r = N(b) / max N(b). "
+             f"Start: {settings['start_text']}. Proxy target: "
              f"{settings['proxy_target_text']}. Ours: {settings['fit_text']}.", "", settings["data_text"] + ".", "",
              "| model | data set | s | target | pre-trained acc | " + " | ".join(f"b={b}" for b in all_b) + " |",
              "|---|---|---|---|---|" + "---|" * len(all_b)]
@@ -453,7 +458,7 @@ def proxy_goal(model: str, proxy: str, args, common: dict):
     """The proxy's estimate at its target (``--proxy-target``) and the raw runs behind it, plus its headroom."""
     setup = MODELS[model]
     s = samples_per_pass(setup.batch_sizes)
-    kw = dict(proxy=proxy, samples_per_pass=s, max_passes=PROXY_SAMPLES // s, base_lr=setup.base_lr, **common)
+    kw = dict(proxy=proxy, samples_per_pass=s, max_passes=args.proxy_samples // s, base_lr=setup.base_lr, **common)
     if args.proxy_target == "plateau":
         full = estimate_batch_efficiency(model, setup.batch_sizes, 1.0, **kw)
         goal = full.plateau_target(args.plateau_fraction)
@@ -505,7 +510,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plateau-fraction", type=float, default=PLATEAU_FRACTION)
     ap.add_argument("--fit", choices=FITS, default="none",
                     help="ours' proxy passes: raw means (default) or smoothed by E(b) = E_min (1 + b / B_noise)")
+    ap.add_argument("--fresh-head", action="store_true",
+                    help="image models start from the checkpoint with a re-initialised classifier layer (the paper's "
+                         "transfer to a new label set; ablation)")
+    ap.add_argument("--proxy-samples", type=int, default=PROXY_SAMPLES, help="proxy runs' budget in samples")
+    ap.add_argument("--target-samples", type=int, default=TARGET_SAMPLES, help="target runs' budget in samples")
     args = ap.parse_args(argv)
+    if args.fresh_head and args.proxy_target == "matched":
+        ap.error("--fresh-head: --proxy-target matched is not supported (pick plateau or fixed)")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     if not args.sequential:
@@ -518,13 +530,14 @@ def main(argv: list[str] | None = None) -> int:
         setup = MODELS[model]
         s = samples_per_pass(setup.batch_sizes)
         proxy = setup.proxy or args.proxy
-        common["seeds"] = tuple(range(args.seeds or setup.seeds))
-        est, full, room = proxy_goal(model, proxy, args, common)
+        run = {**common, "seeds": tuple(range(args.seeds or setup.seeds)),
+               "fresh_head": args.fresh_head and setup.proxy is None}  # the text model keeps its vocabulary head
+        est, full, room = proxy_goal(model, proxy, args, run)
         if room is not None and setup.proxy is None:
             headroom[model] = (room, len(load_proxy_data(proxy).y_test))
         tgt = estimate_batch_efficiency(model, setup.batch_sizes, setup.target_accuracy, proxy=setup.target,
-                                        samples_per_pass=s, max_passes=TARGET_SAMPLES // s, base_lr=setup.base_lr,
-                                        eval_draws=_target_draws(setup, args), **common)
+                                        samples_per_pass=s, max_passes=args.target_samples // s, base_lr=setup.base_lr,
+                                        eval_draws=_target_draws(setup, args), **run)
         for role, e, raw in (("proxy", est, full), ("target", tgt, tgt)):
             estimates[(model, role)], curves[(model, role)] = e, raw
             n_tasks += len(e.runs)
@@ -565,9 +578,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"draw(s) ({len(load_proxy_data(IMAGE_TARGET, eval_draws=args.target_eval_draws).y_test)} images). "
                  f"Text: proxy {TEXT_PROXY}, target {TEXT_TARGETS[0]} (stdlib text, "
                  f"`edgetune.estimation.proxy_text`), next-character accuracy on 256 held-out 64-character windows")
-    settings = {"fit": args.fit, "proxy_target_text": proxy_target_text, "fit_text": fit_text, "data_text": data_text,
-                "argv": " ".join(argv if argv is not None else sys.argv[1:])}
-    md = markdown(estimates, joint_rows, timing, settings) if len(args.models) == len(MODELS) else ""
+    start_text = ("the checkpoint with a fresh classifier layer for the image models (`--fresh-head`)"
+                  if args.fresh_head else "the pre-trained checkpoint as it is")
+    settings = {"fit": args.fit, "start_text": start_text, "proxy_samples": args.proxy_samples,
+                "target_samples": args.target_samples, "proxy_target_text": proxy_target_text, "fit_text": fit_text,
+                "data_text": data_text, "argv": " ".join(argv if argv is not None else sys.argv[1:])}
+    md = markdown(estimates, joint_rows, timing, settings)
     if md:
         with open(os.path.join(args.out, "batch_efficiency.md"), "w") as fh:
             fh.write(md)
