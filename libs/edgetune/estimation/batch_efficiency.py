@@ -386,7 +386,8 @@ def _start_state(workload: str, input_size: int, fresh_head: bool):
 def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_draws: int | None = None,
                      fresh_head: bool = False) -> float:
     """The shared pre-trained checkpoint's held-out accuracy on ``data_set`` (``eval_draws`` as in
-    :func:`~edgetune.estimation.proxy.load_proxy_data`)."""
+    :func:`~edgetune.estimation.proxy.load_proxy_data`; ``fresh_head``: with its classifier layer
+    re-initialised, as :func:`estimate_batch_efficiency` starts then)."""
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
 
     _check_pairing(workload, data_set)
