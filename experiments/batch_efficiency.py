@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(os.path.join(args.out, "batch_efficiency_curves.csv"),  # for re-targeting without re-training
               [{"model": model, "data_set": est.proxy, "batch_size": run.batch_size, "seed": run.seed,
                 "samples_per_pass": est.samples_per_pass, "trained_to": est.target_accuracy,
-                "accuracy_by_pass": " ".join(f"{a:.4f}" for a in run.accuracy_by_pass)}
+                "accuracy_by_pass": " ".join(f"{a:.6f}" for a in run.accuracy_by_pass)}
                for (model, _), est in curves.items() for run in est.runs])
     plot(os.path.join(args.out, "batch_efficiency.png"), estimates, args.fit)
     plot_tables(os.path.join(args.out, "batch_efficiency_tables.png"), joint_rows)
