@@ -168,7 +168,7 @@ def at_mode(lut: JointLUT, mode: str) -> JointLUT:
     return JointLUT(lut.batch_size[keep], lut.mode[keep], lut.time_s[keep], lut.power_w[keep])
 
 
-def compare(bench: Bench, lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dict]:
+def compare(bench: Bench, b1_mode_by_cap: dict, lut: JointLUT, proxy_est, target_est, fit: str = "none") -> list[dict]:
     """The paper's table rows for one model on ``bench``: every method under every cap, scored per target seed.
 
     Ours uses the proxy's passes with ``fit``; the other fit is reported as "Ours, raw r" or
@@ -181,7 +181,7 @@ def compare(bench: Bench, lut: JointLUT, proxy_est, target_est, fit: str = "none
     other_name = "Ours, raw r" if other_fit == "none" else "Ours, fitted r"
     per_seed = [target_est.efficiency(seed=s) for s in target_est.seeds]
     rows = []
-    for cap, b1_mode in b1_modes(bench).items():
+    for cap, b1_mode in b1_mode_by_cap.items():
         fixed = at_mode(lut, b1_mode)
         choices = {
             "Baseline 1": (fixed, baseline_largest_batch(fixed, true_mean, cap)),
@@ -301,10 +301,11 @@ def main(argv: list[str] | None = None) -> int:
 
     joint_rows = []
     for bench in BENCHES:
+        b1_mode_by_cap = b1_modes(bench)  # once per bench: the rule profiles every model of RULE_WORKLOADS
         for model in (m for m in bench.models if m in args.models):
             bs = MODELS[model].batch_sizes
             lut = device_lut(bench.device, MODELS[model].sim_workload, bs, samples_per_pass(bs))
-            joint_rows += compare(bench, lut, estimates[(model, "proxy")], estimates[(model, "target")], args.fit)
+            joint_rows += compare(bench, b1_mode_by_cap, lut, estimates[(model, "proxy")], estimates[(model, "target")], args.fit)
     for model in args.models:
         estimates[(model, "proxy")].to_csv(os.path.join(args.out, f"batch_efficiency_eff_{model}.csv"))
     write_csv(os.path.join(args.out, "batch_efficiency.csv"), [row for est in estimates.values() for row in est.rows()])

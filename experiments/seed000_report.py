@@ -50,6 +50,12 @@ def plot(path: str, estimates: dict, fit: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _row_order(key: tuple) -> tuple:
+    """(table, model, cap) rows in table order, then MODELS order, then the paper's column order."""
+    table, model, cap = key
+    return table, list(MODELS).index(model), cap_index(table, cap)
+
+
 def plot_tables(path: str, joint_rows: list[dict]) -> None:
     """Per (table, model, cap) row: B2 / B1 and ours / B1 here against the paper's (its target data sets)."""
     import matplotlib
@@ -58,7 +64,7 @@ def plot_tables(path: str, joint_rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     cells = _cells(joint_rows)
-    keys = sorted(cells, key=lambda k: (k[0], list(MODELS).index(k[1]), cap_index(k[0], k[2])))
+    keys = sorted(cells, key=_row_order)
     x = np.arange(len(keys))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
     for ax, (i, name) in zip(axes, ((0, "Baseline 2 / Baseline 1"), (1, "Ours / Baseline 1")), strict=True):
@@ -129,8 +135,7 @@ def joint_markdown(joint_rows: list[dict], other: str) -> list[str]:
              "", "| table | device | model | cap | " + " | ".join(METHODS) + f" | ours vs oracle | {other} (vs oracle) "
              "| B1 at highest f under cap | B2 / B1, ours / B1: ours | paper |",
              "|---|---|---|---|" + "---|" * (len(METHODS) + 5)]
-    tables = sorted({(r["table"], r["model"], r["cap_w"]) for r in joint_rows},
-                    key=lambda k: (k[0], list(MODELS).index(k[1]), cap_index(k[0], k[2])))
+    tables = sorted({(r["table"], r["model"], r["cap_w"]) for r in joint_rows}, key=_row_order)
     for table, model, c in tables:
         def cell(method, k=(table, model, c)):
             r = by[(*k, method)]

@@ -457,8 +457,8 @@ def estimate_batch_efficiency(
     _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
     optimizer = _optimizer_name(workload, optimizer)
     t0 = time.perf_counter()
-    data = load_proxy_data(proxy, input_size, eval_draws)
     _check_pairing(workload, proxy)
+    data = load_proxy_data(proxy, input_size, eval_draws)
     if samples_per_pass > data.n_train:
         raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} exceeds the {data.n_train} training "
                               f"samples of {proxy!r}", f"<= {data.n_train}")
