@@ -156,10 +156,12 @@ class ServiceServer:
     def serve(self) -> None:
         """start(), stop on SIGTERM / SIGINT, and wait for the shutdown to finish (hooks included).
         Left any other way (an exception while waiting), it stops at once, so the hooks still run."""
-        if not self._started:
-            self.start()
+        # handlers first: a SIGTERM while starting (or right after "serving" is logged) stops
+        # gracefully instead of killing the process with the default action
         self.install_signal_handlers()
         try:
+            if not self._started:
+                self.start()
             self.wait()
         finally:
             self.restore_signal_handlers()
@@ -180,7 +182,8 @@ class ServiceServer:
             log.warning("not in the main thread: no signal handlers installed")
             return
         for sig in signals:
-            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+            if sig not in self._previous_handlers:  # installed twice: keep the original to restore
+                self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         # Signal handlers run on the main thread between bytecodes: do no blocking work here.

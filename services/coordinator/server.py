@@ -219,7 +219,15 @@ def start(coordinator: Coordinator) -> Coordinator:
 def serve(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *, block: bool = True,
           **kwargs: Any) -> Coordinator:
     """Start a replica; with ``block`` serve until SIGTERM / SIGINT. Keywords: see :func:`create_coordinator`."""
-    coordinator = start(create_coordinator(port, redis_url, **kwargs))
+    coordinator = create_coordinator(port, redis_url, **kwargs)
+    if block:
+        # before the lease is taken: a SIGTERM from then on releases it (serve() keeps these handlers)
+        coordinator.server.install_signal_handlers()
+    try:
+        start(coordinator)
+    except BaseException:
+        coordinator.server.restore_signal_handlers()
+        raise
     if not block:
         return coordinator
     coordinator.server.serve()

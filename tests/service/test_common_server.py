@@ -203,6 +203,33 @@ def test_sigterm_stops_gracefully_and_calls_the_hook():
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+def test_serve_handles_a_sigterm_that_arrives_while_starting():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed from the main thread")  # else SIGTERM kills pytest
+    previous = signal.getsignal(signal.SIGTERM)
+    server = build_server("sig-early", [(TrivialProfiler(), profiler_pb2_grpc.add_ProfilerServicer_to_server)],
+                          host="127.0.0.1", port=0, grace_s=1.0)
+    hook = threading.Event()
+    server.on_shutdown.append(hook.set)
+    start = server.start
+
+    def start_then_signal():  # the signal lands as start-up finishes, before serve() waits
+        start()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return server
+
+    server.start = start_then_signal
+    done = threading.Event()
+    threading.Timer(10, lambda: done.is_set() or server.stop(0)).start()  # never hang the suite
+    server.serve()  # returns after the graceful stop; with the default action the process would die
+    done.set()
+    assert hook.is_set()
+    server.install_signal_handlers()  # installing twice keeps the original handler to restore
+    server.install_signal_handlers()
+    server.restore_signal_handlers()
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
 # --- config, logs, paging -------------------------------------------------------------------
 
 
