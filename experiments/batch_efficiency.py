@@ -13,6 +13,8 @@ Setup (REFERENCE.md, seed 000, scaled to a laptop):
 * Models: ``resnet-slim`` (ResNet18's BasicBlocks, batch sizes 4…128, the paper's ResNet18)
   and ``mobilenetv3-slim`` (MobileNetV3's inverted residuals, 4…64, the paper's MobileNetV2)
   at 8×8 px, from one pre-trained checkpoint each (:mod:`edgetune.estimation.proxy`);
+  ``mobilenetv2-slim`` (MobileNetV2's own block shape) only when named with ``--models``
+  (an ablation of the MobileNet row, README);
   ``chartransformer-slim`` (a 2-layer causal character transformer, 4…128, the paper's
   6-layer one; AdamW, lr 1e-3·sqrt(b/128), 3 seeds as the paper) pre-trained on stdlib
   docstrings, proxy ``text-proxy`` (the language reference: the paper's Tiny Shakespeare),
@@ -107,6 +109,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seed000_report import markdown, plot, plot_tables  # noqa: E402
 from seed000_setup import (  # noqa: E402
     BENCHES,
+    DEFAULT_MODELS,
     DEFAULT_PROXY,
     IMAGE_TARGET,
     METHODS,
@@ -249,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--address", default=None, help="Ray cluster (default: $EDGETUNE_RAY_ADDRESS or local)")
     ap.add_argument("--sequential", action="store_true", help="no Ray: every training in this process")
     ap.add_argument("--out", default=RESULTS)
-    ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
-                    help="subset of models (for quick checks; the report needs all)")
+    ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(DEFAULT_MODELS),
+                    help=f"models to run (default {' '.join(DEFAULT_MODELS)}: the paper's rows; "
+                         "mobilenetv2-slim: the MobileNetV2-shaped ablation)")
     ap.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
                     help=f"image models' proxy data set (default {DEFAULT_PROXY}: the proxy's digits at the target's "
                          f"noise level, {EVAL_DRAWS}-draw held-out; digits: noise-free, 140 held-out images)")

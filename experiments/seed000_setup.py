@@ -32,12 +32,18 @@ MODELS = {
     "resnet-slim": ModelSetup((4, 8, 16, 32, 64, 128), "resnet18", "ResNet18", IMAGE_TARGET, 0.94),
     # MobileNet-slim plateaus lower on the noisy digits
     "mobilenetv3-slim": ModelSetup((4, 8, 16, 32, 64), "mobilenetv3", "MobileNetV2", IMAGE_TARGET, 0.90),
+    # the paper's MobileNetV2 block shape (ReLU6, no squeeze-excite), opt-in (--models): an ablation of the
+    # MobileNet row; the simulator has one MobileNet profile, so its device LUT is the same. Its target is
+    # ResNet's 94 %, set before any run: its checkpoint starts at 91.8 % on the target
+    "mobilenetv2-slim": ModelSetup((4, 8, 16, 32, 64), "mobilenetv3", "MobileNetV2", IMAGE_TARGET, 0.94),
     # next-character prediction (the paper's transformer, AdamW, 1e-3 at b = 128, 3 seeds); the slim model
     # cannot reach the paper's 62 %: its checkpoint has 34 % on text-target-a and its runs reach 41–44 %
     # within the target's budget, so the target is 39 %, set from one seed's curves before any joint score
     "chartransformer-slim": ModelSetup((4, 8, 16, 32, 64, 128), "char-transformer", "Transformer",
                                        TEXT_TARGETS[0], 0.39, proxy=TEXT_PROXY, base_lr=1e-3, seeds=3),
 }
+# what a plain run reproduces (one model per paper row); the others are ablations named with --models
+DEFAULT_MODELS = ("resnet-slim", "mobilenetv3-slim", "chartransformer-slim")
 # the proxy's fixed targets (--proxy-target fixed): MobileNet-slim plateaus near 93 % on digits within a
 # few passes (b >= 16 never reach 94 % in 40 passes), so its target sits lower
 PROXY_TARGET_FIXED = {("resnet-slim", "digits"): 0.95, ("mobilenetv3-slim", "digits"): 0.93}
@@ -72,7 +78,7 @@ class Bench:
 
 BENCHES = (
     # the paper's Nano limits and its fixed Baseline 1 frequencies
-    Bench("Table 2", "nano", ("resnet-slim", "mobilenetv3-slim"), (4.5, 7.0, None),
+    Bench("Table 2", "nano", ("resnet-slim", "mobilenetv3-slim", "mobilenetv2-slim"), (4.5, 7.0, None),
           {4.5: 307.2, 7.0: 614.4, None: 921.6}),
     Bench("Table 3", "nano", ("chartransformer-slim",), (4.5, 7.0, None), {4.5: 307.2, 7.0: 614.4, None: 921.6}),
     # the paper gives no TX2 NX limits in its text: 7.5 W and 11 W sit in the TX2 NX's simulated ResNet18

@@ -257,7 +257,7 @@ def test_a_computed_target_on_a_count_ratio_is_reached_there_not_one_image_later
 def test_fresh_head_reinitialises_only_the_classifier_layer_the_same_way_every_time():
     from edgetune.estimation.proxy import head_layer, pretrained_state, with_fresh_head
 
-    for workload in ("resnet-slim", "mobilenetv3-slim"):
+    for workload in ("resnet-slim", "mobilenetv3-slim", "mobilenetv2-slim"):
         state = pretrained_state(workload)
         fresh = with_fresh_head(workload, state)
         model = build_proxy_model(workload)
@@ -279,3 +279,18 @@ def test_fresh_head_needs_an_image_classifier():
 
     with pytest.raises(InvalidArgument, match="head"):
         head_layer(SlimCharTransformer())
+
+
+def test_mobilenetv2_slim_has_mobilenetv2_blocks_not_v3s():
+    from edgetune.estimation.proxy import SLIM_MODELS, SlimMobileNetV2, SlimMobileNetV3
+
+    assert "mobilenetv2-slim" in SLIM_MODELS
+    v2, v3 = build_proxy_model("mobilenetv2-slim"), build_proxy_model("mobilenetv3-slim")
+    assert isinstance(v2, SlimMobileNetV2) and isinstance(v3, SlimMobileNetV3)
+    kinds = {type(m) for m in v2.modules()}
+    assert torch.nn.ReLU6 in kinds and torch.nn.Hardswish not in kinds  # V2's activation, not V3's
+    assert not any(type(m).__name__ == "SqueezeExcite" for m in v2.modules())
+    depthwise = [m for m in v2.modules() if isinstance(m, torch.nn.Conv2d) and m.groups > 1]
+    assert len(depthwise) == 6 and all(m.groups == m.in_channels for m in depthwise)  # one per block
+    assert 60_000 < sum(p.numel() for p in v2.parameters()) < 100_000
+    assert v2(torch.zeros(5, 3, 8, 8)).shape == (5, 10)

@@ -435,7 +435,8 @@ def estimate_batch_efficiency(
 ) -> BatchEfficiencyEstimate:
     """Train ``workload`` from the shared checkpoint with every batch size and seed to ``target_accuracy``.
 
-    ``workload``: ``"resnet-slim"``, ``"mobilenetv3-slim"`` or a zoo classification workload
+    ``workload``: a slim image model (``"resnet-slim"``, ``"mobilenetv3-slim"``,
+    ``"mobilenetv2-slim"``) or a zoo classification workload
     (:func:`edgetune.estimation.proxy.build_proxy_model`); ``proxy``: a data set of
     :data:`edgetune.estimation.proxy.PROXY_DATASETS`; ``eval_draws``: its held-out digits under
     that many pixel-noise draws (noisy sets only; ``None``: the set's default,

@@ -32,7 +32,9 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
   target in seconds: ``"resnet-slim"`` (ResNet18's ``BasicBlock``, 3 stages of 16 / 32 / 64
   channels, one block each, ≈ 78 k parameters) and ``"mobilenetv3-slim"`` (MobileNetV3's
   ``InvertedResidual`` blocks with squeeze-excite and hard-swish, 5 blocks up to 40
-  channels, ≈ 156 k parameters). Any zoo classification workload name (``"resnet18"``,
+  channels, ≈ 156 k parameters); ``"mobilenetv2-slim"`` (MobileNetV2's blocks: ReLU6, no
+  squeeze-excite, 16 → 64 channels, ≈ 80 k parameters; the model seed 000 names, kept beside
+  the zoo's MobileNetV3 for that comparison). Any zoo classification workload name (``"resnet18"``,
   ``"mobilenetv3"``) also works: the full model with 10 classes at the given input size.
 
 - **Pre-trained checkpoint** — :func:`pretrained_state`: the model trained briefly on the
@@ -69,7 +71,7 @@ DATASETS = ("digits", "digits-noisy")
 NOISY_PROXY = "digits-noisy-proxy"
 PROXY_DATASETS = (*DATASETS, NOISY_PROXY)
 NOISY_DATASETS = ("digits-noisy", NOISY_PROXY)  # the sets with pixel noise: their held-out split can be redrawn
-SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim")  # the image models; the text models: proxy_text.TEXT_MODELS
+SLIM_MODELS = ("resnet-slim", "mobilenetv3-slim", "mobilenetv2-slim")  # the image models; the text models: proxy_text.TEXT_MODELS
 NUM_CLASSES = 10
 IN_CHANNELS = 3  # the zoo's digits pipeline repeats the grey image to 3 channels
 
@@ -279,6 +281,58 @@ class SlimMobileNetV3(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+# (expansion t, out channels c, blocks n, first stride s): MobileNetV2's table at digit scale
+# (its 16 → 24 → 32 → 64 stages, strides cut to fit 8×8 inputs)
+_SLIM_MOBILE_V2 = [(1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 2, 2), (6, 64, 1, 2)]
+
+
+class _InvertedResidualV2(nn.Module):
+    """MobileNetV2's block: 1×1 expand (ReLU6) → 3×3 depthwise (ReLU6) → 1×1 linear bottleneck."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, expansion: int) -> None:
+        super().__init__()
+        hidden = c_in * expansion
+        layers: list[nn.Module] = []
+        if expansion != 1:
+            layers += [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
+        layers += [nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
+                   nn.ReLU6(inplace=True), nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+        self.block = nn.Sequential(*layers)
+        self.use_residual = stride == 1 and c_in == c_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        return x + y if self.use_residual else y
+
+
+class SlimMobileNetV2(nn.Module):
+    """MobileNetV2 (the paper's model) at digit scale: ReLU6, no squeeze-excite, dropout + one linear layer."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES, in_channels: int = IN_CHANNELS, head: int = 256,
+                 dropout: float = 0.2) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+                                   nn.ReLU6(inplace=True)]
+        c_in = 16
+        for t, c, n, s in _SLIM_MOBILE_V2:
+            for i in range(n):
+                layers.append(_InvertedResidualV2(c_in, c, s if i == 0 else 1, t))
+                c_in = c
+        layers += [nn.Conv2d(c_in, head, 1, bias=False), nn.BatchNorm2d(head), nn.ReLU6(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(head, num_classes))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
 def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
     """A fresh (untrained) model: a slim name of :data:`SLIM_MODELS`, a zoo classification workload,
     or a text model of :data:`edgetune.estimation.proxy_text.TEXT_MODELS` (``input_size`` does not apply)."""
@@ -286,6 +340,8 @@ def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
         return SlimResNet()
     if workload == "mobilenetv3-slim":
         return SlimMobileNetV3()
+    if workload == "mobilenetv2-slim":
+        return SlimMobileNetV2()
     from edgetune.estimation.proxy_text import TEXT_MODELS, build_text_model
 
     if workload in TEXT_MODELS:
