@@ -168,6 +168,8 @@ def test_retargeted_rescores_the_same_runs_at_a_lower_target():
     run = again.runs[0]
     assert run.accuracy_by_pass[-1] >= lower and all(a < lower for a in run.accuracy_by_pass[:-1])
     assert est.reachable_accuracy() >= 0.9
+    assert (est.optimizer, est.fresh_head) == ("adam", False)  # how the runs trained is recorded ...
+    assert (again.optimizer, again.fresh_head) == ("adam", False)  # ... and kept when re-scored
 
 
 def test_noise_scale_fit_recovers_mccandlish_parameters_and_handles_edge_cases():
@@ -294,3 +296,10 @@ def test_mobilenetv2_slim_has_mobilenetv2_blocks_not_v3s():
     assert len(depthwise) == 6 and all(m.groups == m.in_channels for m in depthwise)  # one per block
     assert 60_000 < sum(p.numel() for p in v2.parameters()) < 100_000
     assert v2(torch.zeros(5, 3, 8, 8)).shape == (5, 10)
+
+
+def test_an_estimate_from_a_fresh_head_says_so_and_starts_near_chance():
+    est = estimate_batch_efficiency("resnet-slim", [32], target_accuracy=1.0, seeds=(0,), max_passes=1,
+                                    parallel=False, samples_per_pass=64, fresh_head=True)
+    assert est.fresh_head and est.optimizer == "adam"
+    assert est.initial_accuracy < 0.5

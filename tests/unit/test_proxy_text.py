@@ -152,6 +152,7 @@ def test_fine_tuning_the_checkpoint_raises_held_out_accuracy():
     assert max(run.accuracy_by_pass) > est.initial_accuracy + 0.005
     target = est.plateau_target(0.5)
     assert math.isfinite(est.retargeted(target).passes_mean()[16])
+    assert est.optimizer == "adamw"  # the paper's optimizer for the transformer, recorded
 
 
 # -- simulated device profile -------------------------------------------------------------------

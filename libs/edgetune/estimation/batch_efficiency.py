@@ -237,6 +237,8 @@ class BatchEfficiencyEstimate:
     initial_accuracy: float  # the pre-trained model's held-out accuracy
     runs: tuple[RunResult, ...] = field(default=(), repr=False)
     wall_s: float = 0.0
+    optimizer: str | None = None  # how the runs trained (OPTIMIZERS); None: not recorded
+    fresh_head: bool = False  # the runs started from the checkpoint with a re-initialised classifier
 
     def passes_mean(self) -> dict[int, float]:
         """Mean passes over seeds per batch size; inf if any seed never reached the target."""
@@ -329,7 +331,7 @@ class BatchEfficiencyEstimate:
                 runs.append(RunResult(b, s, passes[i, j], run.accuracy_by_pass[:k], run.lr, run.wall_s))
         return BatchEfficiencyEstimate(self.workload, self.proxy, target_accuracy, self.samples_per_pass,
                                        self.batch_sizes, self.seeds, passes, self.initial_accuracy, tuple(runs),
-                                       self.wall_s)
+                                       self.wall_s, self.optimizer, self.fresh_head)
 
     def to_csv(self, path: str | os.PathLike) -> None:
         """``eff.csv`` for ``edgetune optimize joint`` (mean passes; ``inf`` = never)."""
@@ -479,4 +481,5 @@ def estimate_batch_efficiency(
                      shared=shared)
     passes = np.array([r.passes_to_target for r in runs], dtype=float).reshape(len(batch_sizes), len(seeds))
     return BatchEfficiencyEstimate(workload, proxy, target_accuracy, samples_per_pass, tuple(batch_sizes),
-                                   tuple(seeds), passes, initial, tuple(runs), time.perf_counter() - t0)
+                                   tuple(seeds), passes, initial, tuple(runs), time.perf_counter() - t0,
+                                   optimizer, fresh_head)
