@@ -3,7 +3,8 @@
 - :class:`EmbeddedRedisServer` starts the binary (or any ``redis-server``) on a unix socket
   and/or a TCP port on 127.0.0.1, waits until PING answers and stops it on ``stop()``, at
   interpreter exit, and — when started from the main thread — when this process dies
-  (``PR_SET_PDEATHSIG``), so no server outlives its owner. Started on TCP, several
+  (``PR_SET_PDEATHSIG``, set by util-linux's ``setpriv`` in front of the server: see
+  :func:`_launch`), so no server outlives its owner. Started on TCP, several
   processes (the project's services on one machine) can share it through its ``url``.
 - :class:`EmbeddedStore` is a :class:`Store` over a private server on a unix socket: the
   default when no Redis URL is given. With a ``path`` it persists there with AOF.
@@ -57,6 +58,23 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _launch(argv: list[str]) -> tuple[list[str], object]:
+    """``(argv, preexec_fn)`` that give the server the parent-death signal.
+
+    ``setpriv --pdeathsig`` sets it in the child and execs the server, so Popen keeps its
+    vfork path. A ``preexec_fn`` forces a plain fork, which runs gRPC's fork handlers in the
+    child; with live channels they can kill it before ``exec`` (grpc/grpc#43055: EBADF on the
+    poller's epoll fd once ``close_fds`` has run), which showed up here as "redis-server exited
+    during start-up". So without ``setpriv`` the preexec is used only while gRPC is not loaded.
+    """
+    if not _pdeathsig_ok():
+        return argv, None
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "TERM", "--", *argv], None
+    return argv, (None if "grpc" in sys.modules else _die_with_parent)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -237,16 +255,17 @@ class EmbeddedRedisServer:
         with open(conf, "w") as f:
             f.write(self._config())
         pass_fds = (self._lock_fd,) if self._lock_fd is not None else ()
+        argv, preexec = _launch([self.executable, conf])
         with open(self.log_path or os.devnull, "ab") as log:
             self._proc = subprocess.Popen(
-                [self.executable, conf],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 # Own session: a terminal's Ctrl-C reaches us, and we stop redis in order.
                 start_new_session=True,
                 pass_fds=pass_fds,  # the dir lock lives as long as redis does
-                preexec_fn=_die_with_parent if _pdeathsig_ok() else None,
+                preexec_fn=preexec,
             )
         probe = self._probe_client()
         try:
