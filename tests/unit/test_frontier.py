@@ -95,3 +95,34 @@ def test_rounds_need_predictions_and_bad_values_name_the_field(table):
         FrontierSampler(10, n_initial=11)
     with pytest.raises(InvalidArgument, match="per_round"):
         FrontierSampler(10, per_round=0)
+
+
+def test_run_frontier_sampling_measures_each_round_refits_and_returns_the_last_predictions(table):
+    from edgetune.optimization.frontier import run_frontier_sampling
+
+    t, p = table
+    measured: list[np.ndarray] = []
+    refits = []
+
+    def refit():  # "predictions": the truth, shifted by the number of profiles so far
+        refits.append(sum(len(m) for m in measured))
+        return {"time_ms": t + refits[-1], "power_w": p}
+
+    rounds = []
+    sampler = FrontierSampler(len(t), n_initial=4, rounds=3, per_round=2, power_range_w=(20, 40), seed=1)
+    pred = run_frontier_sampling(sampler, measured.append, refit, lambda k, picks: rounds.append((k, len(picks))))
+    assert [len(m) for m in measured] == [4, 2, 2, 2] and refits == [4, 6, 8, 10]
+    assert rounds == [(0, 4), (1, 2), (2, 2), (3, 2)]
+    assert np.array_equal(pred["time_ms"], t + 10)  # the last refit's
+    assert len(set(np.concatenate(measured).tolist())) == 10  # no mode profiled twice
+
+
+def test_run_frontier_sampling_ends_early_when_a_round_finds_nothing_new(table):
+    from edgetune.optimization.frontier import run_frontier_sampling
+
+    t, p = table
+    measured: list[np.ndarray] = []
+    # a range no mode's power reaches: after the initial draw, every round comes back empty
+    sampler = FrontierSampler(len(t), n_initial=3, rounds=5, per_round=2, power_range_w=(500, 600), seed=0)
+    run_frontier_sampling(sampler, measured.append, lambda: {"time_ms": t, "power_w": p})
+    assert [len(m) for m in measured] == [3]

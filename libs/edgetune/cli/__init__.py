@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "Fit, transfer and apply time / power predictors.",
     "optimize": "Select modes (and batch sizes) from tables.",
     "search": "Run a search strategy against a recorded table.",
+    "tune": "Profile on the predicted front, transfer and select: one node, one command.",
     "plan": "Plan one federated round across nodes.",
     "serve": "Start one of the gRPC services.",
 }

@@ -104,8 +104,19 @@ def _check_optional_budget(name: str, value: float | None) -> None:
 def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
     """Choose the option with the least time whose power fits the budget."""
     _check_optional_budget("--time-budget-ms", time_budget_ms)
-    budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
+    if power_budget is not None:  # before reading the table: a bad budget is named first
+        parse_budget_sweep(power_budget, "--power-budget")
     table = read_options(table_path)
+    emit_selection(table, power_budget, time_budget_ms, objective, risk, as_json)
+
+
+def emit_selection(table, power_budget: str | None, time_budget_ms: float | None, objective: str,
+                   risk: float | None, as_json: bool) -> None:
+    """Select from ``table`` and print the answer: CONTRACT.md's JSON, or a table for people.
+
+    ``power_budget``: the option's text (W or a sweep spec; None: no power budget).
+    """
+    budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
     if budgets is not None and is_sweep_spec(power_budget):

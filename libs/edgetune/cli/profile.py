@@ -64,7 +64,7 @@ def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[
     return [space.mode_at(int(i)) for i in picks]
 
 
-def _check_workload(device: Device, workload: str) -> None:
+def check_workload(device: Device, workload: str) -> None:
     known = device.workloads()
     if not known:  # any zoo model (the registry imports torch, so only ask it when needed)
         from edgetune.workloads.registry import workload_names
@@ -107,7 +107,7 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
     return points
 
 
-def _progress_reporter(total: int) -> tuple[Callable[[ProgressEvent], None] | None, Callable[[], None]]:
+def progress_reporter(total: int) -> tuple[Callable[[ProgressEvent], None] | None, Callable[[], None]]:
     """A rich progress bar on stderr when both streams are terminals; otherwise nothing."""
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         return None, lambda: None
@@ -175,12 +175,12 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
     config = ProfileConfig(n_minibatches=n_minibatches, warmup_minibatches=warmup_minibatches,
                            sample_rate_hz=sample_rate_hz, idle_s=idle_s, hard_limit_w=hard_limit_w,
                            repeat_short=repeat_short, node=node, run_key=run_key)
-    device = _open(open_device, device_name, seed)
+    device = open_backend(open_device, device_name, seed)
     with device:
-        _check_workload(device, workload)
+        check_workload(device, workload)
         points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
         measured: list[Measurement] = []
-        show, stop = _progress_reporter(len(points))
+        show, stop = progress_reporter(len(points))
 
         def on_progress(event: ProgressEvent) -> None:
             if event.measurement is not None:
@@ -206,7 +206,7 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
                f"wrote {out_path}")
 
 
-def _open(open_device: Callable[..., Device], name: str, seed: int) -> Device:
+def open_backend(open_device: Callable[..., Device], name: str, seed: int) -> Device:
     """Open the backend (the seed goes to the simulator); a bad name is a --device error."""
     try:
         return open_device(name, seed=seed)

@@ -17,6 +17,8 @@ profile the ``per_round`` of them farthest in predicted power from every profile
 picks spread along the front. The last transfer has measured the front near every budget.
 
 - :func:`next_frontier_modes` one round's picks from predictions (a pure function)
+- :func:`run_frontier_sampling` drives a sampler to its end with the caller's ``measure`` and
+  ``refit`` (``edgetune tune`` wires in a device's profiler and a transfer)
 - :class:`FrontierSampler` the rounds as ask / tell-free asks: the caller profiles what
   :meth:`~FrontierSampler.ask` returns and refits before asking again::
 
@@ -30,7 +32,7 @@ picks spread along the front. The last transfer has measured the front near ever
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -155,3 +157,27 @@ class FrontierSampler:
             self.rounds_done += 1
         self.profiled.extend(int(i) for i in picks)
         return picks
+
+
+def run_frontier_sampling(sampler: FrontierSampler, measure: Callable[[np.ndarray], None],
+                          refit: Callable[[], Mapping[str, np.ndarray]],
+                          on_round: Callable[[int, np.ndarray], None] | None = None) -> Mapping[str, np.ndarray]:
+    """Profile and refit until ``sampler`` is done; returns the last refit's predictions.
+
+    ``measure(indices)`` profiles those modes (it may raise: what it measured is the caller's);
+    ``refit()`` transfers from everything measured so far and predicts every mode, as
+    ``{"time_ms": ..., "power_w": ...}`` (more keys are passed through, e.g. the stds).
+    ``on_round(round, picks)`` after each refit (round 0: the initial random modes). A round
+    that finds no unprofiled candidate ends the sampling early: the predictions cannot change.
+    """
+    picks = sampler.ask()
+    while True:
+        measure(picks)
+        pred = refit()
+        if on_round is not None:
+            on_round(sampler.rounds_done, picks)
+        if sampler.done:
+            return pred
+        picks = sampler.ask(pred["time_ms"], pred["power_w"])
+        if picks.size == 0:
+            return pred
