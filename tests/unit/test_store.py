@@ -446,25 +446,6 @@ def test_server_dies_with_its_owner(tmp_path):
     assert not _alive(pid), f"redis-server {pid} outlived its owner"
 
 
-def test_the_parent_death_signal_never_needs_a_fork_with_grpc_loaded(monkeypatch):
-    # A preexec_fn forces a plain fork: gRPC's fork handlers then run in the child and, with live
-    # channels, can kill it before exec (grpc/grpc#43055). setpriv sets the signal instead.
-    import grpc  # noqa: F401  (loaded, as in every service process)
-
-    from edgetune.coordination.store import embedded
-
-    argv, preexec = embedded._launch(["redis-server", "x.conf"])
-    assert preexec is None and argv[-2:] == ["redis-server", "x.conf"]
-    if shutil.which("setpriv"):  # util-linux (Debian: essential) sets the signal; else none with gRPC loaded
-        assert argv[:4] == [shutil.which("setpriv"), "--pdeathsig", "TERM", "--"]
-    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)  # no util-linux
-    assert embedded._launch(["redis-server", "x.conf"]) == (["redis-server", "x.conf"], None)
-    monkeypatch.delitem(sys.modules, "grpc")
-    assert embedded._launch(["redis-server"])[1] is embedded._die_with_parent  # safe without gRPC
-    with EmbeddedRedisServer(port=0) as server:  # setpriv execs the server itself: same pid
-        assert os.readlink(f"/proc/{server.pid}/exe").endswith("redis-server")
-
-
 def test_bad_server_arguments():
     with pytest.raises(InvalidArgument):
         EmbeddedRedisServer(port=None)

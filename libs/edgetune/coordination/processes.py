@@ -12,9 +12,10 @@ reverse start order (agents first: they restore their power modes), SIGKILLs wha
 still alive after a grace period, then stops the embedded Redis. Call it from ``finally``; it
 also runs from an ``atexit`` hook and (through :func:`install_signal_handlers`) on SIGINT /
 SIGTERM. Children get their own session, so a Ctrl-C in the terminal reaches the parent only
-and the shutdown order stays ours. (No ``preexec_fn`` / parent-death signal: forking a process
-that has live gRPC channels runs gRPC's fork handlers in the child, which can abort it before
-``exec``; a parent killed with SIGKILL therefore leaves its children to be stopped by hand.)
+and the shutdown order stays ours. A parent killed with SIGKILL, where none of that runs, still
+takes its children along: each gets SIGTERM from the kernel (the parent-death signal,
+:mod:`edgetune.coordination.parent_death`; set by ``setpriv`` without forking through Python,
+so gRPC's fork handlers never run in a child).
 
 Every child (and anything it forks, e.g. Ray workers) carries ``EDGETUNE_RUN=<id>`` in its
 environment; :meth:`Supervisor.strays` scans ``/proc`` for it, so "no stray process" is
@@ -39,6 +40,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from edgetune.coordination.parent_death import launch_argv
 from edgetune.coordination.store import EmbeddedRedisServer
 
 #: Environment marker inherited by every process a supervisor starts (and their children).
@@ -164,8 +166,9 @@ class Supervisor:
         log_path = self.log_dir / f"{name}.log"
         env = {**os.environ, RUN_ENV: self.run_id, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
-            proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL, stdout=log_file,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            command, preexec = launch_argv([sys.executable, *argv])  # SIGTERM when we die, even by SIGKILL
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True, preexec_fn=preexec)
         child = Child(name, proc, log_path)
         with self._lock:
             self.children.append(child)

@@ -3,8 +3,8 @@
 - :class:`EmbeddedRedisServer` starts the binary (or any ``redis-server``) on a unix socket
   and/or a TCP port on 127.0.0.1, waits until PING answers and stops it on ``stop()``, at
   interpreter exit, and — when started from the main thread — when this process dies
-  (``PR_SET_PDEATHSIG``, set by util-linux's ``setpriv`` in front of the server: see
-  :func:`_launch`), so no server outlives its owner. Started on TCP, several
+  (``PR_SET_PDEATHSIG``: :mod:`edgetune.coordination.parent_death`), so no server outlives
+  its owner. Started on TCP, several
   processes (the project's services on one machine) can share it through its ``url``.
 - :class:`EmbeddedStore` is a :class:`Store` over a private server on a unix socket: the
   default when no Redis URL is given. With a ``path`` it persists there with AOF.
@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -33,6 +30,7 @@ import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
+from edgetune.coordination.parent_death import launch_argv
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
 from .base import DEFAULT_NAMESPACE, Store, wait_for_ping
@@ -58,30 +56,6 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def _launch(argv: list[str]) -> tuple[list[str], object]:
-    """``(argv, preexec_fn)`` that give the server the parent-death signal.
-
-    ``setpriv --pdeathsig`` sets it in the child and execs the server, so Popen keeps its
-    vfork path. A ``preexec_fn`` forces a plain fork, which runs gRPC's fork handlers in the
-    child; with live channels they can kill it before ``exec`` (grpc/grpc#43055: EBADF on the
-    poller's epoll fd once ``close_fds`` has run), which showed up here as "redis-server exited
-    during start-up". So without ``setpriv`` the preexec is used only while gRPC is not loaded.
-    """
-    if not _pdeathsig_ok():
-        return argv, None
-    setpriv = shutil.which("setpriv")
-    if setpriv is not None:
-        return [setpriv, "--pdeathsig", "TERM", "--", *argv], None
-    return argv, (None if "grpc" in sys.modules else _die_with_parent)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    # PR_SET_PDEATHSIG = 1: the kernel sends SIGTERM to redis-server when the thread that
-    # forked it dies, which covers SIGKILL of the owner, where atexit never runs.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)
 
 
 def _stop_all() -> None:
@@ -255,7 +229,7 @@ class EmbeddedRedisServer:
         with open(conf, "w") as f:
             f.write(self._config())
         pass_fds = (self._lock_fd,) if self._lock_fd is not None else ()
-        argv, preexec = _launch([self.executable, conf])
+        argv, preexec = launch_argv([self.executable, conf])
         with open(self.log_path or os.devnull, "ab") as log:
             self._proc = subprocess.Popen(
                 argv,
@@ -337,12 +311,6 @@ class EmbeddedRedisServer:
 
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _pdeathsig_ok() -> bool:
-    # Only from the main thread: the signal fires when the *forking thread* exits, which for a
-    # worker thread could be long before the process does.
-    return sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
 
 
 class EmbeddedStore(Store):

@@ -1,0 +1,77 @@
+"""Children that die with their parent: the launch rule, and the embedded Redis and supervisor children under it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from edgetune.coordination import parent_death
+from edgetune.coordination.store import EmbeddedRedisServer
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is dead
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_signal_never_needs_a_fork_through_python_with_grpc_loaded(monkeypatch):
+    # A preexec_fn forces a plain fork: gRPC's fork handlers then run in the child and, with live
+    # channels, can kill it before exec (grpc/grpc#43055). setpriv sets the signal instead.
+    import grpc  # noqa: F401  (loaded, as in every service process)
+
+    argv, preexec = parent_death.launch_argv(["redis-server", "x.conf"])
+    assert preexec is None and argv[-2:] == ["redis-server", "x.conf"]
+    if shutil.which("setpriv"):  # util-linux (Debian: essential)
+        assert argv[:4] == [shutil.which("setpriv"), "--pdeathsig", "TERM", "--"]
+    monkeypatch.setattr(parent_death.shutil, "which", lambda name: None)  # no setpriv: no signal with gRPC
+    assert parent_death.launch_argv(["redis-server", "x.conf"]) == (["redis-server", "x.conf"], None)
+    monkeypatch.delitem(sys.modules, "grpc")
+    assert parent_death.launch_argv(["redis-server"])[1] is parent_death.die_with_parent  # safe without gRPC
+
+
+def test_a_worker_thread_never_sets_it():
+    # the signal follows the forking *thread*: a worker thread's child would die when the thread ends
+    got = []
+    worker = threading.Thread(target=lambda: got.append(parent_death.launch_argv(["x"])))
+    worker.start()
+    worker.join()
+    assert got == [(["x"], None)]
+
+
+def test_the_embedded_server_is_still_the_child_itself():
+    with EmbeddedRedisServer(port=0) as server:  # setpriv execs redis-server: same pid
+        assert os.readlink(f"/proc/{server.pid}/exe").endswith("redis-server")
+
+
+def test_a_supervisor_child_dies_with_its_sigkilled_owner(tmp_path):
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from edgetune.coordination.processes import Supervisor\n"
+        "import grpc\n"  # as in the demo: gRPC is loaded when children are spawned
+        f"sup = Supervisor(Path({str(tmp_path / 'logs')!r}))\n"
+        "child = sup.spawn('sleeper', ['-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())
+        assert _alive(pid)
+    finally:
+        owner.send_signal(signal.SIGKILL)  # no atexit, no handler: only the kernel's signal is left
+        owner.wait()
+        owner.stdout.close()
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid), f"the supervisor's child {pid} outlived its owner"
