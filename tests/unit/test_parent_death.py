@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from edgetune.coordination import parent_death
 from edgetune.coordination.store import EmbeddedRedisServer
 
@@ -52,18 +54,31 @@ def test_the_embedded_server_is_still_the_child_itself():
         assert os.readlink(f"/proc/{server.pid}/exe").endswith("redis-server")
 
 
-def test_a_supervisor_child_dies_with_its_sigkilled_owner(tmp_path):
-    code = (
-        "import sys, time\n"
+# what each owner starts: a program that prints the pid of the child it started, then waits
+OWNERS = {
+    "embedded redis-server": (
+        "from edgetune.coordination.store import EmbeddedRedisServer\n"
+        "s = EmbeddedRedisServer(port=0)\n"
+        "s.start()\n"
+        "pid = s.pid\n"
+    ),
+    "supervisor child": (
+        "import os\n"
         "from pathlib import Path\n"
         "from edgetune.coordination.processes import Supervisor\n"
         "import grpc\n"  # as in the demo: gRPC is loaded when children are spawned
-        f"sup = Supervisor(Path({str(tmp_path / 'logs')!r}))\n"
-        "child = sup.spawn('sleeper', ['-c', 'import time; time.sleep(60)'])\n"
-        "print(child.pid, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        "sup = Supervisor(Path(os.environ['TMPDIR']) / 'logs')\n"
+        "pid = sup.spawn('sleeper', ['-c', 'import time; time.sleep(60)']).pid\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("what", list(OWNERS))
+def test_a_child_dies_with_its_sigkilled_owner(tmp_path, what):
+    code = OWNERS[what] + "print(pid, flush=True)\nimport time\ntime.sleep(60)\n"
+    # TMPDIR: the killed owner cannot remove its runtime dir; keep it where pytest cleans up.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pid = int(owner.stdout.readline())
         assert _alive(pid)
@@ -74,4 +89,4 @@ def test_a_supervisor_child_dies_with_its_sigkilled_owner(tmp_path):
     deadline = time.monotonic() + 5
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid), f"the supervisor's child {pid} outlived its owner"
+    assert not _alive(pid), f"the {what} {pid} outlived its owner"
