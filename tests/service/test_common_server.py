@@ -183,14 +183,19 @@ def test_graceful_stop_finishes_in_flight_rpcs_then_runs_hooks(served):
         health.Check(health_pb2.HealthCheckRequest(), timeout=1)
 
 
-def test_sigterm_stops_gracefully_and_calls_the_hook():
+def _server_with_a_shutdown_hook(name: str):
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can only be installed from the main thread")  # else SIGTERM kills pytest
-    previous = signal.getsignal(signal.SIGTERM)
-    server = build_server("sig", [(TrivialProfiler(), profiler_pb2_grpc.add_ProfilerServicer_to_server)],
+    server = build_server(name, [(TrivialProfiler(), profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                           host="127.0.0.1", port=0, grace_s=1.0)
     hook = threading.Event()
     server.on_shutdown.append(hook.set)
+    return server, hook
+
+
+def test_sigterm_stops_gracefully_and_calls_the_hook():
+    previous = signal.getsignal(signal.SIGTERM)
+    server, hook = _server_with_a_shutdown_hook("sig")
     server.start()
     server.install_signal_handlers()
     try:
@@ -204,13 +209,8 @@ def test_sigterm_stops_gracefully_and_calls_the_hook():
 
 
 def test_serve_handles_a_sigterm_that_arrives_while_starting():
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers can only be installed from the main thread")  # else SIGTERM kills pytest
     previous = signal.getsignal(signal.SIGTERM)
-    server = build_server("sig-early", [(TrivialProfiler(), profiler_pb2_grpc.add_ProfilerServicer_to_server)],
-                          host="127.0.0.1", port=0, grace_s=1.0)
-    hook = threading.Event()
-    server.on_shutdown.append(hook.set)
+    server, hook = _server_with_a_shutdown_hook("sig-early")
     start = server.start
 
     def start_then_signal():  # the signal lands as start-up finishes, before serve() waits
