@@ -116,7 +116,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                                   power_range_w=power_range_w, seed=seed)
         profiler = Profiler(device, ProfileConfig())
         rows: list[dict] = []
-        fitted: list = []
+        model = None  # the last transfer
 
         def keep(event: ProgressEvent) -> None:
             if event.measurement is not None:
@@ -130,8 +130,8 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                     write_table(rows, profiles_out, ROW_COLUMNS)
 
         def refit() -> dict[str, np.ndarray]:
+            nonlocal model
             model = base.transfer_table(Table(list(ROW_COLUMNS), list(rows)), method=method)
-            fitted[:] = [model]
             return model.predict_table(mode_table)
 
         def on_round(k: int, picks: np.ndarray) -> None:
@@ -140,7 +140,6 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
         _log(f"tuning {workload} ({role}, batch size {batch_size}) on {device.spec.name}: {len(modes)} modes, "
              f"up to {sampler.budget} profiles, budgets {power_range_w[0]:g}–{power_range_w[1]:g} W")
         pred = run_frontier_sampling(sampler, measure, refit, on_round)
-    model = fitted[0]
     if model_out:
         model.save(model_out)
     if not model.gives_std:
