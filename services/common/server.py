@@ -14,7 +14,9 @@ and graceful shutdown: health goes NOT_SERVING, new RPCs are refused, in-flight 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -59,6 +61,7 @@ class ServiceServer:
 
     def __init__(self, name: str, *, host: str = "0.0.0.0", port: int = 0, max_workers: int = 16,
                  metrics_port: int | None = None, metrics_host: str | None = None, grace_s: float = 10.0,
+                 ready_file: str | None = None,
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
                  options: Sequence[tuple[str, Any]] = ()) -> None:
         self.name = name
@@ -76,11 +79,13 @@ class ServiceServer:
         )
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
-            raise OSError(f"{name}: cannot listen on {host}:{port}")
+            raise OSError(f"{name}: cannot listen on {host}:{port} (in use?); choose another with --port N "
+                          f"(env EDGETUNE_PORT; 0: any free port)")
         self._host = host
         self._metrics_request = metrics_port
         self._metrics_host = metrics_host or host
         self._metrics_httpd: Any = None
+        self._ready_file = ready_file
         self.metrics_port: int | None = None
         self._started = False
         self._stopping = threading.Lock()
@@ -123,7 +128,18 @@ class ServiceServer:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)  # the server as a whole
         log.info("serving", extra={"service": self.name, "port": self.port,
                                    "metrics_port": self.metrics_port, "services": self.service_names})
+        if self._ready_file:
+            self._write_ready_file(self._ready_file)
         return self
+
+    def _write_ready_file(self, path: str) -> None:
+        """Renamed into place whole, so a reader never sees half a file."""
+        record = {"service": self.name, "address": self.address, "port": self.port,
+                  "metrics_port": self.metrics_port, "pid": os.getpid()}
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, path)
 
     def stop(self, grace_s: float | None = None) -> None:
         """Graceful shutdown; safe to call twice and from any thread (only the first runs)."""

@@ -319,3 +319,27 @@ def test_owned_store_leaves_the_callers_store_open_and_none_means_none():
     assert OwnedStore(None, " None ", optional=True).store is None
     with pytest.raises(InvalidArgument, match="redis"):
         OwnedStore(None, "none")  # only where the service can run without a store
+
+
+def test_ready_file_holds_the_port_once_serving(tmp_path):
+    path = tmp_path / "ready.json"
+    server = build_server("trivial", port=0, host="127.0.0.1", ready_file=str(path))
+    assert not path.exists()  # written once serving, not before
+    server.start()
+    try:
+        record = json.loads(path.read_text())
+        assert record["port"] == server.port and record["service"] == "trivial" and record["address"] == server.address
+    finally:
+        server.stop(0)
+
+
+def test_a_busy_metrics_port_names_the_port_and_the_flag():
+    first = build_server("first", port=0, host="127.0.0.1", metrics_port=0).start()
+    try:
+        second = build_server("second", port=0, host="127.0.0.1", metrics_port=first.metrics_port)
+        with pytest.raises(OSError) as info:
+            second.start()
+        assert str(first.metrics_port) in str(info.value) and "--metrics-port" in str(info.value)
+        second.stop(0)
+    finally:
+        first.stop(0)
