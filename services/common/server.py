@@ -26,15 +26,14 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from edgetune.services.common import reflection
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
 
 log = logging.getLogger("edgetune.services.common.server")
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-REFLECTION_SERVICE = reflection.SERVICE_NAME
 
 
 class _NameRecorder:
@@ -116,8 +115,7 @@ class ServiceServer:
         if self._started:
             return self
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection([*self.service_names, HEALTH_SERVICE, REFLECTION_SERVICE],
-                                            self._server)
+        reflection.enable([*self.service_names, HEALTH_SERVICE], self._server)
         if self._metrics_request is not None:
             self._metrics_httpd, self.metrics_port = start_metrics_server(self._metrics_request,
                                                                           self._metrics_host)

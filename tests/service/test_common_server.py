@@ -17,7 +17,7 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgetune.coordination.store import open_store
@@ -88,20 +88,30 @@ def test_health_is_serving_per_service_and_overall(served):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def _reflect(channel, request):
-    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    return next(iter(stub.ServerReflectionInfo(iter([request]), timeout=5)))
+def _reflect(channel, request, version: str = "v1alpha"):
+    """One reflection exchange; ``v1`` goes to grpc.reflection.v1 (grpcurl's and current clients' name),
+    whose messages are v1alpha's on the wire."""
+    call = channel.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    return next(iter(call(iter([request]), timeout=5)))
 
 
-def test_reflection_lists_the_services_and_serves_their_files(served):
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_lists_the_services_and_serves_their_files(served, version):
     _, channel, _ = served
-    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(list_services=""), version)
     names = {s.name for s in reply.list_services_response.service}
-    assert names == {PROFILER, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
-    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(file_containing_symbol=PROFILER))
-    files = [descriptor_pb2.FileDescriptorProto.FromString(b) for b in
-             reply.file_descriptor_response.file_descriptor_proto]
-    assert "edgetune/v1/profiler.proto" in {f.name for f in files}
+    assert names == {PROFILER, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                     "grpc.reflection.v1alpha.ServerReflection"}
+    for symbol, file in ((PROFILER, "edgetune/v1/profiler.proto"),
+                         ("grpc.reflection.v1.ServerReflection", "grpc/reflection/v1/reflection.proto")):
+        reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol), version)
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b) for b in
+                 reply.file_descriptor_response.file_descriptor_proto]
+        assert file in {f.name for f in files}, reply
+    v1 = next(f for f in files if f.name == "grpc/reflection/v1/reflection.proto")
+    assert v1.package == "grpc.reflection.v1" and v1.service[0].method[0].input_type.startswith(".grpc.reflection.v1.")
 
 
 def _handled(server, method: str, code: str) -> float:
