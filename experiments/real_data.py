@@ -5,10 +5,10 @@ Data: ``experiments/data/real/`` (ml-energy/zeus, Apache-2.0; its README gives p
 Tasks (each: a reference table, fully measured, and a target table sampled at n points):
 
 * ``zeus-workloads``: one GPU, reference workload ShuffleNetV2/CIFAR-100 (Adadelta), targets
-  the other workloads on the same GPU (A40, P100, RTX6000, V100). Features: power limit (W),
+  the other workloads on the same GPU (A40 and V100; all four GPUs with ``--all``). Features: power limit (W),
   log2 batch size. Time: seconds per epoch; power: average W.
 * ``zeus-gpus``: one workload, reference GPU V100, targets A40, P100, RTX6000.
-* ``perseus-gpus``: one pipeline stage and instruction (forward / backward) of BLOOM or
+* ``perseus-gpus``: pipeline stage 0 (stages 0 and 4 with ``--all``), forward and backward, of BLOOM or
   GPT-3 175B, reference A40 (60 frequencies), target A100 SXM (38). Feature: frequency (MHz).
   Time: seconds; power: energy / time.
 * ``perseus-models``: on the A40, BLOOM's stage as reference for GPT-3's same stage.
@@ -21,14 +21,14 @@ interval ``μ ± 1.645 σ`` (methods with a std). Methods:
 * ``gp``: the baseline, a Matérn-2.5 ARD GP from scratch on the n points (``estimation.gp``);
 * ``ref+gp``: the reference GP's predictions as prior mean / GP input / nothing, chosen per
   target by 5-fold CV on the n points, std conformally calibrated (``estimation.prior``);
-* ``ref+gp:prior``: the same with the prior-mean combination forced (what the CV choice buys);
+* ``ref+gp:prior`` (``--ablation``): the prior-mean combination forced (what the CV choice buys);
 * ``nn+gp``, ``transfer`` (``--nn``): an MLP reference fitted on the reference table and
   fine-tuned (the estimator's older methods; slower).
 
 Every row reports the method's MAPE as a ratio to ``gp``'s on the same draw. Writes
 ``experiments/results/real_data.{csv,md,png}``.
 
-    python experiments/real_data.py [--draws 3] [--nn] [--quick]
+    python experiments/real_data.py [--draws 3] [--nn] [--ablation] [--all] [--quick]
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ TARGETS = ("time_ms", "power_w")
 Z90 = 1.6448536269514722
 SIZES = (10, 20, 50)
 ZEUS_GPUS = ("a40", "p100", "rtx6000", "v100")
+#: GPUs whose workloads transfer among themselves (all four with ``--all``; two keep the default run short).
+ZEUS_WORKLOAD_GPUS = ("a40", "v100")
+PERSEUS_STAGES = ("0/forward", "0/backward")
 ZEUS_REF_WORKLOAD = "cifar100/shufflenetv2/adadelta"
 ZEUS_REF_GPU = "v100"
 
@@ -109,15 +112,15 @@ def load_perseus(model: str, gpu: str) -> dict[str, Measured]:
     return out
 
 
-def tasks(quick: bool = False) -> list[Task]:
+def tasks(quick: bool = False, everything: bool = False) -> list[Task]:
     out: list[Task] = []
     zeus = {g: load_zeus(g) for g in ZEUS_GPUS}
-    for gpu in ZEUS_GPUS:
+    for gpu in ZEUS_GPUS if everything else ZEUS_WORKLOAD_GPUS:
         ref = zeus[gpu][ZEUS_REF_WORKLOAD]
         out += [Task("zeus-workloads", ref, m) for k, m in sorted(zeus[gpu].items()) if k != ZEUS_REF_WORKLOAD]
     for key, ref in sorted(zeus[ZEUS_REF_GPU].items()):
         out += [Task("zeus-gpus", ref, zeus[g][key]) for g in ZEUS_GPUS if g != ZEUS_REF_GPU and key in zeus[g]]
-    stages = ("0/forward", "0/backward", "4/forward", "4/backward")
+    stages = ("0/forward", "0/backward", "4/forward", "4/backward") if everything else PERSEUS_STAGES
     for model in ("bloom", "gpt3-175b"):
         a40, a100 = load_perseus(model, "a40"), load_perseus(model, "a100_sxm")
         out += [Task("perseus-gpus", a40[s], a100[s]) for s in stages]
@@ -145,10 +148,12 @@ def build(method: str, refs: dict, target: str, x: np.ndarray, y: np.ndarray, co
     return adapt(refs["nn"][target], method, x, y)  # nn+gp, transfer
 
 
-def run(draws: int, with_nn: bool, quick: bool, log=print) -> list[dict]:
-    methods = ["gp", "ref+gp", "ref+gp:prior"] + (["nn+gp", "transfer"] if with_nn else [])
+def run(draws: int, with_nn: bool, quick: bool, ablation: bool = False, everything: bool = False,
+        log=print) -> list[dict]:
+    methods = (["gp", "ref+gp"] + (["ref+gp:prior"] if ablation else [])
+               + (["nn+gp", "transfer"] if with_nn else []))
     rows: list[dict] = []
-    for ti, task in enumerate(tasks(quick)):
+    for ti, task in enumerate(tasks(quick, everything)):
         ref, tgt = task.reference, task.target
         refs: dict[str, dict] = {"gp": {}, "nn": {}}
         for target in TARGETS:
@@ -254,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=3, help="random draws of the profiled points per task and size")
     ap.add_argument("--nn", action="store_true", help="also the MLP methods (transfer, nn+gp); several times slower")
     ap.add_argument("--quick", action="store_true", help="one task per kind, one draw (smoke run)")
+    ap.add_argument("--ablation", action="store_true", help="also ref+gp with the prior-mean combination forced")
+    ap.add_argument("--all", dest="everything", action="store_true",
+                    help="workload transfer on all four Zeus GPUs and four Perseus stage/instructions (long)")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", ExtrapolationWarning)
@@ -262,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-    rows = run(draws, args.nn, args.quick)
+    rows = run(draws, args.nn, args.quick, args.ablation, args.everything)
     summary = summarise(rows)
     os.makedirs(args.out, exist_ok=True)
     from edgetune.tables import write_table

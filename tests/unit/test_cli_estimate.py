@@ -131,3 +131,16 @@ def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp
     code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
                        str(tmp_path / "y.model"), "--method", "gp")
     assert code == 0, err
+
+
+def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, capsys):
+    # issue 16: an Orin AGX model answered a Nano's 1-core, 102 MHz mode at 11.7 W, exit 0
+    write_table([{"cores": 1, "cpu_mhz": 102.0, "gpu_mhz": 76.8, "emc_mhz": 204.0}], files / "nano.csv")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "nano.csv"),
+                       "--out", str(files / "nano-pred.csv"))
+    assert code == 2 and "nano" in err and "orin-agx" in err, err
+    rows = [{"device": "xavier-agx", "cores": 2, "cpu_mhz": 729.6, "gpu_mhz": 318.75, "emc_mhz": 665.6}]
+    write_table(rows, files / "xavier.csv")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "xavier.csv"),
+                       "--out", str(files / "xavier-pred.csv"))
+    assert code == 2 and "xavier-agx" in err and "orin-agx" in err, err

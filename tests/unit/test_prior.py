@@ -82,3 +82,17 @@ def test_bad_settings_and_transfer_without_a_reference_are_refused(fulcrum):
     assert alone.choice == "scratch"
     with pytest.raises(FailedPrecondition):
         alone.transfer(fulcrum[40:60], t[40:60])
+
+
+def test_devices_a_model_knows_and_modes_of_others():
+    from edgetune.estimation.devices import check_modes_device, model_devices
+    from edgetune.powermodes.mode import MODE_FIELDS
+
+    devices = model_devices("xavier-agx", [{"device": "orin-agx"}, {"device": "xavier-agx"}, {}])
+    assert devices == ["xavier-agx", "orin-agx"]
+    orin_mode = np.array([[12, 2201.6, 1300.5, 3199.0]])
+    check_modes_device(devices, orin_mode, MODE_FIELDS)  # a device it was fitted for: fine
+    with pytest.raises(InvalidArgument) as exc:
+        check_modes_device(["orin-agx"], np.array([[1, 102.0, 76.8, 204.0]]), MODE_FIELDS)
+    assert "a mode of nano" in exc.value.message and "orin-agx" in exc.value.message
+    check_modes_device(["my-board"], np.array([[1, 102.0, 76.8, 204.0]]), MODE_FIELDS)  # unknown spec: trusted

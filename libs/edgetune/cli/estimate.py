@@ -109,11 +109,6 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     table = read_mode_table(modes_path)
     if len(table) == 0:
         raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
-    if model.device and table.has("device"):
-        others = sorted({str(r["device"]) for r in table.rows} - {model.device, ""})
-        if others:
-            click.echo(f"warning: {modes_path} has modes of {', '.join(others)} but the model is for "
-                       f"{model.device}", err=True)
     with _warnings_to_stderr():
         pred = model.predict_table(table)
     added = [c for c in ("time_ms", "power_w", "time_std_ms", "power_std_w") if c in pred]

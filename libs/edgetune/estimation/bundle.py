@@ -27,6 +27,7 @@ import numpy as np
 from edgetune import __version__
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor, check_header
+from edgetune.estimation.devices import check_modes_device, model_devices
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.tables import Table
@@ -107,7 +108,10 @@ class TimePowerModel:
                     raise InvalidArgument(f"{table.path or 'modes'}:{line}:{BATCH_FEATURE}",
                                           f"the model was fitted for batch size {_fmt(self.batch_sizes)} only, "
                                           f"not {row[BATCH_FEATURE]}", _fmt(self.batch_sizes))
-        return table_features(table, self.columns)
+        x = table_features(table, self.columns)
+        named = {str(r["device"]) for r in table.rows} if table.has("device") else set()
+        check_modes_device(model_devices(self.device, self.history), x, self.columns, named, table.path or "modes")
+        return x
 
     def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """``{"time_ms", "power_w"}`` and, where a predictor has uncertainty, ``time_std_ms`` / ``power_std_w``."""
