@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgetune.devices.base import Clock, Device, PowerSensor, RealClock, Role
 from edgetune.devices.ina3221 import Ina3221Sensor, Rail, find_rails
@@ -49,10 +49,16 @@ from edgetune.devices.sysfs_layout import (
     read_text,
     rpath,
 )
-from edgetune.errors import FailedPrecondition
+from edgetune.errors import EdgetuneError, FailedPrecondition
 from edgetune.powermodes.mode import PowerMode
-from edgetune.powermodes.spec import DeviceSpec
-from edgetune.powermodes.specs import SPECS
+from edgetune.powermodes.nvpmodel import load_nvpmodel
+from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.powermodes.specs import SPECS, UNTABULATED
+from edgetune.telemetry.sample import Clocks, TelemetrySample
+from edgetune.telemetry.thermal import find_zones, read_zones
+
+#: Where nvpmodel keeps the active preset file (a link to /etc/nvpmodel/nvpmodel_<board>.conf).
+NVPMODEL_CONF = "etc/nvpmodel.conf"
 
 #: A minibatch runner: (workload, role, batch_size, n_minibatches) -> per-minibatch times in ms.
 Runner = Callable[[str, Role, int, int], list[float]]
@@ -120,7 +126,8 @@ def discover(root: str | os.PathLike = "/") -> DiscoveryReport:
     _note(rep, bool(model.model or model.compatible), "device-tree model",
           "device-tree model (/proc/device-tree/model, compatible)")
     if model.model and not model.builtin:
-        rep.missing.append(f"built-in spec for {model.model!r} (no presets; tables from sysfs)")
+        why = f": {UNTABULATED[model.known]}" if model.known in UNTABULATED else ""
+        rep.missing.append(f"built-in spec for {model.model!r} (tables from sysfs{why})")
     _note(rep, cpu is not None, f"{cpu.n_cpus if cpu else 0} CPUs", "CPUs (/sys/devices/system/cpu/possible)")
     _note(rep, bool(cpu and cpu.table_khz), "CPU frequency table",
           "CPU frequency table (cpufreq scaling_available_frequencies)")
@@ -133,6 +140,8 @@ def discover(root: str | os.PathLike = "/") -> DiscoveryReport:
           "EMC rate control (debugfs); nvpmodel EMC cap only" if emc and emc.method == "cap"
           else "EMC rate control (debugfs)")
     _note(rep, bool(rails), f"{len(rails)} INA3221 rails", "power monitor (INA3221 hwmon / iio)")
+    zones = find_zones(root)
+    _note(rep, bool(zones), f"{len(zones)} thermal zones", "thermal zones (/sys/class/thermal/thermal_zone*)")
     return rep
 
 
@@ -176,6 +185,8 @@ class SysfsJetson(Device):
         self._gpu_raw = {_mhz_hz(h): h for h in self._gpu.table_hz}
         self._emc_raw, self.emc_table_source = self._emc_table()
         self._spec = self._build_spec()
+        self.preset_source = self._load_presets()
+        self._zones = find_zones(self.root)
         self._clock = RealClock()
         self._sensor = Ina3221Sensor(self.root, self.report.rails) if self.report.rails else None
         self._initial_mode: PowerMode | None = None
@@ -213,6 +224,33 @@ class SysfsJetson(Device):
             notes=f"discovered from sysfs under {self.root}",
             extra={"root": self.root, "l4t": model.l4t, "emc_table_source": self.emc_table_source},
         )
+
+    def _load_presets(self) -> str:
+        """Presets from the board's own nvpmodel.conf when it matches the discovered tables.
+
+        The real file beats the built-in presets (a board may run another power-mode file, e.g.
+        the JetPack 6.1 "Super" one); a file that cannot be read or matched is reported in
+        ``report.missing`` (naming the file and why) and the built-in presets, if any, stay.
+        """
+        conf = os.path.join(self.root, NVPMODEL_CONF)
+        target = os.path.realpath(conf)
+        shown = "/" + NVPMODEL_CONF
+        if target != os.path.join(os.path.realpath(self.root), NVPMODEL_CONF):  # a link: name the real file
+            shown += f" -> /{os.path.relpath(target, os.path.realpath(self.root))}"
+        if not os.path.isfile(conf):
+            if not self._spec.presets:
+                self.report.missing.append(f"presets: no /{NVPMODEL_CONF} and no built-in spec")
+            return "built-in spec" if self._spec.presets else "none"
+        try:
+            presets: tuple[Preset, ...] = load_nvpmodel(conf).to_presets(self._spec)
+        except EdgetuneError as exc:
+            self.report.missing.append(f"presets: could not match preset file {shown} to the discovered tables "
+                                       f"({exc}); " + ("kept the built-in presets" if self._spec.presets
+                                                       else "no presets"))
+            return "built-in spec" if self._spec.presets else "none"
+        self._spec = replace(self._spec, presets=presets)
+        self.report.found.append(f"{len(presets)} presets from {shown}")
+        return shown
 
     @property
     def spec(self) -> DeviceSpec:
@@ -264,6 +302,40 @@ class SysfsJetson(Device):
             _nearest(spec.cpu_mhz, cpu_khz / 1000.0) if cpu_khz else spec.cpu_mhz[-1],
             _nearest(spec.gpu_mhz, gpu_hz / 1e6) if gpu_hz else spec.gpu_mhz[-1],
             _nearest(spec.emc_mhz, emc_hz / 1e6) if emc_hz else spec.emc_mhz[-1],
+        )
+
+    # -- telemetry -------------------------------------------------------------------------
+    def _pin(self, folder: str, lo: str, hi: str) -> int | None:
+        a, b = read_int(self.root, f"{folder}/{lo}"), read_int(self.root, f"{folder}/{hi}")
+        return a if a is not None and a == b else None
+
+    def telemetry(self) -> TelemetrySample:
+        """Rails, thermal zones, the clocks running now (``scaling_cur_freq``, devfreq ``cur_freq``,
+        the EMC ``rate``) and the clocks a pin holds (min = max, a locked EMC rate)."""
+        power_w, rails = None, {}
+        if self._sensor is not None:
+            try:
+                power_w, rails = self._sensor.read_total_and_rails()
+            except OSError:
+                pass
+        policy = next((p for p in self._cpu.policies if 0 in p.cpus), self._cpu.policies[0])
+        cpu_khz = read_int(self.root, f"{policy.path}/scaling_cur_freq")
+        gpu_hz = read_int(self.root, f"{self._gpu.devfreq}/cur_freq")
+        emc = self._emc
+        emc_hz = read_int(self.root, emc.rate_file) if emc and emc.rate_file else None
+        cpu_pin = self._pin(policy.path, "scaling_min_freq", "scaling_max_freq")
+        gpu_pin = self._pin(self._gpu.devfreq, "min_freq", "max_freq")
+        emc_pin = None
+        if emc and emc.lock_file and read_int(self.root, emc.lock_file) == 1 and emc.set_file:
+            emc_pin = read_int(self.root, emc.set_file)
+        mhz_k = (lambda v: None if v is None else v / 1000.0)
+        mhz_h = (lambda v: None if v is None else v / 1e6)
+        return TelemetrySample(
+            t_s=self._clock.now_s(), power_w=power_w, rails_w=dict(rails),
+            zones=read_zones(self.root, self._zones),
+            clocks=Clocks(len(self.online_cpus()), mhz_k(cpu_khz), mhz_h(gpu_hz), mhz_h(emc_hz)),
+            pinned=Clocks(None, mhz_k(cpu_pin), mhz_h(gpu_pin), mhz_h(emc_pin)),
+            backend=self.backend,
         )
 
     # -- planning writes -------------------------------------------------------------------

@@ -96,11 +96,17 @@ class ModelInfo:
     soc: str  # "t234", "t194", "t210", "t186" or ""
     builtin: str | None  # name of the matching built-in spec, None when unknown
     l4t: str  # "R35.4.1" or ""
+    known: str | None = None  # a recognised model without a built-in spec ("thor"), else None
 
 
 # (compatible substring, model substring, built-in spec name); first match wins.
 _MODEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("p3701", "agx orin", "orin-agx"),
+    # Orin Nano with the JetPack 6.1+ Super modes: the dev kit's model string ends in "Super".
+    ("", "orin nano engineering reference developer kit super", "orin-nano-super"),
+    ("", "orin nano developer kit super", "orin-nano-super"),
+    ("p3767-0000", "", "orin-nx"),
+    ("", "orin nx", "orin-nx"),
     ("p3767-0003", "", "orin-nano"),
     ("p3767-0004", "", "orin-nano"),
     ("p3767-0005", "", "orin-nano"),
@@ -110,6 +116,11 @@ _MODEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("p3448", "jetson nano", "nano"),
     ("p3450", "", "nano"),
     ("p3636", "tx2 nx", "tx2-nx"),
+)
+#: Recognised models with no built-in spec (``edgetune.powermodes.specs.UNTABULATED``).
+_KNOWN_RULES: tuple[tuple[str, str, str], ...] = (
+    ("tegra264", "thor", "thor"),
+    ("p3834", "", "thor"),
 )
 
 
@@ -130,12 +141,15 @@ def read_model(root: str) -> ModelInfo:
             break
     compat_text = " ".join(compatible).lower()
     model_l = model.lower()
-    builtin = None
-    for compat_key, model_key, name in _MODEL_RULES:
-        if (compat_key and compat_key in compat_text) or (model_key and model_key in model_l):
-            builtin = name
-            break
-    return ModelInfo(model, compatible, soc, builtin, read_l4t(root))
+    def first(rules: tuple[tuple[str, str, str], ...]) -> str | None:
+        for compat_key, model_key, name in rules:
+            if (compat_key and compat_key in compat_text) or (model_key and model_key in model_l):
+                return name
+        return None
+
+    builtin = first(_MODEL_RULES)
+    known = None if builtin else first(_KNOWN_RULES)
+    return ModelInfo(model, compatible, soc, builtin, read_l4t(root), known)
 
 
 def read_l4t(root: str) -> str:
