@@ -158,6 +158,11 @@ def _mhz_hz(hz: int) -> float:
     return round(hz / 1e6, 2)
 
 
+def _opt(value: int | None, per_mhz: float) -> float | None:
+    """A kHz / Hz reading in MHz, or None when the file was missing."""
+    return None if value is None else value / per_mhz
+
+
 def _nearest(table: tuple[float, ...], value: float) -> float:
     return min(table, key=lambda v: abs(v - value))
 
@@ -328,13 +333,11 @@ class SysfsJetson(Device):
         emc_pin = None
         if emc and emc.lock_file and read_int(self.root, emc.lock_file) == 1 and emc.set_file:
             emc_pin = read_int(self.root, emc.set_file)
-        mhz_k = (lambda v: None if v is None else v / 1000.0)
-        mhz_h = (lambda v: None if v is None else v / 1e6)
         return TelemetrySample(
             t_s=self._clock.now_s(), power_w=power_w, rails_w=dict(rails),
             zones=read_zones(self.root, self._zones),
-            clocks=Clocks(len(self.online_cpus()), mhz_k(cpu_khz), mhz_h(gpu_hz), mhz_h(emc_hz)),
-            pinned=Clocks(None, mhz_k(cpu_pin), mhz_h(gpu_pin), mhz_h(emc_pin)),
+            clocks=Clocks(len(self.online_cpus()), _opt(cpu_khz, 1e3), _opt(gpu_hz, 1e6), _opt(emc_hz, 1e6)),
+            pinned=Clocks(None, _opt(cpu_pin, 1e3), _opt(gpu_pin, 1e6), _opt(emc_pin, 1e6)),
             backend=self.backend,
         )
 
