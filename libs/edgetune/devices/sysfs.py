@@ -55,7 +55,7 @@ from edgetune.powermodes.nvpmodel import load_nvpmodel
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.powermodes.specs import SPECS, UNTABULATED
 from edgetune.telemetry.sample import Clocks, TelemetrySample
-from edgetune.telemetry.thermal import find_zones, read_zones
+from edgetune.telemetry.thermal import find_zones, read_zones, zone_info
 
 #: Where nvpmodel keeps the active preset file (a link to /etc/nvpmodel/nvpmodel_<board>.conf).
 NVPMODEL_CONF = "etc/nvpmodel.conf"
@@ -192,6 +192,7 @@ class SysfsJetson(Device):
         self._spec = self._build_spec()
         self.preset_source = self._load_presets()
         self._zones = find_zones(self.root)
+        self._zone_info = zone_info(self.root, self._zones)  # types and trip points do not change
         self._clock = RealClock()
         self._sensor = Ina3221Sensor(self.root, self.report.rails) if self.report.rails else None
         self._initial_mode: PowerMode | None = None
@@ -335,7 +336,7 @@ class SysfsJetson(Device):
             emc_pin = read_int(self.root, emc.set_file)
         return TelemetrySample(
             t_s=self._clock.now_s(), power_w=power_w, rails_w=dict(rails),
-            zones=read_zones(self.root, self._zones),
+            zones=read_zones(self.root, self._zones, self._zone_info),
             clocks=Clocks(len(self.online_cpus()), _opt(cpu_khz, 1e3), _opt(gpu_hz, 1e6), _opt(emc_hz, 1e6)),
             pinned=Clocks(None, _opt(cpu_pin, 1e3), _opt(gpu_pin, 1e6), _opt(emc_pin, 1e6)),
             backend=self.backend,

@@ -41,14 +41,22 @@ def _trip_c(root: str, zone: str) -> float | None:
     return min(trips)[1] if trips else None
 
 
-def read_zones(root: str, zones: list[str]) -> tuple[ZoneReading, ...]:
+def zone_info(root: str, zones: list[str]) -> dict[str, tuple[str, float | None]]:
+    """Zone folder -> (type, first throttling trip °C): the static part, read once."""
+    return {z: (read_text(root, f"{z}/type") or os.path.basename(z), _trip_c(root, z)) for z in zones}
+
+
+def read_zones(root: str, zones: list[str],
+               info: dict[str, tuple[str, float | None]] | None = None) -> tuple[ZoneReading, ...]:
+    """Every readable zone's temperature now (``info``: :func:`zone_info`, to skip re-reading it)."""
+    info = info if info is not None else zone_info(root, zones)
     out = []
     for zone in zones:
-        name = read_text(root, f"{zone}/type") or os.path.basename(zone)
+        name, trip_c = info[zone]
         temp = read_text(root, f"{zone}/temp")
         try:
             temp_c = int(temp or "") / 1000.0
         except ValueError:
             continue
-        out.append(ZoneReading(name, temp_c, _trip_c(root, zone)))
+        out.append(ZoneReading(name, temp_c, trip_c))
     return tuple(out)
