@@ -319,7 +319,7 @@ def test_unknown_board_discovers_tables_and_names_the_preset_file_it_could_not_m
 def test_thor_is_recognised_and_says_why_it_has_no_builtin_spec(tmp_path):
     root = copy_root("orin-agx-jp6", tmp_path)
     (root / "proc/device-tree/model").write_bytes(b"NVIDIA Jetson AGX Thor Developer Kit\0")
-    (root / "proc/device-tree/compatible").write_bytes(b"nvidia,p3971-0000+p3834-0008\0nvidia,tegra264\0")
+    (root / "proc/device-tree/compatible").write_bytes(b"nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0")
     rep = discover(root)
     assert rep.model.builtin is None and rep.model.known == "thor" and rep.model.soc == "t264"
     assert any("not published" in m for m in rep.missing)
