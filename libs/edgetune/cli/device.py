@@ -68,6 +68,7 @@ def describe(device: Device) -> dict[str, Any]:
         out["discovery"] = report.as_dict()
         out["hard_limit_w"] = getattr(device, "hard_limit_w", None)
         out["emc_table_source"] = spec.extra.get("emc_table_source")
+        out["preset_source"] = getattr(device, "preset_source", None)
     if device.backend == "replay":
         out["replay"] = {
             "path": getattr(device, "path", None),
@@ -111,6 +112,7 @@ def _print_rich(info: dict[str, Any]) -> None:
         disc = info["discovery"]
         head.add_row("l4t", disc["l4t"] or "-")
         head.add_row("EMC table from", str(info.get("emc_table_source")))
+        head.add_row("presets from", str(info.get("preset_source")))
         if info.get("hard_limit_w"):
             head.add_row("hard limit", f"{info['hard_limit_w']} W")
     console.print(head)
@@ -164,7 +166,7 @@ def watch_line(s: TelemetrySample, joules: dict[str, float]) -> str:
     parts.append(f"cores {c.cores if c.cores is not None else '-'}")
     for name in ("cpu", "gpu", "emc"):
         cur, pin = getattr(c, f"{name}_mhz"), getattr(p, f"{name}_mhz")
-        parts.append(f"{name} {_fmt_opt(cur)}" + (f"/{pin:g}" if pin is not None else "") + " MHz")
+        parts.append(f"{name} {'-' if cur is None else f'{cur:g}'}" + (f"/{pin:g}" if pin is not None else "") + " MHz")
     parts.append("THROTTLED: " + "; ".join(s.throttle_reasons) if s.throttled else "not throttled")
     return "  ".join(parts)
 
@@ -186,7 +188,7 @@ def watch_table(s: TelemetrySample, joules: dict[str, float], title: str):
     t.add_row("cores online", str(s.clocks.cores if s.clocks.cores is not None else "-"), "", "")
     for name in ("cpu", "gpu", "emc"):
         cur, pin = getattr(s.clocks, f"{name}_mhz"), getattr(s.pinned, f"{name}_mhz")
-        t.add_row(f"{name} clock", f"{_fmt_opt(cur)} MHz", "-" if pin is None else f"{pin:g} MHz", "")
+        t.add_row(f"{name} clock", "-" if cur is None else f"{cur:g} MHz", "-" if pin is None else f"{pin:g} MHz", "")
     t.add_row("[bold]throttled[/]", "[red]yes[/]" if s.throttled else "[green]no[/]",
               "; ".join(s.throttle_reasons), "")
     return t
