@@ -170,3 +170,18 @@ def test_jtop_and_sysfs_backends_give_the_same_fields_for_the_same_fake_board():
     by_short = {z.name.split("-")[0]: (z.temp_c, z.trip_c) for z in sysfs.zones}
     assert {z.name: (z.temp_c, z.trip_c) for z in jtop.zones} == by_short  # tj (offline) skipped by both
     assert jtop.throttled == sysfs.throttled is False
+
+
+def test_jtop_source_needs_jetson_stats_and_its_service_and_auto_falls_back_to_the_device():
+    from edgetune.errors import FailedPrecondition
+    from edgetune.telemetry.jtop import JTOP_SOCKET, telemetry_reader
+
+    dev = SysfsJetson(SYSROOTS / "orin-nx")
+    if not Path(JTOP_SOCKET).exists():  # this machine is no Jetson: no jtop service
+        with pytest.raises(FailedPrecondition, match="jetson-stats is not installed|jtop service is not running"):
+            telemetry_reader(dev, "jtop")
+        assert telemetry_reader(dev, "auto") == dev.telemetry
+    sim = SimulatedJetson("orin-nx")
+    assert telemetry_reader(sim, "auto") == sim.telemetry  # never jtop for a simulated board
+    with pytest.raises(InvalidArgument, match="telemetry_source"):
+        telemetry_reader(dev, "tegrastats")

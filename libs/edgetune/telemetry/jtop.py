@@ -95,6 +95,22 @@ def jtop_available() -> bool:
     return os.path.exists(JTOP_SOCKET)
 
 
+#: Where telemetry is read from: the device backend (sysfs, simulator, ...), jtop, or jtop when
+#: its service runs on a sysfs device and the device otherwise.
+TELEMETRY_SOURCES = ("auto", "device", "jtop")
+
+
+def telemetry_reader(device: Any, source: str = "auto"):
+    """A no-argument callable giving :class:`TelemetrySample`s of ``device`` from ``source``."""
+    from edgetune.errors import InvalidArgument
+
+    if source not in TELEMETRY_SOURCES:
+        raise InvalidArgument("telemetry_source", f"unknown telemetry source {source!r}", ", ".join(TELEMETRY_SOURCES))
+    if source == "jtop" or (source == "auto" and getattr(device, "backend", "") == "sysfs" and jtop_available()):
+        return JtopReader(device).read
+    return device.telemetry
+
+
 class JtopReader:
     """Reads telemetry through a running jtop service; ``read()`` gives a :class:`TelemetrySample`."""
 
