@@ -359,3 +359,26 @@ def test_telemetry_flags_a_pinned_clock_running_below_its_pin_and_a_hot_zone(tmp
     t = dev.telemetry()
     assert t.throttled and t.throttle_reasons == ("gpu-thermal 99.5 °C >= trip 99.0 °C",)
     dev.restore()
+
+
+def test_emc_as_a_devfreq_device_is_discovered_pinned_and_restored(tmp_path):
+    """Thor's layout for the memory clock: /sys/class/devfreq/bwmgr (min / max / cur, Hz). The
+    tables here are the Orin NX's (Thor's are not published): only the layout is Thor's."""
+    root = copy_root("orin-nx", tmp_path)
+    shutil.rmtree(root / "sys/kernel/debug")
+    bw = root / "sys/class/devfreq/bwmgr"
+    bw.mkdir(parents=True)
+    for name, text in (("available_frequencies", "204000000 665600000 2133000000 3199000000"),
+                       ("min_freq", "204000000"), ("max_freq", "3199000000"), ("cur_freq", "665600000"),
+                       ("governor", "nvhost_podgov")):
+        (bw / name).write_text(text + "\n")
+    dev = SysfsJetson(root)
+    assert dev.report.emc.method == "devfreq" and dev.spec.emc_mhz == (204.0, 665.6, 2133.0, 3199.0)
+    assert "EMC control (devfreq)" in dev.report.found
+    assert dev.current_mode().emc_mhz == 665.6  # not pinned: the running rate
+    dev.apply(PowerMode(4, 1651.2, 612.0, 2133.0))
+    assert read(root, "sys/class/devfreq/bwmgr/min_freq") == read(root, "sys/class/devfreq/bwmgr/max_freq") == "2133000000"
+    assert dev.current_mode().emc_mhz == 2133.0 and dev.telemetry().pinned.emc_mhz == 2133.0
+    dev.restore()
+    assert (read(root, "sys/class/devfreq/bwmgr/min_freq"), read(root, "sys/class/devfreq/bwmgr/max_freq")) == (
+        "204000000", "3199000000")

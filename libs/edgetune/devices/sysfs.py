@@ -136,7 +136,8 @@ def discover(root: str | os.PathLike = "/") -> DiscoveryReport:
           "GPU devfreq (available_frequencies)")
     _note(rep, bool(emc and emc.table_khz), "EMC frequency table",
           "EMC frequency table (bpmp debug/emc/possible_rates or clk/emc/clk_possible_rates; needs debugfs)")
-    _note(rep, bool(emc and emc.method in ("bpmp", "t210-override")), f"EMC control ({emc.method if emc else ''})",
+    _note(rep, bool(emc and emc.method in ("bpmp", "t210-override", "devfreq")),
+          f"EMC control ({emc.method if emc else ''})",
           "EMC rate control (debugfs); nvpmodel EMC cap only" if emc and emc.method == "cap"
           else "EMC rate control (debugfs)")
     _note(rep, bool(rails), f"{len(rails)} INA3221 rails", "power monitor (INA3221 hwmon / iio)")
@@ -291,6 +292,8 @@ class SysfsJetson(Device):
             pinned = read_int(self.root, emc.set_file or "")
             if pinned:
                 return pinned
+        if emc.method == "devfreq":
+            return self._pinned_or_current(emc.extra["devfreq"], "min_freq", "max_freq", "cur_freq")
         if emc.method == "cap":
             cap = read_int(self.root, emc.cap_file or "")
             return cap if cap and cap < 2**62 else None
@@ -334,6 +337,8 @@ class SysfsJetson(Device):
         emc_pin = None
         if emc and emc.lock_file and read_int(self.root, emc.lock_file) == 1 and emc.set_file:
             emc_pin = read_int(self.root, emc.set_file)
+        elif emc and emc.method == "devfreq":
+            emc_pin = self._pin(emc.extra["devfreq"], "min_freq", "max_freq")
         return TelemetrySample(
             t_s=self._clock.now_s(), power_w=power_w, rails_w=dict(rails),
             zones=read_zones(self.root, self._zones, self._zone_info),
@@ -384,6 +389,8 @@ class SysfsJetson(Device):
             return plan
         if method == "t210-override":
             return [(emc.set_file, str(hz)), (emc.lock_file, "1")]
+        if method == "devfreq":
+            return self._range_writes(emc.extra["devfreq"], "min_freq", "max_freq", hz, hz)
         if method == "cap":
             return [(emc.cap_file, str(hz))]
         if self._emc_current_hz() == hz or len(self._emc_raw) == 1:
@@ -418,6 +425,9 @@ class SysfsJetson(Device):
         emc = self._emc
         if emc is not None:
             files += [f for f in (emc.set_file, emc.lock_file, emc.cap_file) if f]
+            if emc.method == "devfreq":
+                e = emc.extra["devfreq"]
+                files += [f"{e}/governor", f"{e}/min_freq", f"{e}/max_freq"]
         return list(dict.fromkeys(files))
 
     def apply(self, mode: PowerMode) -> PowerMode:
@@ -457,7 +467,9 @@ class SysfsJetson(Device):
             back(p.path, "scaling_governor", "scaling_min_freq", "scaling_max_freq")
         back(self._gpu.devfreq, "governor", "min_freq", "max_freq")
         emc = self._emc
-        if emc is not None and emc.method != "none":
+        if emc is not None and emc.method == "devfreq":
+            back(emc.extra["devfreq"], "governor", "min_freq", "max_freq")
+        elif emc is not None and emc.method != "none":
             rate = snap.get(emc.set_file) if emc.set_file and emc.set_file != emc.cap_file else None
             lock = snap.get(emc.lock_file) if emc.lock_file else None
             # Releasing the lock: release first so the old rate value never pins the clock;

@@ -16,7 +16,7 @@ Layouts handled (sources in ``tests/fixtures/sysroots/README.md``):
   ``/sys/devices/17000000.ga10b/...`` (Orin, JP 5), ``/sys/devices/17000000.gv11b/...`` (Xavier),
   ``/sys/devices/57000000.gpu/...`` and ``gpu.0`` (Nano), or any ``/sys/class/devfreq`` entry
   named like a Tegra GPU
-- EMC: BPMP debugfs ``/sys/kernel/debug/bpmp/debug/clk/emc/{rate,min_rate,max_rate,mrq_rate_locked}``
+- EMC: the bandwidth manager's devfreq ``/sys/class/devfreq/bwmgr`` (Thor, Hz); BPMP debugfs ``/sys/kernel/debug/bpmp/debug/clk/emc/{rate,min_rate,max_rate,mrq_rate_locked}``
   with the table in ``bpmp/debug/emc/possible_rates`` (t186 / t194 / t234); the t210 clock
   debugfs ``/sys/kernel/debug/clk/emc/clk_{rate,possible_rates}`` with
   ``clk/override.emc/clk_{update_rate,state}``; the nvpmodel caps
@@ -289,12 +289,16 @@ BPMP_EMC_TABLE = "sys/kernel/debug/bpmp/debug/emc/possible_rates"
 T210_EMC = "sys/kernel/debug/clk/emc"
 T210_OVERRIDE = "sys/kernel/debug/clk/override.emc"
 EMC_CAPS = ("sys/kernel/nvpmodel_emc_cap/emc_iso_cap", "sys/kernel/nvpmodel_clk_cap/emc")
+#: EMC as a devfreq device (Hz): Jetson Thor's bandwidth manager (public Thor benchmark scripts
+#: read /sys/class/devfreq/bwmgr/{cur,min,max}_freq and lock it at 4266000000 Hz).
+EMC_DEVFREQ_CANDIDATES = ("sys/class/devfreq/bwmgr",)
 
 
 @dataclass(frozen=True)
 class EmcLayout:
     #: "bpmp" (rate + mrq_rate_locked), "t210-override" (clk_update_rate + clk_state),
-    #: "cap" (nvpmodel cap only: bounds the clock, does not pin it) or "none" (read-only).
+    #: "devfreq" (min_freq = max_freq, Thor's bwmgr), "cap" (nvpmodel cap only: bounds the
+    #: clock, does not pin it) or "none" (read-only).
     method: str
     table_khz: tuple[int, ...]
     table_source: str | None
@@ -324,6 +328,12 @@ def find_emc(root: str) -> EmcLayout | None:
         return EmcLayout("t210-override" if can_set else "none", tuple(table), table_src, rate,
                          f"{T210_OVERRIDE}/clk_update_rate" if can_set else None,
                          f"{T210_OVERRIDE}/clk_state" if can_set else None, cap)
+    for rel in EMC_DEVFREQ_CANDIDATES:
+        if exists(f"{rel}/cur_freq") and exists(f"{rel}/max_freq"):
+            table_src = f"{rel}/available_frequencies" if exists(f"{rel}/available_frequencies") else None
+            table = [hz // 1000 for hz in parse_int_list(read_text(root, table_src))] if table_src else []
+            return EmcLayout("devfreq", tuple(table), table_src, f"{rel}/cur_freq", None, None, cap,
+                             {"devfreq": rel})
     if cap:
         return EmcLayout("cap", (), None, None, cap, None, cap)
     return None
