@@ -231,11 +231,12 @@ ORIN_NANO_SUPER = _with_presets(
 #: any public source reachable here, so there is no built-in Thor spec (a Thor node discovers
 #: its own tables through SysfsJetson). Confirmed: 14 Neoverse-V3AE cores, CPU pinned at
 #: 2601000 kHz in a public benchmark auditor, GPU 1575000000 Hz under MAXN in a public preflight
-#: test, GPU devfreq nodes /sys/class/devfreq/gpu-gpc-0 and gpu-nvd-0 (jetson-stats thor_power),
+#: test, EMC 4266000000 Hz under jetson_clocks on the devfreq node /sys/class/devfreq/bwmgr (public
+#: Thor benchmark scripts), GPU devfreq nodes /sys/class/devfreq/gpu-gpc-0 and gpu-nvd-0 (jetson-stats),
 #: cpufreq policies on cpu0, 2, 4, … 12 (two-core clusters, per NVIDIA Sionna's Jetson tuning
 #: guide), power models MAXN (ID 0), 120W (ID 1, default), 90W, 70W, and the dev kit's
 #: compatible "nvidia,p3971-0089+p3834-0008" (upstream tegra.yaml binding).
-THOR_KNOWN = {"cores": 14, "cpu_max_mhz": 2601.0, "gpu_max_mhz": 1575.0, "soc": "t264",
+THOR_KNOWN = {"cores": 14, "cpu_max_mhz": 2601.0, "gpu_max_mhz": 1575.0, "emc_max_mhz": 4266.0, "soc": "t264",
               "presets": ("MAXN", "120W", "90W", "70W")}
 
 #: Every built-in spec by CLI name.
