@@ -160,8 +160,8 @@ def _mhz_hz(hz: int) -> float:
 
 
 def _opt(value: int | None, per_mhz: float) -> float | None:
-    """A kHz / Hz reading in MHz, or None when the file was missing."""
-    return None if value is None else value / per_mhz
+    """A kHz / Hz reading in MHz, or None when the file was missing or reads 0 (a gated clock)."""
+    return value / per_mhz if value else None
 
 
 def _nearest(table: tuple[float, ...], value: float) -> float:

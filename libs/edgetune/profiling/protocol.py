@@ -11,7 +11,8 @@ Per point (seed 002's protocol, with seed 000's peak power and seed 001's trapez
 5. run the clean minibatches with the device's power sampler running;
 6. report time mean / std, power mean / std / peak, energy (trapezoid over the run window),
    energy per minibatch, idle power and energy above idle, samples, settling;
-7. throttling: the device's telemetry is read before and after the run; a point measured
+7. throttling: the device's telemetry is read before the run (thermal zones) and right after
+   it (zones and clocks); a point measured
    while throttled (a clock below the applied mode's, a thermal zone past its trip point) is
    flagged ``throttled`` and, by default, measured again after a cool-down (idle until the
    board no longer throttles, at most ``cooldown_timeout_s``), up to ``max_remeasures`` times.
@@ -40,6 +41,7 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.settling import SettleResult, wait_for_settle, window_size
 from edgetune.profiling.stats import mean_std, power_stats, repetitions
+from edgetune.telemetry.sample import Clocks, throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +311,10 @@ class Profiler:
             samples = sampler.stop()
             t_end = clock.now_s()
         heat_after = dev.telemetry()
-        reasons = tuple(dict.fromkeys(heat_before.throttle_reasons + heat_after.throttle_reasons))
+        # Before the run only the zones count: an idle GPU may be rail-gated or clocked down by
+        # its governor whatever the pin says; right after the run the clocks count too.
+        before = throttle_reasons(Clocks(), Clocks(), heat_before.zones)
+        reasons = tuple(dict.fromkeys(before + heat_after.throttle_reasons))
         if len(all_ms) != w + n:
             raise FailedPrecondition(f"device ran {len(all_ms)} minibatches, {w + n} were asked")
         for s in samples:
@@ -338,10 +343,12 @@ class Profiler:
         )
 
     def _cool_down(self) -> bool:
-        """Idle (in the applied mode) until the device no longer throttles; False on timeout."""
+        """Idle (in the applied mode) until no thermal zone is past its trip point; False on timeout.
+
+        Zones only: an idle board's clocks say nothing about heat (the GPU may be gated)."""
         cfg, clock = self.config, self.device.clock
         deadline = clock.now_s() + cfg.cooldown_timeout_s
-        while self.device.telemetry().throttled:
+        while any(z.past_trip for z in self.device.telemetry().zones):
             if clock.now_s() >= deadline:
                 return False
             clock.sleep(cfg.cooldown_poll_s)

@@ -11,9 +11,9 @@ power. Noise comes from two seeded generators (runs, sensor), so a seed and a ca
 sequence always give the same numbers.
 
 Heat: three thermal zones (``cpu-thermal``, ``gpu-thermal``, ``tj-thermal``) sit at
-``ambient_c`` plus the board's noise-free power times ``THERMAL_C_PER_W_AT_MAX``-derived
-resistance (about +45 °C at the spec's ``max_power_w``), plus whatever :meth:`heat` added (a hot
-board in tests: extra degrees that decay exponentially on the virtual clock); they follow the
+``ambient_c`` plus the board's noise-free power times a thermal resistance set by
+``THERMAL_RISE_AT_MAX_C`` (+45 °C at the spec's ``max_power_w``), plus whatever :meth:`heat`
+added (a hot board in tests: extra degrees that decay exponentially on the virtual clock); they follow the
 power without thermal lag (no heat capacity is modelled). When ``tj-thermal``
 reaches ``trip_c`` the board throttles as a Jetson does: CPU and GPU clocks drop to
 ``THROTTLE_FRAC`` of the applied mode's (floored to the tables) and a run started then is
