@@ -382,3 +382,20 @@ def test_emc_as_a_devfreq_device_is_discovered_pinned_and_restored(tmp_path):
     dev.restore()
     assert (read(root, "sys/class/devfreq/bwmgr/min_freq"), read(root, "sys/class/devfreq/bwmgr/max_freq")) == (
         "204000000", "3199000000")
+
+
+def test_thor_style_ina238_system_input_is_the_board_power(tmp_path):
+    """Thor's carrier reads its input with an INA238 (hwmon: in1 mV, curr1 mA, power1 µW), one
+    rail jetson-stats calls VIN; the reading values here are made up."""
+    root = copy_root("unknown-board", tmp_path)
+    hw = root / "sys/bus/i2c/drivers/ina238/2-0044/hwmon/hwmon3"
+    hw.mkdir(parents=True)
+    (root / "sys/bus/i2c/drivers/ina238/2-0044/name").write_text("ina238\n")
+    for name, text in (("name", "ina238"), ("in1_input", "19200"), ("curr1_input", "1480"),
+                       ("power1_input", "28416000")):
+        (hw / name).write_text(text + "\n")
+    dev = SysfsJetson(root)
+    assert [(r.name, r.kind) for r in dev.report.rails] == [("VIN", "ina238")]
+    assert dev.power_sensor().read_w() == pytest.approx(28.416)
+    t = dev.telemetry()
+    assert t.power_w == pytest.approx(28.416) and t.rails_w == {"VIN": pytest.approx(28.416)}
