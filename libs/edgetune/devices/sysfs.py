@@ -321,7 +321,8 @@ class SysfsJetson(Device):
     def telemetry(self) -> TelemetrySample:
         """Rails, thermal zones, the clocks running now (``scaling_cur_freq``, devfreq ``cur_freq``,
         the EMC ``rate``) and the clocks a pin holds (min = max, a locked EMC rate)."""
-        power_w, rails = None, {}
+        power_w: float | None = None
+        rails: dict[str, float] = {}
         if self._sensor is not None:
             try:
                 power_w, rails = self._sensor.read_total_and_rails()

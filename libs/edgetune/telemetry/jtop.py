@@ -63,20 +63,20 @@ def sample_from_jtop(snap: JtopSnapshot, t_s: float, trips_c: Mapping[str, float
              if r.get("online", True) and r.get("power") is not None}
     tot = snap.power.get("tot") or {}
     power_w = float(tot["power"]) / 1000.0 if tot.get("power") is not None else None
-    short = {}
-    for name, trip in (trips_c or {}).items():
-        short[name] = trip
-        short[name.split("-")[0] if "-" in name else name.split("_")[0]] = trip
+    short: dict[str, float] = {}
+    for zone, trip_c in (trips_c or {}).items():
+        short[zone] = trip_c
+        short[zone.split("-")[0] if "-" in zone else zone.split("_")[0]] = trip_c
     zones = []
     for name, t in snap.temperature.items():
         if not t.get("online", True):
             continue
-        trip = t.get("max") or t.get("crit") or short.get(name)
+        trip: float | None = t.get("max") or t.get("crit") or short.get(name)
         zones.append(ZoneReading(name, float(t["temp"]), None if trip is None else float(trip)))
     cores = [c for c in snap.cpu.get("cpu", []) if c.get("online", False)]
-    cpu0 = next(iter(cores), {})
-    gpu = next(iter(snap.gpu.values()), {}) if snap.gpu else {}
-    emc = snap.memory.get("EMC") or {}
+    cpu0: Mapping[str, Any] = next(iter(cores), {})
+    gpu: Mapping[str, Any] = next(iter(snap.gpu.values()), {}) if snap.gpu else {}
+    emc: Mapping[str, Any] = snap.memory.get("EMC") or {}
     return TelemetrySample(
         t_s=t_s, power_w=power_w, rails_w=rails, zones=tuple(zones),
         clocks=Clocks(len(cores) if snap.cpu else None, _cur_mhz(cpu0.get("freq")), _cur_mhz(gpu.get("freq")),
@@ -89,7 +89,7 @@ def sample_from_jtop(snap: JtopSnapshot, t_s: float, trips_c: Mapping[str, float
 def jtop_available() -> bool:
     """jetson-stats importable and its service's socket present."""
     try:
-        import jtop  # noqa: F401
+        import jtop  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         return False
     return os.path.exists(JTOP_SOCKET)
@@ -116,7 +116,7 @@ class JtopReader:
 
     def __init__(self, device: Any = None, interval_s: float = 1.0) -> None:
         try:
-            from jtop import jtop
+            from jtop import jtop  # type: ignore[import-not-found]
         except ImportError:
             raise FailedPrecondition("jetson-stats is not installed: pip install 'edgetune[jetson]'") from None
         if not os.path.exists(JTOP_SOCKET):
