@@ -44,6 +44,7 @@ from edgetune.coordination.jobs import Job, JobQueue
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
+from edgetune.services.profiler import metrics
 from edgetune.services.profiler.servicer import ProfilerServicer
 
 log = logging.getLogger("edgetune.profiler.link")
@@ -257,6 +258,8 @@ class CoordinatorLink:
             self.applied_revision = config.revision
             return None
         self.applied_revision = config.revision
+        if config.HasField("power_budget_w"):
+            metrics.CONFIG_POWER_BUDGET_W.set(config.power_budget_w)
         if applied is not None:
             log.info("config applied", extra={"revision": config.revision, "round_id": config.round_id,
                                               "mode": applied[0].label(), "batch_size": config.batch_size})

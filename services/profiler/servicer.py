@@ -44,6 +44,7 @@ from edgetune.services.common.errors import field_named, field_prefix, map_error
 from edgetune.services.common.paging import paginate
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.safety import ModeKeeper
+from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class ProfileJob:
                 continue
             metrics.POINTS.labels("measured").inc()
             metrics.POWER_W.set(m.power_w)
+            metrics.MEASURED_POWER_W.set(m.power_w)
+            metrics.MEASURED_TIME_MS.set(m.time_ms)
+            if m.remeasured or m.throttled:
+                metrics.THROTTLED_POINTS.inc(m.remeasured + int(m.throttled))
             s._store_measurement(m)
             self._put(measurement=convert.measurement_to_proto(m, s.node_id, time.time()))
         self.outcome = "completed"
@@ -176,6 +181,8 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         self._jobs_lock = threading.Lock()
         self._closing = threading.Event()
         self._grids: dict[str, list[PowerMode]] = {}
+        #: The agent's continuous telemetry sampler (set by the server; None when off).
+        self.telemetry: TelemetrySampler | None = None
         metrics.set_mode(self.device.current_mode())
 
     # -- helpers -----------------------------------------------------------------------------
