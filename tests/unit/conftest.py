@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.store import EmbeddedStore
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    """One embedded Redis per test module: starting a server per test would dominate the time."""
-    s = EmbeddedStore()
-    yield s
-    s.close()
+from edgetune.coordination.store import MemoryStore
 
 
 @pytest.fixture
-def store(shared_store):
-    """The module's embedded store, emptied for this test."""
-    shared_store.client.flushall()
-    return shared_store
+def store():
+    """A fresh in-memory store: the coordination unit tests start no server
+    (``test_store_contract.py`` holds the Redis backends to the same contract)."""
+    with MemoryStore() as s:
+        yield s

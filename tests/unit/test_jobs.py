@@ -1,4 +1,4 @@
-"""Profiling job streams on a real (embedded) Redis: at-least-once delivery, no duplicates."""
+"""Profiling job queues on the in-memory store: at-least-once delivery, no duplicates."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from edgetune.coordination.jobs import JobQueue, measurement_doc
+from edgetune.coordination.jobs import JobQueue, measurement_record
+from edgetune.coordination.store import DeadJob
 from edgetune.errors import InvalidArgument
 
 
@@ -77,12 +78,14 @@ def test_poison_job_goes_to_the_dead_letter_stream(store):
     assert q.claim("n1", "a2", block_ms=0)[0].deliveries == 2
     time.sleep(0.04)
     assert q.claim("n1", "a3", block_ms=0) == []  # third delivery would exceed max_deliveries
-    assert q.dead_jobs("n1") == [{"poison": True, "job_id": "bad"}]
+    assert q.dead_jobs("n1") == [DeadJob("bad", {"poison": True}, 3)]
     assert q.pending_count("n1") == 0
 
 
-def test_measurement_docs_need_ids():
-    assert measurement_doc({"id": "m1", "device": "nano", "node": "n9"}, "n1")["device_model"] == "nano"
-    assert measurement_doc({"id": "m1", "device": "nano"}, "n1")["node_id"] == "n1"
+def test_measurement_records_need_ids_and_fill_the_node():
+    [row] = _rows(type("J", (), {"job_id": "j", "node_id": "n9"})(), 1)
+    record = measurement_record(row, "n1")
+    assert (record.device_model, record.node_id, record.mode.cores) == ("orin-agx", "n9", 12)
+    assert measurement_record({k: v for k, v in row.items() if k != "node"}, "n1").node_id == "n1"
     with pytest.raises(InvalidArgument, match="measurement.id"):
-        measurement_doc({"device": "nano"}, "n1")
+        measurement_record({k: v for k, v in row.items() if k != "id"}, "n1")

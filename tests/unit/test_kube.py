@@ -20,7 +20,7 @@ from kubernetes import client, watch
 
 from edgetune.coordination import kube
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
-from edgetune.coordination.store import EmbeddedStore
+from edgetune.coordination.store import MemoryStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
 NODELIST = (FIXTURES / "nodelist_jetsons.json").read_text()
@@ -98,7 +98,7 @@ def recorded_api():
 
 @pytest.fixture
 def store():
-    s = EmbeddedStore()
+    s = MemoryStore()
     yield s
     s.close()
 

@@ -1,4 +1,4 @@
-"""Node registry on a real (embedded) Redis: registration, heartbeat TTLs, lost nodes, budgets."""
+"""Node registry on the in-memory store: registration, heartbeat TTLs, lost nodes, budgets."""
 
 from __future__ import annotations
 

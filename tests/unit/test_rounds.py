@@ -1,4 +1,4 @@
-"""Round planning glue on a real (embedded) Redis: budgets precedence, planning around lost
+"""Round planning glue on the in-memory store: budgets precedence, planning around lost
 nodes, re-planning after a budget change with revisions only for changed nodes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import EmbeddedStore
+from edgetune.coordination.store import MemoryStore
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -22,7 +22,7 @@ OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)
 
 
 def _setup(heartbeat_ttl_s: float):
-    store = EmbeddedStore()
+    store = MemoryStore()
     registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
     lease = LeaderLease(store, holder_id="me", lease_ms=10_000)
     lease.try_acquire()

@@ -52,10 +52,11 @@ from .records import (
     SiteBudgets,
     UnknownSchema,
 )
-from .redis_store import STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
+from .redis_store import CONNECTION_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
 
 __all__ = [
     "ALLOWED_URLS",
+    "CONNECTION_ERRORS",
     "DEFAULT_NAMESPACE",
     "ROLES",
     "STORE_ERRORS",

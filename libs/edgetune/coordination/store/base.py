@@ -97,6 +97,10 @@ def key_parts(key: KeyLike) -> tuple[str | int, ...]:
     return parts
 
 
+#: :func:`key_parts` under a name that does not shadow a ``key_parts`` argument.
+parts_of = key_parts
+
+
 def redact_url(url: str) -> str:
     """The URL without its password, for logs, errors and ``info()``."""
     try:

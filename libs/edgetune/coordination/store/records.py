@@ -51,7 +51,7 @@ class UnknownSchema(FailedPrecondition):
 def dumps(value: Any, field_name: str) -> bytes:
     """Compact JSON bytes; a value JSON cannot hold raises InvalidArgument naming ``field_name``."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        return json.dumps(value, separators=(",", ":")).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(field_name, f"not JSON-serialisable: {exc}") from None
 

@@ -57,7 +57,7 @@ from .base import (
     check_ttl,
     check_version,
     escape_part,
-    key_parts as parts_of,
+    parts_of,
     redact_url,
     unescape_part,
 )
@@ -66,6 +66,8 @@ from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, Rou
 #: Errors that mean "cannot talk to the store now" (a restart, a failover): retry later.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
+#: The store's server cannot be reached (as gRPC: UNAVAILABLE, the client retries).
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 #: Every error a Redis-backed store call may raise besides edgetune's own.
 STORE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
