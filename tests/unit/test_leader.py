@@ -10,7 +10,15 @@ import pytest
 
 from edgetune.coordination.configs import ConfigStore, NodeConfig
 from edgetune.coordination.leader import LeaderLease, NotLeader
+from edgetune.coordination.store import MemoryStore
 from edgetune.errors import FailedPrecondition, InvalidArgument
+
+
+@pytest.fixture
+def store():
+    """On the real monotonic clock: a lease's local window runs on it, and the renewer thread sleeps."""
+    with MemoryStore() as s:
+        yield s
 
 
 def test_only_one_holder_and_release_hands_over(store):

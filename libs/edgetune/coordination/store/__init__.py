@@ -37,7 +37,7 @@ from .base import (
     unescape_part,
 )
 from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
-from .memory import MemoryStore
+from .memory import ManualClock, MemoryStore
 from .records import (
     ROLES,
     DeadJob,
@@ -70,6 +70,7 @@ __all__ = [
     "InferenceTarget",
     "Job",
     "LeaseLost",
+    "ManualClock",
     "MeasurementRecord",
     "MemoryStore",
     "NodeConfig",

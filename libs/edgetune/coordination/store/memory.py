@@ -72,6 +72,22 @@ class _ConfigSlot:
     log: deque[NodeConfig]
 
 
+class ManualClock:
+    """A clock that moves only when told (``advance``): TTL tests without sleeping or timing races."""
+
+    def __init__(self, start_s: float = 1_000.0) -> None:
+        self.now_s = float(start_s)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now_s += seconds
+
+
 class MemoryStore:
     """Everything :class:`~.base.Store` promises, in this process's memory (see module doc)."""
 
