@@ -61,9 +61,8 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
     store = open_store(redis_tcp.url)
     standby = None
     try:
-        key = store.key("leader", "coordinator")
         deadline = time.monotonic() + 30
-        while (store.client.get(key) or b"").split(b"@")[0] != b"coord-a":
+        while (store.lease_holder("coordinator") or "").split("@")[0] != "coord-a":
             assert leader.poll() is None, leader.stderr.read().decode()
             assert time.monotonic() < deadline, "the leader process never took the lease"
             time.sleep(0.05)
@@ -78,7 +77,7 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
                 stub.PlanRound(_plan(["n1"]))
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "coord-a@" in err.value.details()
 
-            pttl_at_kill_ms = store.client.pttl(key)
+            pttl_at_kill_ms = store.lease_ttl_ms("coordinator")
             os.kill(leader.pid, signal.SIGKILL)
             killed = time.monotonic()
             leader.wait(10)
@@ -199,15 +198,14 @@ def test_edgetune_serve_coordinator_releases_the_lease_on_sigterm(redis_tcp):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     store = open_store(redis_tcp.url)
     try:
-        key = store.key("leader", "coordinator")
         deadline = time.monotonic() + 30
-        while not (store.client.get(key) or b"").startswith(b"coord-cli@"):
+        while not (store.lease_holder("coordinator") or "").startswith("coord-cli@"):
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert store.client.get(key) is None  # released, not left to expire: a standby leads at once
+        assert store.lease_holder("coordinator") is None  # released, not left to expire: a standby leads at once
     finally:
         _kill(proc)
         store.close()
