@@ -180,7 +180,8 @@ def test_a_killed_agent_s_jobs_are_redelivered_and_nothing_is_duplicated(redis_t
             for job in q.claim("n1", "agent-new", block_ms=100, count=3):
                 done[job.job_id] = done.get(job.job_id, 0) + 1
                 rows = [{"id": f"{job.job_id}-m", "device": "orin-agx", "node": "n1", "workload": "resnet18",
-                         "role": "train", "time_ms": 1.0, "power_w": 1.0}]
+                         "role": "train", "cores": 8, "cpu_mhz": 1728.0, "gpu_mhz": 930.75, "emc_mhz": 3199.0,
+                         "batch_size": 32, "time_ms": 1.0, "power_w": 1.0}]
                 q.complete(job, rows)
         assert done == {i: 1 for i in ids}
         assert store.count_measurements("orin-agx", "resnet18", "train", "n1") == len(ids)
