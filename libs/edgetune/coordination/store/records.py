@@ -1,19 +1,22 @@
 """What the store holds, as frozen dataclasses with one serialiser each.
 
-Every record class has a ``SCHEMA_VERSION`` and exactly one serialiser pair,
-``to_json() -> bytes`` / ``from_json(bytes)``; the JSON carries ``"schema": <version>``.
-``from_json`` refuses a schema version it does not know (a newer writer's record) with
-:class:`UnknownSchema`, naming the record type and the versions it reads. Data written
-before records had a schema (no ``"schema"`` key) is converted on read: a legacy
-measurement, for instance, may say ``device``/``node`` and carry the mode's knobs flat.
+Every record class has a ``SCHEMA_VERSION`` and one serialiser: its fields are said once
+(``_fields`` / ``_from_fields``), and ``to_dict`` / ``from_dict`` (the JSON value a doc or
+kv value holds) and ``to_json`` / ``from_json`` (the same as bytes) frame them with
+``"schema": <version>``. ``from_dict`` refuses a schema version it does not know (a newer
+writer's record) with :class:`UnknownSchema`, naming the record type and the version it
+reads. Data written before records had a schema (no ``"schema"`` key) is converted on read:
+a legacy measurement, for instance, may say ``device``/``node`` and carry the knobs flat.
 
 One shape per concept: a measurement says ``device_model`` and ``node_id`` and nests its
 ``mode``; the profile-table row shape (``device``, ``node``, flat knobs: CONTRACT.md) is
 :meth:`MeasurementRecord.to_row`, for the code that reads tables.
 
 A new resource (the coming ``TuningJob``, its per-node status) is a record class here plus a
-doc kind: :meth:`~edgetune.coordination.store.Store.put_doc` with ``expected_revision`` gives
-it compare-and-set, ``list_docs`` its index.
+doc kind (``tuning-job/<id>``, ``tuning-job-node/<id>:<node>``): ``Store.put_doc`` with
+``expected_revision`` gives it compare-and-set (a reconcile loop's read-modify-write),
+``list_docs`` its index, and a leader-only writer fences itself with the lease as config
+publishing does. Delivered, not stored: :class:`Job`, :class:`DeadJob`, :class:`Published`.
 """
 
 from __future__ import annotations
