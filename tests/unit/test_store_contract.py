@@ -231,6 +231,26 @@ def test_doc_compare_and_set(store):
         store.put_doc("session", "s1", {}, expected_revision=-1)
 
 
+def test_fenced_doc_writes_need_the_lease(store, elapse):
+    """What a leader's reconcile loop relies on: a deposed leader's late write changes nothing."""
+    fence = Fence("coordinator", "a")
+    with pytest.raises(LeaseLost):
+        store.put_doc("tuning-job", "j1", {"phase": "profiling"}, fence=fence)
+    assert store.acquire_lease("coordinator", "a", 150)
+    rev = store.put_doc("tuning-job", "j1", {"phase": "profiling"}, expected_revision=0, fence=fence)
+    assert store.renew_lease("coordinator", "a", 150)  # a renewal does not disturb a fenced write
+    rev = store.put_doc("tuning-job", "j1", {"phase": "fitting"}, expected_revision=rev, fence=fence)
+    elapse(0.2)
+    assert store.acquire_lease("coordinator", "b", 5000)
+    with pytest.raises(LeaseLost) as err:
+        store.put_doc("tuning-job", "j1", {"phase": "stale"}, expected_revision=rev, fence=fence)
+    assert err.value.holder == "b"
+    with pytest.raises(LeaseLost):
+        store.delete_doc("tuning-job", "j1", fence=fence)
+    assert store.get_doc("tuning-job", "j1") == ({"phase": "fitting"}, rev)
+    assert store.delete_doc("tuning-job", "j1", expected_revision=rev, fence=Fence("coordinator", "b"))
+
+
 def test_concurrent_read_modify_write_loses_no_update(store):
     store.put_doc("counter", "c", {"n": 0})
 
@@ -518,6 +538,24 @@ def test_write_between_watch_and_exec_is_caught(redis_store, monkeypatch):
         assert interfered and store.get_doc("session", "s1") == ({"v": 2}, last)
     finally:
         other.close()
+
+
+def test_a_renewal_during_a_fenced_write_is_no_conflict(redis_store, monkeypatch):
+    # The fenced write WATCHes the lease key too: a renewal landing between WATCH and EXEC
+    # aborts the EXEC, and the write is tried again (not reported as a revision conflict).
+    store = redis_store
+    assert store.acquire_lease("coordinator", "a", 5000)
+    rev = store.put_doc("tuning-job", "j1", {"v": 0})
+    real_incr, renewed = store.client.incr, []
+
+    def incr_after_renewal(name, *args, **kwargs):
+        if name.endswith(":doc-rev") and not renewed:
+            renewed.append(store.renew_lease("coordinator", "a", 5000))
+        return real_incr(name, *args, **kwargs)
+
+    monkeypatch.setattr(store.client, "incr", incr_after_renewal)
+    new = store.put_doc("tuning-job", "j1", {"v": 1}, expected_revision=rev, fence=Fence("coordinator", "a"))
+    assert renewed == [True] and store.get_doc("tuning-job", "j1") == ({"v": 1}, new)
 
 
 def test_records_written_before_schemas_are_read(redis_store):

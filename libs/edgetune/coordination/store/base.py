@@ -10,7 +10,8 @@ What it holds (records in :mod:`.records`):
 
 - measurements, idempotent by id, indexed by (device model, workload, role[, node]);
 - versioned blobs (models): ``put_blob`` returns 1, 2, ...; the latest is readable;
-- JSON docs with a namespace-wide revision and compare-and-set (``expected_revision``);
+- JSON docs with a namespace-wide revision and compare-and-set (``expected_revision``),
+  optionally fenced by a lease (only the leader writes);
 - small JSON values with an optional TTL (heartbeats);
 - per-node job queues: idempotent submit, at-least-once delivery to consumers, ack,
   re-delivery of what a dead consumer held, dead letters;
@@ -198,14 +199,21 @@ class Store(Protocol):
         ...
 
     # -- JSON docs with compare-and-set -----------------------------------------------------
-    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None) -> int:
+    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None, *,
+                fence: Fence | None = None) -> int:
         """Write; the new revision. ``expected_revision``: None unconditional, 0 create only,
         n only if the current revision is n; else :class:`RevisionConflict`. Revisions come
-        from one namespace-wide counter, so a re-created doc never reuses one."""
+        from one namespace-wide counter, so a re-created doc never reuses one. With ``fence``
+        only while the lease is the writer's, checked atomically with the write, else
+        :class:`LeaseLost` (a leader's reconcile writes)."""
         ...
 
     def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None: ...
-    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None) -> bool: ...
+
+    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
+                   fence: Fence | None = None) -> bool:
+        """Delete; False when missing. ``expected_revision`` and ``fence`` as in :meth:`put_doc`."""
+        ...
     def list_docs(self, kind: str) -> list[str]: ...
 
     # -- small JSON values, optionally with a TTL -------------------------------------------

@@ -220,18 +220,23 @@ class MemoryStore:
 
     # -- JSON docs with compare-and-set -----------------------------------------------------
 
-    def _check_revision(self, kind: str, key: str, expected_revision: int | None) -> None:
+    def _check_write(self, kind: str, key: str, expected_revision: int | None, fence: Fence | None) -> None:
+        if fence is not None:
+            lease = self._lease(fence.name)
+            if lease is None or lease[0] != fence.holder:
+                raise LeaseLost(fence.name, lease[0] if lease else None)
         current = self._docs[(kind, key)][1] if (kind, key) in self._docs else 0
         if expected_revision is not None and current != expected_revision:
             raise RevisionConflict(kind, key, expected_revision, current)
 
-    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None) -> int:
+    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None, *,
+                fence: Fence | None = None) -> int:
         check_expected_revision(expected_revision)
         escape_part(kind)
         escape_part(key)
         payload = dumps(doc, "doc")
         with self._cond:
-            self._check_revision(kind, key, expected_revision)
+            self._check_write(kind, key, expected_revision, fence)
             self._doc_rev += 1
             self._docs[(kind, key)] = (payload, self._doc_rev)
             return self._doc_rev
@@ -245,10 +250,11 @@ class MemoryStore:
             raise NotFound(f"doc {kind}/{key} does not exist")
         return VersionedDoc(json.loads(found[0]), found[1])
 
-    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None) -> bool:
+    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
+                   fence: Fence | None = None) -> bool:
         check_expected_revision(expected_revision)
         with self._cond:
-            self._check_revision(kind, key, expected_revision)
+            self._check_write(kind, key, expected_revision, fence)
             return self._docs.pop((kind, key), None) is not None
 
     def list_docs(self, kind: str) -> list[str]:

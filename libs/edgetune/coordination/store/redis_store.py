@@ -313,14 +313,20 @@ class RedisBase:
 
     # -- JSON docs with compare-and-set -----------------------------------------------------
 
-    def _cas(self, kind: str, key: str, expected_revision: int | None,
+    def _cas(self, kind: str, key: str, expected_revision: int | None, fence: Fence | None,
              write: Callable[[Any], None]) -> list[Any]:
-        """Run ``write(pipe)`` in MULTI once ``kind/key`` is at ``expected_revision`` (WATCHed)."""
+        """Run ``write(pipe)`` in MULTI once ``kind/key`` is at ``expected_revision`` and, with a
+        fence, the lease is the writer's (both WATCHed, so neither can change before EXEC)."""
         doc_key = self.key("doc", kind, key)
+        lease_key = self.key("leader", fence.name) if fence is not None else None
         with self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(doc_key)  # type: ignore[no-untyped-call]
+                    pipe.watch(doc_key, *([lease_key] if lease_key else []))  # type: ignore[no-untyped-call]
+                    if fence is not None and lease_key is not None:
+                        holder = pipe.get(lease_key)
+                        if holder is None or _text(holder) != fence.holder:
+                            raise LeaseLost(fence.name, _text(holder) if holder is not None else None)
                     raw = pipe.hget(doc_key, "rev")
                     current = int(raw) if raw is not None else 0
                     if expected_revision is not None and current != expected_revision:
@@ -328,13 +334,12 @@ class RedisBase:
                     write(pipe)
                     return pipe.execute()
                 except redis.WatchError:
-                    if expected_revision is not None:
-                        # Someone wrote between our read and EXEC: report what is there now.
-                        raw = self.client.hget(doc_key, "rev")
-                        raise RevisionConflict(kind, key, expected_revision, int(cast(bytes, raw or 0))) from None
-                    continue  # unconditional: last writer wins, just try again
+                    # The doc changed (a conflict when a revision was expected; else last writer
+                    # wins) or the lease was touched (a renewal: check it again): try again.
+                    continue
 
-    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None) -> int:
+    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None, *,
+                fence: Fence | None = None) -> int:
         check_expected_revision(expected_revision)
         payload = dumps(doc, "doc")
         revision = 0
@@ -347,7 +352,7 @@ class RedisBase:
             pipe.hset(self.key("doc", kind, key), mapping={"doc": payload, "rev": revision})
             pipe.sadd(self.key("doc-index", kind), escape_part(key))
 
-        self._cas(kind, key, expected_revision, write)
+        self._cas(kind, key, expected_revision, fence, write)
         return revision
 
     def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None:
@@ -358,7 +363,8 @@ class RedisBase:
             raise NotFound(f"doc {kind}/{key} does not exist")
         return VersionedDoc(json.loads(raw), int(rev))
 
-    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None) -> bool:
+    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
+                   fence: Fence | None = None) -> bool:
         check_expected_revision(expected_revision)
 
         def write(pipe: Any) -> None:
@@ -366,7 +372,7 @@ class RedisBase:
             pipe.delete(self.key("doc", kind, key))
             pipe.srem(self.key("doc-index", kind), escape_part(key))
 
-        deleted, _ = self._cas(kind, key, expected_revision, write)
+        deleted, _ = self._cas(kind, key, expected_revision, fence, write)
         return bool(deleted)
 
     def list_docs(self, kind: str) -> list[str]:
