@@ -36,11 +36,8 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_MS = 5_000
-#: Allowance for clock-rate differences between this host and Redis's (ppm-level in practice).
+#: Allowance for clock-rate differences between this host and the store's (ppm-level in practice).
 DEFAULT_DRIFT = 0.01
-
-#: Errors that mean "cannot talk to the store now" (the lease is then treated as lost locally).
-REDIS_DOWN = UNAVAILABLE
 
 
 class NotLeader(FailedPrecondition):
@@ -110,26 +107,26 @@ class LeaderLease:
                 ok = self.store.renew_lease(self.name, self.holder_id, self.lease_ms)
             if not ok:  # not held, or ours expired (we stalled) and may be taken: acquire afresh
                 ok = self.store.acquire_lease(self.name, self.holder_id, self.lease_ms)
-        except REDIS_DOWN as exc:
+        except UNAVAILABLE as exc:
             log.warning("lease step failed", extra={"lease": self.name, "error": str(exc)})
             ok, unreachable = False, True
         with self._lock:
             if ok:
                 self._valid_until = sent + self.lease_ms / 1000.0 * (1.0 - self.drift)
             elif not unreachable or time.monotonic() >= self._valid_until:
-                # Redis says the key is not ours: step down now. Unreachable Redis: keep the
-                # local window until it runs out (the key, if ours, lasts longer than it).
+                # The store says the lease is not ours: step down now. Unreachable store: keep
+                # the local window until it runs out (the lease, if ours, lasts longer than it).
                 self._valid_until = 0.0
         self._notify()
         return self.is_leader
 
     def release(self) -> bool:
-        """Give the lease up (only if still ours); True when a key was deleted."""
+        """Give the lease up (only if still ours); True when it was ours and is released."""
         with self._lock:
             self._valid_until = 0.0
         try:
             released = self.store.release_lease(self.name, self.holder_id)
-        except REDIS_DOWN:
+        except UNAVAILABLE:
             released = False  # the key expires on its own
         self._notify()
         return released
@@ -139,7 +136,7 @@ class LeaderLease:
         if not self.is_leader:
             try:
                 holder = self.holder()
-            except REDIS_DOWN:
+            except UNAVAILABLE:
                 holder = None
             raise NotLeader(self.name, holder)
 
@@ -197,7 +194,7 @@ class LeaderLease:
         # A standby sleeps until the holder's lease should expire, so takeover follows expiry closely.
         try:
             ttl_ms = self.store.lease_ttl_ms(self.name)
-        except REDIS_DOWN:
+        except UNAVAILABLE:
             return self.retry_interval_ms / 1000.0
         if ttl_ms is None:  # nobody holds it: free now
             return 0.005
