@@ -558,6 +558,17 @@ def test_a_renewal_during_a_fenced_write_is_no_conflict(redis_store, monkeypatch
     assert renewed == [True] and store.get_doc("tuning-job", "j1") == ({"v": 1}, new)
 
 
+def test_a_job_queue_lost_with_its_stream_comes_back(redis_store):
+    # A Redis restart without AOF (or a flush) drops the stream and its consumer group; the
+    # store must not keep failing with NOGROUP for the rest of its life.
+    store = redis_store
+    store.submit_job("n1", "j1", {}, max_len=100)
+    store.client.delete(store.key("jobs", "n1"), store.key("jobs-ids", "n1"))
+    store.submit_job("n1", "j2", {}, max_len=100)  # XADD re-creates the stream, without the group
+    assert [j.job_id for j in store.read_jobs("n1", "a", count=5, block_ms=0)] == ["j2"]
+    assert store.pending_jobs("n1") == 1
+
+
 def test_records_written_before_schemas_are_read(redis_store):
     """Data an earlier edgetune left in a persistent store: legacy shapes, converted on read."""
     store, c = redis_store, redis_store.client

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -72,6 +72,7 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 STORE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
 GROUP = "agents"
+T = TypeVar("T")
 ROUND_KEY = ("round", "last")
 #: What a lease without an expiry (never set by this code) reports as its TTL.
 _NO_EXPIRY_MS = 2**31
@@ -431,6 +432,18 @@ class RedisBase:
             self._groups.add(key)
         return key
 
+    def _on_stream(self, node_id: str, call: Callable[[str], T]) -> T:
+        """``call(stream key)``; a group lost with its stream (a Redis restart without AOF, a
+        flush) is created again once, instead of every later read failing with NOGROUP."""
+        key = self._stream(node_id)
+        try:
+            return call(key)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._groups.discard(key)
+            return call(self._stream(node_id))
+
     @staticmethod
     def _job(node_id: str, entry_id: bytes | str, fields: Mapping[bytes, bytes], consumer: str,
              deliveries: int) -> Job:
@@ -444,17 +457,16 @@ class RedisBase:
         return _text(entry)
 
     def read_jobs(self, node_id: str, consumer: str, *, count: int, block_ms: int) -> list[Job]:
-        key = self._stream(node_id)
-        reply = cast("list[Any]", self.client.xreadgroup(GROUP, consumer, {key: ">"}, count=count,
-                                                         block=block_ms if block_ms > 0 else None))
+        reply = self._on_stream(node_id, lambda key: cast("list[Any]", self.client.xreadgroup(
+            GROUP, consumer, {key: ">"}, count=count, block=block_ms if block_ms > 0 else None)))
         return [self._job(node_id, entry_id, fields, consumer, 1)
                 for _stream, entries in reply or [] for entry_id, fields in entries
                 if fields]  # a trimmed entry comes back empty: nothing to run
 
     def reclaim_jobs(self, node_id: str, consumer: str, *, idle_ms: int, count: int) -> list[Job]:
         key = self._stream(node_id)
-        _next, claimed, *_deleted = self.client.xautoclaim(key, GROUP, consumer, idle_ms, start_id="0-0",
-                                                           count=count)
+        _next, claimed, *_deleted = self._on_stream(node_id, lambda key: self.client.xautoclaim(
+            key, GROUP, consumer, idle_ms, start_id="0-0", count=count))
         jobs = []
         for entry_id, fields in claimed:
             entry = _text(entry_id)
@@ -477,7 +489,7 @@ class RedisBase:
         pipe.execute()
 
     def pending_jobs(self, node_id: str) -> int:
-        return int(self.client.xpending(self._stream(node_id), GROUP)["pending"])
+        return int(self._on_stream(node_id, lambda key: self.client.xpending(key, GROUP))["pending"])
 
     def job_backlog(self, node_id: str) -> int:
         key = self._stream(node_id)
