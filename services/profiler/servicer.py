@@ -26,13 +26,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
-from edgetune.coordination.store import Store
+from edgetune.coordination.store import MeasurementRecord, Store
 from edgetune.devices.base import Role
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
@@ -214,10 +214,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def _store_measurement(self, m: Measurement) -> None:
         if self.store is None:
             return
-        doc = {**m.to_row(), "device_model": m.device}
+        record = MeasurementRecord.from_row(m.to_row())
         if self.node_id:
-            doc["node_id"] = self.node_id
-        self.store.put_measurement(doc)  # idempotent by id: a retried write is a no-op
+            record = replace(record, node_id=self.node_id)
+        self.store.put_measurement(record)  # idempotent by id: a retried write is a no-op
 
     def _power_rails(self) -> list[str]:
         try:

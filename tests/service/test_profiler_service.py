@@ -161,9 +161,9 @@ def test_profile_20_random_modes_streams_progress_then_measurements(agent, store
     # Landed in the store, once each, with the streamed numbers.
     for m in ms:
         doc = store.get_measurement(m.id)
-        assert doc is not None and doc["time_ms"] == pytest.approx(m.time_ms)
-        assert doc["power_w"] == pytest.approx(m.power_w)
-    stored = {d["id"] for d in store.get_measurements("orin-agx", "resnet18", "train")}
+        assert doc is not None and doc.time_ms == pytest.approx(m.time_ms)
+        assert doc.power_w == pytest.approx(m.power_w)
+    stored = {d.id for d in store.get_measurements("orin-agx", "resnet18", "train")}
     assert {m.id for m in ms} <= stored
     # The device is back in its original mode and no restore record is left.
     assert mode_from_proto(stub.GetDevice(profiler_pb2.GetDeviceRequest()).current_mode) == MAXN
@@ -402,7 +402,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
         _check_contract([measurement_from_proto(m) for m in ms], tmp_path)
         for m in ms:
             doc = store.get_measurement(m.id)
-            assert doc is not None and doc["node_id"] == "jetson-7" and doc["time_ms"] == pytest.approx(m.time_ms)
+            assert doc is not None and doc.node_id == "jetson-7" and doc.time_ms == pytest.approx(m.time_ms)
         assert len(store.get_measurements("orin-agx", "resnet18", "train", node_id="jetson-7")) >= 20
         print(f"20-mode profile over gRPC (separate process, simulator): {elapsed_s:.3f} s")
 
