@@ -108,10 +108,7 @@ class TimePowerModel:
                     raise InvalidArgument(f"{table.path or 'modes'}:{line}:{BATCH_FEATURE}",
                                           f"the model was fitted for batch size {_fmt(self.batch_sizes)} only, "
                                           f"not {row[BATCH_FEATURE]}", _fmt(self.batch_sizes))
-        x = table_features(table, self.columns)
-        named = {str(r["device"]) for r in table.rows} if table.has("device") else set()
-        check_modes_device(model_devices(self.device, self.history), x, self.columns, named, table.path or "modes")
-        return x
+        return table_features(table, self.columns)
 
     def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """``{"time_ms", "power_w"}`` and, where a predictor has uncertainty, ``time_std_ms`` / ``power_std_w``."""
@@ -124,7 +121,12 @@ class TimePowerModel:
         return out
 
     def predict_table(self, table: Table) -> dict[str, np.ndarray]:
-        return self.predict(self.features(table))
+        """Predictions for a mode table; modes of a device the model does not know are refused (``devices.py``)."""
+        x = self.features(table)
+        out = self.predict(x)  # first: its range check names a wrong unit (kHz for MHz) as such
+        named = {str(r["device"]) for r in table.rows} if table.has("device") else set()
+        check_modes_device(model_devices(self.device, self.history), x, self.columns, named, table.path or "modes")
+        return out
 
     # -- file format ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
