@@ -136,7 +136,7 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
 
 def _print_selection(table, sel: Selection, objective: str) -> None:
     console = Console()
-    if not sel.feasible:
+    if not sel.feasible or sel.index is None:  # a feasible selection has its row
         console.print(f"[bold red]infeasible[/]: {sel.reason}")
         return
     row = table.rows[sel.index]

@@ -177,7 +177,8 @@ class WindowResult:
             "meets_budgets": self.meets_budgets, "meets_at_peak": self.meets_at_peak,
             "new_profiles": self.new_profiles, "cumulative_profiles": self.cumulative_profiles,
             "oracle_objective": (self.oracle.evaluation.objective
-                                 if self.oracle is not None and self.oracle.feasible else None),
+                                 if self.oracle is not None and self.oracle.evaluation is not None
+                                 and self.oracle.feasible else None),
             "oracle_batch_size": (self.oracle.batch_size if self.oracle is not None and self.oracle.feasible
                                   else None),
             "excess_pct": self.excess_pct,

@@ -367,7 +367,7 @@ class TrainProblem(Problem):
                 "train_batch_size": self.train_batch_size, "train_workload": self.train_workload}
 
 
-class _LatencyProblem(Problem):
+class LatencyProblem(Problem):
     """Shared by inference and concurrent: arrival rate, latency budget, peak latency, keep-up."""
 
     def __init__(self, power_budget_w: float, latency_budget_ms: float, arrival_rps: float,
@@ -392,7 +392,7 @@ class _LatencyProblem(Problem):
                 f"within {self.latency_budget_ms:g} ms latency: {sum(e.meets_latency for e in evs)}"]
 
 
-class InferProblem(_LatencyProblem):
+class InferProblem(LatencyProblem):
     """Least peak latency λ with λ ≤ L̂, p_in ≤ P̂ and keep-up."""
 
     kind = "infer"
@@ -425,7 +425,7 @@ class InferProblem(_LatencyProblem):
                 "infer_workload": self.infer_workload}
 
 
-class ConcurrentProblem(_LatencyProblem):
+class ConcurrentProblem(LatencyProblem):
     """Most training throughput under managed interleaving, within latency and power budgets."""
 
     kind = "concurrent"

@@ -44,6 +44,7 @@ BERT-large infer MAXN bs1 / bs32                       66 / 1940 ms, 56 / 61.8 W
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -59,7 +60,10 @@ MAIN_MEM_FRAC = 0.1
 DATA_TRAFFIC_SHARE = 0.25
 
 
-def smax(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
+F = TypeVar("F", float, np.ndarray)
+
+
+def smax(a: F, b: F, p: float) -> F:
     """Smooth maximum ``(a^p + b^p)^(1/p)``: ``a + b`` at p = 1, ``max(a, b)`` as p grows."""
     return (a**p + b**p) ** (1.0 / p)
 

@@ -38,6 +38,7 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.problems import (
     INFER_BATCH_SIZES,
     Decision,
+    ModeKey,
     Observations,
     Point,
     Problem,
@@ -237,13 +238,13 @@ class SearchStrategy(ABC):
             except StopIteration:
                 self._done = True
                 return []
-            trials = []
-            seen: set = set()
+            trials: list[Trial] = []
+            seen: set[tuple[ModeKey, int]] = set()
             for item in batch:
                 if len(trials) >= self.remaining:
                     break
                 mode, b = item[0], int(item[1])
-                wanted = item[2] if len(item) > 2 else self.problem.points_for(b)  # type: ignore[misc]
+                wanted = item[2] if len(item) > 2 else self.problem.points_for(b)
                 points = tuple(p for p in wanted if not self.obs.has(mode, *p))
                 key = (mode_key(mode), b)
                 if not points or key in seen or not self.space.available(mode):
