@@ -174,7 +174,7 @@ def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tupl
     if epochs < 0:
         raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
     kw = {k: _typed(v) for k, v in params.items()}
-    nn_attrs = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
+    nn_attrs: dict[str, Any] = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
     if epochs:
         if method not in TRANSFER_METHODS:
             raise InvalidArgument("epochs", f"fine-tuning epochs apply to {', '.join(TRANSFER_METHODS)}, not "

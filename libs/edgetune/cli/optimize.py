@@ -119,7 +119,7 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
     budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
-    if budgets is not None and is_sweep_spec(power_budget):
+    if power_budget is not None and budgets is not None and is_sweep_spec(power_budget):
         results = selector.sweep(cands, budgets, time_budget_ms)
         if as_json:
             emit_json([{"power_budget_w": b, **_selection_json(table, s)}

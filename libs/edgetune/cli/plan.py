@@ -43,6 +43,6 @@ def print_plan(plan: RoundPlan) -> None:
         console.print(f"vs every node at its fastest option ({plan.fastest_makespan_s:.4g} s, "
                       f"{plan.fastest_energy_j:.6g} J): saves {saved:.6g} J "
                       f"({100 * saved / plan.fastest_energy_j:.1f} %)")
-    if not plan.exact and plan.energy_lower_bound_j is not None:
+    if not plan.exact and plan.energy_j is not None and plan.energy_lower_bound_j is not None:
         console.print(f"[yellow]energy within {plan.energy_j - plan.energy_lower_bound_j:.3g} J "
                       f"of the optimum (certified bound)[/]")
