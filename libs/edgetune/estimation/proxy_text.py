@@ -89,7 +89,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.proxy import ProxyData
+from edgetune.estimation.proxy_data import ProxyData
 
 TEXT_MODELS = ("chartransformer-slim",)
 PRETRAIN = "text-pretrain"
