@@ -21,10 +21,12 @@ from edgetune.optimization.strategies import (
     STRATEGIES,
     SearchStrategy,
     make_strategy,
+    resume_strategy,
     run_search,
     search_space,
 )
-from edgetune.optimization.strategies.als import config_features, mode_features
+from edgetune.optimization.strategies.als import ALS, config_features, mode_features
+from edgetune.optimization.strategies.gmd import GMD
 from edgetune.optimization.strategies.guide import Guide
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -305,11 +307,15 @@ def test_state_dict_round_trip_resumes_identically(table, name, problem, opts):
     half = max(1, len(full_log) // 2 + 1)
     first_log = _drive(session, dev, prob, stop_after=half)
     saved = json.loads(json.dumps(session.state_dict()))  # survives a JSON store
-    resumed = SearchStrategy.from_state(saved)
+    resumed = resume_strategy(saved)
     assert type(resumed) is type(session)
     rest_log = _drive(resumed, dev, prob)
     assert first_log + rest_log == full_log
     assert resumed.best() == straight.best()
+    # a strategy class resumes only its own sessions; resume_strategy picks the class
+    other = GMD if type(session) is not GMD else ALS
+    with pytest.raises(InvalidArgument, match="strategy"):
+        other.from_state(saved)
 
 
 def test_tell_rejects_unknown_trials(table):

@@ -49,7 +49,8 @@ from edgetune.optimization.interleaving.arrivals import (
     _poisson_between,
     counts_per_window,
 )
-from edgetune.optimization.problems import Decision, Evaluation, Observations, Problem, problem_from_dict
+from edgetune.optimization.problem_registry import problem_from_dict
+from edgetune.optimization.problems import Decision, Evaluation, Observations, Problem
 from edgetune.optimization.strategies import make_strategy, run_search, search_space
 
 #: Strategies that sample once for every rate and are only re-solved afterwards.

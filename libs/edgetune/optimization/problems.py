@@ -481,18 +481,3 @@ class ConcurrentProblem(LatencyProblem):
                 "latency_budget_ms": self.latency_budget_ms, "arrival_rps": self.arrival_rps,
                 "train_workload": self.train_workload, "infer_workload": self.infer_workload,
                 "train_batch_size": self.train_batch_size}
-
-
-PROBLEMS: dict[str, type[Problem]] = {"train": TrainProblem, "infer": InferProblem, "concurrent": ConcurrentProblem}
-
-
-def problem_from_dict(d: Mapping[str, Any]) -> Problem:
-    """Inverse of :meth:`Problem.to_dict`."""
-    kind = d.get("problem")
-    if str(kind) not in PROBLEMS:
-        import edgetune.optimization.multi_infer  # noqa: F401  (registers urgent_batch)
-    cls = PROBLEMS.get(str(kind))
-    if cls is None:
-        raise InvalidArgument("problem", f"unknown problem {kind!r}", ", ".join(PROBLEMS))
-    args = {k: v for k, v in d.items() if k != "problem"}
-    return cls(**args)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     INFER_BATCH_SIZES,
     Decision,
@@ -43,7 +44,6 @@ from edgetune.optimization.problems import (
     Point,
     Problem,
     mode_key,
-    problem_from_dict,
 )
 from edgetune.powermodes.grids import ModeGrid
 from edgetune.powermodes.mode import PowerMode
@@ -311,10 +311,13 @@ class SearchStrategy(ABC):
     @classmethod
     def from_state(cls, state: Mapping[str, Any], problem: Problem | None = None,
                    space: SearchSpace | None = None) -> SearchStrategy:
-        """Resume a session saved by :meth:`state_dict` (replays its history deterministically)."""
-        from edgetune.optimization.strategies.registry import strategy_class
-
-        klass = cls if getattr(cls, "name", None) == state.get("strategy") else strategy_class(state["strategy"])
+        """Resume a session of this strategy saved by :meth:`state_dict` (replays its history
+        deterministically); :func:`~edgetune.optimization.strategies.registry.resume_strategy`
+        resumes one of any strategy."""
+        if getattr(cls, "name", None) != state.get("strategy"):
+            raise InvalidArgument("strategy", f"a saved {state.get('strategy')!r} session is not a {cls.__name__}'s",
+                                  str(getattr(cls, "name", None)))
+        klass = cls
         problem = problem or problem_from_dict(state["problem"])
         space = space or SearchSpace.from_dict(state["space"])
         strat = klass(problem, space, budget=state["budget"], seed=state["seed"], **state.get("options", {}))

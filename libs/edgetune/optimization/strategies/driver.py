@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgetune.errors import InvalidArgument
+from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     ROLE_INFER,
     ROLE_TRAIN,
@@ -21,7 +22,6 @@ from edgetune.optimization.problems import (
     Decision,
     Problem,
     mode_key,
-    problem_from_dict,
 )
 from edgetune.optimization.strategies.base import PresetMode, SearchSpace, SearchStrategy
 from edgetune.powermodes.grids import ModeGrid
