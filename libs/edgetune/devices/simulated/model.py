@@ -50,6 +50,7 @@ import numpy as np
 
 from edgetune.devices.simulated.hardware import REF_BW_GBS, REF_CPU_MHZ, HardwareModel, Rail
 from edgetune.devices.simulated.profiles import RoleProfile
+from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec
 
 #: Share of full dynamic power that an under-occupied GPU (small batch) burns while computing.
@@ -101,8 +102,6 @@ def as_mode_array(modes) -> np.ndarray:
         arr = np.asarray(rows, dtype=float)
     arr = np.atleast_2d(arr)
     if arr.ndim != 2 or arr.shape[1] != 4:
-        from edgetune.errors import InvalidArgument
-
         raise InvalidArgument("modes", f"expected an (n, 4) array, got shape {arr.shape}",
                               "columns cores, cpu_mhz, gpu_mhz, emc_mhz")
     return arr
