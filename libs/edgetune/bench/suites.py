@@ -12,6 +12,9 @@ from edgetune.bench.runner import benchmark, best_of_s
 
 REPO = Path(__file__).resolve().parents[3]
 
+# Each suite imports what it measures inside its function: running one suite loads only its own
+# modules (torch, ray and the simulator are seconds of import time that would skew the timings).
+
 
 @benchmark("grid_enumeration", "full Orin AGX + Xavier AGX grids as arrays < 20 ms", "seconds", 0.020)
 def grid_enumeration() -> dict:

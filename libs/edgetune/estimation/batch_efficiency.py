@@ -63,6 +63,10 @@ import numpy as np
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.parallel import Progress, run_tasks
 
+# The proxy models and data (estimation.proxy, proxy_text: torch) are imported in the functions
+# that train: reading and scoring an efficiency table, and the estimator service's start-up, stay
+# torch-free.
+
 SAMPLES_PER_PASS = 256
 BASE_LR = 5e-4
 BASE_BATCH = 128
