@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, TypeVar
 from edgetune.coordination.store import RevisionConflict, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.optimization.problems import Point
-from edgetune.optimization.strategies import SearchSpace, SearchStrategy, resume_strategy
+from edgetune.optimization.strategies import SearchSpace, SearchStrategy
 from edgetune.optimization.strategies.base import Trial
 from edgetune.powermodes.grids import ModeGrid, named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -210,7 +210,7 @@ class Session:
             raise FailedPrecondition(f"session {doc.get('session_id')!r} was saved with schema "
                                      f"{doc.get('schema')!r}; this optimizer reads schema {SCHEMA}")
         space = build_space(doc["space"])
-        strategy = resume_strategy(doc["strategy"], space=space)
+        strategy = SearchStrategy.from_state(doc["strategy"], space=space)
         partial = {int(n): {k: (float(v[0]), float(v[1])) for k, v in pts.items()}
                    for n, pts in doc.get("partial", {}).items()}
         return cls(doc["session_id"], strategy, dict(doc["space"]), partial, float(doc["created_s"]),

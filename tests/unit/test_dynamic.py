@@ -14,12 +14,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.optimization.dynamic import DynamicSolver, estimate_rates, window_rates, with_arrival_rate
 from edgetune.optimization.interleaving import MMPP, PiecewisePoisson
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, TrainProblem
-from edgetune.optimization.strategies import (
-    make_strategy,
-    resume_strategy,
-    run_search,
-    search_space,
-)
+from edgetune.optimization.strategies import SearchStrategy, make_strategy, run_search, search_space
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table
@@ -160,7 +155,7 @@ def test_warm_start_state_round_trip(table):
     assert trials  # backtracking needs something new
     state = json.loads(json.dumps(gmd.state_dict()))
     assert len(state["prior"]) == len(solver.observations)
-    again = resume_strategy(state)
+    again = SearchStrategy.from_state(state)
     assert [str(t.mode) for t in again.ask()] == [str(t.mode) for t in trials]
 
 

@@ -12,12 +12,7 @@ from edgetune.devices.simulated import truth_table
 from edgetune.optimization.multi_infer import ROLE_BACKGROUND, ROLE_URGENT, UrgentPlusBatchProblem
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import Observations, Point
-from edgetune.optimization.strategies import (
-    make_strategy,
-    resume_strategy,
-    run_search,
-    search_space,
-)
+from edgetune.optimization.strategies import SearchStrategy, make_strategy, run_search, search_space
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -162,6 +157,6 @@ def test_state_dict_round_trip(table):
         for t in gmd.ask():
             gmd.tell(t, {r: dev.lookup(t.mode, b, prob.workload_for(r), "infer") for r, b in t.points})
     state = json.loads(json.dumps(gmd.state_dict()))
-    again = resume_strategy(state)
+    again = SearchStrategy.from_state(state)
     assert isinstance(again.problem, UrgentPlusBatchProblem)
     assert [str(t.mode) for t in again.ask()] == [str(t.mode) for t in gmd.ask()]

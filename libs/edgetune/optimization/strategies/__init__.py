@@ -17,15 +17,9 @@ from edgetune.optimization.strategies.fixed import MaxN, Preset
 from edgetune.optimization.strategies.gmd import GMD
 from edgetune.optimization.strategies.nn import NNSearch
 from edgetune.optimization.strategies.random import RandomSearch
-from edgetune.optimization.strategies.registry import (
-    STRATEGIES,
-    make_strategy,
-    resume_strategy,
-    strategy_class,
-)
+from edgetune.optimization.strategies.registry import STRATEGIES, make_strategy, strategy_class
 
 __all__ = [
     "ALS", "GMD", "STRATEGIES", "Exhaustive", "MaxN", "NNSearch", "Preset", "RandomSearch", "SearchResult",
-    "SearchSpace", "SearchStrategy", "Trial", "make_strategy",
-    "resume_strategy", "run_search", "search_space", "strategy_class",
+    "SearchSpace", "SearchStrategy", "Trial", "make_strategy", "run_search", "search_space", "strategy_class",
 ]

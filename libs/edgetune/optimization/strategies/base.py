@@ -311,13 +311,9 @@ class SearchStrategy(ABC):
     @classmethod
     def from_state(cls, state: Mapping[str, Any], problem: Problem | None = None,
                    space: SearchSpace | None = None) -> SearchStrategy:
-        """Resume a session of this strategy saved by :meth:`state_dict` (replays its history
-        deterministically); :func:`~edgetune.optimization.strategies.registry.resume_strategy`
-        resumes one of any strategy."""
-        if getattr(cls, "name", None) != state.get("strategy"):
-            raise InvalidArgument("strategy", f"a saved {state.get('strategy')!r} session is not a {cls.__name__}'s",
-                                  str(getattr(cls, "name", None)))
-        klass = cls
+        """Resume a session saved by :meth:`state_dict` (replays its history deterministically),
+        whichever strategy it ran."""
+        klass = cls if getattr(cls, "name", None) == state.get("strategy") else _strategy_named(state["strategy"])
         problem = problem or problem_from_dict(state["problem"])
         space = space or SearchSpace.from_dict(state["space"])
         strat = klass(problem, space, budget=state["budget"], seed=state["seed"], **state.get("options", {}))
@@ -344,3 +340,19 @@ class SearchStrategy(ABC):
             strat._pending = []
         return strat
 
+
+def _strategy_named(name: str) -> type[SearchStrategy]:
+    """The strategy class called ``name``, found among SearchStrategy's subclasses.
+
+    The class hierarchy is the registry here: the package imports every strategy before this
+    module is used, and looking names up in :mod:`.registry` instead would import it back.
+    """
+    found: dict[str, type[SearchStrategy]] = {}
+    stack = list(SearchStrategy.__subclasses__())
+    while stack:
+        klass = stack.pop()
+        found.setdefault(getattr(klass, "name", ""), klass)
+        stack.extend(klass.__subclasses__())
+    if name not in found:
+        raise InvalidArgument("strategy", f"unknown strategy {name!r}", ", ".join(sorted(n for n in found if n)))
+    return found[name]

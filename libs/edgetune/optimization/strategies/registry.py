@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from edgetune.errors import InvalidArgument
@@ -25,12 +24,6 @@ def strategy_class(name: str) -> type[SearchStrategy]:
         return STRATEGIES[name]
     except KeyError:
         raise InvalidArgument("strategy", f"unknown strategy {name!r}", ", ".join(STRATEGIES)) from None
-
-
-def resume_strategy(state: Mapping[str, Any], problem: Problem | None = None,
-                    space: SearchSpace | None = None) -> SearchStrategy:
-    """Resume a session saved by :meth:`SearchStrategy.state_dict`, whichever strategy it ran."""
-    return strategy_class(state["strategy"]).from_state(state, problem, space)
 
 
 def make_strategy(name: str, problem: Problem, space: SearchSpace, *, budget: int | None = None, seed: int = 0,
