@@ -104,10 +104,11 @@ class LocalCluster:
         self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
             "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
             "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
-        lease = self.store.key("leader", "coordinator")
+        store = self.store
+        lease = store.key("leader", "coordinator")
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
-                                   extra=lambda: bool(self.store.client.get(lease)))
+                                   extra=lambda: bool(store.client.get(lease)))
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 
@@ -137,8 +138,10 @@ class LocalCluster:
             time.sleep(_POLL_S)
         for node_id, agent in agents.items():
             agent.address = listed[node_id].address
-            poll_until_serving(agent.address, "edgetune.v1.Profiler", lambda a=agent: self.supervisor.check(
-                a, deadline, "never reported SERVING"))
+            def check(a: Child = agent) -> None:
+                self.supervisor.check(a, deadline, "never reported SERVING")
+
+            poll_until_serving(agent.address, "edgetune.v1.Profiler", check)
         return agents
 
     def spawn_service(self, name: str, extra: Sequence[str] = ()) -> Child:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 import numpy as np
 
@@ -151,7 +152,11 @@ def flatten(fleet: Fleet) -> FlatOptions:
 # --------------------------------------------------------------------------- fleet.json
 
 
-def _number(value, where: str, *, positive: bool = False, integer: bool = False) -> float:
+@overload
+def _number(value: object, where: str, *, positive: bool = ..., integer: Literal[True]) -> int: ...
+@overload
+def _number(value: object, where: str, *, positive: bool = ..., integer: Literal[False] = ...) -> float: ...
+def _number(value: object, where: str, *, positive: bool = False, integer: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidArgument(where, f"{json.dumps(value)} is not a number",
                               "a positive integer" if integer else ("> 0" if positive else ">= 0"))
