@@ -141,7 +141,7 @@ def config_to_proto(cfg: NodeConfig) -> coordinator_pb2.NodeConfig:
     if cfg.mode is not None:
         msg.mode.CopyFrom(mode_to_proto(cfg.mode))
     if cfg.workload or cfg.role:
-        json_format.ParseDict(cfg.workload, msg.workload, ignore_unknown_fields=True)
+        json_format.ParseDict(dict(cfg.workload), msg.workload, ignore_unknown_fields=True)
         msg.workload.role = common_pb2.Role.ValueType(role_to_proto(cfg.role))
     for name in ("valid_from", "valid_until"):
         ts = _timestamp(getattr(cfg, f"{name}_s"))
