@@ -184,13 +184,14 @@ def count(value: object, field: str, *, minimum: int = 1, maximum: int | None = 
 # --------------------------------------------------------------------------- modes and names
 
 
-def power_mode(spec: ModeChecker[M], mode: M, field: str = "mode") -> M:
+def power_mode(spec: ModeChecker[M], mode: M, field: str = "mode", sep: str = ".") -> M:
     """A mode the device offers: ``spec.validate(mode)`` (a :class:`~edgetune.powermodes.spec.DeviceSpec`:
-    cores and each frequency from its tables), its errors under ``field`` (``mode.gpu_mhz``)."""
+    cores and each frequency from its tables), its errors under ``field`` (``mode.gpu_mhz``; with
+    ``sep=":"`` a file position, ``modes.csv:3:gpu_mhz``)."""
     try:
         return spec.validate(mode)
     except InvalidArgument as exc:
-        raise exc.prefixed(field) from None
+        raise exc.prefixed(field, sep) from None
 
 
 def identifier(value: object, field: str, *, max_length: int = MAX_IDENTIFIER_LENGTH) -> str:

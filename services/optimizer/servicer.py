@@ -17,7 +17,8 @@ from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.pareto import pareto_front
-from edgetune.optimization.select import make_selector, parse_budget_sweep
+from edgetune.optimization.select import make_selector
+from edgetune.validation import budget_range
 from edgetune.optimization.strategies import make_strategy
 from edgetune.proto.convert import OBJECTIVE, optional_value
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
@@ -58,7 +59,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         time_ms = convert.optional_budget(request.budgets, "time_budget_ms")
         if request.HasField("sweep"):
             sw = request.sweep
-            budgets = parse_budget_sweep(f"{sw.start!r}:{sw.stop!r}:{sw.step!r}", "sweep")
+            budgets = budget_range(sw.start, sw.stop, sw.step, "sweep")
             if objective == "power":  # MIN_POWER sweeps the time budget
                 picks = [selector.select(rows.cands, power, b) for b in budgets]
             else:
