@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from edgetune import validation
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.devices.base import Device
 from edgetune.devices.factory import ALLOWED, open_device
 from edgetune.errors import EdgetuneError
@@ -138,8 +140,10 @@ def _print_rich(info: dict[str, Any]) -> None:
 
 @click.command("device")
 @click.option("--device", "device_spec", required=True, metavar="SPEC", help=f"Backend: {ALLOWED}.")
-@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).")
+@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).",
+              callback=checked(validation.power_budget_w))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@reports_errors
 def command(device_spec: str, hard_limit_w: float | None, as_json: bool) -> None:
     """Show what a device backend discovers: model, tables, modes, presets, current mode, power."""
     kw = {"hard_limit_w": hard_limit_w} if hard_limit_w is not None else {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
 from edgetune.powermodes.mode import MODE_FIELDS
@@ -24,17 +25,16 @@ from edgetune.powermodes.specs import SPECS
 PRESET_FIELDS = ("id", "name", "budget_w", *MODE_FIELDS)
 
 
-def _device(ctx: click.Context, param: click.Parameter, value: str):
+def _device(value: str, field: str):
     # checked at run time (not click.Choice) so devices registered later are accepted too
     try:
         return SPECS[value]
     except KeyError:
-        raise click.BadParameter(f"unknown device {value!r} (allowed: {', '.join(SPECS)})",
-                                 ctx=ctx, param=param) from None
+        raise InvalidArgument(field, f"unknown device {value!r}", ", ".join(SPECS)) from None
 
 
 @click.command("modes")
-@click.option("--device", "spec", required=True, callback=_device, metavar="NAME",
+@click.option("--device", "spec", required=True, callback=checked(_device), metavar="NAME",
               help=f"Device model: {', '.join(SPECS)}.")
 @click.option("--grid", "grid_name", type=click.Choice(GRID_NAMES), default="full", show_default=True,
               help="full: every mode; powertrain: PowerTrain's uniform subset; fulcrum: Fulcrum's grid.")
@@ -43,6 +43,7 @@ def _device(ctx: click.Context, param: click.Parameter, value: str):
 @click.option("--presets", is_flag=True, help="List the device's nvpmodel presets instead of the modes.")
 @click.option("--nvpmodel", "nvpmodel_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="With --presets: read them from this nvpmodel.conf.")
+@reports_errors
 def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path: Path | None) -> None:
     """Write the power modes of a device as a CSV mode table."""
     if presets:
@@ -50,7 +51,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
         what = f"{len(lines) - 1} presets of {spec.name}"
     else:
         if nvpmodel_path is not None:
-            raise click.UsageError("--nvpmodel only applies with --presets")
+            raise InvalidArgument("--nvpmodel", "only applies with --presets", "--presets --nvpmodel FILE")
         grid = named_grid(spec, grid_name)
         lines = _mode_lines(grid.array())
         what = f"{grid.n_modes} modes of {spec.name} ({grid_name})"
@@ -61,7 +62,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
     try:
         out.write_text(text)
     except OSError as exc:
-        raise click.BadParameter(f"cannot write {out}: {exc.strerror or exc}", param_hint="'--out'") from None
+        raise InvalidArgument("--out", f"cannot write {out}: {exc.strerror or exc}", "a writable file") from None
     click.echo(f"wrote {what} to {out}", err=True)
 
 
@@ -72,10 +73,8 @@ def _mode_lines(arr) -> list[str]:
 
 
 def _preset_lines(spec, nvpmodel_path: Path | None) -> list[str]:
-    try:
-        presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
-    except InvalidArgument as exc:
-        raise click.BadParameter(str(exc), param_hint="'--nvpmodel'") from None
+    # a bad file is an InvalidArgument naming its file and line (nvpmodel.conf:2)
+    presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
     lines = [",".join(PRESET_FIELDS)]
     for p in presets:
         budget = "" if p.budget_w is None else _num(p.budget_w)
