@@ -232,10 +232,8 @@ def budget_sweep(spec: object, field: str = "--power-budget") -> list[float]:
             v = float(part)
         except ValueError:
             raise InvalidArgument(field, f"{part.strip()!r} in {text!r} is not a number", SWEEP_ALLOWED) from None
-        if not math.isfinite(v):
-            raise InvalidArgument(field, f"{part.strip()!r} in {text!r} is not finite", SWEEP_ALLOWED)
         values.append(v)
-    if len(values) == 1:
+    if len(values) == 1:  # one budget: its own rule and wording, as the library and services give it
         return [power_budget_w(values[0], field)]
     return budget_range(values[0], values[1], values[2] if len(values) == 3 else 1.0, field)
 

@@ -7,7 +7,6 @@ import pytest
 from scipy.stats import norm
 
 from edgetune.errors import InvalidArgument
-from edgetune.validation import budget_sweep
 from edgetune.optimization.select import (
     Candidates,
     MinEnergy,
@@ -17,6 +16,7 @@ from edgetune.optimization.select import (
     safe_least_time,
     z_score,
 )
+from edgetune.validation import budget_sweep
 
 
 def brute(obj, t, p_bound, p_mean, power_budget=None, time_budget=None):
