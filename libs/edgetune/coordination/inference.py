@@ -88,12 +88,13 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
     alpha = arrival_rps if arrival_rps is not None else standing.get("arrival_rps")
     if alpha is None:
         raise InvalidArgument("budgets.arrival_rps", f"is required for node {node_id!r} (no standing arrival rate)",
-                              "requests per second > 0")
+                              validation.ARRIVAL_RATE_ALLOWED)
     alpha = validation.arrival_rps(alpha, "budgets.arrival_rps")
     latency = latency_budget_ms if latency_budget_ms is not None else standing.get("latency_budget_ms")
     if latency is None:
         raise InvalidArgument("budgets.latency_budget_ms",
-                              f"is required for node {node_id!r} (no standing latency budget)", "milliseconds > 0")
+                              f"is required for node {node_id!r} (no standing latency budget)",
+                              validation.TIME_BUDGET_ALLOWED)
     latency = validation.latency_budget_ms(latency, "budgets.latency_budget_ms")
     name = workload or standing.get("workload")
     if not name:
