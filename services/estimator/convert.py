@@ -92,8 +92,7 @@ def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = 
 
 def id_part(value: str, field: str) -> str:
     """A device / workload name used as a model id part."""
-    if not value:
-        raise InvalidArgument(field, "is required", "a name, e.g. orin-agx / resnet18")
+    validation.identifier(value, field)
     if not _ID_PART.match(value):
         raise InvalidArgument(field, f"{value!r} has characters a model id cannot hold", "letters, digits, . _ + -")
     return value

@@ -114,9 +114,7 @@ def spec_from_dict(doc: Mapping[str, Any]) -> DeviceSpec | None:
 
 
 def _check_node_id(node_id: str, field_name: str = "node_id") -> str:
-    if not isinstance(node_id, str) or not node_id.strip():
-        raise InvalidArgument(field_name, f"{node_id!r} is not a node id", "a non-empty string")
-    return node_id
+    return validation.identifier(node_id, field_name)
 
 
 class NodeRegistry:
