@@ -47,12 +47,17 @@ def command() -> None:
 # --------------------------------------------------------------------------- select
 
 
-def _selection_json(table, sel: Selection) -> dict:
+def _selection_json(table, sel: Selection, bounded: bool) -> dict:
+    """CONTRACT.md's object; ``power_upper_w`` (the bound the budget was checked against, as
+    ``Optimizer.Select`` reports it) when the selection was std-aware (``bounded``)."""
     if not sel.feasible:
         return {"feasible": False, "reason": sel.reason}
     row = table.rows[sel.index]
-    return {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
-            "time_ms": row["time_ms"], "power_w": row["power_w"]}
+    out = {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
+           "time_ms": row["time_ms"], "power_w": row["power_w"]}
+    if bounded:
+        out["power_upper_w"] = sel.power_bound_w
+    return out
 
 
 @command.command("select")
@@ -60,12 +65,14 @@ def _selection_json(table, sel: Selection) -> dict:
               help="Profile table (CSV) of the options: modes × batch sizes with time_ms and power_w.")
 @click.option("--power-budget", "power_budget", default=None,
               help="Power budget W, or a sweep A:B:STEP (e.g. 17:50:1, inclusive).")
-@click.option("--time-budget-ms", type=float, default=None, callback=checked(validation.time_budget_ms), help="Optional per-minibatch time budget (ms).")
+@click.option("--time-budget-ms", type=float, default=None, callback=checked(validation.time_budget_ms),
+              help="Optional per-minibatch time budget (ms).")
 @click.option("--objective", type=click.Choice(["time", "power", "energy"]), default="time", show_default=True,
               help="What to minimise within the budgets.")
 @click.option("--risk", type=float, default=None, callback=checked(validation.risk),
-              help="Read power conservatively: power_w + z(1-risk)·power_std_w must fit the budget "
-                   "(needs a power_std_w column; e.g. 0.05).")
+              help="The probability that the choice's power exceeds the budget: power_w + z(1-risk)·power_std_w "
+                   "must fit it (0 < risk <= 0.5, e.g. 0.05; needs a power_std_w column). The JSON then "
+                   "reports that bound as power_upper_w.")
 @click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
 @reports_errors
 def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
@@ -85,17 +92,18 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
     budgets = None if power_budget is None else validation.budget_sweep(power_budget, "--power-budget")
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
+    bounded = risk is not None and cands.power_std_w is not None
     if budgets is not None and validation.is_sweep(power_budget):
         results = selector.sweep(cands, budgets, time_budget_ms)
         if as_json:
-            emit_json([{"power_budget_w": b, **_selection_json(table, s)}
+            emit_json([{"power_budget_w": b, **_selection_json(table, s, bounded)}
                        for b, s in zip(budgets, results, strict=True)])
         else:
             _print_sweep(table, budgets, results, objective)
         return
     sel = selector.select(cands, None if budgets is None else budgets[0], time_budget_ms)
     if as_json:
-        emit_json(_selection_json(table, sel))
+        emit_json(_selection_json(table, sel, bounded))
     else:
         _print_selection(table, sel, objective)
 
