@@ -279,3 +279,14 @@ def test_every_command_reports_field_message_allowed_and_exits_2(argv, field, tm
     err = capsys.readouterr().err
     assert err.startswith(f"Error: {field}: ") and "(allowed: " in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err  # no usage block, no second wording
+
+
+def test_a_fleet_file_refuses_a_0_w_node_budget(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text(OPTIONS)
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('{"objective": "makespan", "nodes": [{"id": "a", "power_budget_w": 0, "samples": 100, '
+                     '"table": "t.csv"}]}')
+    assert main(["plan", "--fleet", str(fleet), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "nodes[0].power_budget_w: 0 is not > 0" in err
+    assert f"(allowed: {v.POWER_BUDGET_ALLOWED})" in err
