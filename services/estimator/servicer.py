@@ -57,7 +57,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
             rows = convert.rows_from_measurements(msgs, spec, workload, role)
             where = "given"
         else:
-            docs = self.models.store.get_measurements(spec.name, workload, role)
+            docs = [m.to_row() for m in self.models.store.get_measurements(spec.name, workload, role)]
             rows = convert.rows_from_store(docs, spec, f"store measurements of {spec.name}/{workload}/{role}")
             where = f"in the request, and the store has {len(docs)} for {spec.name}/{workload}/{role}"
         if len(rows) < need:

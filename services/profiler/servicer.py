@@ -25,14 +25,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
 from edgetune import validation
-from edgetune.coordination.store import Store
+from edgetune.coordination.store import MeasurementRecord, Store
 from edgetune.devices.base import Role
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
@@ -44,6 +44,7 @@ from edgetune.services.common.errors import field_named, field_prefix, map_error
 from edgetune.services.common.paging import paginate
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.safety import ModeKeeper
+from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class ProfileJob:
                 continue
             metrics.POINTS.labels("measured").inc()
             metrics.POWER_W.set(m.power_w)
+            metrics.MEASURED_POWER_W.set(m.power_w)
+            metrics.MEASURED_TIME_MS.set(m.time_ms)
+            if m.remeasured or m.throttled:
+                metrics.THROTTLED_POINTS.inc(m.remeasured + int(m.throttled))
             s._store_measurement(m)
             self._put(measurement=convert.measurement_to_proto(m, s.node_id, time.time()))
         self.outcome = "completed"
@@ -176,6 +181,8 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         self._jobs_lock = threading.Lock()
         self._closing = threading.Event()
         self._grids: dict[str, list[PowerMode]] = {}
+        #: The agent's continuous telemetry sampler (set by the server; None when off).
+        self.telemetry: TelemetrySampler | None = None
         metrics.set_mode(self.device.current_mode())
 
     # -- helpers -----------------------------------------------------------------------------
@@ -207,10 +214,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def _store_measurement(self, m: Measurement) -> None:
         if self.store is None:
             return
-        doc = {**m.to_row(), "device_model": m.device}
+        record = MeasurementRecord.from_row(m.to_row())
         if self.node_id:
-            doc["node_id"] = self.node_id
-        self.store.put_measurement(doc)  # idempotent by id: a retried write is a no-op
+            record = replace(record, node_id=self.node_id)
+        self.store.put_measurement(record)  # idempotent by id: a retried write is a no-op
 
     def _power_rails(self) -> list[str]:
         try:

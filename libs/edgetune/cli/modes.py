@@ -3,6 +3,9 @@
     edgetune modes --device NAME [--grid full|powertrain|fulcrum] [--out modes.csv]
     edgetune modes --device NAME --presets [--nvpmodel /etc/nvpmodel.conf]
 
+``NAME`` is a built-in device model (``orin-agx``, ``orin-nx``, ``orin-nano-super``, …) or the same
+name as a simulated backend spells it (``sim:orin-nx``): both mean the model's spec.
+
 The table has the header ``cores,cpu_mhz,gpu_mhz,emc_mhz`` and goes to stdout unless ``--out``
 is given (then a one-line summary goes to stderr). ``--presets`` lists the device's nvpmodel
 presets instead (from the built-in spec, or parsed from a real nvpmodel.conf).
@@ -20,22 +23,24 @@ from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
 from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.powermodes.nvpmodel import load_nvpmodel
-from edgetune.powermodes.specs import SPECS
+from edgetune.powermodes.specs import SPECS, get_spec
 
 PRESET_FIELDS = ("id", "name", "budget_w", *MODE_FIELDS)
 
 
 def _device(value: str, field: str):
-    # checked at run time (not click.Choice) so devices registered later are accepted too
+    # checked at run time (not click.Choice) so devices registered later are accepted too;
+    # "sim:NAME" is the simulated backend of NAME, whose spec is NAME's
+    name = value[4:] if value.startswith("sim:") else value
     try:
-        return SPECS[value]
-    except KeyError:
-        raise InvalidArgument(field, f"unknown device {value!r}", ", ".join(SPECS)) from None
+        return get_spec(name)
+    except InvalidArgument as exc:
+        raise InvalidArgument(field, exc.message, f"{', '.join(SPECS)}, or sim:NAME") from None
 
 
 @click.command("modes")
 @click.option("--device", "spec", required=True, callback=checked(_device), metavar="NAME",
-              help=f"Device model: {', '.join(SPECS)}.")
+              help=f"Device model: {', '.join(SPECS)} (or sim:NAME).")
 @click.option("--grid", "grid_name", type=click.Choice(GRID_NAMES), default="full", show_default=True,
               help="full: every mode; powertrain: PowerTrain's uniform subset; fulcrum: Fulcrum's grid.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,

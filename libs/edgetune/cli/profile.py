@@ -170,6 +170,11 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
     click.echo(f"profiled {len(measured)} points of {workload} ({role}) on {device.spec.name} "
                f"in {elapsed_s:.1f} s of device time ({elapsed_s / max(len(measured), 1):.1f} s per point); "
                f"wrote {out_path}")
+    remeasured = sum(1 for m in measured if m.remeasured)
+    still = sum(1 for m in measured if m.throttled)
+    if remeasured or still:  # throttled points must never go unnoticed into a predictor
+        click.echo(f"throttling: {remeasured} points re-measured after a cool-down, {still} still throttled "
+                   "(throttled=true in the table)", err=True)
 
 
 def open_backend(open_device: Callable[..., Device], name: str, seed: int) -> Device:

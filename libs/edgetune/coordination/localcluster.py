@@ -104,10 +104,10 @@ class LocalCluster:
         self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
             "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
             "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
-        lease = self.store.key("leader", "coordinator")
+        store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
-                                   extra=lambda: bool(self.store.client.get(lease)))
+                                   extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 

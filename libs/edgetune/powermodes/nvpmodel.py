@@ -122,6 +122,11 @@ class PowerModel:
 
     def to_preset(self, spec: DeviceSpec) -> Preset:
         """This model as a preset of ``spec``, caps floored to its tables as the governors do."""
+        beyond = sorted(k for k in self.core_online if k >= spec.max_cores)
+        if beyond:  # a file written for a board with more CPUs
+            raise InvalidArgument(f"{self.source}:{self.line}",
+                                  f"power model {self.name!r} names CORE_{beyond[-1]}, but {spec.name} has "
+                                  f"{spec.max_cores} CPUs", f"CORE_0 … CORE_{spec.max_cores - 1}")
         cores = self.cores_online(spec.max_cores)
         if cores not in spec.core_counts:
             raise InvalidArgument(f"{self.source}:{self.line}",
