@@ -6,7 +6,8 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from edgetune.cli.optimize import emit_json, reports_errors
+from edgetune.cli.errors import reports_errors
+from edgetune.cli.optimize import emit_json
 from edgetune.coordination.planning import RoundPlan, load_fleet, plan_round
 
 

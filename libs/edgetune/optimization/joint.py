@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 
 
@@ -126,8 +127,7 @@ class JointChoice:
 
 
 def _check_cap(power_cap_w: float | None) -> None:
-    if power_cap_w is not None and (not math.isfinite(power_cap_w) or power_cap_w < 0):
-        raise InvalidArgument("power_cap_w", f"{power_cap_w!r} is not a non-negative number", ">= 0 or none")
+    validation.optional(validation.power_budget_w, power_cap_w, "power_cap_w")  # None: no cap
 
 
 def _fits(lut: JointLUT, power_cap_w: float | None) -> np.ndarray:

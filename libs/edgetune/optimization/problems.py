@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 
@@ -191,22 +192,6 @@ class Decision:
 # --------------------------------------------------------------------------- problems
 
 
-def _positive(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(name, f"{value!r} is not a number", "> 0") from None
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidArgument(name, f"{value!r} must be a positive finite number", "> 0")
-    return v
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgument(name, f"{value!r} must be a positive integer", ">= 1")
-    return int(value)
-
-
 class Problem(ABC):
     """A seed-004 problem: evaluates configurations from observations and picks the best."""
 
@@ -215,8 +200,8 @@ class Problem(ABC):
     roles: ClassVar[tuple[str, ...]]
 
     def __init__(self, power_budget_w: float, train_batch_size: int | None = None) -> None:
-        self.power_budget_w = _positive("power_budget_w", power_budget_w)
-        self.train_batch_size = (_positive_int("train_batch_size", train_batch_size)
+        self.power_budget_w = validation.power_budget_w(power_budget_w)
+        self.train_batch_size = (validation.batch_size(train_batch_size, "train_batch_size")
                                  if train_batch_size is not None else None)
 
     # -- what a strategy needs to know ---------------------------------------------------------
@@ -373,8 +358,8 @@ class LatencyProblem(Problem):
     def __init__(self, power_budget_w: float, latency_budget_ms: float, arrival_rps: float,
                  train_batch_size: int | None = None) -> None:
         super().__init__(power_budget_w, train_batch_size)
-        self.latency_budget_ms = _positive("latency_budget_ms", latency_budget_ms)
-        self.arrival_rps = _positive("arrival_rps", arrival_rps)
+        self.latency_budget_ms = validation.latency_budget_ms(latency_budget_ms)
+        self.arrival_rps = validation.arrival_rps(arrival_rps)
 
     def peak_latency_ms(self, batch_size: int, infer_time_ms: float) -> float:
         """λ = (β−1)/α + t_in, in ms."""

@@ -34,6 +34,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from edgetune import validation
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
@@ -155,8 +156,7 @@ class SearchStrategy(ABC):
                  **options: Any) -> None:
         self.problem = problem
         self.space = space
-        if budget is not None and (isinstance(budget, bool) or int(budget) != budget or budget < 1):
-            raise InvalidArgument("budget", f"{budget!r} must be a positive integer", ">= 1")
+        validation.optional(validation.count, budget, "budget")
         self.budget = int(budget) if budget is not None else self.default_budget()
         self.seed = int(seed)
         self.options = dict(options)
