@@ -48,15 +48,19 @@ def _workload(device: ReplayDevice, role: str, given: str | None, option: str) -
                           ", ".join(names))
 
 
+def _required(value: float | None, option: str, kind: str) -> float:
+    if value is None:
+        raise InvalidArgument(option, f"is required for --problem {kind}", "a number > 0")
+    return value
+
+
 def _problem(kind: str, device: ReplayDevice, power: float, latency: float | None, rate: float | None,
              train_w: str | None, infer_w: str | None, train_bs: int | None) -> Problem:
-    if kind in ("infer", "concurrent"):
-        for value, option in ((latency, "--latency-budget-ms"), (rate, "--arrival-rps")):
-            if value is None:
-                raise InvalidArgument(option, f"is required for --problem {kind}", "a number > 0")
     with options_named(_OPTION_OF):
         if kind == "train":
             return TrainProblem(power, train_bs, _workload(device, "train", train_w, "--train-workload"))
+        latency = _required(latency, "--latency-budget-ms", kind)
+        rate = _required(rate, "--arrival-rps", kind)
         if kind == "infer":
             return InferProblem(power, latency, rate, _workload(device, "infer", infer_w, "--infer-workload"))
         return ConcurrentProblem(power, latency, rate, _workload(device, "train", train_w, "--train-workload"),
