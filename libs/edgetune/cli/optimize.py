@@ -112,6 +112,8 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
     console = Console()
     if not sel.feasible or sel.index is None:  # a feasible selection has its row
         console.print(f"[bold red]infeasible[/]: {sel.reason}")
+        if sel.closest is not None:
+            console.print(f"closest: {_row_name(table, sel.closest)}")
         return
     row = table.rows[sel.index]
     grid = RichTable(title=f"least {objective}", show_header=False)
@@ -125,8 +127,13 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
         grid.add_row("power bound", f"{sel.power_bound_w:g} W")
     if sel.power_budget_w is not None:
         grid.add_row("power budget", f"{sel.power_budget_w:g} W")
-    grid.add_row("table row", str(sel.index + 2))
+    grid.add_row("row", _row_name(table, sel.index))
     console.print(grid)
+
+
+def _row_name(table, index: int) -> str:
+    """One way to name a row everywhere: the 0-based row of the data and the file's line (header = line 1)."""
+    return f"row {index} (line {index + 2} of {table.path or 'the table'})"
 
 
 def _print_sweep(table, budgets, results, objective: str) -> None:
