@@ -165,6 +165,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
+        assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,

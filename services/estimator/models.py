@@ -175,7 +175,7 @@ class ModelRepository:
                 try:
                     out = predict_targets(loaded.model, x)
                 except InvalidArgument as exc:
-                    raise InvalidArgument(f"modes.{exc.field}", str(exc).split(": ", 1)[-1], exc.allowed) from None
+                    raise exc.prefixed("modes") from None
             metrics.PREDICT_SECONDS.observe(time.perf_counter() - t0)
             return out
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from edgetune import validation
 from edgetune.coordination.store import RevisionConflict, SearchSessionRecord, Store, UnknownSchema
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.optimization.problems import Point
@@ -267,8 +268,7 @@ class SessionStore:
         return s
 
     def _load(self, session_id: str) -> Session:
-        if not session_id:
-            raise InvalidArgument("session_id", "is empty", "an id from StartSearch")
+        validation.identifier(session_id, "session_id")
         found = self.store.get_doc(DOC_KIND, session_id, missing_ok=True)
         if found is None:
             self._forget(session_id)

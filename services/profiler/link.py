@@ -39,6 +39,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+from edgetune import validation
 from edgetune.coordination.jobs import Job, JobQueue
 from edgetune.coordination.store import STORE_ERRORS
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
@@ -101,8 +102,7 @@ class CoordinatorLink:
                  labels: Mapping[str, str] | None = None) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
-        if power_budget_w is not None and not power_budget_w > 0:
-            raise InvalidArgument("power_budget_w", f"{power_budget_w!r}", "watts > 0, or unset")
+        validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
         self.servicer = servicer
         self.coordinator = coordinator
         self.address = address

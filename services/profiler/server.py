@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edgetune import validation
 from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
-from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -167,10 +167,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _start(args: argparse.Namespace) -> None:
-    if args.power_budget_w < 0:
-        raise InvalidArgument("--power-budget-w", f"{args.power_budget_w:g}", "watts > 0, or 0 for none")
-    if not args.telemetry_hz >= 0:
-        raise InvalidArgument("--telemetry-hz", f"{args.telemetry_hz:g}", "a rate in Hz > 0, or 0 for off")
+    if args.power_budget_w != 0:  # 0: the flag's "none"
+        validation.power_budget_w(args.power_budget_w, "--power-budget-w")
+    if args.telemetry_hz != 0:  # 0: off
+        validation.sample_rate_hz(args.telemetry_hz, "--telemetry-hz")
     serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
           seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
           advertise=args.advertise, telemetry_hz=args.telemetry_hz, telemetry_source=args.telemetry_source,

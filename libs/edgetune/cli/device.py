@@ -16,15 +16,18 @@ through jetson-stats' service instead of sysfs (same fields).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
 
 import click
 
+from edgetune import validation
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.devices.base import Device, VirtualClock
 from edgetune.devices.factory import ALLOWED, open_device
-from edgetune.errors import EdgetuneError
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.telemetry.sample import TelemetrySample
 from edgetune.telemetry.sampler import TOTAL, EnergyCounter
@@ -237,22 +240,23 @@ def watch(read, clock, interval_s: float, count: int, out: str, title: str = "",
 
 @click.command("device")
 @click.option("--device", "device_spec", required=True, metavar="SPEC", help=f"Backend: {ALLOWED}.")
-@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).")
+@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).",
+              callback=checked(validation.power_budget_w))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", "watch_", is_flag=True, help="Live telemetry: power, energy, temperatures, clocks, throttling.")
 @click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
               help="With --watch: seconds between samples.")
 @click.option("--count", type=int, default=0, show_default=True, help="With --watch: stop after N samples (0: never).")
 @click.option("--jtop", "use_jtop", is_flag=True, help="With --watch: read through jetson-stats' jtop service.")
+@reports_errors
 def command(device_spec: str, hard_limit_w: float | None, as_json: bool, watch_: bool, interval_s: float,
             count: int, use_jtop: bool) -> None:
     """Show what a device backend discovers: model, tables, modes, presets, current mode, power."""
     if not watch_ and (use_jtop or count or interval_s != 1.0):
-        raise click.UsageError("--interval, --count and --jtop only apply with --watch")
-    if not interval_s > 0:
-        raise click.BadParameter(f"{interval_s:g} must be > 0 seconds", param_hint="'--interval'")
-    if count < 0:
-        raise click.BadParameter(f"{count} must be >= 0", param_hint="'--count'")
+        raise InvalidArgument("--watch", "--interval, --count and --jtop only apply with --watch", "--watch")
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise InvalidArgument("--interval", f"{interval_s:g} is not > 0", "a finite number of seconds > 0")
+    validation.count(count, "--count", minimum=0)
     kw = {"hard_limit_w": hard_limit_w} if hard_limit_w is not None else {}
     device = open_device(device_spec, **kw)
     if watch_:

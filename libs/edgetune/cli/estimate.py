@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import click
 
 from edgetune.cli.progress import progress_display
+from edgetune.errors import InvalidArgument
 from edgetune.estimation.registry import METHODS
 
 FIT_METHODS = METHODS
@@ -108,7 +109,7 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     model = TimePowerModel.load(model_path)
     table = read_mode_table(modes_path)
     if len(table) == 0:
-        raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
+        raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
     with _warnings_to_stderr():
         pred = model.predict_table(table)
     added = [c for c in ("time_ms", "power_w", "time_std_ms", "power_std_w") if c in pred]
@@ -130,4 +131,4 @@ def _nn_kwargs(method: str, epochs: int | None) -> dict:
         return {"epochs": epochs}
     if method == "nn+gp":
         return {"nn_params": {"epochs": epochs}}
-    raise click.BadParameter(f"--epochs applies to the NN methods, not {method!r}", param_hint="--epochs")
+    raise InvalidArgument("--epochs", f"applies to the NN methods, not {method!r}", "nn, transfer, nn-asym, nn+gp")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
 from edgetune.powermodes.mode import MODE_FIELDS
@@ -27,19 +28,18 @@ from edgetune.powermodes.specs import SPECS, get_spec
 PRESET_FIELDS = ("id", "name", "budget_w", *MODE_FIELDS)
 
 
-def _device(ctx: click.Context, param: click.Parameter, value: str):
+def _device(value: str, field: str):
     # checked at run time (not click.Choice) so devices registered later are accepted too;
     # "sim:NAME" is the simulated backend of NAME, whose spec is NAME's
     name = value[4:] if value.startswith("sim:") else value
     try:
         return get_spec(name)
     except InvalidArgument as exc:
-        raise click.BadParameter(f"{exc.message} (allowed: {', '.join(SPECS)}, or sim:NAME)",
-                                 ctx=ctx, param=param) from None
+        raise InvalidArgument(field, exc.message, f"{', '.join(SPECS)}, or sim:NAME") from None
 
 
 @click.command("modes")
-@click.option("--device", "spec", required=True, callback=_device, metavar="NAME",
+@click.option("--device", "spec", required=True, callback=checked(_device), metavar="NAME",
               help=f"Device model: {', '.join(SPECS)} (or sim:NAME).")
 @click.option("--grid", "grid_name", type=click.Choice(GRID_NAMES), default="full", show_default=True,
               help="full: every mode; powertrain: PowerTrain's uniform subset; fulcrum: Fulcrum's grid.")
@@ -48,6 +48,7 @@ def _device(ctx: click.Context, param: click.Parameter, value: str):
 @click.option("--presets", is_flag=True, help="List the device's nvpmodel presets instead of the modes.")
 @click.option("--nvpmodel", "nvpmodel_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="With --presets: read them from this nvpmodel.conf.")
+@reports_errors
 def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path: Path | None) -> None:
     """Write the power modes of a device as a CSV mode table."""
     if presets:
@@ -55,7 +56,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
         what = f"{len(lines) - 1} presets of {spec.name}"
     else:
         if nvpmodel_path is not None:
-            raise click.UsageError("--nvpmodel only applies with --presets")
+            raise InvalidArgument("--nvpmodel", "only applies with --presets", "--presets --nvpmodel FILE")
         grid = named_grid(spec, grid_name)
         lines = _mode_lines(grid.array())
         what = f"{grid.n_modes} modes of {spec.name} ({grid_name})"
@@ -66,7 +67,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
     try:
         out.write_text(text)
     except OSError as exc:
-        raise click.BadParameter(f"cannot write {out}: {exc.strerror or exc}", param_hint="'--out'") from None
+        raise InvalidArgument("--out", f"cannot write {out}: {exc.strerror or exc}", "a writable file") from None
     click.echo(f"wrote {what} to {out}", err=True)
 
 
@@ -77,10 +78,8 @@ def _mode_lines(arr) -> list[str]:
 
 
 def _preset_lines(spec, nvpmodel_path: Path | None) -> list[str]:
-    try:
-        presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
-    except InvalidArgument as exc:
-        raise click.BadParameter(str(exc), param_hint="'--nvpmodel'") from None
+    # a bad file is an InvalidArgument naming its file and line (nvpmodel.conf:2)
+    presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
     lines = [",".join(PRESET_FIELDS)]
     for p in presets:
         budget = "" if p.budget_w is None else _num(p.budget_w)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from edgetune.cli.optimize import emit_selection, reports_errors
+from edgetune import validation
+from edgetune.cli.errors import reports_errors
+from edgetune.cli.optimize import emit_selection
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import (
@@ -32,7 +34,6 @@ from edgetune.optimization.frontier import (
     FrontierSampler,
     run_frontier_sampling,
 )
-from edgetune.optimization.select import parse_budget_sweep
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
@@ -48,14 +49,14 @@ def _candidate_modes(device, modes_path: str) -> list[PowerMode]:
         try:
             modes[device.spec.validate(PowerMode.from_mapping(row))] = None
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{modes_path}:{line}", str(exc)) from None
+            raise exc.prefixed(f"{modes_path}:{line}", ":") from None
     if not modes:
         raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
     return list(modes)
 
 
 def _power_range(spec: str) -> tuple[float, float]:
-    budgets = parse_budget_sweep(spec, "--power-budget")
+    budgets = validation.budget_sweep(spec, "--power-budget")
     return min(budgets), max(budgets)
 
 
@@ -99,8 +100,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
 
     if method not in METHODS:
         raise InvalidArgument("--method", f"unknown method {method!r}", ", ".join(METHODS))
-    if not 0 < risk < 1:
-        raise InvalidArgument("--risk", f"{risk:g} is not a probability", "0 < risk < 1, e.g. 0.2")
+    validation.risk(risk, "--risk")
     power_range_w = _power_range(power_budget)  # every input is checked before the device is touched
     base = TimePowerModel.load(base_path)
     device = open_backend(open_device, device_name, seed)

@@ -18,10 +18,9 @@ without one is not power-limited (every measured point is within budget).
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
-from typing import Any
 
+from edgetune import validation
 from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.registry import NodeRegistry
@@ -59,13 +58,6 @@ class InferencePlacement:
         return self.decision.reason
 
 
-def check_positive(value: Any, field_name: str) -> float:
-    """A finite number > 0, else InvalidArgument naming ``field_name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r}", "> 0")
-    return float(value)
-
-
 def standing_target(store: Store, node_id: str) -> InferenceTarget | None:
     raw = store.get(placement_key(node_id))
     return InferenceTarget.from_dict(raw) if raw is not None else None
@@ -93,14 +85,15 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
     alpha = arrival_rps if arrival_rps is not None else (standing.arrival_rps if standing else None)
     if alpha is None:
         raise InvalidArgument("budgets.arrival_rps", f"is required for node {node_id!r} (no standing arrival rate)",
-                              "requests per second > 0")
-    alpha = check_positive(alpha, "budgets.arrival_rps")
+                              validation.ARRIVAL_RATE_ALLOWED)
+    alpha = validation.arrival_rps(alpha, "budgets.arrival_rps")
     latency = latency_budget_ms if latency_budget_ms is not None else (
         standing.latency_budget_ms if standing else None)
     if latency is None:
         raise InvalidArgument("budgets.latency_budget_ms",
-                              f"is required for node {node_id!r} (no standing latency budget)", "milliseconds > 0")
-    latency = check_positive(latency, "budgets.latency_budget_ms")
+                              f"is required for node {node_id!r} (no standing latency budget)",
+                              validation.TIME_BUDGET_ALLOWED)
+    latency = validation.latency_budget_ms(latency, "budgets.latency_budget_ms")
     name = workload or (standing.workload if standing else None)
     if not name:
         raise InvalidArgument("workload.name", f"is required for node {node_id!r} (no standing inference workload)",

@@ -125,6 +125,7 @@ class LocalCluster:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, started together;
         returns them once each has registered with the coordinator and serves."""
         assert self.supervisor is not None and self.stub is not None, "the cluster is not started"
+        supervisor = self.supervisor
         agents = {node_id: self.spawn_agent(node_id, model, budget_w, seed=seed + i)
                   for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -137,8 +138,11 @@ class LocalCluster:
             time.sleep(_POLL_S)
         for node_id, agent in agents.items():
             agent.address = listed[node_id].address
-            poll_until_serving(agent.address, "edgetune.v1.Profiler", lambda a=agent: self.supervisor.check(
-                a, deadline, "never reported SERVING"))
+
+            def check(a: Child = agent) -> None:
+                supervisor.check(a, deadline, "never reported SERVING")
+
+            poll_until_serving(agent.address, "edgetune.v1.Profiler", check)
         return agents
 
     def spawn_service(self, name: str, extra: Sequence[str] = ()) -> Child:

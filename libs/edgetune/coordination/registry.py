@@ -16,13 +16,13 @@ unavailable (Kubernetes cordon, drain, NotReady) is alive but not plannable.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from edgetune import validation
 from edgetune.coordination.store import Heartbeat, NodeRegistration, RevisionConflict, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.spec import DeviceSpec, Preset
@@ -111,19 +111,8 @@ def spec_from_dict(doc: Mapping[str, Any]) -> DeviceSpec | None:
     )
 
 
-def check_budget(value: float | None, field_name: str = "power_budget_w") -> float | None:
-    """A power budget must be a finite number > 0 W (None: no budget)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r} is not a power budget", "a number of watts > 0, or unset")
-    return float(value)
-
-
 def _check_node_id(node_id: str, field_name: str = "node_id") -> str:
-    if not isinstance(node_id, str) or not node_id.strip():
-        raise InvalidArgument(field_name, f"{node_id!r} is not a node id", "a non-empty string")
-    return node_id
+    return validation.identifier(node_id, field_name)
 
 
 class NodeRegistry:
@@ -154,7 +143,7 @@ class NodeRegistry:
         if node.state and node.state not in AGENT_STATES:
             raise InvalidArgument("node.state", f"{node.state!r} is not an agent state", ", ".join(AGENT_STATES))
         node_id = node.node_id.strip() or node.hostname.strip() or f"node-{uuid.uuid4().hex[:12]}"
-        budget = check_budget(node.power_budget_w, "node.power_budget_w")
+        budget = validation.optional(validation.power_budget_w, node.power_budget_w, "node.power_budget_w")
         if budget is None:
             old = self._registration(node_id)
             budget = old.power_budget_w if old else None
@@ -189,7 +178,7 @@ class NodeRegistry:
     def update_budget(self, node_id: str, power_budget_w: float | None) -> NodeRecord:
         """Set (or clear, with None) the node's power budget; NotFound for an unknown node."""
         _check_node_id(node_id)
-        budget = check_budget(power_budget_w)
+        budget = validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
         # Optimistic concurrency: a concurrent re-registration must not be lost (bounded retries).
         for _attempt in range(_MAX_CAS_ATTEMPTS):
             current = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)

@@ -42,11 +42,12 @@ from typing import Any
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
 from edgetune.coordination.inference import InferencePlacement, has_placement, solve_placement
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.planning import Fleet, NodeOptions, RoundPlan, plan_round
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, check_budget
+from edgetune.coordination.registry import NodeRecord, NodeRegistry
 from edgetune.coordination.store import ROLES, RoundState, SiteBudgets, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.mode import PowerMode
@@ -204,7 +205,8 @@ class RoundCoordinator:
         """Set the given site budgets (None: keep); returns the effective ones."""
         current = self.site_budgets()
         if site_power_budget_w is not None:
-            current["site_power_budget_w"] = check_budget(site_power_budget_w, "budgets.site_power_budget_w")
+            current["site_power_budget_w"] = validation.optional(validation.power_budget_w, site_power_budget_w,
+                                                                     "budgets.site_power_budget_w")
         if deadline_s is not None:
             current["deadline_s"] = _positive(deadline_s, "budgets.deadline_s")
         self.store.set(SITE_KEY, SiteBudgets(current["site_power_budget_w"], current["deadline_s"]).to_dict())
@@ -374,7 +376,7 @@ class RoundCoordinator:
         site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site["site_power_budget_w"]
         if deadline is not None:
             _positive(deadline, "budgets.deadline_s")
-        check_budget(site_w, "budgets.site_power_budget_w")
+        validation.optional(validation.power_budget_w, site_w, "budgets.site_power_budget_w")
         seen: set[str] = set()
         nodes: list[NodeOptions] = []
         resolved: list[RoundNode] = []
@@ -389,7 +391,7 @@ class RoundCoordinator:
             seen.add(n.node_id)
             if isinstance(n.samples, bool) or not isinstance(n.samples, int | np.integer) or n.samples <= 0:
                 raise InvalidArgument(f"{at}.samples", f"{n.samples!r}", "an integer > 0")
-            override = check_budget(n.power_budget_w, f"{at}.power_budget_w")
+            override = validation.optional(validation.power_budget_w, n.power_budget_w, f"{at}.power_budget_w")
             record = self._record(n.node_id, at)
             if not record.plannable:  # planned around; its options are resolved if it comes back
                 around.append((n.node_id, "lost: no heartbeat" if not record.live
@@ -504,9 +506,8 @@ def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
         try:
             spec.validate(PowerMode(int(row[0]), float(row[1]), float(row[2]), float(row[3])))
         except InvalidArgument as exc:
-            message = str(exc).split(": ", 1)[-1].split(" (allowed")[0]
             raise InvalidArgument(f"{at}.options[{int(j)}].mode.{exc.field}",
-                                  f"{message} of node {record.node_id!r}", exc.allowed) from None
+                                  f"{exc.message} of node {record.node_id!r}", exc.allowed) from None
 
 
 def _modes_in_tables(modes: np.ndarray, spec: DeviceSpec) -> np.ndarray:

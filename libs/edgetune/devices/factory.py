@@ -42,6 +42,7 @@ def open_device(spec: str, **kw: Any) -> Device:
             raise FailedPrecondition(f"the simulated backend is not available: {exc}") from exc
         return _construct(module.SimulatedJetson, arg, **kw)
     if kind == "sysfs":
+        # each backend imported when chosen: sysfs reads the board at import, replay reads tables
         from edgetune.devices.sysfs import SysfsJetson
 
         return _construct(SysfsJetson, arg or "/", **kw)

@@ -378,21 +378,21 @@ class SysfsJetson(Device):
 
     def _plan_emc(self, hz: int) -> list[tuple[str, str]]:
         emc = self._emc
-        method = emc.method if emc else "none"
-        if method == "bpmp":
-            plan = []
+        # each method writes the files find_emc found for it; one missing means no EMC control
+        if emc is not None and emc.method == "bpmp" and emc.set_file:
+            plan: list[tuple[str, str]] = []
             cap = read_int(self.root, emc.cap_file) if emc.cap_file else None
-            if cap and cap < hz:  # the nvpmodel cap would clamp the pinned rate
+            if emc.cap_file and cap and cap < hz:  # the nvpmodel cap would clamp the pinned rate
                 plan.append((emc.cap_file, str(hz)))
             plan.append((emc.set_file, str(hz)))
             if emc.lock_file:
                 plan.append((emc.lock_file, "1"))
             return plan
-        if method == "t210-override":
+        if emc is not None and emc.method == "t210-override" and emc.set_file and emc.lock_file:
             return [(emc.set_file, str(hz)), (emc.lock_file, "1")]
-        if method == "devfreq":
+        if emc is not None and emc.method == "devfreq":
             return self._range_writes(emc.extra["devfreq"], "min_freq", "max_freq", hz, hz)
-        if method == "cap":
+        if emc is not None and emc.method == "cap" and emc.cap_file:
             return [(emc.cap_file, str(hz))]
         if self._emc_current_hz() == hz or len(self._emc_raw) == 1:
             return []
@@ -479,8 +479,9 @@ class SysfsJetson(Device):
             if lock == "0":
                 steps.reverse()
             plan += [(f, v) for f, v in steps if f and v is not None]
-            if emc.cap_file and snap.get(emc.cap_file) is not None:
-                plan.append((emc.cap_file, snap[emc.cap_file]))
+            cap_value = snap.get(emc.cap_file) if emc.cap_file else None
+            if emc.cap_file and cap_value is not None:
+                plan.append((emc.cap_file, cap_value))
         plan += [(cpu.online_files[c], "0") for c in sorted((online_now | up) - was_online, reverse=True)]
         return plan
 

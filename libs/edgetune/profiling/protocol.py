@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
@@ -97,12 +98,9 @@ class ProfileConfig:
     run_key: str = ""
 
     def validate(self) -> ProfileConfig:
-        if int(self.n_minibatches) != self.n_minibatches or self.n_minibatches < 1:
-            raise InvalidArgument("n_minibatches", f"{self.n_minibatches} must be a positive integer", ">= 1")
-        if int(self.warmup_minibatches) != self.warmup_minibatches or self.warmup_minibatches < 0:
-            raise InvalidArgument("warmup_minibatches", f"{self.warmup_minibatches} must be >= 0", ">= 0")
-        if self.sample_rate_hz <= 0:
-            raise InvalidArgument("sample_rate_hz", f"{self.sample_rate_hz} must be positive", "> 0")
+        validation.count(self.n_minibatches, "n_minibatches")
+        validation.count(self.warmup_minibatches, "warmup_minibatches", minimum=0)
+        validation.sample_rate_hz(self.sample_rate_hz)
         window_size(self.settle_window_s, self.settle_poll_hz)
         if self.settle_tolerance < 0 or self.settle_tolerance_w < 0:
             raise InvalidArgument("settle_tolerance", "tolerances must be >= 0", ">= 0")
@@ -228,13 +226,7 @@ def _nearest_before(samples: Sequence[PowerSample], t_s: float) -> list[PowerSam
 
 
 def _check_batch_size(batch_size: Any) -> int:
-    try:
-        b = int(batch_size)
-    except (TypeError, ValueError):
-        raise InvalidArgument("batch_size", f"{batch_size!r} is not an integer", ">= 1") from None
-    if b != batch_size or b < 1:
-        raise InvalidArgument("batch_size", f"{batch_size!r} must be a positive integer", ">= 1")
-    return b
+    return validation.batch_size(batch_size)
 
 
 class Profiler:

@@ -116,7 +116,7 @@ class JtopReader:
 
     def __init__(self, device: Any = None, interval_s: float = 1.0) -> None:
         try:
-            from jtop import jtop  # type: ignore[import-not-found]
+            from jtop import jtop
         except ImportError:
             raise FailedPrecondition("jetson-stats is not installed: pip install 'edgetune[jetson]'") from None
         if not os.path.exists(JTOP_SOCKET):

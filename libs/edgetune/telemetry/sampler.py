@@ -19,7 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune import validation
+from edgetune.errors import FailedPrecondition
 from edgetune.telemetry.sample import TelemetrySample
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,7 @@ class TelemetrySampler:
 
     def __init__(self, read: Callable[[], TelemetrySample], rate_hz: float = 1.0,
                  on_sample: list[Listener] | None = None) -> None:
-        if not rate_hz > 0 or not math.isfinite(rate_hz):
-            raise InvalidArgument("telemetry_hz", f"{rate_hz} must be a positive rate", "> 0")
+        validation.sample_rate_hz(rate_hz, "telemetry_hz")
         self.read = read
         self.rate_hz = rate_hz
         self.listeners: list[Listener] = list(on_sample or [])

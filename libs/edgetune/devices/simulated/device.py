@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
 from edgetune.devices.simulated.hardware import REF_CPU_MHZ, hardware_for
 from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
@@ -168,8 +169,8 @@ class SimulatedJetson(Device):
 
     def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
         prof = self._profile(workload, role)
-        _check_positive_int("batch_size", batch_size)
-        _check_positive_int("n_minibatches", n_minibatches)
+        validation.batch_size(batch_size)
+        validation.count(n_minibatches, "n_minibatches")
         with self._lock:
             mode = self.effective_mode(self._clock.now_s())  # a hot board runs throttled
             br = self._model.evaluate(prof, [mode.as_tuple()], batch_size)
@@ -299,7 +300,7 @@ class SimulatedJetson(Device):
 
     def _true(self, mode, workload, role, batch_size, what):
         prof = self._profile(workload, role)
-        _check_positive_int("batch_size", batch_size)
+        validation.batch_size(batch_size)
         if isinstance(mode, np.ndarray) and mode.ndim == 2:
             return getattr(self._model.evaluate(prof, as_mode_array(mode), batch_size), what)
         return float(getattr(self._model.evaluate(prof, [self._mode_tuple(mode)], batch_size), what)[0])
@@ -349,6 +350,3 @@ class SimulatedJetson(Device):
             self._switch_times = self._switch_times[keep:]
 
 
-def _check_positive_int(field: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InvalidArgument(field, f"{value!r} must be a positive integer", ">= 1")
