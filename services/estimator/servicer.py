@@ -14,12 +14,12 @@ import math
 import numpy as np
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.features import BATCH_FEATURE
+from edgetune.estimation.features import BATCH_FEATURE, mode_features
 from edgetune.estimation.parallel import single_threaded
 from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
+from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto, optional_value
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 from edgetune.services.common import map_errors
@@ -31,7 +31,7 @@ from edgetune.services.estimator.convert import (
     ModelRef,
     Rows,
 )
-from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_models, transfer_model
+from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
 from edgetune.services.estimator.models import ModelRepository
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
                           f"fitting {method} (with {fraction:g} held out)")
         seed = int(optional_value(request, "seed") or 0)
         job = FitJob(spec.name, workload, role, method, rows, seed, kw, fraction)
-        trained = fit_models([job], self.runner)[0]
+        trained = fit_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
         metrics.MODELS_STORED.labels("Fit", method).inc()
         log.info("fitted", extra={"model_id": saved.versioned_id, "rows": len(rows), **trained.meta["metrics"]})
@@ -139,8 +139,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         # Rows mode-major, then batch size (the proto's order).
         x_modes = np.repeat(modes, len(sizes), axis=0)
         x_batch = np.tile(np.asarray(sizes, dtype=np.int64), len(modes))
-        x = np.column_stack([x_modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else x_batch.astype(float)
-                             for c in model.columns])
+        x = mode_features(x_modes, x_batch, model.columns)
         out = self.models.predict(loaded, x, cache_key)
         total = len(x)
         metrics.PREDICTED_ROWS.inc(total)
