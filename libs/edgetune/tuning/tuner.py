@@ -113,14 +113,19 @@ class NodeTuner:
         return self.safety.power_rel_err
 
     # -- 3. select and verify -----------------------------------------------------------------------
-    def select_and_verify(self, budget_w: float) -> Decision:
+    def select_and_verify(self, budget_w: float, *, keep_error: bool = True) -> Decision:
         """The safe choice for ``budget_w``, measured on the device; a miss is learned from and the
-        selection repeated, at most ``policy.max_attempts`` choices (module docstring)."""
+        selection repeated, at most ``policy.max_attempts`` choices (module docstring).
+
+        ``keep_error=False`` (a sweep of what-if budgets) keeps the error term a miss widened for
+        this budget's attempts only; the modes it ruled out stay ruled out below the measured power.
+        """
         pred = self._pred()
+        error_before = self.safety.power_rel_err
         notes: list[str] = []
         decision = Decision(budget_w, False, reason="no attempt")
         for attempt in range(1, self.policy.max_attempts + 1):
-            allowed = self.safety.allowed(len(pred))
+            allowed = self.safety.allowed(len(pred), budget_w)
             pool = pred.with_power_std(self.safety.power_std_w(pred)).subset(allowed)
             choice = self.selector.select(pool, budget_w, risk=self.policy.risk, objective=self.policy.objective)
             if not choice.feasible or choice.index is None:
@@ -145,6 +150,8 @@ class NodeTuner:
             if attempt == self.policy.max_attempts:
                 notes.append(f"no mode verified within budget after {attempt} attempts")
             decision = Decision(**{**decision.__dict__, "notes": tuple(notes)})
+        if not keep_error:
+            self.safety.power_rel_err = error_before
         self.decisions.append(decision)
         return decision
 
@@ -176,13 +183,14 @@ class NodeTuner:
 
     # -- all of it -----------------------------------------------------------------------------------
     def tune(self, budgets_w: Sequence[float]) -> list[Decision]:
-        """Profile, explore, and a verified decision per budget (in the order given; budgets are
-        tried lowest first, so what a miss teaches holds for the higher ones)."""
-        if not len(self.points):
-            self.profile_initial()
-        self.explore()
+        """Profile, explore, and a verified decision per budget (in the order given). Budgets are tried
+        lowest first; with several, each is a what-if: a miss's widened error holds for its own
+        budget's attempts, the modes it ruled out for every budget below the measured power."""
+        if self.predictions is None:
+            self.explore()
         order = sorted(range(len(budgets_w)), key=lambda j: budgets_w[j])
-        out: dict[int, Decision] = {j: self.select_and_verify(float(budgets_w[j])) for j in order}
+        keep = len(budgets_w) == 1
+        out: dict[int, Decision] = {j: self.select_and_verify(float(budgets_w[j]), keep_error=keep) for j in order}
         return [out[j] for j in range(len(budgets_w))]
 
     def _pred(self) -> Predictions:
