@@ -100,6 +100,8 @@ def add_server_options(parser: argparse.ArgumentParser, default_port: int,
     add_option(parser, "max_workers", 16, "gRPC handler threads", environ=environ)
     add_option(parser, "grace_s", 10.0, "seconds in-flight RPCs get to finish on shutdown", environ=environ)
     add_option(parser, "log_level", "INFO", "log level", environ=environ)
+    add_option(parser, "ready_file", "", "once serving, write {service, address, port, metrics_port, pid} "
+               "as JSON to this file (for supervisors: independent of the log level)", environ=environ)
 
 
 def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,4 +115,5 @@ def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_port": args.metrics_port or None,
         "max_workers": args.max_workers,
         "grace_s": args.grace_s,
+        "ready_file": args.ready_file or None,
     }

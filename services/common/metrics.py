@@ -105,5 +105,9 @@ def start_metrics_server(port: int, host: str = "0.0.0.0") -> tuple[Any, int]:
 
     ``port=0`` takes any free port. Returns (the HTTP server, to ``shutdown()``; the bound port).
     """
-    httpd, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    try:
+        httpd, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    except OSError as exc:  # two services on one host both want 9090: say which port and how to move it
+        raise OSError(exc.errno, f"cannot serve metrics on {host}:{port} ({exc.strerror}); move the endpoint "
+                                 f"with --metrics-port N (env EDGETUNE_METRICS_PORT; 0: no metrics endpoint)") from None
     return httpd, int(httpd.server_address[1])

@@ -14,7 +14,9 @@ and graceful shutdown: health goes NOT_SERVING, new RPCs are refused, in-flight 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -24,15 +26,14 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from edgetune.services.common import reflection
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
 
 log = logging.getLogger("edgetune.services.common.server")
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-REFLECTION_SERVICE = reflection.SERVICE_NAME
 
 
 class _NameRecorder:
@@ -59,6 +60,7 @@ class ServiceServer:
 
     def __init__(self, name: str, *, host: str = "0.0.0.0", port: int = 0, max_workers: int = 16,
                  metrics_port: int | None = None, metrics_host: str | None = None, grace_s: float = 10.0,
+                 ready_file: str | None = None,
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
                  options: Sequence[tuple[str, Any]] = ()) -> None:
         self.name = name
@@ -76,11 +78,13 @@ class ServiceServer:
         )
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
-            raise OSError(f"{name}: cannot listen on {host}:{port}")
+            raise OSError(f"{name}: cannot listen on {host}:{port} (in use?); choose another with --port N "
+                          f"(env EDGETUNE_PORT; 0: any free port)")
         self._host = host
         self._metrics_request = metrics_port
         self._metrics_host = metrics_host or host
         self._metrics_httpd: Any = None
+        self._ready_file = ready_file
         self.metrics_port: int | None = None
         self._started = False
         self._stopping = threading.Lock()
@@ -111,8 +115,7 @@ class ServiceServer:
         if self._started:
             return self
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection([*self.service_names, HEALTH_SERVICE, REFLECTION_SERVICE],
-                                            self._server)
+        reflection.enable([*self.service_names, HEALTH_SERVICE], self._server)
         if self._metrics_request is not None:
             self._metrics_httpd, self.metrics_port = start_metrics_server(self._metrics_request,
                                                                           self._metrics_host)
@@ -123,7 +126,18 @@ class ServiceServer:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)  # the server as a whole
         log.info("serving", extra={"service": self.name, "port": self.port,
                                    "metrics_port": self.metrics_port, "services": self.service_names})
+        if self._ready_file:
+            self._write_ready_file(self._ready_file)
         return self
+
+    def _write_ready_file(self, path: str) -> None:
+        """Renamed into place whole, so a reader never sees half a file."""
+        record = {"service": self.name, "address": self.address, "port": self.port,
+                  "metrics_port": self.metrics_port, "pid": os.getpid()}
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, path)
 
     def stop(self, grace_s: float | None = None) -> None:
         """Graceful shutdown; safe to call twice and from any thread (only the first runs)."""

@@ -154,7 +154,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        lease_ms: int = DEFAULT_LEASE_MS, heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S,
                        replica_id: str = "", advertise: str = "", kube_mode: str = "none",
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "0.0.0.0",
-                       metrics_port: int | None = None, grace_s: float = 10.0,
+                       metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None) -> Coordinator:
@@ -169,7 +169,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
-                                   grace_s=grace_s, max_workers=max_workers,
+                                   grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         where = advertise or f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}"

@@ -4,9 +4,8 @@ Every reader validates what the library would otherwise reject without a row num
 raises :class:`~edgetune.errors.InvalidArgument` naming the request field
 (``candidates.table.rows[3].power_w``, ``budgets.arrival_rps``, ``lut[2].mode_id``).
 
-``risk`` on the wire is the multiplier k of the proto (a row fits when ``mean + k·std`` does);
-the library's safe selection takes the exceedance probability instead. The two are the same
-bound: probability ``Φ(−k)`` has the quantile ``z = k`` (k = 1.645 is a 5 % risk).
+``risk`` means what it means in the library and on the CLI: the probability that the chosen
+row's power exceeds the budget under the predictive distribution (0 on the wire: means only).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import numpy as np
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization import problems as P
 from edgetune.optimization.joint import BatchEfficiency, JointChoice, JointLUT
-from edgetune.optimization.select import Candidates, Selection
+from edgetune.optimization.select import Candidates, Selection, z_score
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -38,9 +37,6 @@ from edgetune.proto.v1 import common_pb2, optimizer_pb2
 from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.sessions import Told, space_ref
 
-#: Largest ``risk`` multiplier accepted: Φ(−8) ≈ 6e-16 is as far as a double's tail reaches.
-MAX_RISK = 8.0
-
 ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator service, which this optimizer "
                      "is not connected to; send the candidate rows inline (candidates.table.rows)")
 
@@ -54,21 +50,15 @@ def finite(value: float, field: str, allowed: str, *, positive: bool = False) ->
     return float(value)
 
 
-def risk_from_proto(risk: float, field: str = "risk") -> float:
-    """The request's k (0: means only)."""
-    if not (math.isfinite(risk) and 0 <= risk <= MAX_RISK):
-        raise InvalidArgument(field, f"{risk:g} is out of range",
-                              f"0 (means only) to {MAX_RISK:g}: a row fits when mean + risk * std does")
-    return float(risk)
-
-
-def risk_probability(k: float) -> float | None:
-    """The library's risk for multiplier ``k``: P(X > mean + k·std) = Φ(−k); None for k = 0."""
-    if k == 0:
+def risk_from_proto(risk: float, field: str = "risk") -> float | None:
+    """The request's risk as the library takes it: a probability, or None (0 on the wire: means only)."""
+    if risk == 0:
         return None
-    from scipy.special import ndtr
-
-    return float(ndtr(-k))
+    try:
+        z_score(risk)
+    except InvalidArgument as exc:
+        raise exc.renamed(field) from None
+    return float(risk)
 
 
 def optional_budget(budgets: common_pb2.Budgets, name: str, *, positive: bool = False,
@@ -153,7 +143,7 @@ def rows_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidat
 
 
 # --- decisions --------------------------------------------------------------------------------------
-def selection_to_proto(rows: Rows, sel: Selection, risk_k: float) -> common_pb2.Decision:
+def selection_to_proto(rows: Rows, sel: Selection, risk: float | None) -> common_pb2.Decision:
     budgets = common_pb2.Budgets()
     if sel.power_budget_w is not None:
         budgets.power_budget_w = sel.power_budget_w
@@ -165,7 +155,7 @@ def selection_to_proto(rows: Rows, sel: Selection, risk_k: float) -> common_pb2.
     msg = common_pb2.Decision(feasible=True, mode=mode_to_proto(rows.mode(i)), batch_size=int(rows.batch_size[i]),
                               time_ms=float(sel.time_ms), power_w=float(sel.power_w),
                               energy_j=float(sel.energy_j), budgets=budgets)
-    if risk_k > 0 and rows.cands.power_std_w is not None and sel.power_bound_w is not None:
+    if risk is not None and rows.cands.power_std_w is not None and sel.power_bound_w is not None:
         msg.power_upper_w = float(sel.power_bound_w)
     return msg
 

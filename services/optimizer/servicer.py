@@ -17,7 +17,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.pareto import pareto_front
-from edgetune.optimization.select import make_selector, parse_budget_sweep
+from edgetune.optimization.select import make_selector, parse_budget_sweep, z_score
 from edgetune.optimization.strategies import make_strategy
 from edgetune.proto.convert import OBJECTIVE, optional_value
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
@@ -39,11 +39,12 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     @map_errors
     def ParetoFront(self, request, context):
         rows = convert.rows_from_proto(request.candidates)
-        k = convert.risk_from_proto(request.risk)
+        risk = convert.risk_from_proto(request.risk)
         c = rows.cands
-        # Std-aware front: compare the upper bounds; rows without a std count with their mean.
-        time_ms = c.time_ms + k * c.time_std_ms if (k and c.time_std_ms is not None) else c.time_ms
-        power_w = c.power_w + k * c.power_std_w if (k and c.power_std_w is not None) else c.power_w
+        # Std-aware front: compare the upper bounds at risk; rows without a std count with their mean.
+        z = 0.0 if risk is None else z_score(risk)
+        time_ms = c.time_ms + z * c.time_std_ms if (z and c.time_std_ms is not None) else c.time_ms
+        power_w = c.power_bound_w(risk)
         order = pareto_front(time_ms, power_w)[::-1]  # by ascending power (descending time)
         return optimizer_pb2.ParetoFrontResponse(front=[rows.messages[i] for i in order],
                                                  indices=[int(i) for i in order])
@@ -52,8 +53,8 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     def Select(self, request, context):
         rows = convert.rows_from_proto(request.candidates)
         objective = _SELECTOR[OBJECTIVE.from_proto(request.objective, "objective")]
-        k = convert.risk_from_proto(request.risk)
-        selector = make_selector(objective, convert.risk_probability(k))
+        risk = convert.risk_from_proto(request.risk)
+        selector = make_selector(objective, risk)
         power = convert.optional_budget(request.budgets, "power_budget_w")
         time_ms = convert.optional_budget(request.budgets, "time_budget_ms")
         if request.HasField("sweep"):
@@ -65,7 +66,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
                 picks = selector.sweep(rows.cands, budgets, time_ms)
         else:
             picks = [selector.select(rows.cands, power, time_ms)]
-        decisions = [convert.selection_to_proto(rows, s, k) for s in picks]
+        decisions = [convert.selection_to_proto(rows, s, risk) for s in picks]
         for d in decisions:
             metrics.decided("Select", d.feasible)
         return optimizer_pb2.SelectResponse(decisions=decisions)

@@ -51,7 +51,7 @@ DEFAULT_PORT = 50051
 def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
                   state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
                   host: str = "0.0.0.0", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
-                  max_workers: int = 16, store: Store | None = None) -> tuple[ServiceServer, ProfilerServicer]:
+                  max_workers: int = 16, store: Store | None = None, ready_file: str | None = None) -> tuple[ServiceServer, ProfilerServicer]:
     """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
@@ -70,7 +70,7 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
             servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
             server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                                   host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
-                                  max_workers=max_workers)
+                                  max_workers=max_workers, ready_file=ready_file)
     except BaseException:
         keeper.close()
         raise

@@ -15,6 +15,7 @@ falls every round; afterwards every agent is back in the mode it started in.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,3 +83,14 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
         while (now := {n: _current_mode(a.address) for n, a in agents.items()}) != initial:
             assert time.monotonic() < deadline, (now, initial)
             time.sleep(0.1)
+
+
+def test_the_example_runs_as_its_readme_says():
+    """``.venv/bin/python examples/flower/digits_fl.py`` from the repository root, as a user runs it.
+    It starts its cluster at log level WARNING: its services must still be found ready (they were
+    waited for through their INFO "serving" log line, which WARNING hides, so every run failed)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "examples/flower/digits_fl.py"], cwd=root, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "round 2 (" in done.stdout and "test loss per round:" in done.stdout, done.stdout[-2000:]

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgetune.coordination.store import open_store
@@ -88,20 +88,30 @@ def test_health_is_serving_per_service_and_overall(served):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def _reflect(channel, request):
-    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    return next(iter(stub.ServerReflectionInfo(iter([request]), timeout=5)))
+def _reflect(channel, request, version: str = "v1alpha"):
+    """One reflection exchange; ``v1`` goes to grpc.reflection.v1 (grpcurl's and current clients' name),
+    whose messages are v1alpha's on the wire."""
+    call = channel.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    return next(iter(call(iter([request]), timeout=5)))
 
 
-def test_reflection_lists_the_services_and_serves_their_files(served):
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_lists_the_services_and_serves_their_files(served, version):
     _, channel, _ = served
-    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(list_services=""), version)
     names = {s.name for s in reply.list_services_response.service}
-    assert names == {PROFILER, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
-    reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(file_containing_symbol=PROFILER))
-    files = [descriptor_pb2.FileDescriptorProto.FromString(b) for b in
-             reply.file_descriptor_response.file_descriptor_proto]
-    assert "edgetune/v1/profiler.proto" in {f.name for f in files}
+    assert names == {PROFILER, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                     "grpc.reflection.v1alpha.ServerReflection"}
+    for symbol, file in ((PROFILER, "edgetune/v1/profiler.proto"),
+                         ("grpc.reflection.v1.ServerReflection", "grpc/reflection/v1/reflection.proto")):
+        reply = _reflect(channel, reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol), version)
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b) for b in
+                 reply.file_descriptor_response.file_descriptor_proto]
+        assert file in {f.name for f in files}, reply
+    v1 = next(f for f in files if f.name == "grpc/reflection/v1/reflection.proto")
+    assert v1.package == "grpc.reflection.v1" and v1.service[0].method[0].input_type.startswith(".grpc.reflection.v1.")
 
 
 def _handled(server, method: str, code: str) -> float:
@@ -319,3 +329,27 @@ def test_owned_store_leaves_the_callers_store_open_and_none_means_none():
     assert OwnedStore(None, " None ", optional=True).store is None
     with pytest.raises(InvalidArgument, match="redis"):
         OwnedStore(None, "none")  # only where the service can run without a store
+
+
+def test_ready_file_holds_the_port_once_serving(tmp_path):
+    path = tmp_path / "ready.json"
+    server = build_server("trivial", port=0, host="127.0.0.1", ready_file=str(path))
+    assert not path.exists()  # written once serving, not before
+    server.start()
+    try:
+        record = json.loads(path.read_text())
+        assert record["port"] == server.port and record["service"] == "trivial" and record["address"] == server.address
+    finally:
+        server.stop(0)
+
+
+def test_a_busy_metrics_port_names_the_port_and_the_flag():
+    first = build_server("first", port=0, host="127.0.0.1", metrics_port=0).start()
+    try:
+        second = build_server("second", port=0, host="127.0.0.1", metrics_port=first.metrics_port)
+        with pytest.raises(OSError) as info:
+            second.start()
+        assert str(first.metrics_port) in str(info.value) and "--metrics-port" in str(info.value)
+        second.stop(0)
+    finally:
+        first.stop(0)

@@ -20,10 +20,11 @@ import threading
 import grpc
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from scipy.special import ndtr
 
+from edgetune.cli.optimize import command as optimize_cli
 from edgetune.coordination.store import EmbeddedRedisServer, open_store
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import COLUMNS, truth_table
@@ -31,7 +32,7 @@ from edgetune.optimization.frontier import next_frontier_modes
 from edgetune.optimization.joint import BatchEfficiency, JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, Point, TrainProblem
-from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime, parse_budget_sweep
+from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime, parse_budget_sweep, z_score
 from edgetune.optimization.strategies import SearchSpace, make_strategy, run_search
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -144,8 +145,9 @@ def test_pareto_front_equals_the_library(optimizer, truth):
                                                               rows[i]["batch_size"])
     # std-aware: the front of the upper bounds
     std = np.linspace(0.0, 3.0, len(rows))
-    got = optimizer.ParetoFront(optimizer_pb2.ParetoFrontRequest(candidates=_table(rows, std), risk=2.0))
-    want = pareto_front([r["time_ms"] for r in rows], np.array([r["power_w"] for r in rows]) + 2.0 * std)[::-1]
+    got = optimizer.ParetoFront(optimizer_pb2.ParetoFrontRequest(candidates=_table(rows, std), risk=0.05))
+    want = pareto_front([r["time_ms"] for r in rows],
+                        np.array([r["power_w"] for r in rows]) + z_score(0.05) * std)[::-1]
     assert list(got.indices) == list(want)
 
 
@@ -229,20 +231,44 @@ def test_safe_selection_with_std_is_the_library_ucb(optimizer, truth):
     _, train, _ = truth
     rng = np.random.default_rng(3)
     std = rng.uniform(0.2, 2.0, len(train))
-    k = 1.645  # one-sided 5 %
+    risk = 0.05  # the probability of exceeding the budget, as on the CLI and in the library
     req = optimizer_pb2.SelectRequest(candidates=_table(train, std), budgets=common_pb2.Budgets(power_budget_w=30.0),
-                                      risk=k)
+                                      risk=risk)
     d = optimizer.Select(req).decisions[0]
-    safe = MinTime(risk=float(ndtr(-k))).select(_cands(train, std), 30.0)
+    safe = MinTime(risk=risk).select(_cands(train, std), 30.0)
     naive = MinTime().select(_cands(train, std), 30.0)
     _same_row(d, train[safe.index])
-    assert d.power_upper_w == pytest.approx(d.power_w + k * std[safe.index])
+    assert d.power_upper_w == pytest.approx(d.power_w + 1.6448536 * std[safe.index])
     assert d.power_upper_w <= 30.0 and safe.index != naive.index  # the bound changed the choice
     # risk 0: means only, no bound reported
     d0 = optimizer.Select(optimizer_pb2.SelectRequest(candidates=_table(train, std),
                                                       budgets=common_pb2.Budgets(power_budget_w=30.0))).decisions[0]
     _same_row(d0, train[naive.index])
     assert not d0.HasField("power_upper_w")
+
+
+def test_risk_means_the_same_on_the_cli_and_over_grpc(optimizer, tmp_path):
+    """The issue's table: budget 21.5 W, sigma 0.5 W, risk 0.05. A 5 % risk needs 21 + 1.645 * 0.5 =
+    21.82 W > 21.5 W, so the 21 W mode is out and both transports pick the 12 W one, with one bound."""
+    rows = [  # mode, time_ms, power_w, power_std_w
+        ((4, 1113.6, 612.0, 2133.0), 90.0, 12.0, 0.5),
+        ((8, 1728.0, 1020.0, 3199.0), 40.0, 21.0, 0.5),
+    ]
+    path = tmp_path / "t.csv"
+    path.write_text("cores,cpu_mhz,gpu_mhz,emc_mhz,batch_size,time_ms,power_w,power_std_w\n" + "".join(
+        f"{m[0]},{m[1]},{m[2]},{m[3]},16,{t},{p},{s}\n" for m, t, p, s in rows))
+    cli = CliRunner().invoke(optimize_cli, ["select", "--table", str(path), "--power-budget", "21.5",
+                                            "--risk", "0.05", "--json"])
+    assert cli.exit_code == 0, cli.output
+    by_cli = json.loads(cli.stdout)
+    msgs = [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=m[0], cpu_mhz=m[1], gpu_mhz=m[2], emc_mhz=m[3]),
+                                  batch_size=16, time_ms=t, power_w=p, power_std_w=s) for m, t, p, s in rows]
+    d = optimizer.Select(optimizer_pb2.SelectRequest(
+        candidates=optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=msgs)),
+        budgets=common_pb2.Budgets(power_budget_w=21.5), risk=0.05)).decisions[0]
+    assert by_cli["power_w"] == d.power_w == 12.0  # not the 21 W mode a multiplier of 0.05 would allow
+    assert by_cli["mode"] == mode_from_proto(d.mode).as_dict()
+    assert by_cli["power_upper_w"] == pytest.approx(d.power_upper_w) == pytest.approx(12.0 + 1.6448536 * 0.5)
 
 
 # --- joint (seed 000) ---------------------------------------------------------------------------------
@@ -667,6 +693,11 @@ def test_bad_input_names_the_field(optimizer, truth):
     bad.table.rows[2].mode.cores = 0
     _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.rows[2].mode.cores")
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=-1), INVALID, "risk")
+    # risk is a probability: the old multiplier (1.645) and anything past 0.5 are refused
+    _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=1.645), INVALID, "risk")
+    _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=0.7), INVALID, "0 < risk <= 0.5")
+    _code(optimizer.ParetoFront, optimizer_pb2.ParetoFrontRequest(candidates=rows, risk=1.645), INVALID, "risk")
+    _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=float("nan")), INVALID, "risk")
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, objective=42), INVALID, "objective")
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, sweep=optimizer_pb2.BudgetSweep(start=17, stop=50)),
           INVALID, "sweep")

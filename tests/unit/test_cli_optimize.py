@@ -230,6 +230,7 @@ def test_select_reads_estimate_predicts_output_without_batch_size(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == {
         "feasible": True, "mode": {"cores": 8, "cpu_mhz": 1344.0, "gpu_mhz": 727.0, "emc_mhz": 2133.0},
-        "batch_size": None, "time_ms": 100.0, "power_w": 20.0}
+        "batch_size": None, "time_ms": 100.0, "power_w": 20.0,
+        "power_upper_w": pytest.approx(20.0 + 0.8416212 * 1.0)}  # z(0.8) = 0.84: the bound checked
     r = run("frontier", "--table", path, "--profiled", path, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["modes"] == []  # every mode is profiled

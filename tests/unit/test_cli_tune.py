@@ -72,7 +72,8 @@ def test_tune_single_budget_prints_one_answer_for_people_and_as_json(files, caps
                           "--json")
     assert code == 0, err
     answer = json.loads(out)
-    assert answer["feasible"] and set(answer) == {"feasible", "mode", "batch_size", "time_ms", "power_w"}
+    assert answer["feasible"] and set(answer) == {"feasible", "mode", "batch_size", "time_ms", "power_w",
+                                                "power_upper_w"}
     code, out, err = tune(capsys, files, "--power-budget", "30", "--initial", "6", "--rounds", "0")
     assert code == 0, err
     assert "least time" in out and "profiled 6 of 441 modes" in err

@@ -75,12 +75,17 @@ def command() -> None:
 # --------------------------------------------------------------------------- select
 
 
-def _selection_json(table, sel: Selection) -> dict:
+def _selection_json(table, sel: Selection, bounded: bool) -> dict:
+    """CONTRACT.md's object; ``power_upper_w`` (the bound the budget was checked against, as
+    ``Optimizer.Select`` reports it) when the selection was std-aware (``bounded``)."""
     if not sel.feasible:
         return {"feasible": False, "reason": sel.reason}
     row = table.rows[sel.index]
-    return {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
-            "time_ms": row["time_ms"], "power_w": row["power_w"]}
+    out = {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
+           "time_ms": row["time_ms"], "power_w": row["power_w"]}
+    if bounded:
+        out["power_upper_w"] = sel.power_bound_w
+    return out
 
 
 def _check_optional_budget(name: str, value: float | None) -> None:
@@ -97,8 +102,9 @@ def _check_optional_budget(name: str, value: float | None) -> None:
 @click.option("--objective", type=click.Choice(["time", "power", "energy"]), default="time", show_default=True,
               help="What to minimise within the budgets.")
 @click.option("--risk", type=float, default=None,
-              help="Read power conservatively: power_w + z(1-risk)·power_std_w must fit the budget "
-                   "(needs a power_std_w column; e.g. 0.05).")
+              help="The probability that the choice's power exceeds the budget: power_w + z(1-risk)·power_std_w "
+                   "must fit it (0 < risk <= 0.5, e.g. 0.05; needs a power_std_w column). The JSON then "
+                   "reports that bound as power_upper_w.")
 @click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
 @reports_errors
 def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
@@ -119,25 +125,28 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
     budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
+    bounded = risk is not None and cands.power_std_w is not None
     if budgets is not None and is_sweep_spec(power_budget):
-        emit_selections(table, budgets, selector.sweep(cands, budgets, time_budget_ms), objective, as_json, True)
+        emit_selections(table, budgets, selector.sweep(cands, budgets, time_budget_ms), objective, as_json, True,
+                        bounded)
         return
     sel = selector.select(cands, None if budgets is None else budgets[0], time_budget_ms)
-    emit_selections(table, budgets or [], [sel], objective, as_json, False)
+    emit_selections(table, budgets or [], [sel], objective, as_json, False, bounded)
 
 
 def emit_selections(table, budgets: list[float], results: list[Selection], objective: str, as_json: bool,
-                    sweep: bool) -> None:
-    """Print selections made elsewhere (``edgetune tune``'s verified ones) as ``emit_selection`` does."""
+                    sweep: bool, bounded: bool) -> None:
+    """Print selections made elsewhere (``edgetune tune``'s verified ones) as ``emit_selection`` does;
+    ``bounded``: the selections checked an upper power bound (its ``power_upper_w`` is reported)."""
     if sweep:
         if as_json:
-            emit_json([{"power_budget_w": b, **_selection_json(table, s)}
+            emit_json([{"power_budget_w": b, **_selection_json(table, s, bounded)}
                        for b, s in zip(budgets, results, strict=True)])
         else:
             _print_sweep(table, budgets, results, objective)
         return
     if as_json:
-        emit_json(_selection_json(table, results[0]))
+        emit_json(_selection_json(table, results[0], bounded))
     else:
         _print_selection(table, results[0], objective)
 

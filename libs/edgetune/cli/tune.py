@@ -166,4 +166,4 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                else Selection(False, None, reason=d.reason or "; ".join(d.notes) or "measured over budget",
                               power_budget_w=d.budget_w)
                for d in decisions]
-    emit_selections(table, budgets, results, policy.objective, as_json, is_sweep_spec(power_budget))
+    emit_selections(table, budgets, results, policy.objective, as_json, is_sweep_spec(power_budget), model.gives_std)

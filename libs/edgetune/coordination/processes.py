@@ -2,10 +2,10 @@
 
 Used by ``make demo`` (``edgetune.demo``) and by :mod:`~edgetune.coordination.localcluster`
 (examples, integration tests). Each service runs exactly as deployed
-(``python -m edgetune.services.<name>.server``) with ``--port 0``; its port comes from the
-``serving`` line of its JSON log (every edgetune server logs one when it starts), then the
-supervisor waits for gRPC health checking to answer SERVING for the service. Logs go to
-``<log_dir>/<name>.log``.
+(``python -m edgetune.services.<name>.server``) with ``--port 0``; its port comes from its
+ready file (``EDGETUNE_READY_FILE``, set per child: every edgetune server writes
+``{"port": …}`` there once it serves, whatever its log level), then the supervisor waits for
+gRPC health checking to answer SERVING for the service. Logs go to ``<log_dir>/<name>.log``.
 
 Stopping is ordered and guaranteed: :meth:`Supervisor.close` sends SIGTERM to the children in
 reverse start order (agents first: they restore their power modes), SIGKILLs whatever is
@@ -45,6 +45,8 @@ from edgetune.coordination.store import EmbeddedRedisServer
 
 #: Environment marker inherited by every process a supervisor starts (and their children).
 RUN_ENV = "EDGETUNE_RUN"
+#: Where a child server writes its ready file (the services' ``--ready-file`` from the environment).
+READY_ENV = "EDGETUNE_READY_FILE"
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 15.0
 _POLL_S = 0.05
@@ -59,6 +61,7 @@ class Child:
     name: str
     proc: subprocess.Popen
     log_path: Path
+    ready_path: Path
     address: str = ""
 
     @property
@@ -81,22 +84,14 @@ class Child:
                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
 
 
-def serving_port(log_path: Path) -> int | None:
-    """The port of the first ``{"msg": "serving", "port": P}`` record of a JSON log (None before it)."""
+def ready_port(ready_path: Path) -> int | None:
+    """The port in a server's ready file (None until the server has written it)."""
     try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
+        record = json.loads(ready_path.read_text())
+    except (OSError, ValueError):  # not there yet (it is renamed into place whole)
         return None
-    for line in text.splitlines():
-        if '"serving"' not in line:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("msg") == "serving" and record.get("port"):
-            return int(record["port"])
-    return None
+    port = record.get("port") if isinstance(record, dict) else None
+    return int(port) if port else None
 
 
 def poll_until_serving(address: str, service: str, check: Callable[[], None]) -> None:
@@ -164,12 +159,14 @@ class Supervisor:
     def spawn(self, name: str, argv: Sequence[str]) -> Child:
         """``python <argv>`` with stdout and stderr in ``<log_dir>/<name>.log``."""
         log_path = self.log_dir / f"{name}.log"
-        env = {**os.environ, RUN_ENV: self.run_id, "PYTHONUNBUFFERED": "1"}
+        ready_path = self.log_dir / f"{name}.ready.json"
+        ready_path.unlink(missing_ok=True)  # a previous run's file must not pass for this one's
+        env = {**os.environ, RUN_ENV: self.run_id, READY_ENV: str(ready_path), "PYTHONUNBUFFERED": "1"}
         with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
             command, preexec = launch_argv([sys.executable, *argv])  # SIGTERM when we die, even by SIGKILL
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, preexec_fn=preexec)
-        child = Child(name, proc, log_path)
+        child = Child(name, proc, log_path, ready_path)
         with self._lock:
             self.children.append(child)
         return child
@@ -183,10 +180,10 @@ class Supervisor:
         return child
 
     def wait_ready(self, child: Child, service: str, *, extra: Callable[[], bool] | None = None) -> None:
-        """Until ``child`` logged its port, reports ``service`` SERVING and ``extra()`` (if given) is true."""
+        """Until ``child`` wrote its ready file, reports ``service`` SERVING and ``extra()`` (if given) is true."""
         deadline = time.monotonic() + self.start_timeout_s
-        while not (port := serving_port(child.log_path)):
-            self.check(child, deadline, "never logged that it is serving")
+        while not (port := ready_port(child.ready_path)):
+            self.check(child, deadline, f"never wrote its ready file {child.ready_path}")
             time.sleep(_POLL_S)
         child.address = f"127.0.0.1:{port}"
         poll_until_serving(child.address, service,

@@ -9,7 +9,7 @@ import time
 import grpc
 
 from edgetune.demo.story import (
-    RISK,
+    RISK_Z,
     RPC_TIMEOUT_S,
     NodeResult,
     RoundResult,
@@ -34,7 +34,7 @@ def round_options(res: NodeResult) -> list[common_pb2.Prediction]:
     out = []
     for p in calibrated(res):
         q = common_pb2.Prediction(mode=p.mode, batch_size=p.batch_size, time_ms=p.time_ms,
-                                  power_w=p.power_w + RISK * (p.power_std_w if p.HasField("power_std_w") else 0.0))
+                                  power_w=p.power_w + RISK_Z * (p.power_std_w if p.HasField("power_std_w") else 0.0))
         out.append(q)
     return out
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgetune.demo.suite import Agent, NodeSpec, Suite
+from edgetune.optimization.select import z_score
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -21,8 +22,10 @@ from edgetune.proto.v1 import (
 )
 
 TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER
-#: Safe selection: a mode fits when predicted power + RISK × its std does (5 % exceedance).
-RISK = 1.645
+#: Safe selection: the probability that a chosen mode's power exceeds its budget (as ``--risk`` and
+#: ``SelectRequest.risk``); a mode fits when predicted power + RISK_Z × its std does.
+RISK = 0.05
+RISK_Z = z_score(RISK)  # 1.645
 RPC_TIMEOUT_S = 300.0
 ROUND_NOTE = ("Round time = ceil(samples / batch) × predicted minibatch time; plans use the safe power (mean + "
               "1.645 σ). On these simulated Jetsons the fastest mode within a budget is nearly the least-energy "
@@ -200,11 +203,11 @@ def calibrate(res: NodeResult) -> float:
 def learn_from_miss(res: NodeResult, mode: common_pb2.PowerMode, predicted_w: float,
                     measured: common_pb2.Measurement | None) -> None:
     """A mode measured over budget: drop it and every mode at or above its clocks (they draw at least
-    its power), and widen the node's error term so that the safety margin (RISK × error × power)
+    its power), and widen the node's error term so that the safety margin (RISK_Z × error × power)
     covers the relative miss seen there (the model under-predicts in that region)."""
     res.excluded |= {key(p.mode) for p in res.predictions if dominates(p.mode, mode)}
     if measured is not None and predicted_w > 0:
-        res.power_rel_err = max(res.power_rel_err, (measured.power_w - predicted_w) / predicted_w / RISK)
+        res.power_rel_err = max(res.power_rel_err, (measured.power_w - predicted_w) / predicted_w / RISK_Z)
 
 
 def calibrated(res: NodeResult) -> list[common_pb2.Prediction]:

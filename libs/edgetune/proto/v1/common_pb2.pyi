@@ -517,7 +517,7 @@ class Decision(_message.Message):
     """Joint batch+mode selection (seed 000): the LUT's opaque mode id and time to target."""
     time_to_target_s: _builtins.float
     time_upper_ms: _builtins.float
-    """Conservative values used for the budget check (mean + risk * std), when std-aware."""
+    """Conservative values used for the budget check (mean + z(1 - risk) * std), when std-aware."""
     power_upper_w: _builtins.float
     @_builtins.property
     def mode(self) -> Global___PowerMode: ...

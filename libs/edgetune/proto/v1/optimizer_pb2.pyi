@@ -214,7 +214,10 @@ class ParetoFrontRequest(_message.Message):
     CANDIDATES_FIELD_NUMBER: _builtins.int
     RISK_FIELD_NUMBER: _builtins.int
     risk: _builtins.float
-    """Std-aware: compare mean + risk * std (0: means only)."""
+    """Std-aware front: the probability that a row's time or power exceeds its upper bound
+    under the predictive distribution; rows are compared by mean + z(1 - risk) * std, z the
+    standard normal quantile (0 < risk <= 0.5, e.g. 0.05; 0: means only).
+    """
     @_builtins.property
     def candidates(self) -> Global___Candidates: ...
     def __init__(
@@ -270,8 +273,11 @@ class SelectRequest(_message.Message):
     SWEEP_FIELD_NUMBER: _builtins.int
     objective: Global___Objective.ValueType
     risk: _builtins.float
-    """Std-aware safe selection: a row is within a budget when mean + risk * std is
-    (0: means only; rows without std use their mean).
+    """Safe selection: the probability that the chosen row's power exceeds the power budget
+    under the predictive distribution. A row fits when power_w + z(1 - risk) * power_std_w
+    does, z the standard normal quantile (risk 0.05: z = 1.645). 0 < risk <= 0.5; 0 selects
+    on the means (rows without power_std_w always use their mean). The same meaning as the
+    CLI's `--risk` and the library's `risk`.
     """
     @_builtins.property
     def candidates(self) -> Global___Candidates: ...
