@@ -36,13 +36,10 @@ from edgetune.tables import Table
 #: Store blob kind of estimator models.
 BLOB_KIND = "estimator-model"
 DEFAULT_FIT_METHOD = "nn"
-#: Best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
-DEFAULT_TRANSFER_METHOD = "nn+gp"
 #: Proto-level kind names that mean one of the library's methods.
 KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
 #: Methods whose predictor is (or wraps) the PowerTrain MLP.
 NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
-DEFAULT_VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_FRACTION = 0.5
 DEFAULT_CHUNK_ROWS = 2048
 MAX_CHUNK_ROWS = 65_536
@@ -316,12 +313,13 @@ def min_fit_rows(validation_fraction: float, min_train_rows: int) -> int:
     return n
 
 
-def validation_fraction(value: float) -> float:
+def validation_fraction(value: float, default: float) -> float:
+    """The request's held-out fraction; 0: ``default`` (the tuning policy's)."""
     if value == 0:
-        return DEFAULT_VALIDATION_FRACTION
+        return default
     if not (math.isfinite(value) and 0 < value <= MAX_VALIDATION_FRACTION):
         raise InvalidArgument("validation_fraction", f"{value!r} is out of range",
-                              f"0 (default {DEFAULT_VALIDATION_FRACTION}) or (0, {MAX_VALIDATION_FRACTION}]")
+                              f"0 (default {default}) or (0, {MAX_VALIDATION_FRACTION}]")
     return float(value)
 
 

@@ -26,13 +26,13 @@ from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics
 from edgetune.services.estimator.convert import (
     DEFAULT_FIT_METHOD,
-    DEFAULT_TRANSFER_METHOD,
     NN_METHODS,
     ModelRef,
     Rows,
 )
 from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
 from edgetune.services.estimator.models import ModelRepository
+from edgetune.tuning.policy import TuningPolicy, default_policy
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,17 @@ BE_MAX_PASSES = 20
 
 
 class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
-    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None
-                 ) -> None:
+    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None,
+                 policy: TuningPolicy | None = None) -> None:
         self.models = models
         self.runner = runner
+        self._policy = policy
         self.energy = energy_estimator or energy.EnergyEstimator()
+
+    @property
+    def policy(self) -> TuningPolicy:
+        """The tuning policy whose defaults an empty field takes (the library's, read per request)."""
+        return self._policy or default_policy()
 
     # -- measurements: inline, else the store's ----------------------------------------------------
     def _rows(self, msgs, spec, workload: str, role: str, need: int, what: str) -> Rows:
@@ -73,7 +79,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         role = convert.role_name(request.role)
         ref = convert.parse_model_id(request.model_id or convert.default_model_id(spec.name, workload, role, method),
                                      allow_version=False)
-        fraction = convert.validation_fraction(request.validation_fraction)
+        fraction = convert.validation_fraction(request.validation_fraction, self.policy.validation_fraction)
         kw = convert.predictor_params(method, request.epochs, request.params)
         need = convert.min_fit_rows(fraction, MIN_FIT_ROWS)
         rows = self._rows(request.measurements, spec, workload, role, need,
@@ -90,7 +96,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     @map_errors
     def Transfer(self, request, context):
         base = self.models.load(convert.parse_model_id(request.base_model_id, "base_model_id"), "base_model_id")
-        method = convert.method_from_kind(request.params.get("method", ""), DEFAULT_TRANSFER_METHOD, "params.method")
+        method = convert.method_from_kind(request.params.get("method", ""), self.policy.transfer_method,
+                                         "params.method")
         if method in TRANSFER_METHODS and base.meta.get("kind") not in NN_METHODS:
             raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.get('kind')!r} model; "
                                   f"{method!r} fine-tunes an NN reference", "a model fitted with " + ", ".join(NN_METHODS))

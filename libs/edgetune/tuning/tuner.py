@@ -36,10 +36,10 @@ RoundFn = Callable[[int, int, int], None]
 
 class NodeTuner:
     """Tunes one node (module docstring). Stages may be called one by one (the demo's steps) or
-    all at once with :meth:`tune`."""
+    all at once with :meth:`tune`. ``base`` (the reference to transfer) may be set after profiling."""
 
     def __init__(self, policy: TuningPolicy, measurer: Measurer, estimator: Estimator, selector: Selector, *,
-                 base: ModelRef, candidates: np.ndarray, batch_size: int, device: str, workload: str,
+                 base: ModelRef | None, candidates: np.ndarray, batch_size: int, device: str, workload: str,
                  role: str = "train", model_id: str = "", power_range_w: Sequence[float] | None = None,
                  transfer_epochs: int | None = None, transfer_params: dict[str, str] | None = None,
                  on_round: RoundFn | None = None) -> None:
@@ -96,6 +96,8 @@ class NodeTuner:
         return pred
 
     def _refit(self, n_picks: int) -> Predictions:
+        if self.base is None:
+            raise RuntimeError("the tuner has no reference model to transfer yet (set base)")
         self.model = self.estimator.transfer(self.base, self.points, model_id=self.model_id,
                                              method=self.policy.transfer_method, seed=self.policy.seed,
                                              transfer_epochs=self.transfer_epochs, params=self.transfer_params)
