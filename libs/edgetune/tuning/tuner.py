@@ -20,6 +20,7 @@ class; the estimator service runs the same fit / transfer pipeline.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -107,12 +108,26 @@ class NodeTuner:
         return self.predictions
 
     def calibrate(self) -> float:
-        """The held-out relative power error, the floor of the error term (0 without held-out modes)."""
+        """Set the error term to the held-out relative power error (0 without held-out modes)."""
+        self.safety.power_rel_err = self.held_out_error()
+        return self.safety.power_rel_err
+
+    def held_out_error(self) -> float:
+        """RMS relative power error of the predictions on the held-out modes."""
         pred = self._pred()
         trained = {mode_key(m) for m in self.points.modes}  # a held-out mode later profiled is not held out
         held = self.held_out.subset([i for i, m in enumerate(self.held_out.modes) if mode_key(m) not in trained])
-        self.safety.power_rel_err = held_out_power_error(*pred.power_at(held))
-        return self.safety.power_rel_err
+        return held_out_power_error(*pred.power_at(held))
+
+    def with_policy(self, policy: TuningPolicy) -> NodeTuner:
+        """A tuner that shares this one's profiles, model, predictions and calibration but selects
+        afresh under ``policy`` (another risk or retry limit): no misses, no decisions yet."""
+        other = copy.copy(self)
+        other.policy = policy
+        other.safety = SafetyState(power_rel_err=self.held_out_error() if self.predictions is not None else 0.0)
+        other.decisions = []
+        other._verified = dict(self._verified)  # what the device measured stays measured
+        return other
 
     # -- 3. select and verify -----------------------------------------------------------------------
     def select_and_verify(self, budget_w: float, *, keep_error: bool = True) -> Decision:
