@@ -65,12 +65,14 @@ def _tune(capsys, files, out_model) -> tuple[list[dict], str]:
 def test_the_verification_retry_limit_of_the_policy_governs_tune_and_the_demo(files, capsys, tmp_path, policy):
     policy(transfer_method="transfer", max_attempts=5)
     answers5, err5 = _tune(capsys, files, tmp_path / "a.model")
-    assert "attempt 2:" in err5  # a choice measured over its budget, and the selection repeated
+    assert "attempt 1:" in err5 and "after 1 attempts" not in err5  # choices measured over, selected again
     assert Story(None, Options(), FLEET).tuning.max_attempts == 5
 
     policy(transfer_method="transfer", max_attempts=1)
     answers1, err1 = _tune(capsys, files, tmp_path / "b.model")
     assert "attempt 2:" not in err1 and "after 1 attempts" in err1  # the same misses, given up at once
+    misses = [line.split(":")[0] for line in err1.splitlines() if "attempt 1:" in line]
+    assert misses == [line.split(":")[0] for line in err5.splitlines() if "attempt 1:" in line]
     assert sum(a["feasible"] for a in answers1) < sum(a["feasible"] for a in answers5)
     assert Story(None, Options(), FLEET).tuning.max_attempts == 1  # the demo's tuners run under it
     for path in (tmp_path / "a.model", tmp_path / "b.model"):
