@@ -78,7 +78,8 @@ class TimePowerModel:
             shared["progress"] = progress
         files = (runner or run_in_order)(fit_target, tasks, shared)
         predictors = {t: Predictor.from_bytes(f) for t, f in zip(TARGETS, files, strict=True)}
-        model = cls(predictors, batch_sizes=_batch_sizes(table), **ident)
+        model = cls(predictors, ident.get("device", ""), ident.get("workload", ""), ident.get("role", ""),
+                    _batch_sizes(table))
         event = _event("fit", method, table, ident, len(train), source)
         if len(held):
             pred = model.predict(x[held])
@@ -161,19 +162,20 @@ class TimePowerModel:
 
     # -- file format ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        header = {
+        members = {t: f"{t}.predictor" for t in self.predictors}
+        header: dict[str, Any] = {
             "format": MODEL_FORMAT, "version": MODEL_VERSION, "edgetune": __version__,
             "device": self.device, "workload": self.workload, "role": self.role,
             "batch_sizes": list(self.batch_sizes), "columns": list(self.columns),
             "methods": {t: p.method for t, p in self.predictors.items()},
-            "members": {t: f"{t}.predictor" for t in self.predictors},
+            "members": members,
             "history": self.history,
         }
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:  # members are zips already
             zf.writestr("header.json", json.dumps(header, indent=1))
             for target, pred in self.predictors.items():
-                zf.writestr(header["members"][target], pred.to_bytes())
+                zf.writestr(members[target], pred.to_bytes())
         return buf.getvalue()
 
     @classmethod
@@ -194,7 +196,7 @@ class TimePowerModel:
         return cls(predictors, header.get("device", ""), header.get("workload", ""), header.get("role", ""),
                    list(header.get("batch_sizes", [])), list(header.get("history", [])))
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         parent = os.path.dirname(os.fspath(path))
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -202,7 +204,7 @@ class TimePowerModel:
             fh.write(self.to_bytes())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> TimePowerModel:
+    def load(cls, path: str | os.PathLike[str]) -> TimePowerModel:
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
