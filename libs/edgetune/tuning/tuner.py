@@ -21,6 +21,7 @@ class; the estimator service runs the same fit / transfer pipeline.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -166,7 +167,7 @@ class NodeTuner:
                          f"clocks; error term now {100 * self.safety.power_rel_err:.1f} %")
             if attempt == self.policy.max_attempts:
                 notes.append(f"no mode verified within budget after {attempt} attempts")
-            decision = Decision(**{**decision.__dict__, "notes": tuple(notes)})
+            decision = dataclasses.replace(decision, notes=tuple(notes))
         if not keep_error:
             self.safety.power_rel_err = error_before
         self.decisions.append(decision)
