@@ -106,3 +106,20 @@ def test_through_the_edgetune_entry_point(tmp_path, capsys):
     assert main(["plan", "--fleet", fleet(tmp_path, site_power_budget_w=60), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["makespan_s"] == 5.76
     assert main(["plan", "--fleet", str(tmp_path / "nope.json")]) == 2
+
+
+@pytest.mark.parametrize("doc,key,allowed", [
+    ({"objectve": "energy"}, "fleet.json:objectve", "objective"),
+    ({"nodes": [{"id": "a", "power_budget": 20, "samples": 10, "table": "tables/orin.csv"}]},
+     "fleet.json:nodes[0].power_budget", "power_budget_w"),
+])
+def test_misspelt_keys_are_errors_naming_the_key_and_the_allowed_ones(tmp_path, doc, key, allowed):
+    """A misspelt budget used to be ignored: the node was planned at 51.1 W instead of within 20 W."""
+    r = run("--fleet", fleet(tmp_path, **doc), "--json")
+    assert r.exit_code == 2, r.output
+    assert key in r.output and allowed in r.output and "unknown key" in r.output
+
+
+def test_a_missing_required_key_is_named(tmp_path):
+    r = run("--fleet", fleet(tmp_path, nodes=[{"id": "a", "table": "tables/orin.csv"}]), "--json")
+    assert r.exit_code == 2 and "fleet.json:nodes[0].samples: is missing" in r.output

@@ -6,44 +6,22 @@
 
 ``predict`` writes the mode table with ``time_ms`` and ``power_w`` added (replacing columns of
 those names), plus ``time_std_ms`` / ``power_std_w`` when the model has uncertainty; rows keep
-their order and every other column is carried through. Epoch progress shows on a terminal.
+their order and every other column is carried through. Epoch progress shows on stderr (a bar on a terminal, plain lines elsewhere).
 Bad input exits 2 with a message naming the field.
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
 
+from edgetune.cli.progress import progress_display
 from edgetune.estimation.registry import METHODS
 
 FIT_METHODS = METHODS
-
-
-@contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich epoch bar on stderr when both streams are terminals; otherwise nothing."""
-    if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("epochs"), TimeElapsedColumn(), console=Console(stderr=True))
-    tasks: dict[str, int] = {}
-
-    def update(stage: str, epoch: int, total: int) -> None:
-        if stage not in tasks:
-            tasks[stage] = progress.add_task(stage, total=total)
-        progress.update(tasks[stage], completed=epoch, total=total)
-
-    with progress:
-        yield update
 
 
 @contextmanager
@@ -75,7 +53,7 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 
     table = read_profile_table(profiles_path)
     kw = _nn_kwargs(method, epochs)
-    with _progress() as show:
+    with progress_display("epochs") as show:
         model = TimePowerModel.fit_table(table, method=method, seed=seed, progress=show, **kw)
     model.save(out_path)
     fits = model.predictors["time_ms"].meta["fit"], model.predictors["power_w"].meta["fit"]
@@ -100,7 +78,7 @@ def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str,
     base = TimePowerModel.load(base_path)
     table = read_profile_table(profiles_path)
     settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
-    with _progress() as show, _warnings_to_stderr():
+    with progress_display("epochs") as show, _warnings_to_stderr():
         model = base.transfer_table(table, method=method, progress=show, nn_settings=settings)
     model.save(out_path)
     click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "

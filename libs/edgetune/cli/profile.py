@@ -8,7 +8,8 @@ Runs the full measurement protocol (:mod:`edgetune.profiling`) per point and wri
 CONTRACT.md profile table (with the optional columns and a few protocol extras). A mode
 table with a ``batch_size`` column gives one point per row unless ``--batch-sizes`` is given.
 ``--random N`` draws N distinct modes of a grid of the device (``--grid``, default the full
-space) with ``--seed``. On a terminal a progress bar shows on stderr.
+space) with ``--seed``. Progress shows on stderr: a bar on a terminal, else a line with done/total
+and an ETA every 10 s (:mod:`edgetune.cli.progress`).
 
 If profiling stops part-way (hard power limit, device error, Ctrl-C) the rows measured so
 far are still written, then the error is reported (exit 2 for edgetune errors).
@@ -16,12 +17,12 @@ far are still written, then the error is reported (exit 2 for edgetune errors).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import click
 import numpy as np
 
+from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
 from edgetune.errors import EdgetuneError
 from edgetune.powermodes.mode import PowerMode
@@ -107,29 +108,6 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
     return points
 
 
-def progress_reporter(total: int) -> tuple[Callable[[ProgressEvent], None] | None, Callable[[], None]]:
-    """A rich progress bar on stderr when both streams are terminals; otherwise nothing."""
-    if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        return None, lambda: None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("[bold]profiling"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.description}"),
-                        console=Console(stderr=True), transient=False)
-    task = progress.add_task("", total=total)
-    progress.start()
-
-    def update(event: ProgressEvent) -> None:
-        desc = f"{event.mode.label()} bs={event.batch_size}"
-        if event.phase == "done":
-            progress.update(task, completed=event.done, description=desc)
-        else:
-            progress.update(task, description=desc)
-
-    return update, progress.stop
-
-
 @click.command("profile")
 @click.option("--device", "device_name", required=True,
               help="Backend: sim:<model> (simulated), sysfs[:root] (this Jetson), replay:<table.csv>.")
@@ -180,25 +158,21 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
         check_workload(device, workload)
         points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
         measured: list[Measurement] = []
-        show, stop = progress_reporter(len(points))
-
-        def on_progress(event: ProgressEvent) -> None:
-            if event.measurement is not None:
-                measured.append(event.measurement)
-            if show:
-                show(event)
-
         t0 = device.clock.now_s()
         try:
-            Profiler(device, config).profile_points(points, workload, role, progress=on_progress)
+            with progress_display() as show:
+                def on_progress(event: ProgressEvent) -> None:
+                    if event.measurement is not None:
+                        measured.append(event.measurement)
+                    show("profiling", event.done, len(points), f"{event.mode.label()} bs={event.batch_size}")
+
+                Profiler(device, config).profile_points(points, workload, role, progress=on_progress)
         except BaseException:
-            stop()
             if measured:
                 write_table([m.to_row() for m in measured], out_path, ROW_COLUMNS)
                 click.echo(f"stopped after {len(measured)} of {len(points)} points; "
                            f"wrote those rows to {out_path}", err=True)
             raise
-        stop()
         elapsed_s = device.clock.now_s() - t0
     write_table([m.to_row() for m in measured], out_path, ROW_COLUMNS)
     click.echo(f"profiled {len(measured)} points of {workload} ({role}) on {device.spec.name} "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgetune.errors import InvalidArgument
+from edgetune.schemas import check as check_schema
 from edgetune.tables import read_profile_table
 
 OBJECTIVES = ("makespan", "energy")
@@ -212,12 +213,12 @@ def parse_batch_efficiency(value, where: str) -> dict[int, float] | None:
 def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
     """A :class:`Fleet` from the decoded ``fleet.json`` (tables relative to ``base_dir``).
 
-    Errors name the key path: ``fleet.json:nodes[2].power_budget_w``. Optional beyond
-    CONTRACT.md: ``batch_sizes`` and ``batch_efficiency`` at fleet level (every node's default)
-    or per node (replaces the fleet's).
+    The document is checked against ``fleet.schema.json`` first (:mod:`edgetune.schemas`): an
+    unknown or misspelt key, a missing one or a wrong type is an error naming the key path
+    (``fleet.json:nodes[2].power_budget_w``). Optional: ``batch_sizes`` and ``batch_efficiency``
+    at fleet level (every node's default) or per node (replaces the fleet's).
     """
-    if not isinstance(doc, dict):
-        raise InvalidArgument(name, "the fleet must be a JSON object")
+    check_schema(doc, "fleet", name)
     objective = doc.get("objective", "makespan")
     if objective not in OBJECTIVES:
         raise InvalidArgument(f"{name}:objective", f"unknown objective {json.dumps(objective)}", ", ".join(OBJECTIVES))
