@@ -5,7 +5,9 @@ agent per simulated Jetson as processes on loopback; then, through their gRPC AP
 the devices, profiles each node, transfers a reference predictor to every node and predicts all
 its modes, builds Pareto fronts, picks a mode per node under its power budget and verifies it
 on the agent, plans a federated round, changes one budget mid-way, and tunes concurrent
-training + inference on one node. Writes a report folder; shuts everything down; exit 0.
+training + inference on one node. Each node is tuned by the library's ``NodeTuner``
+(:mod:`edgetune.tuning`) through gRPC adapters: the same workflow and policy ``edgetune tune``
+runs on a local device. Writes a report folder; shuts everything down; exit 0.
 """
 
 from __future__ import annotations
