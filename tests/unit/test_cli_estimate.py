@@ -144,3 +144,19 @@ def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, c
     code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "xavier.csv"),
                        "--out", str(files / "xavier-pred.csv"))
     assert code == 2 and "xavier-agx" in err and "orin-agx" in err, err
+
+
+def test_ref_gp_transfer_prints_and_stores_its_cross_validated_mape(files, capsys, tmp_path):
+    # issue 16: a transfer says how good it is, from held-out folds of the profiled rows
+    write_table(read_profile_table(files / "ref.csv").rows[::8], tmp_path / "ref-small.csv")  # a GP fit stays quick
+    code, _, err = run(capsys, "fit", "--profiles", str(tmp_path / "ref-small.csv"), "--out",
+                       str(tmp_path / "gp.model"), "--method", "gp")
+    assert code == 0, err
+    code, out, err = run(capsys, "transfer", "--base", str(tmp_path / "gp.model"), "--profiles",
+                         str(files / "new.csv"), "--out", str(tmp_path / "new.model"), "--method", "ref+gp")
+    assert code == 0, err
+    assert "cross-validated MAPE: time" in out
+    from edgetune.estimation.bundle import TimePowerModel
+
+    metrics = TimePowerModel.load(tmp_path / "new.model").last_event["metrics"]
+    assert 0 < metrics["time_mape_cv"] < 100 and 0 < metrics["power_mape_cv"] < 100

@@ -121,6 +121,10 @@ class TimePowerModel:
         pred = model.predict(x)
         event = _event("transfer", method, table, ident, len(table), source)
         event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
+        for t in TARGETS:  # methods that choose by cross-validation (ref+gp) report the winner's held-out MAPE
+            info = (predictors[t].meta.get("transfers") or [{}])[-1]
+            if "cv_mape_pct" in info and info.get("choice") in info["cv_mape_pct"]:
+                event["metrics"][f"{t.split('_')[0]}_mape_cv"] = info["cv_mape_pct"][info["choice"]]
         model.history.append(event)
         return model
 
