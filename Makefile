@@ -41,8 +41,10 @@ test: install
 protos: install
 	$(BIN)/python -m edgetune.proto.generate
 
+# mypy's files and settings are in pyproject.toml ([tool.mypy]).
 lint: install
 	$(BIN)/ruff check libs services tests experiments
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python -m edgetune.bench --out bench-results/results.json

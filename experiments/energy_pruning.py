@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from edgetune.devices.simulated.layers import LayerCostModel
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.pruning import random_prune
 from edgetune.estimation.layerwise.thor import Thor, model_flops, true_energy_j
 from edgetune.estimation.layerwise.zoo import parsed_model

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgetune.devices.simulated.layers import LayerCostModel
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.features import extract_layers
 from edgetune.estimation.layerwise.neuralpower import NP_KINDS, NeuralPowerModel, collect, layer_features
 from edgetune.workloads import time_module

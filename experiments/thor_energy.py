@@ -3,7 +3,7 @@
 Setup (REFERENCE.md, seed 003):
 
 * Xavier AGX at MAXN, training, batch 16; ground truth = the simulator's layer costing
-  (``edgetune.devices.simulated.layers``), energy above idle per iteration, observed with 2 %
+  (``edgetune.estimation.layerwise.costing``), energy above idle per iteration, observed with 2 %
   noise (a 500-iteration run's mean).
 * Models: the paper's 5-layer CNN (``cnn5``, 64×64 CelebA-like input), ``vgg-ish``,
   ``resnet-ish`` (residual blocks as THOR units), ``mobilenet-ish`` (depthwise-separable).
@@ -32,8 +32,8 @@ import time
 import numpy as np
 import torch
 
-from edgetune.devices.simulated.layers import LayerCostModel
 from edgetune.estimation.layerwise.blocks import blocks_of
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.thor import FlopsLinear, Thor, mape_pct, model_flops, true_energy_j
 from edgetune.estimation.layerwise.zoo import MODELS, parsed_model, random_channels
 

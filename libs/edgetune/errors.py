@@ -32,6 +32,18 @@ class InvalidArgument(EdgetuneError, ValueError):
         """The same error about another field (a library's ``gpu_mhz`` → a request's ``modes[3].gpu_mhz``)."""
         return InvalidArgument(field, self.message, self.allowed)
 
+    def prefixed(self, prefix: str, sep: str = ".") -> InvalidArgument:
+        """The same error one level down a path: ``gpu_mhz`` under ``modes[3]`` is ``modes[3].gpu_mhz``.
+
+        ``sep`` joins the two (``":"`` for a file position: ``modes.csv:12`` + ``gpu_mhz``); an
+        index field (``[2]``) joins without it. ``message`` and ``allowed`` are kept, so nesting
+        never goes through ``str(exc)``.
+        """
+        if not prefix:
+            return self.renamed(self.field)
+        joiner = "" if self.field.startswith("[") else sep
+        return self.renamed(f"{prefix}{joiner}{self.field}")
+
 
 class FailedPrecondition(EdgetuneError):
     """The request is well formed but the system is not in a state to serve it (busy device, ...)."""

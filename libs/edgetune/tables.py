@@ -114,7 +114,7 @@ def parse_table(source: str | os.PathLike | TextIO, required: Sequence[str], nam
             raise InvalidArgument(path, "no such file") from None
         except IsADirectoryError:
             raise InvalidArgument(path, "is a directory, not a CSV file") from None
-    return _parse(source, required, name or getattr(source, "name", "<stdin>"))
+    return _parse(source, required, name or str(getattr(source, "name", "<stdin>")))
 
 
 def _parse(fh: TextIO, required: Sequence[str], path: str) -> Table:

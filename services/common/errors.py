@@ -53,7 +53,11 @@ def status_for(exc: BaseException) -> grpc.StatusCode | None:
 
 @contextmanager
 def abort_on_error(context: grpc.ServicerContext) -> Iterator[None]:
-    """Abort the RPC with the mapped code and the error's message (which names the field)."""
+    """Abort the RPC with the mapped code and the error's message.
+
+    For :class:`InvalidArgument` the details are ``FIELD: message (allowed: ...)``, the very text
+    the CLI prints after ``Error:`` (both are ``str(exc)``): one rendering of one error type.
+    """
     try:
         yield
     except Exception as exc:
@@ -111,7 +115,7 @@ def field_prefix(prefix: str) -> Iterator[None]:
     except InvalidArgument as exc:
         if exc.field == prefix or exc.field.startswith((f"{prefix}.", f"{prefix}[")):
             raise
-        raise exc.renamed(f"{prefix}.{exc.field}") from None
+        raise exc.prefixed(prefix) from None
 
 
 @contextmanager

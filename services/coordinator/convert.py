@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 from google.protobuf import json_format, timestamp_pb2
 
+from edgetune import validation
 from edgetune.coordination.configs import NodeConfig
-from edgetune.coordination.inference import InferencePlacement, check_positive
+from edgetune.coordination.inference import InferencePlacement
 from edgetune.coordination.registry import NodeRecord, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
 from edgetune.devices.base import Role
@@ -141,7 +142,7 @@ def config_to_proto(cfg: NodeConfig) -> coordinator_pb2.NodeConfig:
     if cfg.mode is not None:
         msg.mode.CopyFrom(mode_to_proto(cfg.mode))
     if cfg.workload or cfg.role:
-        json_format.ParseDict(cfg.workload, msg.workload, ignore_unknown_fields=True)
+        json_format.ParseDict(dict(cfg.workload), msg.workload, ignore_unknown_fields=True)
         msg.workload.role = common_pb2.Role.ValueType(role_to_proto(cfg.role))
     for name in ("valid_from", "valid_until"):
         ts = _timestamp(getattr(cfg, f"{name}_s"))
@@ -156,8 +157,8 @@ def node_budget_from_proto(msg: coordinator_pb2.UpdateBudgetRequest) -> float:
     value = optional_value(msg.budgets, "power_budget_w")
     if value is None:
         raise InvalidArgument("budgets.power_budget_w", f"is required to change node {msg.node_id!r}'s budget",
-                              "a number of watts > 0")
-    return value
+                              validation.POWER_BUDGET_ALLOWED)
+    return validation.power_budget_w(value, "budgets.power_budget_w")
 
 
 def inference_update_from_proto(msg: coordinator_pb2.UpdateBudgetRequest) -> dict | None:
@@ -171,8 +172,8 @@ def inference_update_from_proto(msg: coordinator_pb2.UpdateBudgetRequest) -> dic
     if not msg.node_id:
         raise InvalidArgument("node_id", "is empty: an arrival rate / latency budget / workload is an inference "
                               "node's, not the site's", "the inference node's id")
-    return {"arrival_rps": None if arrival is None else check_positive(arrival, "budgets.arrival_rps"),
-            "latency_budget_ms": None if latency is None else check_positive(latency, "budgets.latency_budget_ms"),
+    return {"arrival_rps": None if arrival is None else validation.arrival_rps(arrival, "budgets.arrival_rps"),
+            "latency_budget_ms": None if latency is None else validation.latency_budget_ms(latency, "budgets.latency_budget_ms"),
             "workload": name or None}
 
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import redis
 from prometheus_client import Gauge
 
 from edgetune.coordination import kube
@@ -37,7 +36,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.coordination.store import Store
+from edgetune.coordination.store import CONNECTION_ERRORS, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.proto.v1 import coordinator_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
@@ -61,10 +60,10 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 LEADER = Gauge("edgetune_coordinator_leader", "1 while this replica holds the leader lease.")
 
-# Redis unreachable (restart, failover) is transient: clients should retry, not treat it as a bug.
-if status_for(redis.ConnectionError("")) is None:
-    register_status(redis.ConnectionError, grpc.StatusCode.UNAVAILABLE)
-    register_status(redis.TimeoutError, grpc.StatusCode.UNAVAILABLE)
+# The store unreachable (restart, failover) is transient: clients should retry, not treat it as a bug.
+for _error in CONNECTION_ERRORS:
+    if status_for(_error("")) is None:
+        register_status(_error, grpc.StatusCode.UNAVAILABLE)
 
 
 class CoordinatorServer(ServiceServer):
@@ -166,6 +165,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
+        assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,

@@ -2,8 +2,8 @@
 
 The network becomes an ``nn.Sequential`` on the meta device (shapes only), THOR
 (:mod:`edgetune.estimation.layerwise.thor`) plans its variant networks, profiles them on the
-device's simulated layer costing in the requested mode, fits one GP per layer kind, and the
-energy of one training iteration above idle is the sum of its blocks' GP means. Per block the
+device's layer costing (:mod:`edgetune.estimation.layerwise.costing`) in the requested mode,
+fits one GP per layer kind, and the energy of one training iteration above idle is the sum of its blocks' GP means. Per block the
 GP also gives a std; the total std adds the blocks' variances (independent GPs). A fitted THOR
 is cached per (device, mode, network, batch size): fitting takes seconds, estimating microseconds.
 
@@ -21,10 +21,11 @@ from typing import Any
 
 from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.proto.v1 import estimator_pb2
+from edgetune.services.estimator.models import LRU
 
 try:  # being built alongside this service: answer UNIMPLEMENTED rather than fail to start
-    from edgetune.devices.simulated.layers import LayerCostModel
     from edgetune.estimation.layerwise.blocks import BlockInstance, blocks_of, parse
+    from edgetune.estimation.layerwise.costing import LayerCostModel
     from edgetune.estimation.layerwise.thor import Thor
     from edgetune.estimation.layerwise.zoo import MODELS as ZOO
     from edgetune.estimation.layerwise.zoo import parsed_model
@@ -133,8 +134,6 @@ class EnergyEstimator:
     """Fitted THORs by (device, mode, network, batch size), fitted once each (see the module docs)."""
 
     def __init__(self, cache_size: int = 8, seed: int = 0) -> None:
-        from edgetune.services.estimator.models import LRU
-
         self._thors = LRU(cache_size)
         self._lock = threading.Lock()  # one fit at a time: fits are CPU-bound and share the cores
         self.seed = seed

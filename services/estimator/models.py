@@ -131,11 +131,10 @@ class ModelRepository:
 
     # -- reading -------------------------------------------------------------------------------
     def latest_version(self, ref: ModelRef, field: str = "model_id") -> int:
-        # The documented key layout (store/base.py): one GET instead of fetching the whole blob.
-        raw = self.store.client.get(self.store.key("blob-latest", BLOB_KIND, *ref.parts))
-        if raw is None:
+        version = self.store.latest_blob_version(BLOB_KIND, ref.parts)
+        if version is None:
             raise NotFound(f"{field}: no model {ref.model_id!r} (ListModels shows the stored ones)")
-        return int(raw)
+        return version
 
     def load(self, ref: ModelRef, field: str = "model_id") -> Loaded:
         """The model ``ref`` names (its latest version when it names none); NOT_FOUND when missing."""
@@ -176,7 +175,7 @@ class ModelRepository:
                 try:
                     out = predict_targets(loaded.model, x)
                 except InvalidArgument as exc:
-                    raise InvalidArgument(f"modes.{exc.field}", str(exc).split(": ", 1)[-1], exc.allowed) from None
+                    raise exc.prefixed("modes") from None
             metrics.PREDICT_SECONDS.observe(time.perf_counter() - t0)
             return out
 

@@ -68,6 +68,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
         raise InvalidArgument("model_cache_size", f"{model_cache_size} is negative", ">= 0")
     owner = OwnedStore(store, redis_url)
     with owner as store:
+        assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         runner = Runner(parallel=use_ray, address=parallel.resolve_address(ray_address) if use_ray else None,
                         num_cpus=ray_num_cpus or None)
         # Ray first, from this thread: Ray forks its daemons, and a fork from a gRPC handler thread

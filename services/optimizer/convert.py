@@ -11,16 +11,17 @@ row's power exceeds the budget under the predictive distribution (0 on the wire:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization import problems as P
 from edgetune.optimization.joint import BatchEfficiency, JointChoice, JointLUT
-from edgetune.optimization.select import Candidates, Selection, z_score
+from edgetune.optimization.select import Candidates, Selection
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -54,25 +55,31 @@ def risk_from_proto(risk: float, field: str = "risk") -> float | None:
     """The request's risk as the library takes it: a probability, or None (0 on the wire: means only)."""
     if risk == 0:
         return None
-    try:
-        z_score(risk)
-    except InvalidArgument as exc:
-        raise exc.renamed(field) from None
-    return float(risk)
+    return validation.risk(risk, field)
 
 
-def optional_budget(budgets: common_pb2.Budgets, name: str, *, positive: bool = False,
-                    required: bool = False) -> float | None:
-    """``budgets.<name>``; absent is None (or an error when ``required``); negative / NaN refused."""
+#: Each budget field's rule (edgetune.validation) and what it allows.
+_BUDGET_RULES: dict[str, tuple[Callable[[object, str], float], str]] = {
+    "power_budget_w": (validation.power_budget_w, validation.POWER_BUDGET_ALLOWED),
+    "time_budget_ms": (validation.time_budget_ms, validation.TIME_BUDGET_ALLOWED),
+    "latency_budget_ms": (validation.latency_budget_ms, validation.TIME_BUDGET_ALLOWED),
+    "arrival_rps": (validation.arrival_rps, validation.ARRIVAL_RATE_ALLOWED),
+}
+
+
+def optional_budget(budgets: common_pb2.Budgets, name: str) -> float | None:
+    """``budgets.<name>`` by its :mod:`edgetune.validation` rule (> 0); absent is None."""
+    rule, _ = _BUDGET_RULES[name]
     value = optional_value(budgets, name)
-    field = f"budgets.{name}"
-    unit = name.rsplit("_", 1)[-1]
-    allowed = f"{'> 0' if positive else '>= 0'} {unit}"
+    return None if value is None else rule(value, f"budgets.{name}")
+
+
+def required_budget(budgets: common_pb2.Budgets, name: str) -> float:
+    """:func:`optional_budget` that must be present."""
+    value = optional_budget(budgets, name)
     if value is None:
-        if required:
-            raise InvalidArgument(field, "is required", allowed)
-        return None
-    return finite(value, field, allowed, positive=positive)
+        raise InvalidArgument(f"budgets.{name}", "is required", _BUDGET_RULES[name][1])
+    return value
 
 
 # --- candidate tables -------------------------------------------------------------------------------
@@ -152,6 +159,8 @@ def selection_to_proto(rows: Rows, sel: Selection, risk: float | None) -> common
     if not sel.feasible or sel.index is None:
         return common_pb2.Decision(feasible=False, reason=sel.reason or "nothing is feasible", budgets=budgets)
     i = sel.index
+    # a feasible selection carries its values
+    assert sel.time_ms is not None and sel.power_w is not None and sel.energy_j is not None
     msg = common_pb2.Decision(feasible=True, mode=mode_to_proto(rows.mode(i)), batch_size=int(rows.batch_size[i]),
                               time_ms=float(sel.time_ms), power_w=float(sel.power_w),
                               energy_j=float(sel.energy_j), budgets=budgets)
@@ -227,9 +236,9 @@ def concurrent_from_proto(
             raise InvalidArgument(f"{name}.table.rows[{i}].batch_size", "is not set", ">= 1")
     b = request.budgets
     problem = P.ConcurrentProblem(
-        optional_budget(b, "power_budget_w", positive=True, required=True),
-        optional_budget(b, "latency_budget_ms", positive=True, required=True),
-        optional_budget(b, "arrival_rps", positive=True, required=True),
+        required_budget(b, "power_budget_w"),
+        required_budget(b, "latency_budget_ms"),
+        required_budget(b, "arrival_rps"),
         train_batch_size=train_sizes[0])
     obs = P.Observations()
     for role, name, rows in ((P.ROLE_TRAIN, "train", train), (P.ROLE_INFER, "infer", infer)):
@@ -320,13 +329,8 @@ class SearchSpec:
 
 
 def _batch_sizes(values: Sequence[int], field: str) -> list[int]:
-    out: list[int] = []
-    for i, b in enumerate(values):
-        if b <= 0:
-            raise InvalidArgument(f"{field}[{i}]", f"{b} must be a positive integer", ">= 1")
-        if b not in out:
-            out.append(int(b))
-    return out
+    """Distinct batch sizes (:func:`validation.batch_sizes`); none given is an empty list (the default)."""
+    return list(validation.batch_sizes(values, field)) if values else []
 
 
 def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
@@ -347,12 +351,12 @@ def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
     infer_sizes = _batch_sizes(request.infer_batch_sizes, "infer_batch_sizes") or list(P.INFER_BATCH_SIZES)
 
     budgets = request.budgets
-    power = optional_budget(budgets, "power_budget_w", positive=True, required=True)
+    power = required_budget(budgets, "power_budget_w")
     if kind == "train":
         problem: P.Problem = P.TrainProblem(power, train_bs, request.train_workload or None)
     else:
-        latency = optional_budget(budgets, "latency_budget_ms", positive=True, required=True)
-        rate = optional_budget(budgets, "arrival_rps", positive=True, required=True)
+        latency = required_budget(budgets, "latency_budget_ms")
+        rate = required_budget(budgets, "arrival_rps")
         if kind == "infer":
             problem = P.InferProblem(power, latency, rate, request.infer_workload or None)
         else:
@@ -373,8 +377,7 @@ def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
             at = f"modes[{i}]"
             mode = mode_from_proto(msg, at)
             if spec is not None:
-                with field_prefix(at):
-                    mode = spec.validate(mode)
+                mode = validation.power_mode(spec, mode, at)
             key = mode.as_tuple()
             if key in seen:
                 raise InvalidArgument(at, f"{mode.label()} repeats modes[{seen[key]}]", "distinct modes")
@@ -386,7 +389,7 @@ def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
         named_grid(spec, grid)  # refuse an unknown grid now, not at the first Ask
     seed = optional_value(request, "seed")
     return SearchSpec(strategy, problem, space_ref(device, grid, modes, train_bs, infer_sizes),
-                      request.max_profiles or None, int(seed) if seed is not None else 0)
+                      request.max_profiles or None, 0 if seed is None else validation.seed(seed))
 
 
 def told_from_proto(i: int, m: common_pb2.Measurement) -> Told:

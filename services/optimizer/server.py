@@ -52,6 +52,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
     owner = OwnedStore(store, redis_url)
     with owner as store:
+        assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         servicer = OptimizerServicer(SessionStore(store, ttl_s=session_ttl_s))
         size = int(max_message_mb) * 1024 * 1024
         server = build_server("optimizer", [(servicer, optimizer_pb2_grpc.add_OptimizerServicer_to_server)],

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import logging
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.pareto import pareto_front
-from edgetune.optimization.select import make_selector, parse_budget_sweep, z_score
+from edgetune.optimization.select import make_selector, z_score
 from edgetune.optimization.strategies import make_strategy
 from edgetune.proto.convert import OBJECTIVE, optional_value
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.optimizer import convert, metrics
 from edgetune.services.optimizer.sessions import Session, SessionStore, Told, build_space
+from edgetune.validation import budget_range
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         time_ms = convert.optional_budget(request.budgets, "time_budget_ms")
         if request.HasField("sweep"):
             sw = request.sweep
-            budgets = parse_budget_sweep(f"{sw.start!r}:{sw.stop!r}:{sw.step!r}", "sweep")
+            budgets = budget_range(sw.start, sw.stop, sw.step, "sweep")
             if objective == "power":  # MIN_POWER sweeps the time budget
                 picks = [selector.select(rows.cands, power, b) for b in budgets]
             else:
@@ -77,7 +79,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         efficiency = convert.efficiency_from_proto(request.efficiency)
         cap = optional_value(request, "power_cap_w")
         if cap is not None:
-            cap = convert.finite(cap, "power_cap_w", ">= 0 W, or absent for no cap")
+            cap = validation.power_budget_w(cap, "power_cap_w")  # absent: no cap
         decision = convert.joint_to_proto(request.lut, joint_select(lut, efficiency, cap), cap)
         metrics.decided("SelectJoint", decision.feasible)
         return optimizer_pb2.SelectJointResponse(decision=decision)

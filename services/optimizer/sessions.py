@@ -37,7 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from edgetune.coordination.store import RevisionConflict, Store
+from edgetune import validation
+from edgetune.coordination.store import RevisionConflict, SearchSessionRecord, Store, UnknownSchema
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.optimization.problems import Point
 from edgetune.optimization.strategies import SearchSpace, SearchStrategy
@@ -50,7 +51,6 @@ from edgetune.services.optimizer import metrics
 log = logging.getLogger(__name__)
 
 DOC_KIND = "optimizer-session"
-SCHEMA = 1
 #: Default idle lifetime of a session (no change for this long: gone).
 DEFAULT_TTL_S = 24 * 3600.0
 #: Retries of a change that lost a revision race before giving up with FAILED_PRECONDITION.
@@ -200,21 +200,20 @@ class Session:
     def to_doc(self) -> dict[str, Any]:
         state = self.strategy.state_dict()
         state.pop("space", None)  # rebuilt from self.space: small docs on big grids
-        return {"schema": SCHEMA, "session_id": self.session_id, "created_s": self.created_s,
-                "updated_s": self.updated_s, "space": self.space, "strategy": state,
-                "partial": {str(n): {k: list(v) for k, v in pts.items()} for n, pts in self.partial.items()}}
+        return SearchSessionRecord(self.session_id, self.space, state, self.partial, self.created_s,
+                                   self.updated_s).to_dict()
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], revision: int) -> Session:
-        if doc.get("schema") != SCHEMA:
-            raise FailedPrecondition(f"session {doc.get('session_id')!r} was saved with schema "
-                                     f"{doc.get('schema')!r}; this optimizer reads schema {SCHEMA}")
-        space = build_space(doc["space"])
-        strategy = SearchStrategy.from_state(doc["strategy"], space=space)
-        partial = {int(n): {k: (float(v[0]), float(v[1])) for k, v in pts.items()}
-                   for n, pts in doc.get("partial", {}).items()}
-        return cls(doc["session_id"], strategy, dict(doc["space"]), partial, float(doc["created_s"]),
-                   float(doc["updated_s"]), revision)
+        try:
+            record = SearchSessionRecord.from_dict(doc)
+        except UnknownSchema as exc:
+            raise FailedPrecondition(f"session {doc.get('session_id')!r}: {exc}") from None
+        space = build_space(record.space)
+        strategy = SearchStrategy.from_state(dict(record.strategy), space=space)
+        partial = {n: dict(pts) for n, pts in record.partial.items()}
+        return cls(record.session_id, strategy, dict(record.space), partial, record.created_s, record.updated_s,
+                   revision)
 
 
 # --- the sessions of a store ------------------------------------------------------------------------
@@ -269,8 +268,7 @@ class SessionStore:
         return s
 
     def _load(self, session_id: str) -> Session:
-        if not session_id:
-            raise InvalidArgument("session_id", "is empty", "an id from StartSearch")
+        validation.identifier(session_id, "session_id")
         found = self.store.get_doc(DOC_KIND, session_id, missing_ok=True)
         if found is None:
             self._forget(session_id)

@@ -37,13 +37,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
-import redis
 from google.protobuf import json_format
 
+from edgetune import validation
 from edgetune.coordination.jobs import Job, JobQueue
+from edgetune.coordination.store import STORE_ERRORS
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
+from edgetune.services.profiler import metrics
 from edgetune.services.profiler.servicer import ProfilerServicer
 
 log = logging.getLogger("edgetune.profiler.link")
@@ -100,8 +102,7 @@ class CoordinatorLink:
                  labels: Mapping[str, str] | None = None) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
-        if power_budget_w is not None and not power_budget_w > 0:
-            raise InvalidArgument("power_budget_w", f"{power_budget_w!r}", "watts > 0, or unset")
+        validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
         self.servicer = servicer
         self.coordinator = coordinator
         self.address = address
@@ -257,6 +258,8 @@ class CoordinatorLink:
             self.applied_revision = config.revision
             return None
         self.applied_revision = config.revision
+        if config.HasField("power_budget_w"):
+            metrics.CONFIG_POWER_BUDGET_W.set(config.power_budget_w)
         if applied is not None:
             log.info("config applied", extra={"revision": config.revision, "round_id": config.round_id,
                                               "mode": applied[0].label(), "batch_size": config.batch_size})
@@ -301,7 +304,7 @@ class CoordinatorLink:
                 for job in self._jobs.claim(self.node_id, self._consumer, block_ms=CLAIM_BLOCK_MS):
                     self._run_job(job)
                 backoff.reset()
-            except (redis.RedisError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 log.warning("job stream unreachable", extra={"error": str(exc)})
                 backoff.wait(self._stop)
 

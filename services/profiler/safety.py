@@ -32,6 +32,7 @@ from edgetune.devices.guard import ModeGuard
 from edgetune.errors import FailedPrecondition
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
+from edgetune.telemetry.sample import TelemetrySample
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ class GuardedDevice(Device):
 
     def sampler(self, rate_hz: float = 1.0) -> PowerSampler:
         return self.inner.sampler(rate_hz)
+
+    def telemetry(self) -> TelemetrySample:  # read-only: never waits for the device
+        return self.inner.telemetry()
 
     def workloads(self) -> list[str]:
         return self.inner.workloads()

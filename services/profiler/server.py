@@ -11,7 +11,10 @@ Flags (each also read from ``EDGETUNE_<NAME>``): ``--device`` (``sim:<model>``,
 ``sysfs[:ROOT]``, ``replay:FILE.csv``), ``--redis`` (``embedded`` by default; ``none`` stores
 nothing), ``--state-dir``, ``--node-id``, ``--seed``, ``--coordinator`` (with it the agent
 registers, heartbeats, runs profiling jobs and applies pushed configs: :mod:`.link`),
-``--power-budget-w``, ``--advertise`` and the common server flags (``--host``, ``--port``,
+``--power-budget-w``, ``--advertise``, ``--telemetry-hz`` (the continuous telemetry sampler
+behind the power / energy / temperature / throttling metrics; 1 Hz, 0 turns it off),
+``--telemetry-source`` (``auto``: jetson-stats' jtop when its service runs, else the device) and
+the common server flags (``--host``, ``--port``,
 ``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
 """
 
@@ -25,9 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edgetune import validation
 from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
-from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -42,16 +45,22 @@ from edgetune.services.profiler import metrics
 from edgetune.services.profiler.link import CoordinatorLink, advertised_address
 from edgetune.services.profiler.safety import default_state_dir, open_guarded_device, state_file_name
 from edgetune.services.profiler.servicer import ProfilerServicer
+from edgetune.telemetry.jtop import TELEMETRY_SOURCES, telemetry_reader
+from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger("edgetune.profiler")
 
 DEFAULT_PORT = 50051
+#: Telemetry rate: one read of a few sysfs files per second costs well under 0.1 % of a core.
+DEFAULT_TELEMETRY_HZ = 1.0
 
 
 def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
                   state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
                   host: str = "0.0.0.0", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
-                  max_workers: int = 16, store: Store | None = None, ready_file: str | None = None) -> tuple[ServiceServer, ProfilerServicer]:
+                  max_workers: int = 16, store: Store | None = None, ready_file: str | None = None,
+                  telemetry_hz: float = DEFAULT_TELEMETRY_HZ,
+                  telemetry_source: str = "auto") -> tuple[ServiceServer, ProfilerServicer]:
     """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
@@ -65,6 +74,9 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
         log.warning("restored the power mode a previous agent left applied",
                     extra={"mode": recovered.label(), "state_file": str(state_path)})
     try:
+        # Reads only (never the device lock): telemetry runs beside profiles, idle or not. Chosen
+        # before the server exists, so a bad source fails with nothing else to undo.
+        read = telemetry_reader(keeper.device, telemetry_source) if telemetry_hz else None
         owner = OwnedStore(store, redis_url, optional=True)
         with owner as store:
             servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
@@ -74,10 +86,16 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
     except BaseException:
         keeper.close()
         raise
-    # Hooks run last-registered first: workers stop, then the mode comes back, then the store closes.
+    # Hooks run last-registered first: telemetry and workers stop, then the mode comes back, then
+    # the store closes.
     owner.close_with(server)
     server.on_shutdown.append(keeper.close)
     server.on_shutdown.append(servicer.shutdown)
+    if read is not None:
+        sampler = TelemetrySampler(read, telemetry_hz, [metrics.TelemetryExporter()])
+        servicer.telemetry = sampler
+        server.on_shutdown.append(sampler.stop)
+        sampler.start()
     log.info("profiler agent ready", extra={
         "device": device_spec, "model": keeper.device.spec.name, "backend": keeper.device.backend,
         "mode": keeper.device.current_mode().label(), "port": server.port, "state_file": str(state_path),
@@ -138,17 +156,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_option(parser, "coordinator", "", "coordinator host:port: register, heartbeat, run its profiling jobs "
                "(from --redis) and apply pushed configs (empty: standalone)")
     add_option(parser, "power_budget_w", 0.0, "this node's power budget registered with the coordinator (0: none)")
+    add_option(parser, "telemetry_hz", DEFAULT_TELEMETRY_HZ,
+               "continuous telemetry rate in Hz (power, energy, temperatures, clocks, throttling); 0: off")
+    add_option(parser, "telemetry_source", "auto",
+               "where telemetry is read: device (sysfs / simulator), jtop (jetson-stats' service), or auto "
+               "(jtop when its service runs on a sysfs device)", choices=TELEMETRY_SOURCES)
     add_option(parser, "advertise", "", "address the coordinator's clients reach this agent at "
                "(default: --host, else $EDGETUNE_POD_IP or the hostname, with the port)")
     return parser.parse_args(argv)
 
 
 def _start(args: argparse.Namespace) -> None:
-    if args.power_budget_w < 0:
-        raise InvalidArgument("--power-budget-w", f"{args.power_budget_w:g}", "watts > 0, or 0 for none")
+    if args.power_budget_w != 0:  # 0: the flag's "none"
+        validation.power_budget_w(args.power_budget_w, "--power-budget-w")
+    if args.telemetry_hz != 0:  # 0: off
+        validation.sample_rate_hz(args.telemetry_hz, "--telemetry-hz")
     serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
           seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
-          advertise=args.advertise, **server_kwargs(args))
+          advertise=args.advertise, telemetry_hz=args.telemetry_hz, telemetry_source=args.telemetry_source,
+          **server_kwargs(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,20 +19,20 @@ releases the device: nothing depends on when gRPC closes the response generator.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
-from edgetune.coordination.store import Store
+from edgetune import validation
+from edgetune.coordination.store import MeasurementRecord, Store
 from edgetune.devices.base import Role
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
@@ -44,6 +44,7 @@ from edgetune.services.common.errors import field_named, field_prefix, map_error
 from edgetune.services.common.paging import paginate
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.safety import ModeKeeper
+from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class ProfileJob:
                 continue
             metrics.POINTS.labels("measured").inc()
             metrics.POWER_W.set(m.power_w)
+            metrics.MEASURED_POWER_W.set(m.power_w)
+            metrics.MEASURED_TIME_MS.set(m.time_ms)
+            if m.remeasured or m.throttled:
+                metrics.THROTTLED_POINTS.inc(m.remeasured + int(m.throttled))
             s._store_measurement(m)
             self._put(measurement=convert.measurement_to_proto(m, s.node_id, time.time()))
         self.outcome = "completed"
@@ -176,6 +181,8 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         self._jobs_lock = threading.Lock()
         self._closing = threading.Event()
         self._grids: dict[str, list[PowerMode]] = {}
+        #: The agent's continuous telemetry sampler (set by the server; None when off).
+        self.telemetry: TelemetrySampler | None = None
         metrics.set_mode(self.device.current_mode())
 
     # -- helpers -----------------------------------------------------------------------------
@@ -207,10 +214,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def _store_measurement(self, m: Measurement) -> None:
         if self.store is None:
             return
-        doc = {**m.to_row(), "device_model": m.device}
+        record = MeasurementRecord.from_row(m.to_row())
         if self.node_id:
-            doc["node_id"] = self.node_id
-        self.store.put_measurement(doc)  # idempotent by id: a retried write is a no-op
+            record = replace(record, node_id=self.node_id)
+        self.store.put_measurement(record)  # idempotent by id: a retried write is a no-op
 
     def _power_rails(self) -> list[str]:
         try:
@@ -283,10 +290,8 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
 
     @map_errors
     def StreamPower(self, request: profiler_pb2.StreamPowerRequest, context: grpc.ServicerContext):
-        rate_hz = request.sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ
-        if not (0 < rate_hz <= MAX_STREAM_RATE_HZ):
-            raise InvalidArgument("sample_rate_hz", f"{request.sample_rate_hz:g} is out of range",
-                                  f"0 (default {DEFAULT_SAMPLE_RATE_HZ:g} Hz) to {MAX_STREAM_RATE_HZ:g} Hz")
+        rate_hz = validation.sample_rate_hz(request.sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ, "sample_rate_hz",
+                                            maximum=MAX_STREAM_RATE_HZ)  # 0: the default
         _non_negative(request.max_samples, "max_samples", "0 (until cancelled) or more")
         sensor = self.device.power_sensor()  # FailedPrecondition when the board has no monitor
         read_both = getattr(sensor, "read_total_and_rails", None)
@@ -332,12 +337,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         if request.warmup_minibatches < -1:
             raise InvalidArgument("warmup_minibatches", f"{request.warmup_minibatches} is out of range",
                                   f"-1 (none), 0 (default {DEFAULT_WARMUP_MINIBATCHES}) or more")
-        if not (request.sample_rate_hz >= 0 and math.isfinite(request.sample_rate_hz)):
-            raise InvalidArgument("sample_rate_hz", f"{request.sample_rate_hz:g} is out of range",
-                                  f"0 (default {DEFAULT_SAMPLE_RATE_HZ:g} Hz) or more")
-        limit_w = convert.optional_value(request, "power_limit_w")
-        if limit_w is not None and not (limit_w > 0 and math.isfinite(limit_w)):
-            raise InvalidArgument("power_limit_w", f"{limit_w:g} must be positive", "> 0 W, or absent")
+        if request.sample_rate_hz != 0:  # 0: the default
+            validation.sample_rate_hz(request.sample_rate_hz, "sample_rate_hz")
+        limit_w = validation.optional(validation.power_budget_w, convert.optional_value(request, "power_limit_w"),
+                                      "power_limit_w")
 
         if request.modes and request.random_modes:
             raise InvalidArgument("random_modes", "give either modes or random_modes, not both",
@@ -345,15 +348,14 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         if request.modes:
             modes = []
             for i, msg in enumerate(request.modes):
-                with field_prefix(f"modes[{i}]"):
-                    modes.append(spec.validate(convert.mode_from_proto(msg, f"modes[{i}]")))
+                modes.append(validation.power_mode(spec, convert.mode_from_proto(msg, f"modes[{i}]"), f"modes[{i}]"))
         elif request.random_modes:
             grid_name = convert.GRID.from_proto(request.random_grid, "random_grid")
             grid = named_grid(spec, grid_name)
             if request.random_modes > grid.n_modes:
                 raise InvalidArgument("random_modes", f"{request.random_modes} is more than the {grid.n_modes} "
                                       f"modes of the {grid_name} grid", f"1 to {grid.n_modes}")
-            seed = convert.optional_value(request, "seed") or 0
+            seed = validation.optional(validation.seed, convert.optional_value(request, "seed"), "seed") or 0
             picks = np.random.default_rng(seed).choice(grid.n_modes, size=request.random_modes, replace=False)
             modes = [grid.mode_at(int(i)) for i in picks]
         else:
@@ -362,12 +364,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             modes = descending_order(modes)
 
         if request.batch_sizes:
-            sizes = []
-            for i, b in enumerate(request.batch_sizes):
-                if b <= 0:
-                    raise InvalidArgument(f"batch_sizes[{i}]", f"{b} must be a positive integer", ">= 1")
-                if b not in sizes:
-                    sizes.append(int(b))
+            sizes = list(validation.batch_sizes(request.batch_sizes, "batch_sizes"))
         else:
             if wl.batch_size < 0:
                 raise InvalidArgument("workload.batch_size", f"{wl.batch_size} is negative",

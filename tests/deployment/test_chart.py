@@ -72,8 +72,8 @@ def test_every_manifest_is_valid_kubernetes(variant: str) -> None:
     objs = objects(variant)
     assert objs
     for obj in objs:
-        if obj["apiVersion"].startswith("ray.io/"):
-            continue  # a CRD (KubeRay): no schema in kubernetes-validate
+        if obj["apiVersion"].startswith(("ray.io/", "monitoring.coreos.com/")):
+            continue  # a CRD (KubeRay, Prometheus Operator): no schema in kubernetes-validate
         for version in KUBE_VERSIONS:
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
@@ -457,3 +457,94 @@ def test_checkov_findings_are_all_justified(tmp_path: Path) -> None:
                 unjustified.add(f"{f['check_id']} {kind}/{comp} ({f['check_name']}) in {Path(f['file_path']).name}")
     assert not unjustified, "checkov findings not justified in charts/edgetune/README.md:\n" + "\n".join(
         sorted(unjustified))
+
+
+# --------------------------------------------------------------------------- monitoring (issue 18)
+MONITORING = {"metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                          "serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
+DASHBOARD = CHART / "dashboards" / "edgetune-telemetry.json"
+#: What Grafana needs of a dashboard (a minimal schema of its JSON model) and of each panel.
+DASHBOARD_SCHEMA = {
+    "type": "object",
+    "required": ["uid", "title", "schemaVersion", "panels"],
+    "properties": {
+        "uid": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,40}$"},
+        "title": {"type": "string", "minLength": 1},
+        "schemaVersion": {"type": "integer", "minimum": 16},
+        "templating": {"type": "object", "required": ["list"],
+                       "properties": {"list": {"type": "array", "items": {
+                           "type": "object", "required": ["name", "type"]}}}},
+        "panels": {"type": "array", "minItems": 1, "items": {
+            "type": "object",
+            "required": ["id", "type", "title", "gridPos", "targets"],
+            "properties": {
+                "id": {"type": "integer"},
+                "type": {"enum": ["timeseries", "stat", "gauge", "table", "bargauge", "text", "row"]},
+                "title": {"type": "string", "minLength": 1},
+                "gridPos": {"type": "object", "required": ["h", "w", "x", "y"],
+                            "properties": {k: {"type": "integer", "minimum": 0} for k in ("h", "w", "x", "y")}},
+                "targets": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["refId", "expr"],
+                    "properties": {"refId": {"type": "string"}, "expr": {"type": "string", "minLength": 1}}}},
+            },
+        }},
+    },
+}
+
+
+def test_monitoring_objects_are_opt_in() -> None:
+    kinds = {o["kind"] for o in objects("default")}
+    assert not kinds & {"PodMonitor", "ServiceMonitor"}
+    assert not any(o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard") for o in objects("default"))
+
+
+def test_pod_monitor_scrapes_the_agents_with_a_node_label_and_service_monitor_the_rest() -> None:
+    objs = render_with(MONITORING)
+    (pm,) = find(objs, "PodMonitor")
+    (ds,) = find(objs, "DaemonSet", "agent")
+    assert pm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    selector = pm["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    ports = {p["name"] for c in pod_spec(ds)["containers"] for p in c["ports"]}
+    assert ep["port"] == "metrics" in ports and ep["path"] == "/metrics"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in ep["relabelings"]
+    (sm,) = find(objs, "ServiceMonitor")
+    allowed = sm["spec"]["selector"]["matchExpressions"][0]["values"]
+    assert set(allowed) == {"coordinator", "estimator", "optimizer"}  # agents: the PodMonitor only
+    for svc in find(objs, "Service"):
+        labels = svc["metadata"]["labels"]
+        if component(svc) in allowed:
+            assert sm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+            assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
+
+
+def test_dashboard_configmap_carries_the_sidecar_label_and_the_dashboard_file() -> None:
+    objs = render_with(MONITORING)
+    (cm,) = [o for o in find(objs, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["edgetune-telemetry.json"]) == json.loads(DASHBOARD.read_text())
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(cm, version, strict=True)
+
+
+def test_dashboard_is_schema_valid_and_every_query_names_an_agent_metric() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from edgetune.services.profiler.metrics import exported_metric_names
+
+    dash = json.loads(DASHBOARD.read_text())
+    jsonschema.validate(dash, DASHBOARD_SCHEMA)
+    exported = exported_metric_names()  # from the agent's own registry code, not a list kept here
+    assert {"edgetune_profiler_energy_joules_total", "edgetune_profiler_temperature_celsius"} <= exported
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    titles = " ".join(p["title"].lower() for p in dash["panels"])
+    for topic in ("power", "energy rate", "temperature", "applied power mode", "predicted", "measured"):
+        assert topic in titles
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            names = set(re.findall(r"\b(edgetune_[a-z0-9_]+)\b", target["expr"]))
+            assert names, f"{panel['title']}: {target['expr']} names no edgetune metric"
+            assert names <= exported, f"{panel['title']}: {sorted(names - exported)} not exported by the agent"
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert set(re.findall(r"\b(edgetune_[a-z0-9_]+)\b", variables["node"]["definition"])) <= exported

@@ -61,9 +61,8 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
     store = open_store(redis_tcp.url)
     standby = None
     try:
-        key = store.key("leader", "coordinator")
         deadline = time.monotonic() + 30
-        while (store.client.get(key) or b"").split(b"@")[0] != b"coord-a":
+        while (store.lease_holder("coordinator") or "").split("@")[0] != "coord-a":
             assert leader.poll() is None, leader.stderr.read().decode()
             assert time.monotonic() < deadline, "the leader process never took the lease"
             time.sleep(0.05)
@@ -78,7 +77,7 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
                 stub.PlanRound(_plan(["n1"]))
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "coord-a@" in err.value.details()
 
-            pttl_at_kill_ms = store.client.pttl(key)
+            pttl_at_kill_ms = store.lease_ttl_ms("coordinator")
             os.kill(leader.pid, signal.SIGKILL)
             killed = time.monotonic()
             leader.wait(10)
@@ -181,7 +180,8 @@ def test_a_killed_agent_s_jobs_are_redelivered_and_nothing_is_duplicated(redis_t
             for job in q.claim("n1", "agent-new", block_ms=100, count=3):
                 done[job.job_id] = done.get(job.job_id, 0) + 1
                 rows = [{"id": f"{job.job_id}-m", "device": "orin-agx", "node": "n1", "workload": "resnet18",
-                         "role": "train", "time_ms": 1.0, "power_w": 1.0}]
+                         "role": "train", "cores": 8, "cpu_mhz": 1728.0, "gpu_mhz": 930.75, "emc_mhz": 3199.0,
+                         "batch_size": 32, "time_ms": 1.0, "power_w": 1.0}]
                 q.complete(job, rows)
         assert done == {i: 1 for i in ids}
         assert store.count_measurements("orin-agx", "resnet18", "train", "n1") == len(ids)
@@ -199,15 +199,14 @@ def test_edgetune_serve_coordinator_releases_the_lease_on_sigterm(redis_tcp):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     store = open_store(redis_tcp.url)
     try:
-        key = store.key("leader", "coordinator")
         deadline = time.monotonic() + 30
-        while not (store.client.get(key) or b"").startswith(b"coord-cli@"):
+        while not (store.lease_holder("coordinator") or "").startswith("coord-cli@"):
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert store.client.get(key) is None  # released, not left to expire: a standby leads at once
+        assert store.lease_holder("coordinator") is None  # released, not left to expire: a standby leads at once
     finally:
         _kill(proc)
         store.close()

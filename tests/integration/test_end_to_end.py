@@ -67,7 +67,7 @@ def _wait(predicate, timeout_s: float, what: str):
 def _options(cluster: LocalCluster, node_id: str) -> dict[Point, tuple[float, float]]:
     """(mode, batch size) -> (time_ms, power_w) of the node's stored measurements."""
     model = NODES[node_id][0]
-    return {(PowerMode.from_mapping(m).as_tuple(), int(m["batch_size"])): (float(m["time_ms"]), float(m["power_w"]))
+    return {(m.mode.as_tuple(), m.batch_size): (m.time_ms, m.power_w)
             for m in cluster.store.get_measurements(model, WORKLOAD.name, "train", node_id)}
 
 

@@ -62,10 +62,10 @@ def node_modules() -> Path:
     return target
 
 
-def _port_from_lease(holder: bytes) -> int:
+def _port_from_lease(holder: str) -> int:
     # The lease value is "<replica>@<host>:<port>[#nonce]" (services/coordinator/README.md):
     # its port is the one the coordinator actually bound with --port 0, so no port race.
-    where = holder.decode().split("@", 1)[1].split("#", 1)[0]
+    where = holder.split("@", 1)[1].split("#", 1)[0]
     return int(where.rsplit(":", 1)[1])
 
 
@@ -81,9 +81,8 @@ def coordinator(node_modules):
         store = open_store(redis_server.url)
         channel = None
         try:
-            key = store.key("leader", "coordinator")
             deadline = time.monotonic() + 60
-            while not (holder := store.client.get(key)):  # the lease: leader, so PlanRound works too
+            while not (holder := store.lease_holder("coordinator")):  # the lease: leader, so PlanRound works too
                 assert proc.poll() is None, f"coordinator exited {proc.returncode}:\n{proc.stderr.read().decode()}"
                 assert time.monotonic() < deadline, "the coordinator never took the leader lease"
                 time.sleep(0.05)

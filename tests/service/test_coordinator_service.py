@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from edgetune.coordination.store import EmbeddedStore
+from edgetune.coordination.store import EmbeddedStore, MeasurementRecord
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -222,7 +222,7 @@ def test_plan_from_stored_measurements(leader):
     rows = [{"id": f"m{i}", "device_model": "orin-agx", "node_id": "a", "workload": "resnet18", "role": "train",
              "cores": c, "cpu_mhz": cpu, "gpu_mhz": gpu, "emc_mhz": emc, "batch_size": 32, "time_ms": t, "power_w": p}
             for i, ((c, cpu, gpu, emc), t, p) in enumerate(zip(MODES, TIMES_MS, POWERS_W, strict=True))]
-    coordinator.store.put_measurements(rows)
+    coordinator.store.put_measurements([MeasurementRecord.from_row(r) for r in rows])
     req = _plan_request(["a"], apply=False)
     del req.nodes[0].options[:]
     plan = stub.PlanRound(req)
@@ -326,8 +326,8 @@ def test_update_budget_arrival_rate_replaces_only_the_inference_node(leader):
     stub.PlanRound(_plan_request(["a", "b"]))
     _register(stub, "inf", budget=30.0)
     rows = truth_table(SPEC, "mobilenetv3", "infer", fulcrum_grid(SPEC).modes(), (1, 4, 16, 32, 64))
-    coordinator.store.put_measurements([{**r, "id": f"inf-{i}", "device_model": SPEC.name, "node_id": "inf"}
-                                        for i, r in enumerate(rows)])
+    coordinator.store.put_measurements([MeasurementRecord.from_row({**r, "id": f"inf-{i}", "device": SPEC.name,
+                                                                    "node": "inf"}) for i, r in enumerate(rows)])
 
     def update(**budgets) -> coordinator_pb2.UpdateBudgetResponse:
         return stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(

@@ -19,7 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from edgetune.coordination.store import open_store
+from edgetune.coordination.store import MeasurementRecord, open_store
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.validation import ExtrapolationWarning
@@ -168,8 +168,8 @@ def test_predict_full_grid_default_chunks(estimator, fitted):
 
 
 def test_fit_from_store_measurements(estimator, store, small_rows):
-    docs = [{**r, "id": f"m{i}", "device_model": "orin-agx", "node_id": "n1"} for i, r in enumerate(small_rows)]
-    store.put_measurements([{**d, "workload": "yolov8n"} for d in docs])
+    store.put_measurements([MeasurementRecord.from_row({**r, "id": f"m{i}", "device": "orin-agx", "node": "n1",
+                                                        "workload": "yolov8n"}) for i, r in enumerate(small_rows)])
     info = estimator.Fit(estimator_pb2.FitRequest(device="orin-agx", workload="yolov8n", role=common_pb2.ROLE_TRAIN,
                                                   kind="linear")).model
     assert info.kind == "linear" and info.n_train == len(small_rows) - round(0.1 * len(small_rows))

@@ -32,7 +32,7 @@ from edgetune.optimization.frontier import next_frontier_modes
 from edgetune.optimization.joint import BatchEfficiency, JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, Point, TrainProblem
-from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime, parse_budget_sweep, z_score
+from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime, z_score
 from edgetune.optimization.strategies import SearchSpace, make_strategy, run_search
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -43,6 +43,7 @@ from edgetune.services.optimizer.metrics import REVISION_CONFLICTS
 from edgetune.services.optimizer.server import create_server
 from edgetune.services.optimizer.sessions import SessionStore, space_ref
 from edgetune.tables import Table
+from edgetune.validation import budget_sweep
 
 ORIN = get_spec("orin-agx")
 FULCRUM = named_grid(ORIN, "fulcrum")
@@ -199,7 +200,7 @@ def test_power_budget_sweep_17_50_1_equals_the_library(optimizer, truth):
     _, train, _ = truth
     got = optimizer.Select(optimizer_pb2.SelectRequest(
         candidates=_table(train), sweep=optimizer_pb2.BudgetSweep(start=17, stop=50, step=1)))
-    budgets = parse_budget_sweep("17:50:1")
+    budgets = budget_sweep("17:50:1")
     want = MinTime().sweep(_cands(train), budgets)
     assert len(got.decisions) == len(budgets) == 34
     for d, b, w in zip(got.decisions, budgets, want, strict=True):

@@ -161,9 +161,9 @@ def test_profile_20_random_modes_streams_progress_then_measurements(agent, store
     # Landed in the store, once each, with the streamed numbers.
     for m in ms:
         doc = store.get_measurement(m.id)
-        assert doc is not None and doc["time_ms"] == pytest.approx(m.time_ms)
-        assert doc["power_w"] == pytest.approx(m.power_w)
-    stored = {d["id"] for d in store.get_measurements("orin-agx", "resnet18", "train")}
+        assert doc is not None and doc.time_ms == pytest.approx(m.time_ms)
+        assert doc.power_w == pytest.approx(m.power_w)
+    stored = {d.id for d in store.get_measurements("orin-agx", "resnet18", "train")}
     assert {m.id for m in ms} <= stored
     # The device is back in its original mode and no restore record is left.
     assert mode_from_proto(stub.GetDevice(profiler_pb2.GetDeviceRequest()).current_mode) == MAXN
@@ -402,7 +402,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
         _check_contract([measurement_from_proto(m) for m in ms], tmp_path)
         for m in ms:
             doc = store.get_measurement(m.id)
-            assert doc is not None and doc["node_id"] == "jetson-7" and doc["time_ms"] == pytest.approx(m.time_ms)
+            assert doc is not None and doc.node_id == "jetson-7" and doc.time_ms == pytest.approx(m.time_ms)
         assert len(store.get_measurements("orin-agx", "resnet18", "train", node_id="jetson-7")) >= 20
         print(f"20-mode profile over gRPC (separate process, simulator): {elapsed_s:.3f} s")
 
@@ -414,7 +414,8 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
         assert values[("edgetune_profiler_points_total", (("outcome", "measured"),))] == 20
         assert values[("edgetune_profiler_mode_gpu_mhz", ())] == target.gpu_mhz
         assert values[("edgetune_profiler_mode_cores", ())] == target.cores
-        assert values[("edgetune_profiler_power_w", ())] == pytest.approx(samples[-1].power_w)
+        # the telemetry sampler also sets the gauge (its own sensor noise): the same idle level
+        assert values[("edgetune_profiler_power_w", ())] == pytest.approx(samples[-1].power_w, rel=0.1)
         assert any(name == "grpc_server_handled_total" and ("grpc_method", "Profile") in labels
                    for name, labels in values)
         channel.close()
@@ -428,3 +429,43 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
             proc.stderr.close()
     assert rc == 0
     assert _state_files(tmp_path) == []  # the applied mode was restored on SIGTERM
+
+
+# --- continuous telemetry (issue 18) -----------------------------------------------------------
+def test_idle_agent_metrics_show_a_growing_energy_counter_and_temperatures(store, tmp_path):
+    """A real agent process on the simulator, left idle: two scrapes a few telemetry periods apart."""
+    port, metrics_port = _free_port(), _free_port()
+    cmd = [sys.executable, "-m", "edgetune.services.profiler.server", "--device", "sim:orin-nx",
+           "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
+           "--redis", "none", "--state-dir", str(tmp_path), "--grace-s", "1", "--telemetry-hz", "10"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc).close()
+        time.sleep(0.5)
+        first = _metrics(metrics_port)
+        time.sleep(1.0)
+        second = _metrics(metrics_port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stderr.close()
+    total = ("edgetune_profiler_energy_joules_total", (("rail", "total"),))
+    rail = ("edgetune_profiler_energy_joules_total", (("rail", "VDD_IN"),))
+    idle_w = second[("edgetune_profiler_power_w", ())]
+    assert 3.0 < idle_w < 8.0  # no profile ran: the sampler keeps the gauge live
+    grown_j = second[total] - first[total]
+    # ~1 s of idle power between the scrapes (sampling at 10 Hz: a period either side)
+    assert 0.6 * idle_w < grown_j < 1.6 * idle_w
+    assert second[rail] > first[rail] > 0
+    temps = {labels[0][1]: v for (name, labels), v in second.items()
+             if name == "edgetune_profiler_temperature_celsius"}
+    assert set(temps) == {"cpu-thermal", "gpu-thermal", "tj-thermal"}
+    assert all(25.0 < t < 60.0 for t in temps.values())
+    assert second[("edgetune_profiler_throttled", ())] == 0
+    assert second[("edgetune_profiler_clock_mhz", (("clock", "gpu"),))] == 918.0
+    assert second[("edgetune_profiler_telemetry_samples_total", ())] > first[("edgetune_profiler_telemetry_samples_total", ())]

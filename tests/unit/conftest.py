@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.store import EmbeddedStore
-
-
-@pytest.fixture(scope="module")
-def shared_store():
-    """One embedded Redis per test module: starting a server per test would dominate the time."""
-    s = EmbeddedStore()
-    yield s
-    s.close()
+from edgetune.coordination.store import ManualClock, MemoryStore
 
 
 @pytest.fixture
-def store(shared_store):
-    """The module's embedded store, emptied for this test."""
-    shared_store.client.flushall()
-    return shared_store
+def clock():
+    """The TTL clock of :func:`store`: it moves only on ``clock.advance(seconds)``."""
+    return ManualClock()
+
+
+@pytest.fixture
+def store(clock):
+    """A fresh in-memory store: the coordination unit tests start no server
+    (``test_store_contract.py`` holds the Redis backends to the same contract). Its TTLs
+    (heartbeats, leases, job idle times) run on ``clock``."""
+    with MemoryStore(clock=clock) as s:
+        yield s

@@ -99,7 +99,7 @@ def test_training_is_deterministic_per_seed():
 
 @pytest.mark.parametrize("bad, field", [
     (dict(batch_sizes=[]), "batch_sizes"),
-    (dict(batch_sizes=[8, 8]), "batch_sizes"),
+    (dict(batch_sizes=[8, 8]), "batch_sizes[1]"),  # the repeat, by index (edgetune.validation)
     (dict(target_accuracy=1.5), "target_accuracy"),
     (dict(samples_per_pass=64, batch_sizes=[128]), "samples_per_pass"),
     (dict(samples_per_pass=1024), "samples_per_pass"),  # more than the 560 training samples

@@ -83,3 +83,65 @@ def test_bad_device_exits_2_with_the_allowed_values(capsys):
     err = capsys.readouterr().err
     assert "device: unknown device 'gpu0'" in err and "sysfs[:ROOT]" in err and "Traceback" not in err
     assert main(["device", "--device", "replay:/nonexistent/truth.csv"]) == 2
+
+
+# --- --watch (issue 18) ------------------------------------------------------------------------
+def test_watch_prints_one_plain_line_per_sample_off_a_terminal():
+    res = CliRunner().invoke(command, ["--device", "sim:orin-nx", "--watch", "--count", "3", "--interval", "0.01"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 3
+    assert all("power" in ln and "gpu-thermal" in ln and "gpu 918/918 MHz" in ln and "not throttled" in ln
+               for ln in lines)
+    energy = [float(ln.split("energy ")[1].split(" J")[0]) for ln in lines]
+    assert energy[0] == 0.0 and energy[2] > 0.0  # the counter grows between samples
+
+
+def test_watch_json_of_a_fake_board_has_every_field():
+    res = CliRunner().invoke(command, ["--device", f"sysfs:{SYSROOTS / 'orin-nano-super'}", "--watch",
+                                       "--count", "2", "--interval", "0.01", "--json"])
+    assert res.exit_code == 0, res.output
+    docs = [json.loads(ln) for ln in res.output.strip().splitlines()]
+    assert len(docs) == 2
+    d = docs[1]
+    assert d["backend"] == "sysfs" and d["rails_w"]["VDD_IN"] == pytest.approx(5.032 * 1.104)
+    assert {z["name"] for z in d["zones"]} >= {"cpu-thermal", "gpu-thermal"}
+    assert d["clocks"] == {"cores": 6, "cpu_mhz": 1113.6, "gpu_mhz": 306.0, "emc_mhz": 2133.0}
+    assert d["throttled"] is False and d["energy_j"]["total"] > 0.0
+
+
+def test_watch_rich_table_refreshes_in_place():
+    from rich.console import Console
+
+    from edgetune.cli import device as device_cli
+
+    dev = pytest.importorskip("edgetune.devices.simulated").SimulatedJetson("orin-nano-super")
+    dev.heat(90.0, tau_s=1e6)  # a hot board: the table says why it throttles
+    printed: list[str] = []
+    console = Console(file=_Sink(printed), force_terminal=True, width=120)
+    shown = device_cli.watch(dev.telemetry, dev.clock, 0.01, 2, "rich", "test board", console=console)
+    text = "".join(printed)
+    assert shown == 2 and "tj-thermal" in text and "throttled" in text and "yes" in text
+    assert "\x1b[" in text  # cursor movement: the table is redrawn in place
+
+
+class _Sink:
+    def __init__(self, out: list) -> None:
+        self.out = out
+
+    def write(self, s: str) -> int:
+        self.out.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_watch_options_need_watch_and_valid_values():
+    res = CliRunner().invoke(command, ["--device", "sim:orin-nx", "--count", "2"])
+    assert res.exit_code == 2 and "--watch" in res.output
+    res = CliRunner().invoke(command, ["--device", "sim:orin-nx", "--watch", "--interval", "0"])
+    assert res.exit_code == 2 and "--interval" in res.output

@@ -119,3 +119,38 @@ def test_registered_in_the_root_command():
         pytest.skip(f"edgetune.cli root not importable yet: {exc}")
     assert main(["modes", "--device", "orin-agx", "--grid", "fulcrum", "--out", "/dev/null"]) == 0
     assert main(["modes", "--device", "nope"]) == 2
+
+
+# --- Orin NX, Orin Nano Super, Thor (issue 18) -------------------------------------------------
+@pytest.mark.parametrize("device,cores,sizes,maxima", [
+    ("orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0)),
+    ("sim:orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0)),
+    ("orin-nano-super", 6, (22, 8, 4), (1728.0, 1020.0, 3199.0)),
+    ("sim:orin-nano-super", 6, (22, 8, 4), (1728.0, 1020.0, 3199.0)),
+])
+def test_new_devices_write_their_full_mode_space(device, cores, sizes, maxima):
+    res = run("--device", device)
+    assert res.exit_code == 0, res.output
+    table = rows(res.output)
+    assert len(table) == cores * sizes[0] * sizes[1] * sizes[2]  # the cited tables' product
+    for i, col in enumerate(("cpu_mhz", "gpu_mhz", "emc_mhz")):
+        values = {float(r[col]) for r in table}
+        assert len(values) == sizes[i] and max(values) == maxima[i]
+    assert {int(r["cores"]) for r in table} == set(range(1, cores + 1))
+
+
+@pytest.mark.parametrize("device,conf", [
+    ("orin-nx", "nvpmodel_p3767_0000_orin_nx.conf"),
+    ("sim:orin-nano-super", "nvpmodel_p3767_0003_super_orin_nano.conf"),
+])
+def test_new_device_presets_equal_those_parsed_from_the_real_conf(device, conf):
+    builtin = run("--device", device, "--presets")
+    parsed = run("--device", device, "--presets", "--nvpmodel", str(FIXTURES / conf))
+    assert builtin.exit_code == parsed.exit_code == 0, builtin.output + parsed.output
+    assert builtin.output == parsed.output and len(rows(builtin.output)) >= 3
+
+
+def test_thor_is_refused_with_the_reason():
+    for name in ("thor", "sim:thor"):
+        res = run("--device", name)
+        assert res.exit_code == 2 and "not published" in res.output and "Traceback" not in res.output

@@ -9,7 +9,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import EmbeddedStore
+from edgetune.coordination.store import MeasurementRecord, MemoryStore
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.grids import fulcrum_grid
@@ -30,7 +30,7 @@ def infer_rows(node_id: str = "inf") -> list[dict]:
 
 @pytest.fixture
 def setup():
-    store = EmbeddedStore()
+    store = MemoryStore()
     registry = NodeRegistry(store, heartbeat_ttl_s=30.0)
     lease = LeaderLease(store, holder_id="me", lease_ms=10_000)
     lease.try_acquire()
@@ -40,7 +40,7 @@ def setup():
         registry.register(NodeRecord(n, device=device, power_budget_w=50.0))
     registry.register(NodeRecord("inf", device=device, power_budget_w=30.0))
     rows = infer_rows()
-    store.put_measurements(rows)
+    store.put_measurements([MeasurementRecord.from_row(r) for r in rows])
     # a and b train (a round applied); "inf" serves inference
     out = rounds.plan(RoundRequest(tuple(RoundNode(n, 3200, options=TRAIN_OPTIONS) for n in "ab"),
                                    round_id="r1", workload={"name": "resnet18"}, apply=True))

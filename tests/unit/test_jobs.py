@@ -1,12 +1,11 @@
-"""Profiling job streams on a real (embedded) Redis: at-least-once delivery, no duplicates."""
+"""Profiling job queues on the in-memory store: at-least-once delivery, no duplicates."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from edgetune.coordination.jobs import JobQueue, measurement_doc
+from edgetune.coordination.jobs import JobQueue, measurement_record
+from edgetune.coordination.store import DeadJob
 from edgetune.errors import InvalidArgument
 
 
@@ -44,7 +43,7 @@ def test_streams_are_per_node(store):
     assert [j.payload["k"] for j in q.claim("n2", "a", block_ms=0, count=5)] == ["for n2"]
 
 
-def test_dead_consumer_jobs_are_redelivered_without_duplicates(store):
+def test_dead_consumer_jobs_are_redelivered_without_duplicates(store, clock):
     q = JobQueue(store, idle_timeout_ms=200)
     ids = [q.submit("n1", {"i": i}) for i in range(20)]
     # agent-1 takes 5 jobs, finishes 2, then dies with 3 un-acked.
@@ -54,9 +53,11 @@ def test_dead_consumer_jobs_are_redelivered_without_duplicates(store):
     orphaned = {j.job_id for j in taken[2:]}
     # agent-2 drains the rest; the orphans come back once they have been idle 200 ms.
     done: dict[str, int] = {j.job_id: 1 for j in taken[:2]}
-    deadline = time.monotonic() + 5.0
-    while len(done) < 20 and time.monotonic() < deadline:
-        for job in q.claim("n1", "agent-2", block_ms=50, count=4):
+    for _ in range(20):
+        if len(done) == 20:
+            break
+        clock.advance(0.05)
+        for job in q.claim("n1", "agent-2", block_ms=0, count=4):
             if job.job_id in orphaned:
                 assert job.deliveries == 2
             done[job.job_id] = done.get(job.job_id, 0) + 1
@@ -69,20 +70,22 @@ def test_dead_consumer_jobs_are_redelivered_without_duplicates(store):
     assert q.pending_count("n1") == 0
 
 
-def test_poison_job_goes_to_the_dead_letter_stream(store):
+def test_poison_job_goes_to_the_dead_letter_queue(store, clock):
     q = JobQueue(store, idle_timeout_ms=20, max_deliveries=2)
     q.submit("n1", {"poison": True}, job_id="bad")
     assert q.claim("n1", "a1", block_ms=0)[0].deliveries == 1
-    time.sleep(0.04)
+    clock.advance(0.03)
     assert q.claim("n1", "a2", block_ms=0)[0].deliveries == 2
-    time.sleep(0.04)
+    clock.advance(0.03)
     assert q.claim("n1", "a3", block_ms=0) == []  # third delivery would exceed max_deliveries
-    assert q.dead_jobs("n1") == [{"poison": True, "job_id": "bad"}]
+    assert q.dead_jobs("n1") == [DeadJob("bad", {"poison": True}, 3)]
     assert q.pending_count("n1") == 0
 
 
-def test_measurement_docs_need_ids():
-    assert measurement_doc({"id": "m1", "device": "nano", "node": "n9"}, "n1")["device_model"] == "nano"
-    assert measurement_doc({"id": "m1", "device": "nano"}, "n1")["node_id"] == "n1"
+def test_measurement_records_need_ids_and_fill_the_node():
+    [row] = _rows(type("J", (), {"job_id": "j", "node_id": "n9"})(), 1)
+    record = measurement_record(row, "n1")
+    assert (record.device_model, record.node_id, record.mode.cores) == ("orin-agx", "n9", 12)
+    assert measurement_record({k: v for k, v in row.items() if k != "node"}, "n1").node_id == "n1"
     with pytest.raises(InvalidArgument, match="measurement.id"):
-        measurement_doc({"device": "nano"}, "n1")
+        measurement_record({k: v for k, v in row.items() if k != "id"}, "n1")

@@ -116,7 +116,7 @@ def test_matches_brute_force_on_random_luts():
         lut = JointLUT.from_rows(rows)
         eff = BatchEfficiency.from_pairs({b: (math.inf if rng.random() < 0.2 else float(rng.integers(1, 6)))
                                           for b in bs})
-        cap = None if rng.random() < 0.2 else float(rng.integers(0, 10))
+        cap = None if rng.random() < 0.2 else float(rng.integers(1, 10))
         got = joint_select(lut, eff, cap)
         best = None
         for i, (b, _m, t, p) in enumerate(rows):

@@ -1,4 +1,4 @@
-"""Kubernetes awareness against recorded API responses (no API server, no mocks of Redis).
+"""Kubernetes awareness against recorded API responses (no API server; the registry on the in-memory store).
 
 Fixtures (tests/fixtures/kube/) are API-server responses for three K3s Jetson nodes: a
 ``NodeList`` (one Ready, one cordoned, one NotReady/unreachable) and the watch events that
@@ -20,7 +20,6 @@ from kubernetes import client, watch
 
 from edgetune.coordination import kube
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
-from edgetune.coordination.store import EmbeddedStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
 NODELIST = (FIXTURES / "nodelist_jetsons.json").read_text()
@@ -94,13 +93,6 @@ def recorded_api():
     api.close()
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-def store():
-    s = EmbeddedStore()
-    yield s
-    s.close()
 
 
 def test_list_and_watch_through_the_client_flag_registry_nodes(recorded_api, store):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from edgetune.devices.simulated.layers import LayerCostModel
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.features import extract_layers, kind_counts, total_flops
 from edgetune.estimation.layerwise.neuralpower import (
     NP_KINDS,

@@ -55,7 +55,8 @@ def test_tables_ascending_and_presets_validate(spec):
     assert spec.presets, "every built-in device lists its nvpmodel presets"
     for p in spec.presets:
         assert spec.validate(p.mode()) == p.mode()
-    assert spec.presets[0].mode() == spec.maxn() or spec.name == "orin-nano"
+    # an uncapped preset (MAXN, MAXN_SUPER) is the top of the tables; the Orin Nano's 15W is capped
+    assert any(p.mode() == spec.maxn() for p in spec.presets) or spec.name == "orin-nano"
 
 
 def test_preset_caps_are_floored_like_the_governor():
@@ -260,3 +261,50 @@ def test_conf_core_count_outside_the_spec():
     with pytest.raises(InvalidArgument) as e:
         load_nvpmodel(FIXTURES / "nvpmodel_t234_orin_agx_custom.conf").to_presets(only_4_or_12)
     assert e.value.field.endswith("nvpmodel_t234_orin_agx_custom.conf:6") and "8 cores" in str(e.value)
+
+
+# --- Orin NX, Orin Nano Super, Thor (issue 18) -------------------------------------------------
+#: (spec, cores, table sizes, maxima, mode count, cited fixture): sources in powermodes/specs.py.
+NEW_DEVICES = [
+    ("orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0), 5824, "nvpmodel_p3767_0000_orin_nx.conf"),
+    ("orin-nano-super", 6, (22, 8, 4), (1728.0, 1020.0, 3199.0), 4224, "nvpmodel_p3767_0003_super_orin_nano.conf"),
+]
+
+
+@pytest.mark.parametrize(("name", "cores", "sizes", "maxima", "n_modes", "conf"), NEW_DEVICES)
+def test_new_device_tables_match_the_cited_counts_and_maxima(name, cores, sizes, maxima, n_modes, conf):
+    spec = SPECS[name]
+    assert spec.core_counts == tuple(range(1, cores + 1))
+    assert (len(spec.cpu_mhz), len(spec.gpu_mhz), len(spec.emc_mhz)) == sizes
+    assert (spec.cpu_mhz[-1], spec.gpu_mhz[-1], spec.emc_mhz[-1]) == maxima
+    assert spec.n_modes == n_modes == cores * sizes[0] * sizes[1] * sizes[2]
+    # the A78AE cpufreq ladder: 76.8 MHz steps from 115.2 MHz
+    assert spec.cpu_mhz[:3] == (115.2, 192.0, 268.8)
+
+
+@pytest.mark.parametrize(("name", "cores", "sizes", "maxima", "n_modes", "conf"), NEW_DEVICES)
+def test_new_device_presets_are_those_of_the_real_nvpmodel_conf(name, cores, sizes, maxima, n_modes, conf):
+    spec = SPECS[name]
+    parsed = load_nvpmodel(FIXTURES / conf)
+    assert parsed.to_presets(spec) == spec.presets
+    assert [p.name for p in spec.presets] == [m.name for m in parsed.power_models]
+
+
+def test_orin_nx_and_nano_super_preset_caps():
+    nx, ns = SPECS["orin-nx"], SPECS["orin-nano-super"]
+    assert nx.preset("10W").mode() == PowerMode(4, 1190.4, 612.0, 2133.0)
+    assert nx.preset("25W").mode() == PowerMode(8, 1497.6, 408.0, 3199.0)
+    assert ns.preset("MAXN_SUPER").mode() == ns.maxn() == PowerMode(6, 1728.0, 1020.0, 3199.0)
+    assert ns.preset("25W").mode() == PowerMode(6, 1344.0, 918.0, 3199.0)
+    assert ns.preset("15W").budget_w == 15.0 and ns.preset("MAXN_SUPER").budget_w is None
+
+
+def test_thor_has_no_invented_tables():
+    with pytest.raises(InvalidArgument, match="not published"):
+        get_spec("thor")
+    assert "thor" not in SPECS
+
+
+def test_a_conf_for_a_bigger_board_names_the_core_it_cannot_have():
+    with pytest.raises(InvalidArgument, match="CORE_7, but orin-nano-super has 6 CPUs"):
+        load_nvpmodel(FIXTURES / "nvpmodel_p3767_0000_orin_nx.conf").to_presets(SPECS["orin-nano-super"])

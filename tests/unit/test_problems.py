@@ -7,13 +7,13 @@ import math
 import pytest
 
 from edgetune.errors import InvalidArgument
+from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     ConcurrentProblem,
     InferProblem,
     Observations,
     Point,
     TrainProblem,
-    problem_from_dict,
 )
 from edgetune.powermodes.mode import PowerMode
 

@@ -18,6 +18,7 @@ from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import NANO, ORIN_AGX
 from edgetune.profiling import (
     CapSearch,
+    Measurement,
     PowerLimitExceeded,
     ProfileConfig,
     Profiler,
@@ -324,3 +325,42 @@ def test_efficient_order_on_the_simulator_matches_exhaustive():
     result = run_cap_search(CapSearch(levels, [8, 32], cap_w), Profiler(sim(), cfg).peak_power_w("resnet18", Role.TRAIN))
     assert result.best_level == exhaustive
     assert result.profiled < 2 * len(levels)
+
+
+# --- throttling (issue 18) ---------------------------------------------------------------------
+def test_a_point_measured_on_a_hot_board_is_flagged_and_remeasured_after_a_cool_down():
+    cool = Profiler(sim(), ProfileConfig(n_minibatches=10)).measure(ORIN_MAXN, "resnet18", "train", 16)
+    dev = sim()
+    dev.heat(80.0, tau_s=20.0)  # tj-thermal far past its 95 °C trip: the clocks drop
+    assert dev.telemetry().throttled
+    log: list[Measurement] = []
+    prof = Profiler(dev, ProfileConfig(n_minibatches=10, cooldown_poll_s=1.0))
+    original_measure = prof._measure
+
+    def spy(*a):
+        log.append(original_measure(*a))
+        return log[-1]
+
+    prof._measure = spy
+    m = prof.measure(ORIN_MAXN, "resnet18", "train", 16)
+    assert len(log) == 2 and log[0].throttled and not log[1].throttled
+    assert any("tj-thermal" in r for r in log[0].throttle_reasons)
+    assert any(r.startswith("gpu ") for r in log[0].throttle_reasons)  # throttled clocks, not just heat
+    assert log[0].time_ms > 1.3 * cool.time_ms  # the throttled attempt really was slower
+    assert not m.throttled and m.remeasured == 1 and m.time_ms == pytest.approx(cool.time_ms, rel=0.1)
+    row = m.to_row()
+    assert row["throttled"] == "false" and row["remeasured"] == 1
+    assert not dev.telemetry().throttled
+
+
+def test_a_board_that_stays_hot_keeps_the_flag_and_no_remeasure_when_disabled():
+    dev = sim()
+    dev.heat(200.0, tau_s=1e6)
+    m = Profiler(dev, ProfileConfig(n_minibatches=5, cooldown_timeout_s=4.0)).measure(
+        ORIN_MAXN, "resnet18", "train", 16)
+    assert m.throttled and m.remeasured == 1 and m.to_row()["throttled"] == "true"
+    m = Profiler(dev, ProfileConfig(n_minibatches=5, remeasure_throttled=False)).measure(
+        ORIN_MAXN, "resnet18", "train", 16)
+    assert m.throttled and m.remeasured == 0
+    with pytest.raises(InvalidArgument, match="max_remeasures"):
+        ProfileConfig(max_remeasures=-1).validate()

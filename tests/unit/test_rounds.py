@@ -1,4 +1,4 @@
-"""Round planning glue on a real (embedded) Redis: budgets precedence, planning around lost
+"""Round planning glue on the in-memory store: budgets precedence, planning around lost
 nodes, re-planning after a budget change with revisions only for changed nodes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import EmbeddedStore
+from edgetune.coordination.store import ManualClock, MemoryStore
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -21,8 +21,8 @@ FAST, MID = PowerMode(12, 2201.6, 1300.5, 3199.0), PowerMode(8, 1728.0, 930.75, 
 OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])
 
 
-def _setup(heartbeat_ttl_s: float):
-    store = EmbeddedStore()
+def _setup(heartbeat_ttl_s: float, clock=time.monotonic):
+    store = MemoryStore(clock=clock)
     registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
     lease = LeaderLease(store, holder_id="me", lease_ms=10_000)
     lease.try_acquire()
@@ -42,8 +42,9 @@ def setup():
 
 @pytest.fixture
 def expiring():
-    """For the tests of lost nodes: a heartbeat lasts 1 s (the others keep beating meanwhile)."""
-    yield (parts := _setup(heartbeat_ttl_s=1.0))
+    """For the tests of lost nodes: a heartbeat lasts 1 s on a clock that moves when told."""
+    clock = ManualClock()
+    yield (*(parts := _setup(heartbeat_ttl_s=1.0, clock=clock)), clock)
     parts[0].close()
 
 
@@ -73,12 +74,8 @@ def test_budget_precedence_and_replan_revisions(setup):
 
 
 def test_lost_nodes_are_planned_around_and_come_back(expiring):
-    store, registry, rounds = expiring
-    deadline = time.monotonic() + 6
-    while registry.get("c").live and time.monotonic() < deadline:
-        registry.heartbeat("a")
-        registry.heartbeat("b")
-        time.sleep(0.05)
+    store, registry, rounds, clock = expiring
+    _beat_until_lost(registry, clock, "ab", "c")
     # c is lost and has neither inline options nor measurements: planned around, not an error.
     req = RoundRequest((RoundNode("a", 3200, options=OPTIONS), RoundNode("b", 3200, options=OPTIONS),
                         RoundNode("c", 3200)), round_id="r1", workload={"name": "resnet18"}, apply=True)
@@ -105,17 +102,16 @@ def test_standby_and_bad_requests(setup):
         rounds.plan(_request("a"))
 
 
-def _beat_until_lost(registry, keep, lost, timeout_s=6.0):
-    deadline = time.monotonic() + timeout_s
-    while registry.get(lost).live and time.monotonic() < deadline:
+def _beat_until_lost(registry, clock, keep, lost):
+    for _ in range(3):  # 1.5 s in all: ``lost``'s 1 s heartbeat runs out, ``keep`` beat every 0.5 s
+        clock.advance(0.5)
         for n in keep:
             registry.heartbeat(n)
-        time.sleep(0.05)
-    assert not registry.get(lost).live
+    assert not registry.get(lost).live and all(registry.get(n).live for n in keep)
 
 
 def test_membership_change_replans_only_changed_nodes(expiring):
-    store, registry, rounds = expiring
+    store, registry, rounds, clock = expiring
     # site 100 W: two nodes fit at FAST (84 W), three need MID somewhere
     out = rounds.plan(_request("abc", site_power_budget_w=100.0))
     assert out.plan.feasible and sorted(p.mode for p in out.plan.nodes).count(MID) >= 1
@@ -123,7 +119,7 @@ def test_membership_change_replans_only_changed_nodes(expiring):
     for n in "abc":
         registry.heartbeat(n)
     assert rounds.replan_after_membership_change() is None  # nothing changed
-    _beat_until_lost(registry, "ab", "c")
+    _beat_until_lost(registry, clock, "ab", "c")
     lost = rounds.replan_after_membership_change()
     assert lost.plan.feasible and [p.id for p in lost.plan.nodes] == ["a", "b"] and "c (lost" in lost.reason
     assert [p.mode for p in lost.plan.nodes] == [FAST, FAST]

@@ -90,7 +90,7 @@ def test_selection_margin_refuses_bad_arguments_naming_the_field():
     t, p = _options(np.random.default_rng(0), 20)
     cases = [(dict(risk=0.0), "risk"), (dict(risk=0.7), "risk"), (dict(tolerance_w=-1.0), "tolerance_w"),
              (dict(step_w=0.0), "step_w"), (dict(max_margin_w=-2.0), "max_margin_w"),
-             (dict(budgets_w=[20.0, -1.0]), "budgets_w")]
+             (dict(budgets_w=[20.0, -1.0]), "budgets_w[1]")]  # the bad entry is named
     for kw, field in cases:
         args = {"risk": 0.1, **kw}
         with pytest.raises(InvalidArgument) as exc:

@@ -13,10 +13,10 @@ from edgetune.optimization.select import (
     MinPower,
     MinTime,
     make_selector,
-    parse_budget_sweep,
     safe_least_time,
     z_score,
 )
+from edgetune.validation import budget_sweep
 
 
 def brute(obj, t, p_bound, p_mean, power_budget=None, time_budget=None):
@@ -51,24 +51,37 @@ def test_select_matches_brute_force(objective):
     rng = np.random.default_rng(1)
     for _ in range(200):
         c = random_cands(rng, int(rng.integers(1, 30)))
-        pb = None if rng.random() < 0.2 else float(rng.integers(0, 16))
-        tb = None if rng.random() < 0.5 else float(rng.integers(0, 16))
+        pb = None if rng.random() < 0.2 else float(rng.integers(1, 16))
+        tb = None if rng.random() < 0.5 else float(rng.integers(1, 16))
         sel = make_selector(objective).select(c, pb, tb)
         want = brute(objective, c.time_ms, c.power_w, c.power_w, pb, tb)
         assert sel.index == want
         assert sel.feasible == (want is not None)
         if not sel.feasible:
-            assert sel.reason and sel.closest == brute("power", c.time_ms, c.power_w, c.power_w)
+            assert sel.reason and sel.closest == brute_closest(c.time_ms, c.power_w, pb, tb)
+
+
+def brute_closest(t, p, pb, tb):
+    """The closest option by its definition, one option at a time: least summed relative excess over
+    the budgets given, then least time, then first row."""
+    def excess(i):
+        e = 0.0
+        if pb is not None:
+            e += max(p[i] - pb, 0.0) / pb
+        if tb is not None:
+            e += max(t[i] - tb, 0.0) / tb
+        return e if (pb is not None or tb is not None) else p[i]
+    return min(range(len(t)), key=lambda i: (excess(i), t[i], i))
 
 
 @pytest.mark.parametrize("objective", ["time", "power", "energy"])
 def test_sweep_equals_per_budget_selection(objective):
     rng = np.random.default_rng(2)
-    budgets = parse_budget_sweep("0:16:0.5")
+    budgets = budget_sweep("0.5:16:0.5")
     for _ in range(100):
         c = random_cands(rng, int(rng.integers(1, 40)), with_std=rng.random() < 0.5)
         risk = None if rng.random() < 0.5 else 0.05
-        tb = None if rng.random() < 0.5 else float(rng.integers(0, 16))
+        tb = None if rng.random() < 0.5 else float(rng.integers(1, 16))
         s = make_selector(objective, risk)
         swept = s.sweep(c, budgets, tb)
         single = [s.select(c, b, tb) for b in budgets]
@@ -83,7 +96,7 @@ def test_safe_selection_uses_upper_confidence_bound():
     assert z_score(0.05) == pytest.approx(z)
     for _ in range(100):
         c = random_cands(rng, int(rng.integers(1, 30)), with_std=True)
-        pb = float(rng.integers(0, 20))
+        pb = float(rng.integers(1, 20))
         sel = safe_least_time(c, pb, risk=0.05)
         bound = c.power_w + z * c.power_std_w
         assert sel.index == brute("time", c.time_ms, bound, c.power_w, pb)
@@ -118,20 +131,21 @@ def test_infeasible_reports_closest_least_power():
 @pytest.mark.parametrize("spec,expected", [
     ("17:50:1", list(range(17, 51))),
     ("1:2:0.5", [1.0, 1.5, 2.0]),
-    ("0:0.3:0.1", [0.0, 0.1, 0.2, 0.3]),
+    ("0.1:0.4:0.1", [0.1, 0.2, 0.3, 0.4]),
     ("30", [30.0]),
     ("5:5:1", [5.0]),
+    ("17:20", [17.0, 18.0, 19.0, 20.0]),  # the step defaults to 1 W
 ])
-def test_parse_budget_sweep(spec, expected):
-    assert parse_budget_sweep(spec) == pytest.approx(expected)
+def test_budget_sweep(spec, expected):
+    assert budget_sweep(spec) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("spec", ["50:17:1", "17:50:0", "17:50:-1", "a:b:c", "-5", "-5:10:1", "1:2", "",
-                                  "nan", "1:inf:1", "0:1e9:1e-3"])
-def test_parse_budget_sweep_rejects(spec):
+@pytest.mark.parametrize("spec", ["50:17:1", "17:50:0", "17:50:-1", "a:b:c", "-5", "-5:10:1", "1:2:3:4", "",
+                                  "nan", "1:inf:1", "1:1e9:1e-3", "0", "0:16:0.5"])
+def test_budget_sweep_rejects(spec):
     with pytest.raises(InvalidArgument) as err:
-        parse_budget_sweep(spec)
-    assert "--power-budget" in str(err.value)
+        budget_sweep(spec)
+    assert err.value.field == "--power-budget"
 
 
 def test_bad_inputs():
@@ -143,6 +157,11 @@ def test_bad_inputs():
         MinTime(risk=0.7)
     with pytest.raises(InvalidArgument):
         MinTime().select(Candidates([1.0], [1.0]), -3)
+    for zero in (0, 0.0):  # a budget is > 0 everywhere (edgetune.validation.power_budget_w)
+        with pytest.raises(InvalidArgument, match="power_budget_w"):
+            MinTime().select(Candidates([1.0], [1.0]), zero)
+        with pytest.raises(InvalidArgument, match="time_budget_ms"):
+            MinPower().select(Candidates([1.0], [1.0]), None, zero)
     with pytest.raises(InvalidArgument):
         make_selector("speed")
 
@@ -151,7 +170,7 @@ def test_speed_orin_full_space():
     rng = np.random.default_rng(4)
     n = 18_096 * 5
     c = Candidates(rng.uniform(10, 2000, n), rng.uniform(10, 60, n), None, rng.uniform(0, 2, n))
-    budgets = parse_budget_sweep("17:50:1")
+    budgets = budget_sweep("17:50:1")
     for obj in ("time", "energy"):
         s = make_selector(obj, 0.05)
         s.select(c, 30)
@@ -166,3 +185,15 @@ def test_speed_orin_full_space():
         sweep = (time.perf_counter() - t0) / 3
         # targets: < 5 ms and < 20 ms; a loaded shared CI box gets 4× slack
         assert one < 0.02 and sweep < 0.08, (obj, one, sweep)
+
+
+def test_closest_option_is_closest_to_the_budget_that_failed():
+    # time, power: a time budget of 50 ms fails for every option; the closest is the fastest
+    # (60 ms), not the least-power one (500 ms at 5 W) that used to be named
+    c = Candidates(np.array([500.0, 60.0, 200.0]), np.array([5.0, 40.0, 12.0]))
+    sel = MinPower().select(c, None, 50.0)
+    assert not sel.feasible and sel.closest == 1 and "closest is row 1 (0-based)" in sel.reason
+    # a power budget alone: the least power
+    assert MinTime().select(c, 4.0).closest == 0
+    # both: the least summed relative excess (row 2 misses 10 W by 20 % and 150 ms by 33 %)
+    assert MinTime().select(c, 10.0, 150.0).closest == 2

@@ -28,6 +28,10 @@ EXPECTED = {
                    (19008 * (0 + 16 + 65 + 0 + 8) + 4976 * 331) / 1e6),
     "nano": ("nano", "t210", 4, (15, 12, 7), PowerMode(4, 1224.0, 76.8, 1600.0),
              ["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"], 1919 / 1000),  # POM_5V_IN is the board total
+    "orin-nx": ("orin-nx", "t234", 8, (26, 7, 4), PowerMode(4, 1113.6, 306.0, 2133.0),
+                ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"], 5024 * 1032 / 1e6),  # VDD_IN is the board total
+    "orin-nano-super": ("orin-nano-super", "t234", 6, (22, 8, 4), PowerMode(6, 1113.6, 306.0, 2133.0),
+                        ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"], 5032 * 1104 / 1e6),
 }
 
 
@@ -120,11 +124,12 @@ def test_empty_root_reports_what_is_missing(tmp_path):
 
 def test_unknown_model_builds_its_own_spec_without_presets(tmp_path):
     root = copy_root("orin-agx-jp6", tmp_path)
-    (root / "proc/device-tree/model").write_bytes(b"NVIDIA Jetson Orin NX Engineering Reference Developer Kit\0")
-    (root / "proc/device-tree/compatible").write_bytes(b"nvidia,p3509-0000+p3767-0000\0nvidia,tegra234\0")
+    (root / "proc/device-tree/model").write_bytes(b"Example Tegra Carrier Kit\0")
+    (root / "proc/device-tree/compatible").write_bytes(b"example,carrier\0nvidia,tegra234\0")
     dev = SysfsJetson(root)
     assert dev.report.model.builtin is None and dev.spec.presets == ()
-    assert dev.spec.name == "nvidia-jetson-orin-nx-engineering-reference-developer-kit"
+    assert dev.spec.name == "example-tegra-carrier-kit"
+    assert any("presets: no /etc/nvpmodel.conf" in m for m in dev.report.missing)
     assert len(dev.spec.gpu_mhz) == 13 and dev.spec.soc == "t234"
 
 
@@ -287,3 +292,110 @@ def test_hard_limit_and_sampler(tmp_path):
     samples = sampler.stop()
     assert samples and samples[0].power_w == pytest.approx(EXPECTED["orin-agx-jp5"][6])
     assert set(samples[0].rails_w) == set(EXPECTED["orin-agx-jp5"][5])
+
+
+# --- new boards, unknown boards, presets from the board's nvpmodel.conf ------------------------
+@pytest.mark.parametrize("name", ["orin-nx", "orin-nano-super"])
+def test_board_presets_come_from_its_nvpmodel_conf_and_match_the_builtin_spec(name):
+    from edgetune.powermodes.specs import get_spec
+
+    dev = SysfsJetson(SYSROOTS / name)
+    assert dev.preset_source.startswith("/etc/nvpmodel.conf")
+    assert dev.spec.presets == get_spec(name).presets
+    assert (dev.spec.core_counts, dev.spec.cpu_mhz, dev.spec.gpu_mhz, dev.spec.emc_mhz) == (
+        get_spec(name).core_counts, get_spec(name).cpu_mhz, get_spec(name).gpu_mhz, get_spec(name).emc_mhz)
+
+
+def test_unknown_board_discovers_tables_and_names_the_preset_file_it_could_not_match():
+    dev = SysfsJetson(SYSROOTS / "unknown-board")
+    assert dev.report.model.builtin is None
+    assert (len(dev.spec.core_counts), dev.spec.cpu_mhz, dev.spec.gpu_mhz, dev.spec.emc_mhz) == (
+        4, (422.4, 729.6, 1036.8), (306.0, 612.0), (665.6, 2133.0))
+    assert dev.spec.presets == () and dev.preset_source == "none"
+    msg = next(m for m in dev.report.missing if m.startswith("presets"))
+    assert "/etc/nvpmodel.conf" in msg and "CORE_7" in msg and "4 CPUs" in msg
+
+
+def test_thor_is_recognised_and_says_why_it_has_no_builtin_spec(tmp_path):
+    root = copy_root("orin-agx-jp6", tmp_path)
+    (root / "proc/device-tree/model").write_bytes(b"NVIDIA Jetson AGX Thor Developer Kit\0")
+    (root / "proc/device-tree/compatible").write_bytes(b"nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0")
+    rep = discover(root)
+    assert rep.model.builtin is None and rep.model.known == "thor" and rep.model.soc == "t264"
+    assert any("not published" in m for m in rep.missing)
+
+
+# --- telemetry ---------------------------------------------------------------------------------
+def test_telemetry_reads_rails_zones_and_clocks_of_a_fake_board():
+    dev = SysfsJetson(SYSROOTS / "orin-nx")
+    t = dev.telemetry()
+    assert t.rails_w == pytest.approx({"VDD_IN": 5.024 * 1.032, "VDD_CPU_GPU_CV": 5.016 * 0.164,
+                                       "VDD_SOC": 5.016 * 0.287})
+    assert t.power_w == pytest.approx(5.024 * 1.032)  # VDD_IN is the total
+    zones = {z.name: z for z in t.zones}
+    assert "tj-thermal" not in zones  # disabled on P3767: reads empty, skipped
+    assert zones["cpu-thermal"].temp_c == pytest.approx(43.093) and zones["cpu-thermal"].trip_c == 99.0
+    assert (t.clocks.cores, t.clocks.cpu_mhz, t.clocks.gpu_mhz, t.clocks.emc_mhz) == (4, 1113.6, 306.0, 2133.0)
+    assert not t.throttled
+
+
+def test_telemetry_flags_a_pinned_clock_running_below_its_pin_and_a_hot_zone(tmp_path):
+    root = copy_root("orin-nx", tmp_path)
+    dev = SysfsJetson(root)
+    mode = PowerMode(4, 1651.2, 612.0, 2133.0)
+    dev.apply(mode)
+    # a fake tree has no kernel behind it: the clocks follow their pins by hand
+    (root / "sys/devices/system/cpu/cpufreq/policy0/scaling_cur_freq").write_text("1651200\n")
+    (root / "sys/devices/platform/17000000.gpu/devfreq_dev/cur_freq").write_text("612000000\n")
+    t = dev.telemetry()
+    assert (t.pinned.cpu_mhz, t.pinned.gpu_mhz, t.pinned.emc_mhz) == (1651.2, 612.0, 2133.0)
+    assert not t.throttled
+    # the thermal governor caps the GPU below the pinned 612 MHz
+    (root / "sys/devices/platform/17000000.gpu/devfreq_dev/cur_freq").write_text("408000000\n")
+    t = dev.telemetry()
+    assert t.throttled and any(r.startswith("gpu 408") for r in t.throttle_reasons)
+    (root / "sys/devices/platform/17000000.gpu/devfreq_dev/cur_freq").write_text("612000000\n")
+    (root / "sys/class/thermal/thermal_zone1/temp").write_text("99500\n")
+    t = dev.telemetry()
+    assert t.throttled and t.throttle_reasons == ("gpu-thermal 99.5 °C >= trip 99.0 °C",)
+    dev.restore()
+
+
+def test_emc_as_a_devfreq_device_is_discovered_pinned_and_restored(tmp_path):
+    """Thor's layout for the memory clock: /sys/class/devfreq/bwmgr (min / max / cur, Hz). The
+    tables here are the Orin NX's (Thor's are not published): only the layout is Thor's."""
+    root = copy_root("orin-nx", tmp_path)
+    shutil.rmtree(root / "sys/kernel/debug")
+    bw = root / "sys/class/devfreq/bwmgr"
+    bw.mkdir(parents=True)
+    for name, text in (("available_frequencies", "204000000 665600000 2133000000 3199000000"),
+                       ("min_freq", "204000000"), ("max_freq", "3199000000"), ("cur_freq", "665600000"),
+                       ("governor", "nvhost_podgov")):
+        (bw / name).write_text(text + "\n")
+    dev = SysfsJetson(root)
+    assert dev.report.emc.method == "devfreq" and dev.spec.emc_mhz == (204.0, 665.6, 2133.0, 3199.0)
+    assert "EMC control (devfreq)" in dev.report.found
+    assert dev.current_mode().emc_mhz == 665.6  # not pinned: the running rate
+    dev.apply(PowerMode(4, 1651.2, 612.0, 2133.0))
+    assert read(root, "sys/class/devfreq/bwmgr/min_freq") == read(root, "sys/class/devfreq/bwmgr/max_freq") == "2133000000"
+    assert dev.current_mode().emc_mhz == 2133.0 and dev.telemetry().pinned.emc_mhz == 2133.0
+    dev.restore()
+    assert (read(root, "sys/class/devfreq/bwmgr/min_freq"), read(root, "sys/class/devfreq/bwmgr/max_freq")) == (
+        "204000000", "3199000000")
+
+
+def test_thor_style_ina238_system_input_is_the_board_power(tmp_path):
+    """Thor's carrier reads its input with an INA238 (hwmon: in1 mV, curr1 mA, power1 µW), one
+    rail jetson-stats calls VIN; the reading values here are made up."""
+    root = copy_root("unknown-board", tmp_path)
+    hw = root / "sys/bus/i2c/drivers/ina238/2-0044/hwmon/hwmon3"
+    hw.mkdir(parents=True)
+    (root / "sys/bus/i2c/drivers/ina238/2-0044/name").write_text("ina238\n")
+    for name, text in (("name", "ina238"), ("in1_input", "19200"), ("curr1_input", "1480"),
+                       ("power1_input", "28416000")):
+        (hw / name).write_text(text + "\n")
+    dev = SysfsJetson(root)
+    assert [(r.name, r.kind) for r in dev.report.rails] == [("VIN", "ina238")]
+    assert dev.power_sensor().read_w() == pytest.approx(28.416)
+    t = dev.telemetry()
+    assert t.power_w == pytest.approx(28.416) and t.rails_w == {"VIN": pytest.approx(28.416)}

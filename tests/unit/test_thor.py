@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from edgetune.devices.simulated.layers import LayerCostModel
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import blocks_of, instantiate, parse
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.features import extract_layers
 from edgetune.estimation.layerwise.pruning import random_prune
 from edgetune.estimation.layerwise.thor import LayerGP, Thor, mape_pct, model_flops, true_energy_j

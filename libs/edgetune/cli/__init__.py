@@ -13,6 +13,7 @@ import sys
 import click
 
 from edgetune import __version__
+from edgetune.cli.errors import input_error
 from edgetune.errors import EdgetuneError
 
 #: Commands, each in its own module ``edgetune.cli.<name>`` (exposing ``command``), with the
@@ -33,6 +34,14 @@ COMMAND_MODULES = tuple(COMMANDS)
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        # One mapping for every command, its option callbacks included (they run in here, when
+        # the subcommand's context is made): an edgetune error is "Error: FIELD: message", exit 2.
+        try:
+            return super().invoke(ctx)
+        except EdgetuneError as exc:
+            raise input_error(exc) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
@@ -67,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.ClickException as exc:  # usage errors: exit 2 like click does
         exc.show()
         return exc.exit_code
-    except EdgetuneError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 2
+    except EdgetuneError as exc:  # raised outside a command (e.g. while the group parses)
+        error = input_error(exc)
+        error.show()
+        return error.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     return rv if isinstance(rv, int) else 0

@@ -1,21 +1,36 @@
-"""``edgetune device --device SPEC [--json]``: what a device backend discovers.
+"""``edgetune device --device SPEC [--json] [--watch [--interval S] [--count N]]``.
 
-Model, cores, frequency tables (sizes and ranges), mode count, presets, current mode, power
-sensors and one power reading — for ``sysfs[:ROOT]`` also the paths found and what is missing,
-for ``replay:FILE.csv`` the recorded grid. Read-only: nothing is applied.
+Without ``--watch``: what a device backend discovers. Model, cores, frequency tables (sizes and
+ranges), mode count, presets, current mode, power sensors and one power reading — for
+``sysfs[:ROOT]`` also the paths found and what is missing, for ``replay:FILE.csv`` the recorded
+grid. Read-only: nothing is applied.
+
+With ``--watch``: live telemetry, like ``jtop``: total and per-rail power, the energy drawn
+since the watch started, every thermal zone against its trip point, the clocks running now
+against the applied mode's, and whether the board throttles. On a terminal a rich table
+refreshes in place; off a terminal (a pipe, a log) one plain line per sample; with ``--json`` one
+JSON object per sample. ``--count N`` stops after N samples (0: until Ctrl-C). ``--jtop`` reads
+through jetson-stats' service instead of sysfs (same fields).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
+import time
 from typing import Any
 
 import click
 
-from edgetune.devices.base import Device
+from edgetune import validation
+from edgetune.cli.errors import checked, reports_errors
+from edgetune.devices.base import Device, VirtualClock
 from edgetune.devices.factory import ALLOWED, open_device
-from edgetune.errors import EdgetuneError
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.mode import MODE_FIELDS
+from edgetune.telemetry.sample import TelemetrySample
+from edgetune.telemetry.sampler import TOTAL, EnergyCounter
 
 
 def describe(device: Device) -> dict[str, Any]:
@@ -56,6 +71,7 @@ def describe(device: Device) -> dict[str, Any]:
         out["discovery"] = report.as_dict()
         out["hard_limit_w"] = getattr(device, "hard_limit_w", None)
         out["emc_table_source"] = spec.extra.get("emc_table_source")
+        out["preset_source"] = getattr(device, "preset_source", None)
     if device.backend == "replay":
         out["replay"] = {
             "path": getattr(device, "path", None),
@@ -99,6 +115,7 @@ def _print_rich(info: dict[str, Any]) -> None:
         disc = info["discovery"]
         head.add_row("l4t", disc["l4t"] or "-")
         head.add_row("EMC table from", str(info.get("emc_table_source")))
+        head.add_row("presets from", str(info.get("preset_source")))
         if info.get("hard_limit_w"):
             head.add_row("hard limit", f"{info['hard_limit_w']} W")
     console.print(head)
@@ -136,14 +153,122 @@ def _print_rich(info: dict[str, Any]) -> None:
             console.print(f"[yellow]missing[/] {line}")
 
 
+# -- --watch ---------------------------------------------------------------------------------
+def _fmt_opt(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def watch_line(s: TelemetrySample, joules: dict[str, float]) -> str:
+    """One plain line per sample (off a terminal): power, energy, hottest zone, clocks, throttling."""
+    hot = max(s.zones, key=lambda z: z.temp_c, default=None)
+    c, p = s.clocks, s.pinned
+    parts = [f"power {_fmt_opt(s.power_w, 2)} W", f"energy {joules.get(TOTAL, 0.0):.1f} J"]
+    parts += [f"{k} {v:.2f} W" for k, v in s.rails_w.items()]
+    if hot is not None:
+        parts.append(f"{hot.name} {hot.temp_c:.1f} C" + (f"/{hot.trip_c:g}" if hot.trip_c is not None else ""))
+    parts.append(f"cores {c.cores if c.cores is not None else '-'}")
+    for name in ("cpu", "gpu", "emc"):
+        cur, pin = getattr(c, f"{name}_mhz"), getattr(p, f"{name}_mhz")
+        parts.append(f"{name} {'-' if cur is None else f'{cur:g}'}" + (f"/{pin:g}" if pin is not None else "") + " MHz")
+    parts.append("THROTTLED: " + "; ".join(s.throttle_reasons) if s.throttled else "not throttled")
+    return "  ".join(parts)
+
+
+def watch_table(s: TelemetrySample, joules: dict[str, float], title: str):
+    """The live rich table: one section per kind of reading."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col, just in (("reading", "left"), ("now", "right"), ("limit / applied", "right"), ("energy J", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t.add_row("[bold]power (total)[/]", f"{_fmt_opt(s.power_w, 2)} W", "", f"{joules.get(TOTAL, 0.0):.1f}")
+    for rail, w in s.rails_w.items():
+        t.add_row(f"  {rail}", f"{w:.2f} W", "", f"{joules.get(rail, 0.0):.1f}")
+    for z in s.zones:
+        style = "red" if z.past_trip else ""
+        t.add_row(f"[{style}]{z.name}[/]" if style else z.name, f"{z.temp_c:.1f} °C",
+                  "-" if z.trip_c is None else f"{z.trip_c:g} °C", "")
+    t.add_row("cores online", str(s.clocks.cores if s.clocks.cores is not None else "-"), "", "")
+    for name in ("cpu", "gpu", "emc"):
+        cur, pin = getattr(s.clocks, f"{name}_mhz"), getattr(s.pinned, f"{name}_mhz")
+        t.add_row(f"{name} clock", "-" if cur is None else f"{cur:g} MHz", "-" if pin is None else f"{pin:g} MHz", "")
+    t.add_row("[bold]throttled[/]", "[red]yes[/]" if s.throttled else "[green]no[/]",
+              "; ".join(s.throttle_reasons), "")
+    return t
+
+
+def watch(read, clock, interval_s: float, count: int, out: str, title: str = "", console=None) -> int:
+    """Sample ``read()`` every ``interval_s``; ``out`` is ``rich``, ``lines`` or ``json``. Returns samples shown.
+
+    ``console``: the rich Console to draw on (default: stdout)."""
+    energy = EnergyCounter()
+    virtual = isinstance(clock, VirtualClock)
+    live = None
+    if out == "rich":
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live(console=console or Console(), auto_refresh=False, transient=False)
+        live.start()
+    shown = 0
+    try:
+        while count == 0 or shown < count:
+            if shown:
+                time.sleep(interval_s)
+                if virtual:  # a simulated board idles on its own clock too
+                    clock.sleep(interval_s)
+            s = read()
+            powers = dict(s.rails_w)
+            if s.power_w is not None:
+                powers[TOTAL] = s.power_w
+            energy.add(time.monotonic(), powers)
+            joules = energy.joules()
+            shown += 1
+            if live is not None:
+                live.update(watch_table(s, joules, title), refresh=True)
+            elif out == "json":
+                click.echo(json.dumps({**s.as_dict(), "energy_j": joules}))
+            else:
+                click.echo(watch_line(s, joules))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    return shown
+
+
 @click.command("device")
 @click.option("--device", "device_spec", required=True, metavar="SPEC", help=f"Backend: {ALLOWED}.")
-@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).")
+@click.option("--hard-limit-w", type=float, default=None, help="Board power limit (sysfs backend).",
+              callback=checked(validation.power_budget_w))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def command(device_spec: str, hard_limit_w: float | None, as_json: bool) -> None:
+@click.option("--watch", "watch_", is_flag=True, help="Live telemetry: power, energy, temperatures, clocks, throttling.")
+@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
+              help="With --watch: seconds between samples.")
+@click.option("--count", type=int, default=0, show_default=True, help="With --watch: stop after N samples (0: never).")
+@click.option("--jtop", "use_jtop", is_flag=True, help="With --watch: read through jetson-stats' jtop service.")
+@reports_errors
+def command(device_spec: str, hard_limit_w: float | None, as_json: bool, watch_: bool, interval_s: float,
+            count: int, use_jtop: bool) -> None:
     """Show what a device backend discovers: model, tables, modes, presets, current mode, power."""
+    if not watch_ and (use_jtop or count or interval_s != 1.0):
+        raise InvalidArgument("--watch", "--interval, --count and --jtop only apply with --watch", "--watch")
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise InvalidArgument("--interval", f"{interval_s:g} is not > 0", "a finite number of seconds > 0")
+    validation.count(count, "--count", minimum=0)
     kw = {"hard_limit_w": hard_limit_w} if hard_limit_w is not None else {}
     device = open_device(device_spec, **kw)
+    if watch_:
+        read = device.telemetry
+        if use_jtop:
+            from edgetune.telemetry.jtop import JtopReader
+
+            read = JtopReader(device).read
+        out = "json" if as_json else ("rich" if sys.stdout.isatty() else "lines")
+        title = f"{device.spec.display_name} ({device.backend}) — every {interval_s:g} s, Ctrl-C to stop"
+        watch(read, device.clock, interval_s, count, out, title)
+        return
     info = describe(device)
     if as_json:
         click.echo(json.dumps(info, indent=2))

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import click
 
 from edgetune.cli.progress import progress_display
+from edgetune.errors import InvalidArgument
 from edgetune.estimation.registry import METHODS
 
 FIT_METHODS = METHODS
@@ -98,7 +99,7 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     model = TimePowerModel.load(model_path)
     table = read_mode_table(modes_path)
     if len(table) == 0:
-        raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
+        raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
     if model.device and table.has("device"):
         others = sorted({str(r["device"]) for r in table.rows} - {model.device, ""})
         if others:
@@ -125,4 +126,4 @@ def _nn_kwargs(method: str, epochs: int | None) -> dict:
         return {"epochs": epochs}
     if method == "nn+gp":
         return {"nn_params": {"epochs": epochs}}
-    raise click.BadParameter(f"--epochs applies to the NN methods, not {method!r}", param_hint="--epochs")
+    raise InvalidArgument("--epochs", f"applies to the NN methods, not {method!r}", "nn, transfer, nn-asym, nn+gp")

@@ -3,6 +3,9 @@
     edgetune modes --device NAME [--grid full|powertrain|fulcrum] [--out modes.csv]
     edgetune modes --device NAME --presets [--nvpmodel /etc/nvpmodel.conf]
 
+``NAME`` is a built-in device model (``orin-agx``, ``orin-nx``, ``orin-nano-super``, …) or the same
+name as a simulated backend spells it (``sim:orin-nx``): both mean the model's spec.
+
 The table has the header ``cores,cpu_mhz,gpu_mhz,emc_mhz`` and goes to stdout unless ``--out``
 is given (then a one-line summary goes to stderr). ``--presets`` lists the device's nvpmodel
 presets instead (from the built-in spec, or parsed from a real nvpmodel.conf).
@@ -15,27 +18,29 @@ from pathlib import Path
 
 import click
 
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
 from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.powermodes.nvpmodel import load_nvpmodel
-from edgetune.powermodes.specs import SPECS
+from edgetune.powermodes.specs import SPECS, get_spec
 
 PRESET_FIELDS = ("id", "name", "budget_w", *MODE_FIELDS)
 
 
-def _device(ctx: click.Context, param: click.Parameter, value: str):
-    # checked at run time (not click.Choice) so devices registered later are accepted too
+def _device(value: str, field: str):
+    # checked at run time (not click.Choice) so devices registered later are accepted too;
+    # "sim:NAME" is the simulated backend of NAME, whose spec is NAME's
+    name = value[4:] if value.startswith("sim:") else value
     try:
-        return SPECS[value]
-    except KeyError:
-        raise click.BadParameter(f"unknown device {value!r} (allowed: {', '.join(SPECS)})",
-                                 ctx=ctx, param=param) from None
+        return get_spec(name)
+    except InvalidArgument as exc:
+        raise InvalidArgument(field, exc.message, f"{', '.join(SPECS)}, or sim:NAME") from None
 
 
 @click.command("modes")
-@click.option("--device", "spec", required=True, callback=_device, metavar="NAME",
-              help=f"Device model: {', '.join(SPECS)}.")
+@click.option("--device", "spec", required=True, callback=checked(_device), metavar="NAME",
+              help=f"Device model: {', '.join(SPECS)} (or sim:NAME).")
 @click.option("--grid", "grid_name", type=click.Choice(GRID_NAMES), default="full", show_default=True,
               help="full: every mode; powertrain: PowerTrain's uniform subset; fulcrum: Fulcrum's grid.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -43,6 +48,7 @@ def _device(ctx: click.Context, param: click.Parameter, value: str):
 @click.option("--presets", is_flag=True, help="List the device's nvpmodel presets instead of the modes.")
 @click.option("--nvpmodel", "nvpmodel_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="With --presets: read them from this nvpmodel.conf.")
+@reports_errors
 def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path: Path | None) -> None:
     """Write the power modes of a device as a CSV mode table."""
     if presets:
@@ -50,7 +56,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
         what = f"{len(lines) - 1} presets of {spec.name}"
     else:
         if nvpmodel_path is not None:
-            raise click.UsageError("--nvpmodel only applies with --presets")
+            raise InvalidArgument("--nvpmodel", "only applies with --presets", "--presets --nvpmodel FILE")
         grid = named_grid(spec, grid_name)
         lines = _mode_lines(grid.array())
         what = f"{grid.n_modes} modes of {spec.name} ({grid_name})"
@@ -61,7 +67,7 @@ def command(spec, grid_name: str, out: Path | None, presets: bool, nvpmodel_path
     try:
         out.write_text(text)
     except OSError as exc:
-        raise click.BadParameter(f"cannot write {out}: {exc.strerror or exc}", param_hint="'--out'") from None
+        raise InvalidArgument("--out", f"cannot write {out}: {exc.strerror or exc}", "a writable file") from None
     click.echo(f"wrote {what} to {out}", err=True)
 
 
@@ -72,10 +78,8 @@ def _mode_lines(arr) -> list[str]:
 
 
 def _preset_lines(spec, nvpmodel_path: Path | None) -> list[str]:
-    try:
-        presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
-    except InvalidArgument as exc:
-        raise click.BadParameter(str(exc), param_hint="'--nvpmodel'") from None
+    # a bad file is an InvalidArgument naming its file and line (nvpmodel.conf:2)
+    presets = load_nvpmodel(nvpmodel_path).to_presets(spec) if nvpmodel_path else spec.presets
     lines = [",".join(PRESET_FIELDS)]
     for p in presets:
         budget = "" if p.budget_w is None else _num(p.budget_w)

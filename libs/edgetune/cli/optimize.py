@@ -10,25 +10,19 @@ JSON output is exactly CONTRACT.md's; an infeasible request is an answer
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 
 import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune import validation
+from edgetune.cli.errors import checked, reports_errors
+from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import ABOVE_W, BELOW_W, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.joint_tables import read_efficiency, read_lut
-from edgetune.optimization.select import (
-    Candidates,
-    Selection,
-    is_sweep_spec,
-    make_selector,
-    parse_budget_sweep,
-)
+from edgetune.optimization.select import Candidates, Selection, make_selector
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import parse_table, read_mode_table, write_table
 
@@ -39,28 +33,6 @@ OPTION_COLUMNS = (*MODE_FIELDS, "time_ms", "power_w")
 
 def read_options(path: str):
     return parse_table(path, OPTION_COLUMNS)
-
-
-class InputError(click.ClickException):
-    """Bad input: exit 2 with the message, whether run through ``edgetune.cli.main`` or click."""
-
-    exit_code = 2
-
-    def format_message(self) -> str:
-        return self.message
-
-
-def reports_errors(fn):
-    """Turn :class:`EdgetuneError` into :class:`InputError` (exit 2, no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except EdgetuneError as exc:
-            raise InputError(str(exc)) from None
-
-    return wrapper
 
 
 def emit_json(obj) -> None:
@@ -88,20 +60,16 @@ def _selection_json(table, sel: Selection, bounded: bool) -> dict:
     return out
 
 
-def _check_optional_budget(name: str, value: float | None) -> None:
-    if value is not None and (not math.isfinite(value) or value < 0):
-        raise InvalidArgument(name, f"{value:g} is not a non-negative number", ">= 0")
-
-
 @command.command("select")
 @click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False),
               help="Profile table (CSV) of the options: modes × batch sizes with time_ms and power_w.")
 @click.option("--power-budget", "power_budget", default=None,
               help="Power budget W, or a sweep A:B:STEP (e.g. 17:50:1, inclusive).")
-@click.option("--time-budget-ms", type=float, default=None, help="Optional per-minibatch time budget (ms).")
+@click.option("--time-budget-ms", type=float, default=None, callback=checked(validation.time_budget_ms),
+              help="Optional per-minibatch time budget (ms).")
 @click.option("--objective", type=click.Choice(["time", "power", "energy"]), default="time", show_default=True,
               help="What to minimise within the budgets.")
-@click.option("--risk", type=float, default=None,
+@click.option("--risk", type=float, default=None, callback=checked(validation.risk),
               help="The probability that the choice's power exceeds the budget: power_w + z(1-risk)·power_std_w "
                    "must fit it (0 < risk <= 0.5, e.g. 0.05; needs a power_std_w column). The JSON then "
                    "reports that bound as power_upper_w.")
@@ -109,9 +77,8 @@ def _check_optional_budget(name: str, value: float | None) -> None:
 @reports_errors
 def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
     """Choose the option with the least time whose power fits the budget."""
-    _check_optional_budget("--time-budget-ms", time_budget_ms)
     if power_budget is not None:  # before reading the table: a bad budget is named first
-        parse_budget_sweep(power_budget, "--power-budget")
+        validation.budget_sweep(power_budget, "--power-budget")
     table = read_options(table_path)
     emit_selection(table, power_budget, time_budget_ms, objective, risk, as_json)
 
@@ -122,11 +89,11 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
 
     ``power_budget``: the option's text (W or a sweep spec; None: no power budget).
     """
-    budgets = None if power_budget is None else parse_budget_sweep(power_budget, "--power-budget")
+    budgets = None if power_budget is None else validation.budget_sweep(power_budget, "--power-budget")
     cands = Candidates.from_table(table)
     selector = make_selector(objective, risk)
     bounded = risk is not None and cands.power_std_w is not None
-    if budgets is not None and is_sweep_spec(power_budget):
+    if power_budget is not None and budgets is not None and validation.is_sweep(power_budget):
         emit_selections(table, budgets, selector.sweep(cands, budgets, time_budget_ms), objective, as_json, True,
                         bounded)
         return
@@ -153,8 +120,10 @@ def emit_selections(table, budgets: list[float], results: list[Selection], objec
 
 def _print_selection(table, sel: Selection, objective: str) -> None:
     console = Console()
-    if not sel.feasible:
+    if not sel.feasible or sel.index is None:  # a feasible selection has its row
         console.print(f"[bold red]infeasible[/]: {sel.reason}")
+        if sel.closest is not None:
+            console.print(f"closest: {_row_name(table, sel.closest)}")
         return
     row = table.rows[sel.index]
     grid = RichTable(title=f"least {objective}", show_header=False)
@@ -168,8 +137,13 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
         grid.add_row("power bound", f"{sel.power_bound_w:g} W")
     if sel.power_budget_w is not None:
         grid.add_row("power budget", f"{sel.power_budget_w:g} W")
-    grid.add_row("table row", str(sel.index + 2))
+    grid.add_row("row", _row_name(table, sel.index))
     console.print(grid)
+
+
+def _row_name(table, index: int) -> str:
+    """One way to name a row everywhere: the 0-based row of the data and the file's line (header = line 1)."""
+    return f"row {index} (line {index + 2} of {table.path or 'the table'})"
 
 
 def _print_sweep(table, budgets, results, objective: str) -> None:
@@ -190,16 +164,16 @@ def _print_sweep(table, budgets, results, objective: str) -> None:
 
 
 def parse_power_cap(text: str) -> float | None:
+    """``none`` (no cap) or a power budget (:func:`validation.power_budget_w`)."""
     raw = str(text).strip()
     if raw.lower() == "none":
         return None
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidArgument("--power-cap", f"{raw!r} is not a number", "W >= 0 or none") from None
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgument("--power-cap", f"{raw} is not a non-negative number", "W >= 0 or none")
-    return value
+        raise InvalidArgument("--power-cap", f"{raw!r} is not a number",
+                              f"{validation.POWER_BUDGET_ALLOWED}, or none") from None
+    return validation.power_budget_w(value, "--power-cap")
 
 
 @command.command("joint")
@@ -243,9 +217,9 @@ def joint_cmd(lut_path, eff_path, power_cap, as_json) -> None:
               help="Predictions of every mode (CSV with time_ms, power_w; one batch size), e.g. estimate predict's.")
 @click.option("--profiled", "profiled_path", required=True, type=click.Path(dir_okay=False),
               help="The modes profiled so far (a mode or profile table).")
-@click.option("--n", "n_modes", type=int, default=5, show_default=True, help="How many modes to pick.")
+@click.option("--n", "n_modes", type=int, default=5, show_default=True, callback=checked(validation.count), help="How many modes to pick.")
 @click.option("--power-budget", "power_range", default=None,
-              help="The budgets the selections will use, LOW:HIGH W (e.g. 17:50); default: any power.")
+              help="The budgets the selections will use, W or LOW:HIGH[:STEP] W (e.g. 17:50); default: any power.")
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
               help="Write the picks as a mode table (for edgetune profile --modes).")
 @click.option("--json", "as_json", is_flag=True, help="Print the picks as JSON.")
@@ -258,8 +232,6 @@ def frontier_cmd(table_path, profiled_path, n_modes, power_range, out_path, as_j
     farthest in predicted power from every profiled mode. Loop: profile them, transfer again,
     predict, pick again — then select with --risk on the final predictions.
     """
-    if n_modes < 1:
-        raise InvalidArgument("--n", f"{n_modes} modes", ">= 1")
     table = read_options(table_path)
     sizes = {r.get("batch_size") for r in table.rows}
     if len(sizes) > 1:
@@ -269,12 +241,9 @@ def frontier_cmd(table_path, profiled_path, n_modes, power_range, out_path, as_j
     profiled = {PowerMode.from_mapping(r) for r in read_mode_table(profiled_path).rows}
     done = [where[m] for m in profiled if m in where]  # profiled modes the table does not list are ignored
     bounds = None
-    if power_range is not None:
-        try:
-            low, high = (float(v) for v in power_range.split(":"))
-        except ValueError:
-            raise InvalidArgument("--power-budget", f"{power_range!r} is not LOW:HIGH", "e.g. 17:50") from None
-        bounds = (low, high)
+    if power_range is not None:  # the budgets' span is what matters, not the step
+        budgets = validation.budget_sweep(power_range, "--power-budget")
+        bounds = (min(budgets), max(budgets))
     cands = Candidates.from_table(table)
     picks = next_frontier_modes(cands.time_ms, cands.power_w, done, n_modes, power_range_w=bounds)
     rows = [{k: table.rows[i][k] for k in MODE_FIELDS} for i in picks]

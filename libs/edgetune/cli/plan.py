@@ -6,7 +6,8 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from edgetune.cli.optimize import emit_json, reports_errors
+from edgetune.cli.errors import reports_errors
+from edgetune.cli.optimize import emit_json
 from edgetune.coordination.planning import RoundPlan, load_fleet, plan_round
 
 
@@ -43,6 +44,6 @@ def print_plan(plan: RoundPlan) -> None:
         console.print(f"vs every node at its fastest option ({plan.fastest_makespan_s:.4g} s, "
                       f"{plan.fastest_energy_j:.6g} J): saves {saved:.6g} J "
                       f"({100 * saved / plan.fastest_energy_j:.1f} %)")
-    if not plan.exact:
+    if not plan.exact and plan.energy_j is not None and plan.energy_lower_bound_j is not None:
         console.print(f"[yellow]energy within {plan.energy_j - plan.energy_lower_bound_j:.3g} J "
                       f"of the optimum (certified bound)[/]")

@@ -22,9 +22,11 @@ from collections.abc import Callable
 import click
 import numpy as np
 
+from edgetune import validation
+from edgetune.cli.errors import checked, reports_errors
 from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
-from edgetune.errors import EdgetuneError
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.order import descending_order
 from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
@@ -34,23 +36,17 @@ DEFAULT_BATCH_SIZE = 16
 GRID_CHOICES = ("full", "powertrain", "fulcrum")
 
 
-def parse_batch_sizes(text: str | None) -> list[int] | None:
-    """``"16,32"`` → ``[16, 32]``; ``None`` stays ``None``; anything else → BadParameter."""
+def parse_batch_sizes(text: str | None, option: str = "--batch-sizes") -> list[int] | None:
+    """``"16,32"`` → ``[16, 32]`` (:func:`validation.batch_sizes`); ``None`` stays ``None``."""
     if text is None:
         return None
-    sizes: list[int] = []
+    sizes: list[object] = []
     for part in text.split(","):
-        part = part.strip()
         try:
-            b = int(part)
-        except ValueError:
-            raise click.BadParameter(f"{part!r} is not an integer (expected e.g. 16,32)",
-                                     param_hint="--batch-sizes") from None
-        if b < 1:
-            raise click.BadParameter(f"{b} must be a positive integer", param_hint="--batch-sizes")
-        if b not in sizes:
-            sizes.append(b)
-    return sizes
+            sizes.append(int(part.strip()))
+        except ValueError:  # the text, not a number: the rule names it as given
+            sizes.append(part.strip())
+    return list(validation.batch_sizes(sizes, option))
 
 
 def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[PowerMode]:
@@ -58,9 +54,7 @@ def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[
     from edgetune.powermodes.grids import named_grid
 
     space = named_grid(device.spec, grid)
-    if n > space.n_modes:
-        raise click.BadParameter(f"{n} is more than the {space.n_modes} modes of the {grid} grid of "
-                                 f"{device.spec.name}", param_hint="--random")
+    validation.count(n, "--random", maximum=space.n_modes)
     picks = np.random.default_rng(seed).choice(space.n_modes, size=n, replace=False)
     return [space.mode_at(int(i)) for i in picks]
 
@@ -72,24 +66,20 @@ def check_workload(device: Device, workload: str) -> None:
 
         known = workload_names()
     if workload not in known:
-        raise click.BadParameter(f"unknown workload {workload!r} (allowed: {', '.join(known)})",
-                                 param_hint="--workload")
+        raise InvalidArgument("--workload", f"unknown workload {workload!r}", ", ".join(known))
 
 
 def _points(device: Device, modes_path: str | None, n_random: int | None, batch_sizes: list[int] | None,
             seed: int, grid: str, order: str) -> list[tuple[PowerMode, int]]:
-    if (modes_path is None) == (n_random is None):
-        raise click.UsageError("give exactly one of --modes FILE or --random N")
+    _one_source(modes_path, n_random)
     if modes_path is not None:
         table = read_mode_table(modes_path)
         if len(table) == 0:
-            raise click.BadParameter(f"{modes_path} has no rows", param_hint="--modes")
+            raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
         points = []
         for line, row in enumerate(table.rows, start=2):
-            try:  # name file, line and field for a mode the device does not have
-                mode = device.spec.validate(PowerMode.from_mapping(row))
-            except EdgetuneError as exc:
-                raise click.BadParameter(f"{modes_path}:{line}: {exc}", param_hint="--modes") from None
+            # file, line and field for a mode the device does not have (modes.csv:3:gpu_mhz)
+            mode = validation.power_mode(device.spec, PowerMode.from_mapping(row), f"{modes_path}:{line}", ":")
             if batch_sizes is None and table.has("batch_size"):
                 points.append((mode, int(row["batch_size"])))
             else:
@@ -97,8 +87,6 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
         ordered = order == "descending"
     else:
         assert n_random is not None  # exactly one of the two was given (checked above)
-        if n_random <= 0:
-            raise click.BadParameter(f"{n_random} must be a positive integer", param_hint="--random")
         modes = random_modes(device, n_random, seed, grid)
         points = [(m, b) for m in modes for b in (batch_sizes or [DEFAULT_BATCH_SIZE])]
         ordered = order in ("descending", "auto")
@@ -108,6 +96,11 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
     return points
 
 
+def _one_source(modes_path: str | None, n_random: int | None) -> None:
+    if (modes_path is None) == (n_random is None):
+        raise InvalidArgument("--modes", "give exactly one of --modes FILE or --random N", "--modes FILE or --random N")
+
+
 @click.command("profile")
 @click.option("--device", "device_name", required=True,
               help="Backend: sim:<model> (simulated), sysfs[:root] (this Jetson), replay:<table.csv>.")
@@ -115,21 +108,22 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
 @click.option("--role", type=click.Choice(["train", "infer"]), default="train", show_default=True)
 @click.option("--modes", "modes_path", type=click.Path(dir_okay=False),
               help="Mode table (cores,cpu_mhz,gpu_mhz,emc_mhz[,batch_size]) to profile.")
-@click.option("--random", "n_random", type=int, help="Profile N distinct random modes of the device.")
+@click.option("--random", "n_random", type=int, callback=checked(validation.count), help="Profile N distinct random modes of the device.")
 @click.option("--grid", type=click.Choice(GRID_CHOICES), default="full", show_default=True,
               help="Grid that --random draws from.")
 @click.option("--batch-sizes", "batch_sizes_text", help="Comma-separated batch sizes [default: 16].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random (and of a sim device).")
+@click.option("--seed", type=int, default=0, show_default=True, callback=checked(validation.seed),
+              help="Seed of --random (and of a sim device).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Profile table to write.")
 @click.option("--n-minibatches", type=click.IntRange(min=1), default=ProfileConfig.n_minibatches, show_default=True,
               help="Clean minibatches per point.")
 @click.option("--warmup", "warmup_minibatches", type=click.IntRange(min=0),
               default=ProfileConfig.warmup_minibatches, show_default=True, help="Minibatches run and dropped first.")
-@click.option("--sample-rate-hz", type=click.FloatRange(min=0, min_open=True),
+@click.option("--sample-rate-hz", type=float, callback=checked(validation.sample_rate_hz),
               default=ProfileConfig.sample_rate_hz, show_default=True, help="Power sampling rate.")
 @click.option("--idle-s", type=click.FloatRange(min=0), default=ProfileConfig.idle_s, show_default=True,
               help="Seconds of idle power sampling per mode (0: use the settled window).")
-@click.option("--hard-limit-w", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--hard-limit-w", type=float, default=None, callback=checked(validation.power_budget_w),
               help="Abort (restoring the mode) when measured power exceeds this.")
 @click.option("--repeat-short/--no-repeat-short", default=False, show_default=True,
               help="Repeat minibatches shorter than a few sampler periods (seed 001's n̂).")
@@ -138,6 +132,7 @@ def _points(device: Device, modes_path: str | None, n_random: int | None, batch_
                    "auto: descending for --random, as given for --modes.")
 @click.option("--node", default="", help="Node id recorded in the rows and measurement ids.")
 @click.option("--run-key", default="", help="Run key mixed into the measurement ids.")
+@reports_errors
 def command(device_name: str, workload: str, role: str, modes_path: str | None, n_random: int | None, grid: str,
             batch_sizes_text: str | None, seed: int, out_path: str, n_minibatches: int, warmup_minibatches: int,
             sample_rate_hz: float, idle_s: float, hard_limit_w: float | None, repeat_short: bool, order: str,
@@ -146,10 +141,7 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
     from edgetune.devices.factory import open_device
 
     batch_sizes = parse_batch_sizes(batch_sizes_text)
-    if (modes_path is None) == (n_random is None):
-        raise click.UsageError("give exactly one of --modes FILE or --random N")
-    if n_random is not None and n_random <= 0:
-        raise click.BadParameter(f"{n_random} must be a positive integer", param_hint="--random")
+    _one_source(modes_path, n_random)
     config = ProfileConfig(n_minibatches=n_minibatches, warmup_minibatches=warmup_minibatches,
                            sample_rate_hz=sample_rate_hz, idle_s=idle_s, hard_limit_w=hard_limit_w,
                            repeat_short=repeat_short, node=node, run_key=run_key)
@@ -178,11 +170,18 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
     click.echo(f"profiled {len(measured)} points of {workload} ({role}) on {device.spec.name} "
                f"in {elapsed_s:.1f} s of device time ({elapsed_s / max(len(measured), 1):.1f} s per point); "
                f"wrote {out_path}")
+    remeasured = sum(1 for m in measured if m.remeasured)
+    still = sum(1 for m in measured if m.throttled)
+    if remeasured or still:  # throttled points must never go unnoticed into a predictor
+        click.echo(f"throttling: {remeasured} points re-measured after a cool-down, {still} still throttled "
+                   "(throttled=true in the table)", err=True)
 
 
 def open_backend(open_device: Callable[..., Device], name: str, seed: int) -> Device:
     """Open the backend (the seed goes to the simulator); a bad name is a --device error."""
     try:
         return open_device(name, seed=seed)
-    except EdgetuneError as exc:
-        raise click.BadParameter(str(exc), param_hint="--device") from None
+    except InvalidArgument as exc:
+        raise exc.renamed("--device") from None
+    except EdgetuneError as exc:  # e.g. a replay file that is not there
+        raise InvalidArgument("--device", str(exc)) from None

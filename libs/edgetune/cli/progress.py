@@ -95,11 +95,11 @@ def progress_display(unit: str = "") -> Iterator[Update]:
         yield PlainProgress(sys.stderr, _interval_s()).update
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     bars = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                     TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
-    ids: dict[str, int] = {}
+    ids: dict[str, TaskID] = {}
 
     def update(task: str, done: int, total: int, detail: str = "") -> None:
         if task not in ids:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import click
 
+from edgetune import validation
+from edgetune.cli.errors import checked, options_named, reports_errors
 from edgetune.devices.replay import ReplayDevice
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Problem, TrainProblem
@@ -41,31 +43,28 @@ def _workload(device: ReplayDevice, role: str, given: str | None, option: str) -
     if len(names) == 1:
         return names[0]
     if not names:
-        raise click.UsageError(f"{option}: {device.path} has no {role} rows")
-    raise click.UsageError(f"{option} is required: {device.path} holds {len(names)} workloads with {role} rows "
-                           f"({', '.join(names)})")
+        raise InvalidArgument(option, f"{device.path} has no {role} rows", f"a table with {role} rows")
+    raise InvalidArgument(option, f"is required: {device.path} holds {len(names)} workloads with {role} rows",
+                          ", ".join(names))
+
+
+def _required(value: float | None, option: str, kind: str) -> float:
+    if value is None:
+        raise InvalidArgument(option, f"is required for --problem {kind}", "a number > 0")
+    return value
 
 
 def _problem(kind: str, device: ReplayDevice, power: float, latency: float | None, rate: float | None,
              train_w: str | None, infer_w: str | None, train_bs: int | None) -> Problem:
-    if kind in ("infer", "concurrent"):
-        for value, option in ((latency, "--latency-budget-ms"), (rate, "--arrival-rps")):
-            if value is None:
-                raise click.UsageError(f"{option} is required for --problem {kind}")
-    try:
+    with options_named(_OPTION_OF):
         if kind == "train":
             return TrainProblem(power, train_bs, _workload(device, "train", train_w, "--train-workload"))
+        latency = _required(latency, "--latency-budget-ms", kind)
+        rate = _required(rate, "--arrival-rps", kind)
         if kind == "infer":
             return InferProblem(power, latency, rate, _workload(device, "infer", infer_w, "--infer-workload"))
         return ConcurrentProblem(power, latency, rate, _workload(device, "train", train_w, "--train-workload"),
                                  _workload(device, "infer", infer_w, "--infer-workload"), train_bs)
-    except InvalidArgument as exc:
-        raise _usage(exc) from None
-
-
-def _usage(exc: InvalidArgument) -> click.UsageError:
-    option = _OPTION_OF.get(exc.field)
-    return click.UsageError(f"{option}: {exc}" if option else str(exc))
 
 
 def _summary(payload: dict, strategy: str, kind: str) -> str:
@@ -91,38 +90,46 @@ def _summary(payload: dict, strategy: str, kind: str) -> str:
 @click.option("--replay", "replay_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Profile table to replay (with workload and role columns).")
 @click.option("--problem", "kind", required=True, type=click.Choice(["train", "infer", "concurrent"]))
-@click.option("--power-budget", "power", required=True, type=float, metavar="W", help="Power budget in W.")
+@click.option("--power-budget", "power_spec", required=True, metavar="W|A:B[:STEP]",
+              help="Power budget in W, or a sweep A:B[:STEP] (one search per budget; JSON: a list).")
 @click.option("--latency-budget-ms", "latency", type=float, default=None, metavar="L",
+              callback=checked(validation.latency_budget_ms),
               help="Peak inference latency budget (infer, concurrent).")
-@click.option("--arrival-rps", "rate", type=float, default=None, metavar="A",
+@click.option("--arrival-rps", "rate", type=float, default=None, metavar="A", callback=checked(validation.arrival_rps),
               help="Inference request arrival rate (infer, concurrent).")
 @click.option("--train-workload", "train_w", default=None, metavar="NAME")
 @click.option("--infer-workload", "infer_w", default=None, metavar="NAME")
 @click.option("--train-batch-size", "train_bs", type=int, default=None, metavar="B",
+              callback=checked(validation.batch_size),
               help="Training minibatch size to use (default: the table's only one, else 16).")
-@click.option("--max-profiles", "max_profiles", type=int, default=None, metavar="N",
+@click.option("--max-profiles", "max_profiles", type=int, default=None, metavar="N", callback=checked(validation.count),
               help="Most distinct points to profile (N of random / nn).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, callback=checked(validation.seed))
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
-def command(strategy: str, replay_path: Path, kind: str, power: float, latency: float | None, rate: float | None,
-            train_w: str | None, infer_w: str | None, train_bs: int | None, max_profiles: int | None, seed: int,
-            as_json: bool) -> None:
+@reports_errors
+def command(strategy: str, replay_path: Path, kind: str, power_spec: str, latency: float | None,
+            rate: float | None, train_w: str | None, infer_w: str | None, train_bs: int | None,
+            max_profiles: int | None, seed: int, as_json: bool) -> None:
     """Search power modes and batch sizes on a replayed table."""
-    if max_profiles is not None and max_profiles < 1:
-        raise click.UsageError("--max-profiles must be a positive integer")
+    budgets = validation.budget_sweep(power_spec, "--power-budget")
     device = ReplayDevice(str(replay_path))
-    problem = _problem(kind, device, power, latency, rate, train_w, infer_w, train_bs)
-    try:
-        space, problem = search_space(device, problem)
-        budget = max_profiles if strategy in ("random", "nn") else None
-        if strategy == "nn" and budget is not None:
-            budget = max(2, budget)  # N − 1 random configurations and the predicted pick
-        strat = make_strategy(strategy, problem, space, budget=budget, seed=seed)
-    except InvalidArgument as exc:
-        raise _usage(exc) from None
-    result = run_search(strat, device, problem, max_profiles=max_profiles)
-    payload = result.as_json()
+    payloads = []
+    for power in budgets:  # a sweep is one independent search per budget, each with its own profiles
+        problem = _problem(kind, device, power, latency, rate, train_w, infer_w, train_bs)
+        with options_named(_OPTION_OF):
+            space, problem = search_space(device, problem)
+            budget = max_profiles if strategy in ("random", "nn") else None
+            if strategy == "nn" and budget is not None:
+                budget = max(2, budget)  # N − 1 random configurations and the predicted pick
+            strat = make_strategy(strategy, problem, space, budget=budget, seed=seed)
+        payloads.append(run_search(strat, device, problem, max_profiles=max_profiles).as_json())
+    if not validation.is_sweep(power_spec):
+        if as_json:
+            click.echo(json.dumps(payloads[0]))
+        else:
+            click.echo(_summary(payloads[0], strategy, kind))
+        return
     if as_json:
-        click.echo(json.dumps(payload))
+        click.echo(json.dumps([{"power_budget_w": b, **p} for b, p in zip(budgets, payloads, strict=True)]))
     else:
-        click.echo(_summary(payload, strategy, kind))
+        click.echo("\n".join(f"{b:g} W: {_summary(p, strategy, kind)}" for b, p in zip(budgets, payloads, strict=True)))

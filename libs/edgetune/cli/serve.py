@@ -15,6 +15,9 @@ import importlib
 
 import click
 
+from edgetune.cli.errors import reports_errors
+from edgetune.errors import InvalidArgument
+
 #: Service name -> module with ``main(argv: list[str]) -> int``; ``None``: not available yet.
 SERVICES: dict[str, str | None] = {
     "profiler": "edgetune.services.profiler.server",
@@ -34,6 +37,7 @@ class ServiceUnavailable(click.ClickException):
 @click.argument("service", required=False)
 @click.argument("service_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
+@reports_errors
 def command(ctx: click.Context, service: str | None, service_args: tuple[str, ...]) -> None:
     """Start a service: profiler, estimator, optimizer or coordinator.
 
@@ -48,7 +52,7 @@ def command(ctx: click.Context, service: str | None, service_args: tuple[str, ..
         click.echo(ctx.get_help())
         return
     if service not in SERVICES:
-        raise click.UsageError(f"unknown service {service!r} (allowed: {', '.join(SERVICES)})", ctx)
+        raise InvalidArgument("SERVICE", f"unknown service {service!r}", ", ".join(SERVICES))
     module_name = SERVICES[service]
     if module_name is None:
         available = ", ".join(n for n, m in SERVICES.items() if m)

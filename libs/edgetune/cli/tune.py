@@ -26,10 +26,12 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from edgetune.cli.optimize import emit_selections, reports_errors
+from edgetune import validation
+from edgetune.cli.errors import reports_errors
+from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.select import Selection, is_sweep_spec, parse_budget_sweep
+from edgetune.optimization.select import Selection
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
@@ -45,7 +47,7 @@ def _candidate_modes(device, modes_path: str) -> list[PowerMode]:
         try:
             modes[device.spec.validate(PowerMode.from_mapping(row))] = None
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{modes_path}:{line}", str(exc)) from None
+            raise exc.prefixed(f"{modes_path}:{line}", ":") from None
     if not modes:
         raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
     return list(modes)
@@ -94,16 +96,15 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
 
     if method is not None and method not in METHODS:
         raise InvalidArgument("--method", f"unknown method {method!r}", ", ".join(METHODS))
-    if not 0 < risk < 1:
-        raise InvalidArgument("--risk", f"{risk:g} is not a probability", "0 < risk < 1, e.g. 0.2")
+    validation.risk(risk, "--risk")
     base_policy = default_policy()
     changes = {"risk": risk, "seed": seed, "transfer_method": method, "n_initial": n_initial, "rounds": rounds,
                "per_round": per_round}
     try:
         policy = base_policy.with_(**{k: v for k, v in changes.items() if v is not None})
     except InvalidArgument as exc:
-        raise InvalidArgument(f"--{exc.field.replace('_', '-')}", str(exc).split(": ", 1)[-1]) from None
-    budgets = parse_budget_sweep(power_budget, "--power-budget")  # every input is checked before the device
+        raise exc.renamed(f"--{exc.field.replace('_', '-')}") from None
+    budgets = validation.budget_sweep(power_budget, "--power-budget")  # every input is checked before the device
     base = TimePowerModel.load(base_path)
     device = open_backend(open_device, device_name, seed)
     with device:
@@ -166,4 +167,4 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                else Selection(False, None, reason=d.reason or "; ".join(d.notes) or "measured over budget",
                               power_budget_w=d.budget_w)
                for d in decisions]
-    emit_selections(table, budgets, results, policy.objective, as_json, is_sweep_spec(power_budget), model.gives_std)
+    emit_selections(table, budgets, results, policy.objective, as_json, validation.is_sweep(power_budget), model.gives_std)

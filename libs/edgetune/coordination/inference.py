@@ -7,8 +7,8 @@ node's stored inference measurements, the configuration with the least peak late
 moves, only that node is re-solved and its config re-published; the config store gives a
 new revision only when the decision changed.
 
-    ns:kv:inference:<node_id>   JSON {workload, arrival_rps, latency_budget_ms}: the node's
-                                standing inference placement (what a re-solve starts from)
+    kv inference/<node_id>   InferenceTarget {workload, arrival_rps, latency_budget_ms}: the
+                             node's standing inference load (what a re-solve starts from)
 
 Measurements: the node's own of (device model, workload, "infer"), else its device model's
 (any node), the same fallback as round planning. P̂: the node's registered budget; a node
@@ -18,15 +18,13 @@ without one is not power-limited (every measured point is within budget).
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from edgetune import validation
 from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.registry import NodeRegistry
-from edgetune.coordination.store import Store
+from edgetune.coordination.store import InferenceTarget, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.optimization.problems import ROLE_INFER, Decision, InferProblem
 
@@ -60,17 +58,9 @@ class InferencePlacement:
         return self.decision.reason
 
 
-def check_positive(value: Any, field_name: str) -> float:
-    """A finite number > 0, else InvalidArgument naming ``field_name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r}", "> 0")
-    return float(value)
-
-
-def _flat(row: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A stored measurement with its mode's knobs at the top level (as the problems read them)."""
-    mode = row.get("mode")
-    return {**row, **mode} if isinstance(mode, Mapping) else row
+def standing_target(store: Store, node_id: str) -> InferenceTarget | None:
+    raw = store.get(placement_key(node_id))
+    return InferenceTarget.from_dict(raw) if raw is not None else None
 
 
 def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, node_id: str, *,
@@ -91,18 +81,20 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
         record = registry.get(node_id)
     except NotFound:
         raise NotFound(f"node_id: node {node_id!r} is not registered") from None
-    standing = store.get(placement_key(node_id)) or {}
-    alpha = arrival_rps if arrival_rps is not None else standing.get("arrival_rps")
+    standing = standing_target(store, node_id)
+    alpha = arrival_rps if arrival_rps is not None else (standing.arrival_rps if standing else None)
     if alpha is None:
         raise InvalidArgument("budgets.arrival_rps", f"is required for node {node_id!r} (no standing arrival rate)",
-                              "requests per second > 0")
-    alpha = check_positive(alpha, "budgets.arrival_rps")
-    latency = latency_budget_ms if latency_budget_ms is not None else standing.get("latency_budget_ms")
+                              validation.ARRIVAL_RATE_ALLOWED)
+    alpha = validation.arrival_rps(alpha, "budgets.arrival_rps")
+    latency = latency_budget_ms if latency_budget_ms is not None else (
+        standing.latency_budget_ms if standing else None)
     if latency is None:
         raise InvalidArgument("budgets.latency_budget_ms",
-                              f"is required for node {node_id!r} (no standing latency budget)", "milliseconds > 0")
-    latency = check_positive(latency, "budgets.latency_budget_ms")
-    name = workload or standing.get("workload")
+                              f"is required for node {node_id!r} (no standing latency budget)",
+                              validation.TIME_BUDGET_ALLOWED)
+    latency = validation.latency_budget_ms(latency, "budgets.latency_budget_ms")
+    name = workload or (standing.workload if standing else None)
     if not name:
         raise InvalidArgument("workload.name", f"is required for node {node_id!r} (no standing inference workload)",
                               "the inference workload's name, e.g. mobilenetv3")
@@ -115,13 +107,13 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
         raise FailedPrecondition(
             f"node_id: no stored inference measurements of {name} for node {node_id!r} "
             f"(device {device or 'unknown'}): profile {name} with role infer on it first")
-    flat = [_flat(r) for r in rows]
+    flat = [r.to_row() for r in rows]
     budget = record.power_budget_w
     # No registered budget: not power-limited (InferProblem needs a finite P̂; the most seen power is one).
     p_hat = budget if budget is not None else max(float(r["power_w"]) for r in flat)
     problem = InferProblem(p_hat, latency, alpha, infer_workload=name)
     decision = problem.solve(problem.observations_from_rows(flat))
-    store.set(placement_key(node_id), {"workload": name, "arrival_rps": alpha, "latency_budget_ms": latency})
+    store.set(placement_key(node_id), InferenceTarget(name, alpha, latency).to_dict())
 
     published = None
     if decision.feasible and decision.evaluation is not None:
@@ -141,4 +133,4 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
 
 
 def has_placement(store: Store, node_id: str) -> bool:
-    return store.get(placement_key(node_id)) is not None
+    return standing_target(store, node_id) is not None

@@ -104,10 +104,10 @@ class LocalCluster:
         self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
             "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
             "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
-        lease = self.store.key("leader", "coordinator")
+        store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
-                                   extra=lambda: bool(self.store.client.get(lease)))
+                                   extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
 
@@ -125,6 +125,7 @@ class LocalCluster:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, started together;
         returns them once each has registered with the coordinator and serves."""
         assert self.supervisor is not None and self.stub is not None, "the cluster is not started"
+        supervisor = self.supervisor
         agents = {node_id: self.spawn_agent(node_id, model, budget_w, seed=seed + i)
                   for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -137,8 +138,11 @@ class LocalCluster:
             time.sleep(_POLL_S)
         for node_id, agent in agents.items():
             agent.address = listed[node_id].address
-            poll_until_serving(agent.address, "edgetune.v1.Profiler", lambda a=agent: self.supervisor.check(
-                a, deadline, "never reported SERVING"))
+
+            def check(a: Child = agent) -> None:
+                supervisor.check(a, deadline, "never reported SERVING")
+
+            poll_until_serving(agent.address, "edgetune.v1.Profiler", check)
         return agents
 
     def spawn_service(self, name: str, extra: Sequence[str] = ()) -> Child:

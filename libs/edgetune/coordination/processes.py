@@ -265,7 +265,7 @@ def find_marked(run_id: str) -> list[int]:
     """Pids of live processes whose environment holds ``EDGETUNE_RUN=<run_id>`` (Linux /proc)."""
     marker = f"{RUN_ENV}={run_id}".encode()
     me = os.getpid()
-    found = []
+    found: list[int] = []
     proc = Path("/proc")
     if not proc.is_dir():
         return found

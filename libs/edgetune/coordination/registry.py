@@ -3,10 +3,10 @@
 Everything lives in the :class:`~edgetune.coordination.store.Store`, so a restarted (or a
 second) coordinator resumes from it:
 
-    ns:doc:node:<node_id>           doc: id, hostname, address, device spec, labels, budget, ...
-    ns:kv:heartbeat:<node_id>       JSON, expires ``heartbeat_ttl_s`` after the last beat
-    ns:kv:last-seen:<node_id>       JSON (no expiry): the last beat, kept after the TTL key is gone
-    ns:kv:unavailable:<node_id>     JSON reason (no expiry): cordoned / draining / NotReady (kube.py)
+    doc node/<node_id>              NodeRegistration: id, hostname, address, device spec, labels, budget
+    kv heartbeat/<node_id>          Heartbeat, expires ``heartbeat_ttl_s`` after the last beat
+    kv last-seen/<node_id>          Heartbeat (no expiry): the last beat, kept after the TTL one is gone
+    kv unavailable/<node_id>        reason (no expiry): cordoned / draining / NotReady (kube.py)
 
 A node is *live* while its heartbeat key exists; once it expires the node is *lost* and is
 planned around until it beats again. Registration counts as a beat. A node flagged
@@ -15,16 +15,15 @@ unavailable (Kubernetes cordon, drain, NotReady) is alive but not plannable.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from edgetune.coordination.store import RevisionConflict, Store
+from edgetune import validation
+from edgetune.coordination.store import Heartbeat, NodeRegistration, RevisionConflict, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.spec import DeviceSpec, Preset
 
@@ -79,17 +78,16 @@ class NodeRecord:
     def plannable(self) -> bool:
         return self.live and self.unavailable_reason is None
 
-    def to_doc(self) -> dict:
-        """The persistent part (liveness is not stored in the node doc)."""
-        return {"node_id": self.node_id, "hostname": self.hostname, "address": self.address,
-                "device": self.device, "labels": dict(self.labels), "power_budget_w": self.power_budget_w,
-                "registered_s": self.registered_s}
+    def registration(self) -> NodeRegistration:
+        """The persistent part (liveness is not stored with the registration)."""
+        return NodeRegistration(node_id=self.node_id, hostname=self.hostname, address=self.address,
+                                device=dict(self.device), labels=dict(self.labels),
+                                power_budget_w=self.power_budget_w, registered_s=self.registered_s)
 
     @classmethod
-    def from_doc(cls, doc: Mapping[str, Any]) -> NodeRecord:
-        return cls(node_id=doc["node_id"], hostname=doc.get("hostname", ""), address=doc.get("address", ""),
-                   device=dict(doc.get("device") or {}), labels=dict(doc.get("labels") or {}),
-                   power_budget_w=doc.get("power_budget_w"), registered_s=float(doc.get("registered_s", 0.0)))
+    def from_registration(cls, reg: NodeRegistration) -> NodeRecord:
+        return cls(node_id=reg.node_id, hostname=reg.hostname, address=reg.address, device=dict(reg.device),
+                   labels=dict(reg.labels), power_budget_w=reg.power_budget_w, registered_s=reg.registered_s)
 
 
 def spec_to_dict(spec: DeviceSpec) -> dict:
@@ -113,19 +111,8 @@ def spec_from_dict(doc: Mapping[str, Any]) -> DeviceSpec | None:
     )
 
 
-def check_budget(value: float | None, field_name: str = "power_budget_w") -> float | None:
-    """A power budget must be a finite number > 0 W (None: no budget)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r} is not a power budget", "a number of watts > 0, or unset")
-    return float(value)
-
-
 def _check_node_id(node_id: str, field_name: str = "node_id") -> str:
-    if not isinstance(node_id, str) or not node_id.strip():
-        raise InvalidArgument(field_name, f"{node_id!r} is not a node id", "a non-empty string")
-    return node_id
+    return validation.identifier(node_id, field_name)
 
 
 class NodeRegistry:
@@ -156,14 +143,14 @@ class NodeRegistry:
         if node.state and node.state not in AGENT_STATES:
             raise InvalidArgument("node.state", f"{node.state!r} is not an agent state", ", ".join(AGENT_STATES))
         node_id = node.node_id.strip() or node.hostname.strip() or f"node-{uuid.uuid4().hex[:12]}"
-        budget = check_budget(node.power_budget_w, "node.power_budget_w")
+        budget = validation.optional(validation.power_budget_w, node.power_budget_w, "node.power_budget_w")
         if budget is None:
-            old = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
-            budget = old.doc.get("power_budget_w") if old else None
+            old = self._registration(node_id)
+            budget = old.power_budget_w if old else None
         record = replace(node, node_id=node_id, power_budget_w=budget, registered_s=self._now_s())
-        self.store.put_doc(DOC_KIND, node_id, record.to_doc())
-        self._beat(node_id, {"state": node.state or "ready", "current_mode": node.current_mode,
-                             "power_w": node.power_w, "applied_revision": node.applied_revision})
+        self.store.put_doc(DOC_KIND, node_id, record.registration().to_dict())
+        self._beat(node_id, Heartbeat(state=node.state or "ready", current_mode=node.current_mode,
+                                      power_w=node.power_w, applied_revision=node.applied_revision))
         log.info("node registered", extra={"node_id": node_id, "device": record.device_model})
         return self.get(node_id)
 
@@ -175,31 +162,31 @@ class NodeRegistry:
             raise InvalidArgument("state", f"{state!r} is not an agent state", ", ".join(AGENT_STATES))
         if self.store.get_doc(DOC_KIND, node_id, missing_ok=True) is None:
             return False
-        self._beat(node_id, {"state": state or "ready", "current_mode": dict(current_mode) if current_mode else None,
-                             "power_w": power_w, "applied_revision": int(applied_revision)})
+        self._beat(node_id, Heartbeat(state=state or "ready", current_mode=dict(current_mode) if current_mode else None,
+                                      power_w=power_w, applied_revision=int(applied_revision)))
         return True
 
-    def _beat(self, node_id: str, beat: dict) -> None:
-        beat = {**beat, "ts_s": self._now_s()}
-        # One round trip for both keys: the TTL one says "alive", the other remembers when.
-        pipe = self.store.client.pipeline(transaction=True)
-        raw = json.dumps(beat, separators=(",", ":"))
-        pipe.set(self.store.key("kv", "heartbeat", node_id), raw, px=max(1, round(self.heartbeat_ttl_s * 1000)))
-        pipe.set(self.store.key("kv", "last-seen", node_id), raw)
-        pipe.execute()
+    def _beat(self, node_id: str, beat: Heartbeat) -> None:
+        doc = replace(beat, ts_s=self._now_s()).to_dict()
+        # Both at once: the TTL one says "alive", the other remembers when.
+        self.store.set_many([(("heartbeat", node_id), doc, self.heartbeat_ttl_s), (("last-seen", node_id), doc, None)])
+
+    def _registration(self, node_id: str) -> NodeRegistration | None:
+        found = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
+        return NodeRegistration.from_dict(found.doc) if found is not None else None
 
     def update_budget(self, node_id: str, power_budget_w: float | None) -> NodeRecord:
         """Set (or clear, with None) the node's power budget; NotFound for an unknown node."""
         _check_node_id(node_id)
-        budget = check_budget(power_budget_w)
+        budget = validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
         # Optimistic concurrency: a concurrent re-registration must not be lost (bounded retries).
         for _attempt in range(_MAX_CAS_ATTEMPTS):
             current = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
             if current is None:
                 raise NotFound(f"node_id: node {node_id!r} is not registered")
-            doc = {**current.doc, "power_budget_w": budget}
+            reg = replace(NodeRegistration.from_dict(current.doc), power_budget_w=budget)
             try:
-                self.store.put_doc(DOC_KIND, node_id, doc, expected_revision=current.revision)
+                self.store.put_doc(DOC_KIND, node_id, reg.to_dict(), expected_revision=current.revision)
                 return self.get(node_id)
             except RevisionConflict:
                 continue
@@ -222,10 +209,10 @@ class NodeRegistry:
     def get(self, node_id: str) -> NodeRecord:
         """The node with its liveness; NotFound naming ``node_id`` when not registered."""
         _check_node_id(node_id)
-        found = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
+        found = self._registration(node_id)
         if found is None:
             raise NotFound(f"node_id: node {node_id!r} is not registered")
-        return self._with_liveness([NodeRecord.from_doc(found.doc)])[0]
+        return self._with_liveness([NodeRecord.from_registration(found)])[0]
 
     def exists(self, node_id: str) -> bool:
         return self.store.get_doc(DOC_KIND, node_id, missing_ok=True) is not None
@@ -234,9 +221,9 @@ class NodeRegistry:
         """Every registered node, sorted by id, with liveness."""
         records = []
         for node_id in self.store.list_docs(DOC_KIND):
-            found = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
+            found = self._registration(node_id)
             if found is not None:  # deleted between the index read and here
-                records.append(NodeRecord.from_doc(found.doc))
+                records.append(NodeRecord.from_registration(found))
         return self._with_liveness(records)
 
     def live_nodes(self) -> list[NodeRecord]:
@@ -255,36 +242,30 @@ class NodeRegistry:
         ids = list(node_ids)
         if not ids:
             return set()
-        pipe = self.store.client.pipeline(transaction=False)
-        for i in ids:
-            pipe.get(self.store.key("kv", "heartbeat", i))
-            pipe.get(self.store.key("kv", "unavailable", i))
-        raw = pipe.execute()
+        raw = self.store.get_many([key for i in ids for key in (("heartbeat", i), ("unavailable", i))])
         return {i for k, i in enumerate(ids) if raw[2 * k] is not None and raw[2 * k + 1] is None}
 
     def _with_liveness(self, records: list[NodeRecord]) -> list[NodeRecord]:
         if not records:
             return []
-        pipe = self.store.client.pipeline(transaction=False)
-        for r in records:
-            pipe.get(self.store.key("kv", "heartbeat", r.node_id))
-            pipe.get(self.store.key("kv", "last-seen", r.node_id))
-            pipe.get(self.store.key("kv", "unavailable", r.node_id))
-        raw = pipe.execute()
+        raw = self.store.get_many([key for r in records
+                                   for key in (("heartbeat", r.node_id), ("last-seen", r.node_id),
+                                               ("unavailable", r.node_id))])
         out = []
         for i, r in enumerate(records):
-            beat_raw, seen_raw, unavailable_raw = raw[3 * i: 3 * i + 3]
-            live = beat_raw is not None
-            seen = json.loads(beat_raw if live else seen_raw) if (beat_raw or seen_raw) else {}
-            unavailable = json.loads(unavailable_raw) if unavailable_raw is not None else None
+            beat_doc, seen_doc, unavailable = raw[3 * i: 3 * i + 3]
+            live = beat_doc is not None
+            seen_any = beat_doc if live else seen_doc
+            seen = Heartbeat.from_dict(seen_any) if seen_any is not None else None
             if not live:
                 state = STATE_LOST
             elif unavailable:
                 state = STATE_UNAVAILABLE
             else:
-                state = seen.get("state") or "ready"
-            out.append(replace(r, live=live, state=state, last_seen_s=seen.get("ts_s"),
-                               current_mode=seen.get("current_mode"), power_w=seen.get("power_w"),
-                               applied_revision=int(seen.get("applied_revision") or 0),
+                state = seen.state if seen is not None else "ready"
+            out.append(replace(r, live=live, state=state, last_seen_s=seen.ts_s if seen else None,
+                               current_mode=dict(seen.current_mode) if seen and seen.current_mode else None,
+                               power_w=seen.power_w if seen else None,
+                               applied_revision=seen.applied_revision if seen else 0,
                                unavailable_reason=unavailable))
         return out

@@ -7,9 +7,9 @@ request brings no options, site budgets, the last applied round), the planner
 the leader plans: every planning entry point checks the lease, and publishing is fenced by
 it (see :mod:`.configs`).
 
-    ns:kv:site-budgets     JSON {site_power_budget_w, deadline_s}: the site's standing budgets
-    ns:round:last          hash: the last *applied* round request (JSON), its options (npz) and
-                           ``members`` (JSON: the round's nodes that were plannable then), for re-planning
+    kv site-budgets        SiteBudgets: the site's standing budgets
+    round (Store.put_round) RoundState: the last *applied* round request, its options (npz) and
+                           ``members`` (the round's nodes that were plannable then), for re-planning
 
 Re-planning the last applied round follows a budget change (:meth:`replan_after_budget_change`)
 and a membership change (:meth:`replan_after_membership_change`: a node of the round lost,
@@ -31,7 +31,6 @@ site: the request's values, else the standing site budgets.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import threading
 import time
@@ -39,16 +38,17 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.coordination.configs import ConfigStore, NodeConfig, Published
 from edgetune.coordination.inference import InferencePlacement, has_placement, solve_placement
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.planning import Fleet, NodeOptions, RoundPlan, plan_round
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, check_budget
-from edgetune.coordination.store import ROLES, Store
+from edgetune.coordination.registry import NodeRecord, NodeRegistry
+from edgetune.coordination.store import ROLES, RoundState, SiteBudgets, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import FREQ_MATCH_REL_TOL, DeviceSpec
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 OBJECTIVES = ("makespan", "energy")
 SITE_KEY = ("site-budgets",)
-LAST_ROUND_KEY = ("round", "last")
 
 
 _OPTION_COLUMNS = ("batch_size", "time_ms", "power_w", "modes")
@@ -197,18 +196,20 @@ class RoundCoordinator:
     # -- budgets ------------------------------------------------------------------------
 
     def site_budgets(self) -> dict[str, float | None]:
-        stored = self.store.get(SITE_KEY) or {}
-        return {"site_power_budget_w": stored.get("site_power_budget_w"), "deadline_s": stored.get("deadline_s")}
+        raw = self.store.get(SITE_KEY)
+        stored = SiteBudgets.from_dict(raw) if raw is not None else SiteBudgets()
+        return {"site_power_budget_w": stored.site_power_budget_w, "deadline_s": stored.deadline_s}
 
     def update_site_budgets(self, *, site_power_budget_w: float | None = None,
                             deadline_s: float | None = None) -> dict[str, float | None]:
         """Set the given site budgets (None: keep); returns the effective ones."""
         current = self.site_budgets()
         if site_power_budget_w is not None:
-            current["site_power_budget_w"] = check_budget(site_power_budget_w, "budgets.site_power_budget_w")
+            current["site_power_budget_w"] = validation.optional(validation.power_budget_w, site_power_budget_w,
+                                                                     "budgets.site_power_budget_w")
         if deadline_s is not None:
             current["deadline_s"] = _positive(deadline_s, "budgets.deadline_s")
-        self.store.set(SITE_KEY, current)
+        self.store.set(SITE_KEY, SiteBudgets(current["site_power_budget_w"], current["deadline_s"]).to_dict())
         return current
 
     # -- planning -----------------------------------------------------------------------
@@ -240,12 +241,12 @@ class RoundCoordinator:
         return outcome
 
     def last_round(self) -> RoundRequest | None:
-        raw_request, raw_options = cast("list[Any]", self.store.client.hmget(self.store.key(*LAST_ROUND_KEY),
-                                                                            ["request", "options"]))
-        if raw_request is None:
+        state = self.store.get_round()
+        if state is None:
             return None
-        doc = json.loads(raw_request)
-        with np.load(io.BytesIO(raw_options)) as arrays:
+        doc = dict(state.request)
+        doc["nodes"] = [dict(n) for n in doc["nodes"]]
+        with np.load(io.BytesIO(state.options_npz)) as arrays:
             for i, node in enumerate(doc["nodes"]):
                 if f"{i}.batch_size" in arrays.files:  # absent: a node planned around, nothing resolved
                     node["options"] = {name: arrays[f"{i}.{name}"] for name in _OPTION_COLUMNS}
@@ -259,10 +260,8 @@ class RoundCoordinator:
                   if n.options is not None for name in _OPTION_COLUMNS}
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        self.store.client.hset(self.store.key(*LAST_ROUND_KEY),
-                               mapping={"request": json.dumps(doc, separators=(",", ":")), "options": buf.getvalue(),
-                                        "scope": json.dumps([n.node_id for n in request.nodes]),
-                                        "members": json.dumps(sorted(members))})
+        self.store.put_round(RoundState(doc, tuple(n.node_id for n in request.nodes), tuple(sorted(members)),
+                                        buf.getvalue()))
 
     def replan_after_budget_change(self, node_id: str | None = None, *,
                                    inference: bool = True) -> RoundOutcome | None:
@@ -339,15 +338,13 @@ class RoundCoordinator:
         if self.lease is not None:
             self.lease.require()
         with self._replan_lock:
-            key = self.store.key(*LAST_ROUND_KEY)
-            raw_scope, raw_members = cast("list[Any]", self.store.client.hmget(key, ["scope", "members"]))
-            if raw_scope is None or raw_members is None:
+            state = self.store.get_round()
+            if state is None:
                 return None
-            scope = json.loads(raw_scope)
-            if node_id is not None and node_id not in scope:
+            if node_id is not None and node_id not in state.scope:
                 return None
-            now = self.registry.plannable_ids(scope)
-            before = set(json.loads(raw_members))
+            now = self.registry.plannable_ids(state.scope)
+            before = set(state.members)
             if now == before:
                 return None
             last = self.last_round()
@@ -357,7 +354,7 @@ class RoundCoordinator:
                      extra={"round_id": last.round_id, "lost": sorted(before - now), "back": sorted(now - before)})
             outcome = self.plan(replace(last, apply=True), lenient=True)
             if not outcome.plan.feasible:
-                self.store.client.hset(key, "members", json.dumps(sorted(now)))
+                self.store.set_round_members(sorted(now))
                 log.warning("re-plan after a membership change is infeasible; configs unchanged",
                             extra={"round_id": last.round_id, "reason": outcome.reason})
             return outcome
@@ -379,7 +376,7 @@ class RoundCoordinator:
         site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site["site_power_budget_w"]
         if deadline is not None:
             _positive(deadline, "budgets.deadline_s")
-        check_budget(site_w, "budgets.site_power_budget_w")
+        validation.optional(validation.power_budget_w, site_w, "budgets.site_power_budget_w")
         seen: set[str] = set()
         nodes: list[NodeOptions] = []
         resolved: list[RoundNode] = []
@@ -394,7 +391,7 @@ class RoundCoordinator:
             seen.add(n.node_id)
             if isinstance(n.samples, bool) or not isinstance(n.samples, int | np.integer) or n.samples <= 0:
                 raise InvalidArgument(f"{at}.samples", f"{n.samples!r}", "an integer > 0")
-            override = check_budget(n.power_budget_w, f"{at}.power_budget_w")
+            override = validation.optional(validation.power_budget_w, n.power_budget_w, f"{at}.power_budget_w")
             record = self._record(n.node_id, at)
             if not record.plannable:  # planned around; its options are resolved if it comes back
                 around.append((n.node_id, "lost: no heartbeat" if not record.live
@@ -441,9 +438,7 @@ class RoundCoordinator:
             rows = self.store.get_measurements(device, name, request.role)
         latest: dict[tuple, tuple[PowerMode, int, float, float]] = {}
         for m in rows:  # write order: a later measurement of the same point replaces an earlier one
-            mode = PowerMode.from_mapping(m["mode"] if isinstance(m.get("mode"), Mapping) else m)
-            latest[(mode.as_tuple(), int(m["batch_size"]))] = (mode, int(m["batch_size"]), float(m["time_ms"]),
-                                                               float(m["power_w"]))
+            latest[(m.mode.as_tuple(), m.batch_size)] = (m.mode, m.batch_size, m.time_ms, m.power_w)
         if not latest:
             raise FailedPrecondition(
                 f"{at}.options: none given and no stored measurements of {name}/{request.role} for node "
@@ -511,9 +506,8 @@ def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
         try:
             spec.validate(PowerMode(int(row[0]), float(row[1]), float(row[2]), float(row[3])))
         except InvalidArgument as exc:
-            message = str(exc).split(": ", 1)[-1].split(" (allowed")[0]
             raise InvalidArgument(f"{at}.options[{int(j)}].mode.{exc.field}",
-                                  f"{message} of node {record.node_id!r}", exc.allowed) from None
+                                  f"{exc.message} of node {record.node_id!r}", exc.allowed) from None
 
 
 def _modes_in_tables(modes: np.ndarray, spec: DeviceSpec) -> np.ndarray:

@@ -20,9 +20,13 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
+
+if TYPE_CHECKING:
+    from edgetune.telemetry.sample import TelemetrySample
 
 
 class Role(str, Enum):  # noqa: UP042 - str() and format() of members are relied on as-is
@@ -158,6 +162,27 @@ class Device(ABC):
         from edgetune.devices.sampling import ThreadedSampler
 
         return ThreadedSampler(self.power_sensor(), self.clock, rate_hz)
+
+    def telemetry(self) -> TelemetrySample:
+        """One reading of power, rails, temperatures, clocks and throttling (:mod:`edgetune.telemetry`).
+
+        This default knows the power sensor and the current mode only: no thermal zones and no
+        pinned clocks, so it never reports throttling. Backends that see more override it.
+        """
+        from edgetune.errors import EdgetuneError
+        from edgetune.telemetry.sample import Clocks, TelemetrySample
+
+        mode = self.current_mode()
+        power_w: float | None = None
+        rails: dict[str, float] = {}
+        try:
+            sensor = self.power_sensor()
+            both = getattr(sensor, "read_total_and_rails", None)
+            power_w, rails = both() if callable(both) else (sensor.read_w(), sensor.rails_w())
+        except (EdgetuneError, OSError):  # no power monitor: the other fields still count
+            pass
+        clocks = Clocks(mode.cores, mode.cpu_mhz, mode.gpu_mhz, mode.emc_mhz)
+        return TelemetrySample(self.clock.now_s(), power_w, dict(rails), (), clocks, Clocks(), self.backend)
 
     def restore(self) -> None:
         """Return to the mode the device was in when this object first changed it."""

@@ -16,9 +16,9 @@ from typing import Any
 
 from edgetune.devices.base import Device
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.specs import SPECS
+from edgetune.powermodes.specs import SPECS, UNTABULATED
 
-ALLOWED = "sim:<orin-agx|xavier-agx|orin-nano|nano|tx2-nx>, sysfs[:ROOT], replay:FILE.csv"
+ALLOWED = f"sim:<{'|'.join(SPECS)}>, sysfs[:ROOT], replay:FILE.csv"
 
 
 def _construct(cls: type, *args: Any, **kw: Any) -> Device:
@@ -32,6 +32,8 @@ def open_device(spec: str, **kw: Any) -> Device:
     text = (spec or "").strip()
     kind, _, arg = text.partition(":")
     if kind == "sim" and arg:
+        if arg in UNTABULATED:
+            raise InvalidArgument("device", f"cannot simulate {arg!r}: {UNTABULATED[arg]}", ALLOWED)
         if arg not in SPECS:
             raise InvalidArgument("device", f"unknown simulated device {arg!r}", ALLOWED)
         try:  # imported lazily: the simulator pulls in its physical model
@@ -40,6 +42,7 @@ def open_device(spec: str, **kw: Any) -> Device:
             raise FailedPrecondition(f"the simulated backend is not available: {exc}") from exc
         return _construct(module.SimulatedJetson, arg, **kw)
     if kind == "sysfs":
+        # each backend imported when chosen: sysfs reads the board at import, replay reads tables
         from edgetune.devices.sysfs import SysfsJetson
 
         return _construct(SysfsJetson, arg or "/", **kw)

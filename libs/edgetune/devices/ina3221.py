@@ -8,6 +8,11 @@ Two kernel drivers expose the same chips:
 - ``ina3221x`` (iio; JetPack 4 and older): ``/sys/bus/i2c/drivers/ina3221x/<bus>-<addr>/iio:deviceN/``
   with ``rail_name_K``, ``in_powerK_input`` (mW), ``in_voltageK_input`` (mV), ``in_currentK_input`` (mA).
 
+Jetson Thor's carrier board measures its system input with an INA238 instead (``ina238`` hwmon
+driver: ``in1_input`` mV, ``curr1_input`` mA, ``power1_input`` µW); jetson-stats
+(``jtop/core/power.py``, ``list_all_ina238_ports``) reads it as one rail, ``VIN``, and so does
+:func:`find_rails`.
+
 Total power follows jetson-stats (``jtop/core/power.py``): when the board has an input rail
 (``VDD_IN`` on Orin NX / Nano, ``POM_5V_IN`` on Nano / TX2) that rail *is* the board power; otherwise
 (AGX Orin, AGX Xavier) the module power is the sum of the rails.
@@ -23,7 +28,9 @@ from edgetune.devices.base import PowerSensor
 from edgetune.devices.sysfs_layout import read_text, rel_glob, rpath
 
 #: Rails that measure the whole board's input; when present they are the total.
-TOTAL_RAILS = ("VDD_IN", "POM_5V_IN")
+TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN")
+#: Name of the INA238 system-input rail (Thor), as jetson-stats calls it.
+INA238_RAIL = "VIN"
 #: hwmon channel of the INA3221 "sum of shunt voltages" (not a rail).
 _SUM_CHANNEL = 7
 
@@ -31,20 +38,22 @@ _SUM_CHANNEL = 7
 @dataclass(frozen=True)
 class Rail:
     name: str
-    kind: str  # "hwmon" or "iio"
+    kind: str  # "hwmon", "iio" or "ina238"
     voltage_file: str | None  # relative paths; mV
     current_file: str | None  # mA
-    power_file: str | None = None  # mW (iio only)
+    power_file: str | None = None  # iio: mW, ina238: µW
+    power_unit_w: float = 1e-3  # watts per unit of power_file
 
 
 def find_rails(root: str) -> list[Rail]:
     """Every connected INA3221 rail under ``root``, ordered by device then channel."""
     rails: list[Rail] = []
     seen_dirs: set[str] = set()
-    device_dirs = rel_glob(root, "sys/bus/i2c/drivers/ina3221*/*-*")
-    # Devices bound under /sys/bus/i2c/devices whose name says ina3221 (jetson-stats' way).
+    device_dirs = rel_glob(root, "sys/bus/i2c/drivers/ina3221*/*-*") + rel_glob(root, "sys/bus/i2c/drivers/ina238/*-*")
+    # Devices bound under /sys/bus/i2c/devices whose name says ina3221 / ina238 (jetson-stats' way).
     for d in rel_glob(root, "sys/bus/i2c/devices/*"):
-        if "ina3221" in (read_text(root, f"{d}/name") or ""):
+        name = read_text(root, f"{d}/name") or ""
+        if "ina3221" in name or "ina238" in name:
             device_dirs.append(d)
     for dev in device_dirs:
         real = os.path.realpath(rpath(root, dev))
@@ -52,7 +61,10 @@ def find_rails(root: str) -> list[Rail]:
             continue
         seen_dirs.add(real)
         for hw in rel_glob(root, f"{dev}/hwmon/hwmon*"):
-            rails.extend(_hwmon_rails(root, hw))
+            if "ina238" in (read_text(root, f"{hw}/name") or read_text(root, f"{dev}/name") or ""):
+                rails.extend(_ina238_rail(root, hw))
+            else:
+                rails.extend(_hwmon_rails(root, hw))
         for iio in rel_glob(root, f"{dev}/iio:device*") + rel_glob(root, f"{dev}/iio_device"):
             rails.extend(_iio_rails(root, iio))
     return rails
@@ -72,6 +84,17 @@ def _hwmon_rails(root: str, base: str) -> list[Rail]:
         if os.path.isfile(rpath(root, volt)) and os.path.isfile(rpath(root, curr)):
             out.append(Rail(label, "hwmon", volt, curr))
     return sorted(out, key=lambda r: r.voltage_file or "")
+
+
+def _ina238_rail(root: str, base: str) -> list[Rail]:
+    def opt(rel: str) -> str | None:
+        return rel if os.path.isfile(rpath(root, rel)) else None
+
+    power = opt(f"{base}/power1_input")
+    volt, curr = opt(f"{base}/in1_input"), opt(f"{base}/curr1_input")
+    if power or (volt and curr):
+        return [Rail(INA238_RAIL, "ina238", volt, curr, power, 1e-6)]
+    return []
 
 
 def _iio_rails(root: str, base: str) -> list[Rail]:
@@ -114,7 +137,7 @@ class Ina3221Sensor(PowerSensor):
 
     def rail_power_w(self, rail: Rail) -> float:
         if rail.power_file is not None:
-            return self._read_number(rail.power_file) / 1000.0  # mW -> W
+            return self._read_number(rail.power_file) * rail.power_unit_w
         return self._read_number(rail.voltage_file) * self._read_number(rail.current_file) / 1e6  # mV*mA -> W
 
     def read_total_and_rails(self) -> tuple[float, dict[str, float]]:

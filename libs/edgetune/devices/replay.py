@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.devices.base import Clock, Device, PowerSampler, PowerSensor, Role, VirtualClock
 from edgetune.devices.sampling import VirtualSampler
 from edgetune.errors import InvalidArgument
@@ -201,8 +202,7 @@ class ReplayDevice(Device):
         return dict(row)
 
     def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
-        if int(n_minibatches) != n_minibatches or n_minibatches < 1:
-            raise InvalidArgument("n_minibatches", f"{n_minibatches} must be a positive integer", ">= 1")
+        validation.count(n_minibatches, "n_minibatches")
         row = self.lookup(self._mode, batch_size, workload, role)
         time_ms = float(row["time_ms"])
         std = float(row.get("time_std_ms") or 0.0) if self.noise else 0.0

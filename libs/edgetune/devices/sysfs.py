@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgetune.devices.base import Clock, Device, PowerSensor, RealClock, Role
 from edgetune.devices.ina3221 import Ina3221Sensor, Rail, find_rails
@@ -49,10 +49,16 @@ from edgetune.devices.sysfs_layout import (
     read_text,
     rpath,
 )
-from edgetune.errors import FailedPrecondition
+from edgetune.errors import EdgetuneError, FailedPrecondition
 from edgetune.powermodes.mode import PowerMode
-from edgetune.powermodes.spec import DeviceSpec
-from edgetune.powermodes.specs import SPECS
+from edgetune.powermodes.nvpmodel import load_nvpmodel
+from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.powermodes.specs import SPECS, UNTABULATED
+from edgetune.telemetry.sample import Clocks, TelemetrySample
+from edgetune.telemetry.thermal import find_zones, read_zones, zone_info
+
+#: Where nvpmodel keeps the active preset file (a link to /etc/nvpmodel/nvpmodel_<board>.conf).
+NVPMODEL_CONF = "etc/nvpmodel.conf"
 
 #: A minibatch runner: (workload, role, batch_size, n_minibatches) -> per-minibatch times in ms.
 Runner = Callable[[str, Role, int, int], list[float]]
@@ -120,7 +126,8 @@ def discover(root: str | os.PathLike = "/") -> DiscoveryReport:
     _note(rep, bool(model.model or model.compatible), "device-tree model",
           "device-tree model (/proc/device-tree/model, compatible)")
     if model.model and not model.builtin:
-        rep.missing.append(f"built-in spec for {model.model!r} (no presets; tables from sysfs)")
+        why = f": {UNTABULATED[model.known]}" if model.known in UNTABULATED else ""
+        rep.missing.append(f"built-in spec for {model.model!r} (tables from sysfs{why})")
     _note(rep, cpu is not None, f"{cpu.n_cpus if cpu else 0} CPUs", "CPUs (/sys/devices/system/cpu/possible)")
     _note(rep, bool(cpu and cpu.table_khz), "CPU frequency table",
           "CPU frequency table (cpufreq scaling_available_frequencies)")
@@ -129,10 +136,13 @@ def discover(root: str | os.PathLike = "/") -> DiscoveryReport:
           "GPU devfreq (available_frequencies)")
     _note(rep, bool(emc and emc.table_khz), "EMC frequency table",
           "EMC frequency table (bpmp debug/emc/possible_rates or clk/emc/clk_possible_rates; needs debugfs)")
-    _note(rep, bool(emc and emc.method in ("bpmp", "t210-override")), f"EMC control ({emc.method if emc else ''})",
+    _note(rep, bool(emc and emc.method in ("bpmp", "t210-override", "devfreq")),
+          f"EMC control ({emc.method if emc else ''})",
           "EMC rate control (debugfs); nvpmodel EMC cap only" if emc and emc.method == "cap"
           else "EMC rate control (debugfs)")
     _note(rep, bool(rails), f"{len(rails)} INA3221 rails", "power monitor (INA3221 hwmon / iio)")
+    zones = find_zones(root)
+    _note(rep, bool(zones), f"{len(zones)} thermal zones", "thermal zones (/sys/class/thermal/thermal_zone*)")
     return rep
 
 
@@ -147,6 +157,11 @@ def _mhz_khz(khz: int) -> float:
 
 def _mhz_hz(hz: int) -> float:
     return round(hz / 1e6, 2)
+
+
+def _opt(value: int | None, per_mhz: float) -> float | None:
+    """A kHz / Hz reading in MHz, or None when the file was missing or reads 0 (a gated clock)."""
+    return value / per_mhz if value else None
 
 
 def _nearest(table: tuple[float, ...], value: float) -> float:
@@ -176,6 +191,9 @@ class SysfsJetson(Device):
         self._gpu_raw = {_mhz_hz(h): h for h in self._gpu.table_hz}
         self._emc_raw, self.emc_table_source = self._emc_table()
         self._spec = self._build_spec()
+        self.preset_source = self._load_presets()
+        self._zones = find_zones(self.root)
+        self._zone_info = zone_info(self.root, self._zones)  # types and trip points do not change
         self._clock = RealClock()
         self._sensor = Ina3221Sensor(self.root, self.report.rails) if self.report.rails else None
         self._initial_mode: PowerMode | None = None
@@ -214,6 +232,33 @@ class SysfsJetson(Device):
             extra={"root": self.root, "l4t": model.l4t, "emc_table_source": self.emc_table_source},
         )
 
+    def _load_presets(self) -> str:
+        """Presets from the board's own nvpmodel.conf when it matches the discovered tables.
+
+        The real file beats the built-in presets (a board may run another power-mode file, e.g.
+        the JetPack 6.1 "Super" one); a file that cannot be read or matched is reported in
+        ``report.missing`` (naming the file and why) and the built-in presets, if any, stay.
+        """
+        conf = os.path.join(self.root, NVPMODEL_CONF)
+        target = os.path.realpath(conf)
+        shown = "/" + NVPMODEL_CONF
+        if target != os.path.join(os.path.realpath(self.root), NVPMODEL_CONF):  # a link: name the real file
+            shown += f" -> /{os.path.relpath(target, os.path.realpath(self.root))}"
+        if not os.path.isfile(conf):
+            if not self._spec.presets:
+                self.report.missing.append(f"presets: no /{NVPMODEL_CONF} and no built-in spec")
+            return "built-in spec" if self._spec.presets else "none"
+        try:
+            presets: tuple[Preset, ...] = load_nvpmodel(conf).to_presets(self._spec)
+        except EdgetuneError as exc:
+            self.report.missing.append(f"presets: could not match preset file {shown} to the discovered tables "
+                                       f"({exc}); " + ("kept the built-in presets" if self._spec.presets
+                                                       else "no presets"))
+            return "built-in spec" if self._spec.presets else "none"
+        self._spec = replace(self._spec, presets=presets)
+        self.report.found.append(f"{len(presets)} presets from {shown}")
+        return shown
+
     @property
     def spec(self) -> DeviceSpec:
         return self._spec
@@ -247,6 +292,8 @@ class SysfsJetson(Device):
             pinned = read_int(self.root, emc.set_file or "")
             if pinned:
                 return pinned
+        if emc.method == "devfreq":
+            return self._pinned_or_current(emc.extra["devfreq"], "min_freq", "max_freq", "cur_freq")
         if emc.method == "cap":
             cap = read_int(self.root, emc.cap_file or "")
             return cap if cap and cap < 2**62 else None
@@ -264,6 +311,41 @@ class SysfsJetson(Device):
             _nearest(spec.cpu_mhz, cpu_khz / 1000.0) if cpu_khz else spec.cpu_mhz[-1],
             _nearest(spec.gpu_mhz, gpu_hz / 1e6) if gpu_hz else spec.gpu_mhz[-1],
             _nearest(spec.emc_mhz, emc_hz / 1e6) if emc_hz else spec.emc_mhz[-1],
+        )
+
+    # -- telemetry -------------------------------------------------------------------------
+    def _pin(self, folder: str, lo: str, hi: str) -> int | None:
+        a, b = read_int(self.root, f"{folder}/{lo}"), read_int(self.root, f"{folder}/{hi}")
+        return a if a is not None and a == b else None
+
+    def telemetry(self) -> TelemetrySample:
+        """Rails, thermal zones, the clocks running now (``scaling_cur_freq``, devfreq ``cur_freq``,
+        the EMC ``rate``) and the clocks a pin holds (min = max, a locked EMC rate)."""
+        power_w: float | None = None
+        rails: dict[str, float] = {}
+        if self._sensor is not None:
+            try:
+                power_w, rails = self._sensor.read_total_and_rails()
+            except OSError:
+                pass
+        policy = next((p for p in self._cpu.policies if 0 in p.cpus), self._cpu.policies[0])
+        cpu_khz = read_int(self.root, f"{policy.path}/scaling_cur_freq")
+        gpu_hz = read_int(self.root, f"{self._gpu.devfreq}/cur_freq")
+        emc = self._emc
+        emc_hz = read_int(self.root, emc.rate_file) if emc and emc.rate_file else None
+        cpu_pin = self._pin(policy.path, "scaling_min_freq", "scaling_max_freq")
+        gpu_pin = self._pin(self._gpu.devfreq, "min_freq", "max_freq")
+        emc_pin = None
+        if emc and emc.lock_file and read_int(self.root, emc.lock_file) == 1 and emc.set_file:
+            emc_pin = read_int(self.root, emc.set_file)
+        elif emc and emc.method == "devfreq":
+            emc_pin = self._pin(emc.extra["devfreq"], "min_freq", "max_freq")
+        return TelemetrySample(
+            t_s=self._clock.now_s(), power_w=power_w, rails_w=dict(rails),
+            zones=read_zones(self.root, self._zones, self._zone_info),
+            clocks=Clocks(len(self.online_cpus()), _opt(cpu_khz, 1e3), _opt(gpu_hz, 1e6), _opt(emc_hz, 1e6)),
+            pinned=Clocks(None, _opt(cpu_pin, 1e3), _opt(gpu_pin, 1e6), _opt(emc_pin, 1e6)),
+            backend=self.backend,
         )
 
     # -- planning writes -------------------------------------------------------------------
@@ -296,19 +378,21 @@ class SysfsJetson(Device):
 
     def _plan_emc(self, hz: int) -> list[tuple[str, str]]:
         emc = self._emc
-        method = emc.method if emc else "none"
-        if method == "bpmp":
-            plan = []
+        # each method writes the files find_emc found for it; one missing means no EMC control
+        if emc is not None and emc.method == "bpmp" and emc.set_file:
+            plan: list[tuple[str, str]] = []
             cap = read_int(self.root, emc.cap_file) if emc.cap_file else None
-            if cap and cap < hz:  # the nvpmodel cap would clamp the pinned rate
+            if emc.cap_file and cap and cap < hz:  # the nvpmodel cap would clamp the pinned rate
                 plan.append((emc.cap_file, str(hz)))
             plan.append((emc.set_file, str(hz)))
             if emc.lock_file:
                 plan.append((emc.lock_file, "1"))
             return plan
-        if method == "t210-override":
+        if emc is not None and emc.method == "t210-override" and emc.set_file and emc.lock_file:
             return [(emc.set_file, str(hz)), (emc.lock_file, "1")]
-        if method == "cap":
+        if emc is not None and emc.method == "devfreq":
+            return self._range_writes(emc.extra["devfreq"], "min_freq", "max_freq", hz, hz)
+        if emc is not None and emc.method == "cap" and emc.cap_file:
             return [(emc.cap_file, str(hz))]
         if self._emc_current_hz() == hz or len(self._emc_raw) == 1:
             return []
@@ -342,6 +426,9 @@ class SysfsJetson(Device):
         emc = self._emc
         if emc is not None:
             files += [f for f in (emc.set_file, emc.lock_file, emc.cap_file) if f]
+            if emc.method == "devfreq":
+                e = emc.extra["devfreq"]
+                files += [f"{e}/governor", f"{e}/min_freq", f"{e}/max_freq"]
         return list(dict.fromkeys(files))
 
     def apply(self, mode: PowerMode) -> PowerMode:
@@ -381,7 +468,9 @@ class SysfsJetson(Device):
             back(p.path, "scaling_governor", "scaling_min_freq", "scaling_max_freq")
         back(self._gpu.devfreq, "governor", "min_freq", "max_freq")
         emc = self._emc
-        if emc is not None and emc.method != "none":
+        if emc is not None and emc.method == "devfreq":
+            back(emc.extra["devfreq"], "governor", "min_freq", "max_freq")
+        elif emc is not None and emc.method != "none":
             rate = snap.get(emc.set_file) if emc.set_file and emc.set_file != emc.cap_file else None
             lock = snap.get(emc.lock_file) if emc.lock_file else None
             # Releasing the lock: release first so the old rate value never pins the clock;
@@ -390,8 +479,9 @@ class SysfsJetson(Device):
             if lock == "0":
                 steps.reverse()
             plan += [(f, v) for f, v in steps if f and v is not None]
-            if emc.cap_file and snap.get(emc.cap_file) is not None:
-                plan.append((emc.cap_file, snap[emc.cap_file]))
+            cap_value = snap.get(emc.cap_file) if emc.cap_file else None
+            if emc.cap_file and cap_value is not None:
+                plan.append((emc.cap_file, cap_value))
         plan += [(cpu.online_files[c], "0") for c in sorted((online_now | up) - was_online, reverse=True)]
         return plan
 

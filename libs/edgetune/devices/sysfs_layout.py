@@ -16,7 +16,7 @@ Layouts handled (sources in ``tests/fixtures/sysroots/README.md``):
   ``/sys/devices/17000000.ga10b/...`` (Orin, JP 5), ``/sys/devices/17000000.gv11b/...`` (Xavier),
   ``/sys/devices/57000000.gpu/...`` and ``gpu.0`` (Nano), or any ``/sys/class/devfreq`` entry
   named like a Tegra GPU
-- EMC: BPMP debugfs ``/sys/kernel/debug/bpmp/debug/clk/emc/{rate,min_rate,max_rate,mrq_rate_locked}``
+- EMC: the bandwidth manager's devfreq ``/sys/class/devfreq/bwmgr`` (Thor, Hz); BPMP debugfs ``/sys/kernel/debug/bpmp/debug/clk/emc/{rate,min_rate,max_rate,mrq_rate_locked}``
   with the table in ``bpmp/debug/emc/possible_rates`` (t186 / t194 / t234); the t210 clock
   debugfs ``/sys/kernel/debug/clk/emc/clk_{rate,possible_rates}`` with
   ``clk/override.emc/clk_{update_rate,state}``; the nvpmodel caps
@@ -96,11 +96,17 @@ class ModelInfo:
     soc: str  # "t234", "t194", "t210", "t186" or ""
     builtin: str | None  # name of the matching built-in spec, None when unknown
     l4t: str  # "R35.4.1" or ""
+    known: str | None = None  # a recognised model without a built-in spec ("thor"), else None
 
 
 # (compatible substring, model substring, built-in spec name); first match wins.
 _MODEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("p3701", "agx orin", "orin-agx"),
+    # Orin Nano with the JetPack 6.1+ Super modes: the dev kit's model string ends in "Super".
+    ("", "orin nano engineering reference developer kit super", "orin-nano-super"),
+    ("", "orin nano developer kit super", "orin-nano-super"),
+    ("p3767-0000", "", "orin-nx"),
+    ("", "orin nx", "orin-nx"),
     ("p3767-0003", "", "orin-nano"),
     ("p3767-0004", "", "orin-nano"),
     ("p3767-0005", "", "orin-nano"),
@@ -110,6 +116,11 @@ _MODEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("p3448", "jetson nano", "nano"),
     ("p3450", "", "nano"),
     ("p3636", "tx2 nx", "tx2-nx"),
+)
+#: Recognised models with no built-in spec (``edgetune.powermodes.specs.UNTABULATED``).
+_KNOWN_RULES: tuple[tuple[str, str, str], ...] = (
+    ("tegra264", "thor", "thor"),
+    ("p3834", "", "thor"),
 )
 
 
@@ -130,12 +141,15 @@ def read_model(root: str) -> ModelInfo:
             break
     compat_text = " ".join(compatible).lower()
     model_l = model.lower()
-    builtin = None
-    for compat_key, model_key, name in _MODEL_RULES:
-        if (compat_key and compat_key in compat_text) or (model_key and model_key in model_l):
-            builtin = name
-            break
-    return ModelInfo(model, compatible, soc, builtin, read_l4t(root))
+    def first(rules: tuple[tuple[str, str, str], ...]) -> str | None:
+        for compat_key, model_key, name in rules:
+            if (compat_key and compat_key in compat_text) or (model_key and model_key in model_l):
+                return name
+        return None
+
+    builtin = first(_MODEL_RULES)
+    known = None if builtin else first(_KNOWN_RULES)
+    return ModelInfo(model, compatible, soc, builtin, read_l4t(root), known)
 
 
 def read_l4t(root: str) -> str:
@@ -275,12 +289,16 @@ BPMP_EMC_TABLE = "sys/kernel/debug/bpmp/debug/emc/possible_rates"
 T210_EMC = "sys/kernel/debug/clk/emc"
 T210_OVERRIDE = "sys/kernel/debug/clk/override.emc"
 EMC_CAPS = ("sys/kernel/nvpmodel_emc_cap/emc_iso_cap", "sys/kernel/nvpmodel_clk_cap/emc")
+#: EMC as a devfreq device (Hz): Jetson Thor's bandwidth manager (public Thor benchmark scripts
+#: read /sys/class/devfreq/bwmgr/{cur,min,max}_freq and lock it at 4266000000 Hz).
+EMC_DEVFREQ_CANDIDATES = ("sys/class/devfreq/bwmgr",)
 
 
 @dataclass(frozen=True)
 class EmcLayout:
     #: "bpmp" (rate + mrq_rate_locked), "t210-override" (clk_update_rate + clk_state),
-    #: "cap" (nvpmodel cap only: bounds the clock, does not pin it) or "none" (read-only).
+    #: "devfreq" (min_freq = max_freq, Thor's bwmgr), "cap" (nvpmodel cap only: bounds the
+    #: clock, does not pin it) or "none" (read-only).
     method: str
     table_khz: tuple[int, ...]
     table_source: str | None
@@ -310,6 +328,12 @@ def find_emc(root: str) -> EmcLayout | None:
         return EmcLayout("t210-override" if can_set else "none", tuple(table), table_src, rate,
                          f"{T210_OVERRIDE}/clk_update_rate" if can_set else None,
                          f"{T210_OVERRIDE}/clk_state" if can_set else None, cap)
+    for rel in EMC_DEVFREQ_CANDIDATES:
+        if exists(f"{rel}/cur_freq") and exists(f"{rel}/max_freq"):
+            table_src = f"{rel}/available_frequencies" if exists(f"{rel}/available_frequencies") else None
+            table = [hz // 1000 for hz in parse_int_list(read_text(root, table_src))] if table_src else []
+            return EmcLayout("devfreq", tuple(table), table_src, f"{rel}/cur_freq", None, None, cap,
+                             {"devfreq": rel})
     if cap:
         return EmcLayout("cap", (), None, None, cap, None, cap)
     return None

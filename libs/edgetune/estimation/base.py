@@ -117,17 +117,23 @@ class Predictor(ABC):
     def fitted(self) -> bool:
         return self.x_scaler is not None
 
+    def _fitted_parts(self) -> tuple[Standardizer, Standardizer, np.ndarray, np.ndarray]:
+        """(x scaler, y scaler, feature lows, feature highs) of a fitted predictor."""
+        if self.x_scaler is None or self.y_scaler is None or self.lo is None or self.hi is None:
+            raise FailedPrecondition(f"{self.method} predictor is not fitted")
+        return self.x_scaler, self.y_scaler, self.lo, self.hi
+
     def fit(self, x: np.ndarray, y: np.ndarray, columns: Sequence[str] | None = None) -> Predictor:
         """Learn ``y`` (target units) from features ``x`` (columns as named; default the mode columns)."""
         columns = tuple(columns) if columns is not None else default_columns(np.shape(x))
         x, y = check_xy(x, y, columns, min_rows=MIN_FIT_ROWS, what=f"fitting {self.method}", target=self.target)
         z = forward_transform(self.transform, y)
         self.columns = columns
-        self.x_scaler = Standardizer.fit(x)
-        self.y_scaler = Standardizer.fit(z)
+        self.x_scaler = x_scaler = Standardizer.fit(x)
+        self.y_scaler = y_scaler = Standardizer.fit(z)
         self.lo, self.hi = merge_ranges(None, None, x)
         t0 = time.perf_counter()
-        info = self._fit(self.x_scaler.transform(x), self.y_scaler.transform(z).ravel())
+        info = self._fit(x_scaler.transform(x), y_scaler.transform(z).ravel())
         self.meta["fit"] = {"rows": int(x.shape[0]), "seconds": round(time.perf_counter() - t0, 3), **info}
         self.meta["transfers"] = []
         return self
@@ -145,11 +151,12 @@ class Predictor(ABC):
             raise FailedPrecondition(f"{self.method} predictor is not fitted; fit a reference before transferring")
         x, y = check_xy(x, y, self.columns, min_rows=MIN_TRANSFER_ROWS, what=f"transferring {self.method}",
                         target=self.target)
+        x_scaler, _, lo, hi = self._fitted_parts()
         z = forward_transform(self.transform, y)
-        self.y_scaler = Standardizer.fit(z)
+        self.y_scaler = y_scaler = Standardizer.fit(z)
         t0 = time.perf_counter()
-        info = self._transfer(self.x_scaler.transform(x), self.y_scaler.transform(z).ravel())
-        self.lo, self.hi = merge_ranges(self.lo, self.hi, x)
+        info = self._transfer(x_scaler.transform(x), y_scaler.transform(z).ravel())
+        self.lo, self.hi = merge_ranges(lo, hi, x)
         self.meta["transfers"].append({"rows": int(x.shape[0]), "seconds": round(time.perf_counter() - t0, 3),
                                        **info})
         return self
@@ -158,12 +165,13 @@ class Predictor(ABC):
         """Prediction and std (or ``None``) in target units for features ``x``."""
         if not self.fitted:
             raise FailedPrecondition(f"{self.method} predictor is not fitted")
+        x_scaler, y_scaler, lo, hi = self._fitted_parts()
         x, _ = check_xy(x, None, self.columns, min_rows=1, what="predicting")
         if check_ranges:
-            check_range(x, self.lo, self.hi, self.columns)
-        mu_s, sd_s = self._predict(self.x_scaler.transform(x))
-        mu = self.y_scaler.inverse(np.asarray(mu_s).reshape(-1, 1)).ravel()
-        sd = None if sd_s is None else np.asarray(sd_s).ravel() * float(self.y_scaler.std[0])
+            check_range(x, lo, hi, self.columns)
+        mu_s, sd_s = self._predict(x_scaler.transform(x))
+        mu = y_scaler.inverse(np.asarray(mu_s).reshape(-1, 1)).ravel()
+        sd = None if sd_s is None else np.asarray(sd_s).ravel() * float(y_scaler.std[0])
         return inverse_transform(self.transform, mu, sd)
 
     def clone(self) -> Predictor:
@@ -174,20 +182,22 @@ class Predictor(ABC):
     def to_bytes(self) -> bytes:
         if not self.fitted:
             raise FailedPrecondition(f"{self.method} predictor is not fitted; nothing to save")
+        x_scaler, y_scaler, lo, hi = self._fitted_parts()
         state, arrays, blobs = self._state()
         header = {
             "format": PREDICTOR_FORMAT, "version": PREDICTOR_VERSION, "method": self.method,
             "target": self.target, "transform": self.transform, "seed": self.seed, "params": self.params(),
-            "columns": list(self.columns), "x_scaler": self.x_scaler.to_dict(),
-            "y_scaler": self.y_scaler.to_dict(),
-            "ranges": {"lo": [float(v) for v in self.lo], "hi": [float(v) for v in self.hi]},
+            "columns": list(self.columns), "x_scaler": x_scaler.to_dict(),
+            "y_scaler": y_scaler.to_dict(),
+            "ranges": {"lo": [float(v) for v in lo], "hi": [float(v) for v in hi]},
             "meta": self.meta, "state": state,
         }
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             zf.writestr("header.json", json.dumps(header, indent=1))
             npz = io.BytesIO()
-            np.savez(npz, **{k: np.asarray(v) for k, v in arrays.items()})
+            # numpy's stub types **kwds against savez's own keywords (allow_pickle: bool)
+            np.savez(npz, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]
             zf.writestr("arrays.npz", npz.getvalue())
             for name, blob in blobs.items():
                 zf.writestr(f"blobs/{name}", blob)

@@ -60,8 +60,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.parallel import Progress, run_tasks
+
+# The proxy models and data (estimation.proxy, proxy_text: torch) are imported in the functions
+# that train: reading and scoring an efficiency table, and the estimator service's start-up, stay
+# torch-free.
 
 SAMPLES_PER_PASS = 256
 BASE_LR = 5e-4
@@ -401,12 +406,11 @@ def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_dra
 
 def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
            max_passes: int) -> None:
-    if not batch_sizes:
-        raise InvalidArgument("batch_sizes", "no batch sizes given", "one or more positive integers")
-    if any(int(b) != b or b < 1 for b in batch_sizes) or len(set(batch_sizes)) != len(batch_sizes):
-        raise InvalidArgument("batch_sizes", f"{list(batch_sizes)} must be distinct positive integers")
+    validation.batch_sizes(batch_sizes)
     if not seeds or len(set(seeds)) != len(seeds):
         raise InvalidArgument("seeds", f"{list(seeds)} must be one or more distinct integers")
+    for i, s in enumerate(seeds):
+        validation.seed(s, f"seeds[{i}]")
     if not 0.0 < target_accuracy <= 1.0:
         raise InvalidArgument("target_accuracy", f"{target_accuracy} is not a fraction", "(0, 1]")
     if samples_per_pass < max(batch_sizes):

@@ -50,6 +50,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.features import inverse_transform
@@ -164,8 +165,7 @@ class NNGPPredictor(Predictor):
             raise InvalidArgument("combine", f"unknown combination {combine!r}", ", ".join(COMBINE_MODES))
         if calibration not in CALIBRATIONS:
             raise InvalidArgument("calibration", f"unknown calibration {calibration!r}", "none, cv")
-        if not 0.0 < float(calibration_risk) <= 0.5:
-            raise InvalidArgument("calibration_risk", f"{calibration_risk!r} is out of range", "0 < risk <= 0.5")
+        validation.risk(calibration_risk, "calibration_risk")
         if int(calibration_folds) < 2:
             raise InvalidArgument("calibration_folds", f"{calibration_folds!r} folds", ">= 2")
         self.combine, self.restarts = combine, int(restarts)

@@ -115,7 +115,8 @@ class NNPredictor(Predictor):
     def _loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         if self.loss == "mse":
             return nn.functional.mse_loss
-        mean, std = float(self.y_scaler.mean[0]), float(self.y_scaler.std[0])
+        y_scaler = self._fitted_parts()[1]
+        mean, std = float(y_scaler.mean[0]), float(y_scaler.std[0])
         log = self.transform == "log"
 
         def to_units(z: torch.Tensor) -> torch.Tensor:  # standardised → target units, differentiably
@@ -192,7 +193,7 @@ class NNPredictor(Predictor):
         head, last = linears[-1], linears[-2]
         for p in net.parameters():
             p.requires_grad_(self.transfer_mode == "all")
-        groups = [{"params": list(head.parameters()), "lr": self.transfer_lr}]
+        groups: list[dict[str, Any]] = [{"params": list(head.parameters()), "lr": self.transfer_lr}]
         if self.transfer_mode == "head+last":
             groups.append({"params": list(last.parameters()), "lr": self.transfer_lr * 0.1})
         elif self.transfer_mode == "all":

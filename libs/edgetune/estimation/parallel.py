@@ -99,7 +99,8 @@ class _Failure:
     ``__dict__`` keeps the original type and fields.
     """
 
-    def __init__(self, exc_cls: type | None, args: tuple, state: dict, text: str, trace: str) -> None:
+    def __init__(self, exc_cls: type[BaseException] | None, args: tuple[Any, ...], state: dict[str, Any], text: str,
+                 trace: str) -> None:
         self.exc_cls, self.args, self.state, self.text, self.trace = exc_cls, args, state, text, trace
 
     @classmethod
@@ -107,12 +108,14 @@ class _Failure:
         import pickle
         import traceback
 
-        parts: tuple = (type(exc), exc.args, dict(getattr(exc, "__dict__", {})))
+        exc_cls: type[BaseException] | None = type(exc)
+        args: tuple[Any, ...] = exc.args
+        state: dict[str, Any] = dict(getattr(exc, "__dict__", {}))
         try:
-            pickle.loads(pickle.dumps(parts))
+            pickle.loads(pickle.dumps((exc_cls, args, state)))
         except Exception:  # noqa: BLE001 - a class or field that cannot travel: keep the text
-            parts = (None, (), {})
-        return cls(*parts, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+            exc_cls, args, state = None, (), {}
+        return cls(exc_cls, args, state, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
 
     def rebuild(self) -> BaseException:
         exc: BaseException

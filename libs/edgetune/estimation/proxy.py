@@ -51,7 +51,6 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -61,6 +60,16 @@ from torch.nn import functional as F
 from torch.utils.data import default_collate
 
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.proxy_data import ProxyData
+from edgetune.estimation.proxy_text import (
+    PRETRAIN_BATCH,
+    PRETRAIN_LR,
+    TEXT_DATASETS,
+    TEXT_MODELS,
+    build_text_model,
+    load_text_data,
+    pretrain_text_state,
+)
 from edgetune.workloads.mobilenet import InvertedResidual
 from edgetune.workloads.resnet import BasicBlock
 
@@ -81,25 +90,6 @@ _TEST_FRACTION = 0.2
 _NOISE_STD = 0.3  # target set's pixel noise, in standardised units
 EVAL_DRAWS = 8  # noise draws of the noisy proxy's held-out images by default (140 digits -> 1,120 test images)
 _MAX_EVAL_DRAWS = 64
-
-
-@dataclass(frozen=True)
-class ProxyData:
-    """Train / held-out tensors of one data set: x (n, C, S, S) float32, y (n,) int64.
-
-    A text set (:mod:`edgetune.estimation.proxy_text`) holds windows: x and y (n, T) int64.
-    """
-
-    name: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-    @property
-    def n_train(self) -> int:
-        """Training samples (images, or text windows)."""
-        return int(self.y_train.shape[0])
 
 
 @lru_cache(maxsize=4)
@@ -139,8 +129,6 @@ def load_proxy_data(name: str = "digits", input_size: int = 8, eval_draws: int |
     :func:`~edgetune.estimation.proxy_text.load_text_data`'s 64-character windows;
     ``input_size`` does not apply to it and ``eval_draws`` must be 1 (or ``None``).
     """
-    from edgetune.estimation.proxy_text import TEXT_DATASETS, load_text_data
-
     if name in TEXT_DATASETS:
         if eval_draws is not None and (isinstance(eval_draws, bool) or eval_draws != 1):
             raise InvalidArgument("eval_draws", f"{name!r} is text: it has no pixel noise to redraw "
@@ -342,7 +330,6 @@ def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
         return SlimMobileNetV3()
     if workload == "mobilenetv2-slim":
         return SlimMobileNetV2()
-    from edgetune.estimation.proxy_text import TEXT_MODELS, build_text_model
 
     if workload in TEXT_MODELS:
         return build_text_model(workload)
@@ -414,8 +401,6 @@ def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch
     given or not: one checkpoint). Returned tensors are detached copies; callers
     ``load_state_dict`` them into a fresh model.
     """
-    from edgetune.estimation.proxy_text import PRETRAIN_BATCH, PRETRAIN_LR, TEXT_MODELS
-
     if workload in TEXT_MODELS:
         return _pretrained_state(workload, 0, 0, PRETRAIN_BATCH if batch_size is None else batch_size,
                                  PRETRAIN_LR if lr is None else lr, seed)
@@ -426,7 +411,6 @@ def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch
 @lru_cache(maxsize=8)
 def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: int, lr: float,
                       seed: int) -> dict[str, torch.Tensor]:
-    from edgetune.estimation.proxy_text import TEXT_MODELS, pretrain_text_state
 
     if workload in TEXT_MODELS:
         return pretrain_text_state(workload, batch_size=batch_size, lr=lr, seed=seed)

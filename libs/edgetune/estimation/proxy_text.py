@@ -89,7 +89,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.proxy import ProxyData
+from edgetune.estimation.proxy_data import ProxyData
 
 TEXT_MODELS = ("chartransformer-slim",)
 PRETRAIN = "text-pretrain"
@@ -310,7 +310,7 @@ class SlimCharTransformer(nn.Module):
         return self.head(h).transpose(1, 2)  # (B, vocab, T): the class dimension second, for cross_entropy
 
 
-def build_text_model(workload: str) -> nn.Module:
+def build_text_model(workload: str) -> SlimCharTransformer:
     if workload == "chartransformer-slim":
         return SlimCharTransformer()
     raise InvalidArgument("workload", f"unknown text model {workload!r}", ", ".join(TEXT_MODELS))
@@ -325,8 +325,8 @@ def pretrain_text_state(workload: str = "chartransformer-slim", steps: int = PRE
     window starts come from a seeded generator, so the checkpoint is the same in every process.
     Returned tensors are detached copies.
     """
-    ids = encode(corpus_text(PRETRAIN))
-    ids = torch.from_numpy(ids[: int(len(ids) * TRAIN_FRACTION)])
+    corpus = encode(corpus_text(PRETRAIN))
+    ids = torch.from_numpy(corpus[: int(len(corpus) * TRAIN_FRACTION)])
     torch.manual_seed(seed)
     model = build_text_model(workload)
     seq_len = model.seq_len

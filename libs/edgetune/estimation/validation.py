@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
@@ -37,6 +38,12 @@ class ExtrapolationWarning(UserWarning):
     """Some rows lie outside the feature ranges a predictor was trained on."""
 
 
+@overload
+def check_xy(x: np.ndarray, y: np.ndarray, columns: Sequence[str], *, min_rows: int, what: str,
+             target: str = "target") -> tuple[np.ndarray, np.ndarray]: ...
+@overload
+def check_xy(x: np.ndarray, y: None, columns: Sequence[str], *, min_rows: int, what: str,
+             target: str = "target") -> tuple[np.ndarray, None]: ...
 def check_xy(x: np.ndarray, y: np.ndarray | None, columns: Sequence[str], *, min_rows: int, what: str,
              target: str = "target") -> tuple[np.ndarray, np.ndarray | None]:
     """Shape, size and finiteness checks; returns float arrays."""

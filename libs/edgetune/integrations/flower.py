@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 from flwr.client import NumPyClient
@@ -144,7 +145,7 @@ class PowerAwareStrategy(Strategy):
         self.workload = common_pb2.Workload()
         self.workload.CopyFrom(workload)
         self.workload.role = common_pb2.Role.ValueType(role_to_proto(role))
-        self.objective = ROUND_OBJECTIVE.to_proto(objective)
+        self.objective = coordinator_pb2.RoundObjective.ValueType(ROUND_OBJECTIVE.to_proto(objective))
         self.budgets = common_pb2.Budgets()
         if deadline_s is not None:
             self.budgets.deadline_s = deadline_s
@@ -330,7 +331,10 @@ def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TI
                                                                     "code": exc.code().name, "error": exc.details()})
 
 
-def _retry_busy(call: Callable[[], object], wait_s: float) -> object:
+T = TypeVar("T")
+
+
+def _retry_busy(call: Callable[[], T], wait_s: float) -> T:
     deadline = time.monotonic() + wait_s
     while True:
         try:

@@ -49,7 +49,8 @@ from edgetune.optimization.interleaving.arrivals import (
     _poisson_between,
     counts_per_window,
 )
-from edgetune.optimization.problems import Decision, Evaluation, Observations, Problem, problem_from_dict
+from edgetune.optimization.problem_registry import problem_from_dict
+from edgetune.optimization.problems import Decision, Evaluation, LatencyProblem, Observations, Problem
 from edgetune.optimization.strategies import make_strategy, run_search, search_space
 
 #: Strategies that sample once for every rate and are only re-solved afterwards.
@@ -162,7 +163,9 @@ class WindowResult:
     def excess_pct(self) -> float:
         if not self.meets_budgets or self.oracle is None or not self.oracle.feasible:
             return float("nan")
-        return excess_pct(self.at_true, self.oracle.evaluation)  # type: ignore[arg-type]
+        if self.at_true is None or self.oracle.evaluation is None:  # implied by the line above
+            return float("nan")
+        return excess_pct(self.at_true, self.oracle.evaluation)
 
     def as_row(self) -> dict[str, Any]:
         d, ev = self.decision, self.at_true
@@ -177,7 +180,8 @@ class WindowResult:
             "meets_budgets": self.meets_budgets, "meets_at_peak": self.meets_at_peak,
             "new_profiles": self.new_profiles, "cumulative_profiles": self.cumulative_profiles,
             "oracle_objective": (self.oracle.evaluation.objective
-                                 if self.oracle is not None and self.oracle.feasible else None),
+                                 if self.oracle is not None and self.oracle.evaluation is not None
+                                 and self.oracle.feasible else None),
             "oracle_batch_size": (self.oracle.batch_size if self.oracle is not None and self.oracle.feasible
                                   else None),
             "excess_pct": self.excess_pct,
@@ -252,7 +256,9 @@ class DynamicSolver:
         return res.decision, res.profiled, "search" if res.profiled else "reuse"
 
     def _sample_once(self, prob: Problem) -> tuple[Decision, int, str]:
-        rate = prob.arrival_rps  # type: ignore[attr-defined]
+        if not isinstance(prob, LatencyProblem):
+            raise TypeError(f"rate sampling needs an arrival rate; a {prob.kind} problem has none")
+        rate = prob.arrival_rps
         if self.covered_rate_rps is None:
             strat = make_strategy(self.strategy_name, prob, self.space, budget=self.budget, seed=self.seed,
                                   **self.options)
@@ -303,9 +309,10 @@ class DynamicSolver:
             if true_r > 0:
                 at_true = with_arrival_rate(self.problem, true_r)
                 res.oracle = at_true.solve(truth)
-                if dec.feasible:
-                    res.at_true = at_true.evaluate(dec.mode, dec.batch_size, truth)  # type: ignore[arg-type]
-                    at_peak = with_arrival_rate(self.problem, peak_r).evaluate(dec.mode, dec.batch_size, truth)  # type: ignore[arg-type]
+                if dec.feasible and dec.evaluation is not None:
+                    mode, batch_size = dec.evaluation.mode, dec.evaluation.batch_size
+                    res.at_true = at_true.evaluate(mode, batch_size, truth)
+                    at_peak = with_arrival_rate(self.problem, peak_r).evaluate(mode, batch_size, truth)
                     res.meets_at_peak = bool(at_peak is not None and at_peak.feasible)
             out.append(res)
         return out

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.pareto import pareto_mask, pick_far
 
@@ -57,11 +58,12 @@ def _power_range(power_range_w: Sequence[float] | None) -> tuple[float, float] |
     if power_range_w is None:
         return None
     try:
-        lo, hi = (float(v) for v in power_range_w)
+        lo, hi = power_range_w
     except (TypeError, ValueError):
         raise InvalidArgument("power_range_w", f"{power_range_w!r} is not a pair of numbers", "(low W, high W)") from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
-        raise InvalidArgument("power_range_w", f"{power_range_w!r} is not a range", "0 <= low <= high, in W")
+    lo, hi = validation.power_budget_w(lo, "power_range_w[0]"), validation.power_budget_w(hi, "power_range_w[1]")
+    if lo > hi:
+        raise InvalidArgument("power_range_w", f"{power_range_w!r} is not a range", "0 < low <= high, in W")
     return lo, hi
 
 
@@ -77,8 +79,7 @@ def next_frontier_modes(pred_time_ms, pred_power_w, profiled: Sequence[int], k: 
     """
     t = _predictions("pred_time_ms", pred_time_ms, None)
     p = _predictions("pred_power_w", pred_power_w, t.size)
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise InvalidArgument("k", f"{k!r} is not a positive integer", ">= 1")
+    k = validation.count(k, "k")
     seen = np.zeros(t.size, dtype=bool)
     done = np.asarray(list(profiled), dtype=int)
     if done.size and (done.min() < 0 or done.max() >= t.size):
@@ -119,8 +120,7 @@ class FrontierSampler:
                  below_w: float = BELOW_W, above_w: float = ABOVE_W, seed: int = 0) -> None:
         for name, v, least in (("n_modes", n_modes, 1), ("n_initial", n_initial, 1), ("rounds", rounds, 0),
                                ("per_round", per_round, 1)):
-            if isinstance(v, bool) or int(v) != v or v < least:
-                raise InvalidArgument(name, f"{v!r} is not an integer >= {least}", f">= {least}")
+            validation.count(v, name, minimum=least)
         if n_initial > n_modes:
             raise InvalidArgument("n_initial", f"{n_initial} exceeds the {n_modes} modes", f"<= {n_modes}")
         self.n_modes, self.n_initial, self.rounds, self.per_round = int(n_modes), int(n_initial), int(rounds), int(per_round)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 
 
@@ -126,8 +127,7 @@ class JointChoice:
 
 
 def _check_cap(power_cap_w: float | None) -> None:
-    if power_cap_w is not None and (not math.isfinite(power_cap_w) or power_cap_w < 0):
-        raise InvalidArgument("power_cap_w", f"{power_cap_w!r} is not a non-negative number", ">= 0 or none")
+    validation.optional(validation.power_budget_w, power_cap_w, "power_cap_w")  # None: no cap
 
 
 def _fits(lut: JointLUT, power_cap_w: float | None) -> np.ndarray:
@@ -170,6 +170,7 @@ def _infeasible(lut: JointLUT, passes: np.ndarray, fits: np.ndarray, power_cap_w
     # closest: least power among the rows that reach the target (else among all rows)
     pool = reaches if reaches.any() else everything
     closest = _argmin((lut.power_w, lut.time_s), pool)
+    assert closest is not None  # pool has rows: the LUT is not empty
     if not fits.any():
         reason = (f"no (batch size, mode) has power <= {power_cap_w:g} W; "
                   f"closest is {_describe(lut, closest)}")
@@ -188,6 +189,7 @@ def candidate_set(lut: JointLUT, power_cap_w: float | None) -> dict[int, int]:
     out: dict[int, int] = {}
     for b in np.unique(lut.batch_size[fits]):
         i = _argmin((lut.time_s, lut.power_w), fits & (lut.batch_size == b))
+        assert i is not None  # b is the batch size of a fitting row
         out[int(b)] = i
     return out
 
@@ -221,6 +223,7 @@ def baseline_largest_batch(lut: JointLUT, efficiency: BatchEfficiency, power_cap
         return _infeasible(lut, passes, fits, power_cap_w)
     b_max = lut.batch_size[fits].max()
     i = _argmin((lut.time_s, lut.power_w), fits & (lut.batch_size == b_max))
+    assert i is not None  # b_max is the batch size of a fitting row
     return _choice(lut, i, passes)
 
 
@@ -240,6 +243,7 @@ def baseline_best_r(lut: JointLUT, efficiency: BatchEfficiency, power_cap_w: flo
     i = _argmin((passes, lut.time_s, lut.power_w), pool)
     if i is None:  # no batch size reaches the target at that mode: keep Baseline 1's row
         i = b1.index
+    assert i is not None  # a feasible choice has its row
     score = (true_efficiency or efficiency).passes(lut.batch_size)
     return _choice(lut, i, score)
 

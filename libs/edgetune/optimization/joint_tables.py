@@ -14,6 +14,8 @@ import csv
 import math
 import os
 
+import numpy as np
+
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import BatchEfficiency, JointLUT
 from edgetune.tables import parse_table
@@ -47,7 +49,7 @@ def read_lut(path: str | os.PathLike) -> JointLUT:
             raise InvalidArgument(f"{path}:{line}:mode",
                                   f"batch size {key[0]} at mode {mode!r} repeats line {seen[key]}")
         seen[key] = line
-    return JointLUT(table.column("batch_size", int), [r["mode"] for r in table.rows],
+    return JointLUT(table.column("batch_size", int), np.asarray([r["mode"] for r in table.rows], dtype=object),
                     table.column("time_s"), table.column("power_w"))
 
 

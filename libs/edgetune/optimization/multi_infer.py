@@ -35,7 +35,6 @@ import dataclasses
 from typing import Any, ClassVar
 
 from edgetune.optimization.problems import (
-    PROBLEMS,
     ROLE_INFER,
     ROLE_TRAIN,
     TRAIN_BATCH_SIZE,
@@ -127,6 +126,3 @@ class UrgentPlusBatchProblem(ConcurrentProblem):
                 "latency_budget_ms": self.latency_budget_ms, "arrival_rps": self.arrival_rps,
                 "urgent_workload": self.urgent_workload, "nonurgent_workload": self.nonurgent_workload,
                 "nonurgent_batch_size": self.nonurgent_batch_size}
-
-
-PROBLEMS[UrgentPlusBatchProblem.name] = UrgentPlusBatchProblem

@@ -60,9 +60,9 @@ def nondominated(costs: np.ndarray) -> np.ndarray:
     dominated = np.zeros(c.shape[0], dtype=bool)
     for start in range(0, c.shape[0], 512):  # bounded memory: 512 × n × columns at a time
         blk = c[start:start + 512]
-        le = (c[None, :, :] <= blk[:, None, :]).all(axis=2)
-        lt = (c[None, :, :] < blk[:, None, :]).any(axis=2)
-        dominated[start:start + 512] = (le & lt).any(axis=1)
+        le = np.all(c[None, :, :] <= blk[:, None, :], axis=2)
+        lt = np.any(c[None, :, :] < blk[:, None, :], axis=2)
+        dominated[start:start + 512] = np.any(le & lt, axis=1)
     return ~dominated
 
 

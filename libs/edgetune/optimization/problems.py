@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 
@@ -191,22 +192,6 @@ class Decision:
 # --------------------------------------------------------------------------- problems
 
 
-def _positive(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(name, f"{value!r} is not a number", "> 0") from None
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidArgument(name, f"{value!r} must be a positive finite number", "> 0")
-    return v
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgument(name, f"{value!r} must be a positive integer", ">= 1")
-    return int(value)
-
-
 class Problem(ABC):
     """A seed-004 problem: evaluates configurations from observations and picks the best."""
 
@@ -215,8 +200,8 @@ class Problem(ABC):
     roles: ClassVar[tuple[str, ...]]
 
     def __init__(self, power_budget_w: float, train_batch_size: int | None = None) -> None:
-        self.power_budget_w = _positive("power_budget_w", power_budget_w)
-        self.train_batch_size = (_positive_int("train_batch_size", train_batch_size)
+        self.power_budget_w = validation.power_budget_w(power_budget_w)
+        self.train_batch_size = (validation.batch_size(train_batch_size, "train_batch_size")
                                  if train_batch_size is not None else None)
 
     # -- what a strategy needs to know ---------------------------------------------------------
@@ -367,14 +352,14 @@ class TrainProblem(Problem):
                 "train_batch_size": self.train_batch_size, "train_workload": self.train_workload}
 
 
-class _LatencyProblem(Problem):
+class LatencyProblem(Problem):
     """Shared by inference and concurrent: arrival rate, latency budget, peak latency, keep-up."""
 
     def __init__(self, power_budget_w: float, latency_budget_ms: float, arrival_rps: float,
                  train_batch_size: int | None = None) -> None:
         super().__init__(power_budget_w, train_batch_size)
-        self.latency_budget_ms = _positive("latency_budget_ms", latency_budget_ms)
-        self.arrival_rps = _positive("arrival_rps", arrival_rps)
+        self.latency_budget_ms = validation.latency_budget_ms(latency_budget_ms)
+        self.arrival_rps = validation.arrival_rps(arrival_rps)
 
     def peak_latency_ms(self, batch_size: int, infer_time_ms: float) -> float:
         """λ = (β−1)/α + t_in, in ms."""
@@ -392,7 +377,7 @@ class _LatencyProblem(Problem):
                 f"within {self.latency_budget_ms:g} ms latency: {sum(e.meets_latency for e in evs)}"]
 
 
-class InferProblem(_LatencyProblem):
+class InferProblem(LatencyProblem):
     """Least peak latency λ with λ ≤ L̂, p_in ≤ P̂ and keep-up."""
 
     kind = "infer"
@@ -425,7 +410,7 @@ class InferProblem(_LatencyProblem):
                 "infer_workload": self.infer_workload}
 
 
-class ConcurrentProblem(_LatencyProblem):
+class ConcurrentProblem(LatencyProblem):
     """Most training throughput under managed interleaving, within latency and power budgets."""
 
     kind = "concurrent"
@@ -481,18 +466,3 @@ class ConcurrentProblem(_LatencyProblem):
                 "latency_budget_ms": self.latency_budget_ms, "arrival_rps": self.arrival_rps,
                 "train_workload": self.train_workload, "infer_workload": self.infer_workload,
                 "train_batch_size": self.train_batch_size}
-
-
-PROBLEMS: dict[str, type[Problem]] = {"train": TrainProblem, "infer": InferProblem, "concurrent": ConcurrentProblem}
-
-
-def problem_from_dict(d: Mapping[str, Any]) -> Problem:
-    """Inverse of :meth:`Problem.to_dict`."""
-    kind = d.get("problem")
-    if str(kind) not in PROBLEMS:
-        import edgetune.optimization.multi_infer  # noqa: F401  (registers urgent_batch)
-    cls = PROBLEMS.get(str(kind))
-    if cls is None:
-        raise InvalidArgument("problem", f"unknown problem {kind!r}", ", ".join(PROBLEMS))
-    args = {k: v for k, v in d.items() if k != "problem"}
-    return cls(**args)

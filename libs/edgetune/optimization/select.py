@@ -27,8 +27,9 @@ the buckets, O(n log k) with no full sort — the answers are the points of the
 
 Ties are broken deterministically: lower (bounded) power, then table order (for
 :class:`MinPower`: lower time, then table order). Nothing feasible gives a
-:class:`Selection` with ``feasible=False``, a reason, and the closest option: the one with
-the least (bounded) power overall.
+:class:`Selection` with ``feasible=False``, a reason, and the closest option: the one nearest
+to meeting the budgets that failed (least summed relative excess; a power budget alone: the
+least bounded power; a time budget alone: the least time).
 """
 
 from __future__ import annotations
@@ -40,11 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
-
-#: Longest sweep accepted from a ``A:B:STEP`` spec; guards against ``0:1e9:1e-9``.
-MAX_SWEEP_POINTS = 100_000
-
 
 # --------------------------------------------------------------------------- candidates
 
@@ -100,12 +98,11 @@ def _as_vector(name: str, values, n: int | None = None) -> np.ndarray:
 
 
 def z_score(risk: float) -> float:
-    """One-sided standard-normal quantile z with P(X > mean + z·std) = risk."""
-    if not isinstance(risk, (int, float)) or not (0.0 < float(risk) <= 0.5):
-        raise InvalidArgument("risk", f"{risk!r} is out of range", "0 < risk <= 0.5")
+    """One-sided standard-normal quantile z with P(X > mean + z·std) = risk (:func:`validation.risk`)."""
+    p = validation.risk(risk)
     from scipy.special import ndtri  # scipy.special imports in ms, scipy.stats in ~0.5 s
 
-    return float(ndtri(1.0 - float(risk)))
+    return float(ndtri(1.0 - p))
 
 
 # --------------------------------------------------------------------------- result
@@ -159,8 +156,8 @@ class Selector(ABC):
 
     def select(self, cands: Candidates, power_budget_w: float | None = None,
                time_budget_ms: float | None = None) -> Selection:
-        _check_budget("power_budget_w", power_budget_w)
-        _check_budget("time_budget_ms", time_budget_ms)
+        power_budget_w = validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
+        time_budget_ms = validation.optional(validation.time_budget_ms, time_budget_ms, "time_budget_ms")
         if len(cands) == 0:
             return Selection(False, None, reason="no options to choose from",
                              power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
@@ -186,10 +183,8 @@ class Selector(ABC):
         (``minimum.at``), and a running best over the buckets answers every budget. The
         answers walk the (objective, power) Pareto front; O(n log k).
         """
-        budgets = [float(b) for b in power_budgets_w]
-        for b in budgets:
-            _check_budget("power_budget_w", b)
-        _check_budget("time_budget_ms", time_budget_ms)
+        budgets = [validation.power_budget_w(b, f"power_budgets_w[{i}]") for i, b in enumerate(power_budgets_w)]
+        time_budget_ms = validation.optional(validation.time_budget_ms, time_budget_ms, "time_budget_ms")
         if len(cands) == 0 or not budgets:
             return [self.select(cands, b, time_budget_ms) for b in budgets]
         p_bound = cands.power_bound_w(self.risk)
@@ -231,14 +226,14 @@ class Selector(ABC):
                          float(p_bound[i]), power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
 
     def _infeasible(self, cands, p_bound, power_budget_w, time_budget_ms) -> Selection:
-        closest = _lex_argmin(p_bound, cands.time_ms, np.ones(len(cands), dtype=bool))
+        closest = _closest(cands, p_bound, power_budget_w, time_budget_ms)
         what = "power upper bound" if (self.risk is not None and cands.power_std_w is not None) else "power"
         parts = []
         if power_budget_w is not None:
             parts.append(f"{what} <= {power_budget_w:g} W")
         if time_budget_ms is not None:
             parts.append(f"time <= {time_budget_ms:g} ms")
-        reason = (f"no option has {' and '.join(parts)}; closest is option {closest} (0-based row) with "
+        reason = (f"no option has {' and '.join(parts)}; closest is row {closest} (0-based) with "
                   f"{cands.time_ms[closest]:g} ms at {cands.power_w[closest]:g} W")
         if what != "power":
             reason += f" (bound {p_bound[closest]:g} W at risk {self.risk:g})"
@@ -362,9 +357,7 @@ def selection_margin(time_ms, power_pred_w, power_obs_w, risk: float, *, toleran
     if budgets_w is None:
         budgets = list(np.linspace(float(obs.min()), float(obs.max()), MARGIN_BUDGETS))
     else:
-        budgets = [float(b) for b in budgets_w]
-        for b in budgets:
-            _check_budget("budgets_w", b)
+        budgets = [validation.power_budget_w(b, f"budgets_w[{i}]") for i, b in enumerate(budgets_w)]
     selector = MinTime()
     for m in np.arange(0.0, top + 1e-9, step_w):
         cands = Candidates(t, np.maximum(pred + m, 0.0))
@@ -375,54 +368,21 @@ def selection_margin(time_ms, power_pred_w, power_obs_w, risk: float, *, toleran
     return top
 
 
-# --------------------------------------------------------------------------- budgets
-
-
-def parse_budget_sweep(spec: str, option: str = "--power-budget") -> list[float]:
-    """``"17:50:1"`` → ``[17.0, 18.0, …, 50.0]`` (inclusive end); a plain number → ``[W]``."""
-    text = str(spec).strip()
-    parts = text.split(":")
-    allowed = "W or A:B:STEP with 0 <= A <= B and STEP > 0, e.g. 17:50:1"
-    if len(parts) not in (1, 3):
-        raise InvalidArgument(option, f"{text!r} is neither a number nor A:B:STEP", allowed)
-    values = []
-    for part in parts:
-        try:
-            v = float(part)
-        except ValueError:
-            raise InvalidArgument(option, f"{part.strip()!r} in {text!r} is not a number", allowed) from None
-        if not math.isfinite(v):
-            raise InvalidArgument(option, f"{part.strip()!r} is not a finite number", allowed)
-        values.append(v)
-    if len(values) == 1:
-        if values[0] < 0:
-            raise InvalidArgument(option, f"{text} is negative", ">= 0")
-        return values
-    start, stop, step = values
-    if start < 0 or stop < 0:
-        raise InvalidArgument(option, f"sweep {text!r} has a negative budget", allowed)
-    if step <= 0:
-        raise InvalidArgument(option, f"sweep step {step:g} must be positive", allowed)
-    if stop < start:
-        raise InvalidArgument(option, f"sweep {text!r} ends below its start", allowed)
-    count = math.floor((stop - start) / step + 1e-9) + 1  # tolerance keeps 0.1-steps inclusive
-    if count > MAX_SWEEP_POINTS:
-        raise InvalidArgument(option, f"sweep {text!r} has {count} budgets", f"at most {MAX_SWEEP_POINTS}")
-    return [round(start + k * step, 10) for k in range(count)]
-
-
-def is_sweep_spec(spec: str) -> bool:
-    return ":" in str(spec)
-
-
-def _check_budget(name: str, value: float | None) -> None:
-    if value is None:
-        return
-    if not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value) or value < 0:
-        raise InvalidArgument(name, f"{value!r} is not a non-negative number", ">= 0")
-
-
 # --------------------------------------------------------------------------- numpy kernels
+
+
+def _closest(cands: Candidates, p_bound: np.ndarray, power_budget_w: float | None,
+             time_budget_ms: float | None) -> int:
+    """The option nearest to meeting the budgets that failed: least summed relative excess over them
+    (a power budget alone: least bounded power; a time budget alone: least time); ties by time, then row."""
+    excess = np.zeros(len(cands))
+    if power_budget_w is not None:
+        excess += np.maximum(p_bound - power_budget_w, 0.0) / power_budget_w
+    if time_budget_ms is not None:
+        excess += np.maximum(cands.time_ms - time_budget_ms, 0.0) / time_budget_ms
+    if power_budget_w is None and time_budget_ms is None:
+        excess = p_bound
+    return _lex_argmin(excess, cands.time_ms, np.ones(len(cands), dtype=bool))
 
 
 def _lex_argmin(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int:

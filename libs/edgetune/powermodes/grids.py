@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,8 +198,10 @@ class ModeGrid:
 
     def midpoint(self) -> PowerMode:
         """The middle value of each dimension (the lower middle when a dimension has an even count)."""
-        return PowerMode(*(vals[(len(vals) - 1) // 2] for vals in
-                           (self.cores, self.cpu_mhz, self.gpu_mhz, self.emc_mhz)))
+        def mid(vals: Sequence[float]) -> float:
+            return vals[(len(vals) - 1) // 2]
+
+        return PowerMode(int(mid(self.cores)), mid(self.cpu_mhz), mid(self.gpu_mhz), mid(self.emc_mhz))
 
     def neighbours(self, mode: PowerMode, dim: str) -> tuple[PowerMode | None, PowerMode | None]:
         """The modes one step lower and one step higher along ``dim`` (``None`` at an edge)."""

@@ -7,7 +7,9 @@ before applying it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 #: Column names of a mode in tables (CONTRACT.md), in order.
 MODE_FIELDS: tuple[str, ...] = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
@@ -27,7 +29,7 @@ class PowerMode:
         return (self.cores, self.cpu_mhz, self.gpu_mhz, self.emc_mhz)
 
     @classmethod
-    def from_mapping(cls, row: dict) -> PowerMode:
+    def from_mapping(cls, row: Mapping[str, Any]) -> PowerMode:
         return cls(int(row["cores"]), float(row["cpu_mhz"]), float(row["gpu_mhz"]), float(row["emc_mhz"]))
 
     def label(self) -> str:

@@ -122,6 +122,11 @@ class PowerModel:
 
     def to_preset(self, spec: DeviceSpec) -> Preset:
         """This model as a preset of ``spec``, caps floored to its tables as the governors do."""
+        beyond = sorted(k for k in self.core_online if k >= spec.max_cores)
+        if beyond:  # a file written for a board with more CPUs
+            raise InvalidArgument(f"{self.source}:{self.line}",
+                                  f"power model {self.name!r} names CORE_{beyond[-1]}, but {spec.name} has "
+                                  f"{spec.max_cores} CPUs", f"CORE_0 … CORE_{spec.max_cores - 1}")
         cores = self.cores_online(spec.max_cores)
         if cores not in spec.core_counts:
             raise InvalidArgument(f"{self.source}:{self.line}",
@@ -242,11 +247,11 @@ def parse_nvpmodel(text: str, source: str = "nvpmodel.conf") -> NvpmodelConf:
                 section = None
             continue
         tokens = line.split()
-        if section == "PARAM":
+        if section == "PARAM" and param is not None:  # param is the PARAM section being read
             if len(tokens) != 2:
                 raise InvalidArgument(where(n), f"expected 'ARG_NAME /sys/path' in PARAM {param.name}, got {line!r}")
             param.args[tokens[0]] = tokens[1]
-        elif section == "POWER_MODEL":
+        elif section == "POWER_MODEL" and model_head is not None:  # set by its header
             if len(tokens) != 3:
                 raise InvalidArgument(where(n), f"expected 'PARAM ARG VALUE' in POWER_MODEL {model_head[1]}, "
                                       f"got {line!r}")
@@ -265,8 +270,8 @@ def parse_nvpmodel(text: str, source: str = "nvpmodel.conf") -> NvpmodelConf:
     if default_id is not None and all(m.id != default_id for m in models):
         raise InvalidArgument(where(default_line), f"PM_CONFIG DEFAULT={default_id} names no power model",
                               ", ".join(str(m.id) for m in models))
-    for m in models:  # surface non-numeric clock values now, with their line
-        _ = (m.cpu_caps_mhz, m.gpu_max_mhz, m.emc_max_mhz)
+    for model in models:  # surface non-numeric clock values now, with their line
+        _ = (model.cpu_caps_mhz, model.gpu_max_mhz, model.emc_max_mhz)
     return conf
 
 

@@ -168,13 +168,93 @@ TX2_NX = _with_presets(
     (4, "MAXP_CORE_DENVER", 2, 2035.2, 1120.0, 1600.0, 15.0),
 )
 
+# Jetson Orin NX 16GB (P3767-0000), JetPack 5 / 6 power modes (nvpmodel_p3767_0000.conf, not the
+# "Super" file). Tables: CPU 115200 … 1958400 kHz in 76.8 MHz steps then 1984000 (26 entries) and
+# GPU 306000000 … 918000000 Hz (7 entries), both verbatim in the comment header of a public Orin NX
+# TensorRT GPU/DLA power benchmark script (lists read from scaling_available_frequencies and the
+# ga10b devfreq available_frequencies). EMC: 204 / 665.6 / 2133 / 3199 MHz, the T234 EMC table of
+# the AGX Orin (same memory controller); the NX's own possible_rates was not found, but its 10W
+# model caps EMC at 2133000000 while the others lift the cap, and 3199 MHz x 2 x 16 B is the
+# module's documented 102.4 GB/s. Presets verbatim from the conf (tests/fixtures/nvpmodel/
+# nvpmodel_p3767_0000_orin_nx.conf): MAXN, 10W, 15W, 25W; 5,824 = 8 x 26 x 7 x 4 modes.
+# (Orin NX 8GB, P3767-0001, has 6 cores and a lower GPU cap; its tables were not found.)
+ORIN_NX = _with_presets(
+    DeviceSpec(
+        name="orin-nx",
+        display_name="Jetson Orin NX 16GB (P3767-0000)",
+        soc="t234",
+        core_counts=tuple(range(1, 9)),
+        cpu_mhz=_khz(*(115200 + 76800 * i for i in range(25)), 1984000),  # 115.2 … 1958.4, 1984.0
+        gpu_mhz=_khz(306000, 408000, 510000, 612000, 714000, 816000, 918000),
+        emc_mhz=_khz(204000, 665600, 2133000, 3199000),
+        idle_power_w=4.0,
+        max_power_w=25.0,
+        notes="nvpmodel_p3767_0000.conf; two 4-core A78AE clusters (cpu0-3, cpu4-7)",
+    ),
+    (0, "MAXN", 8, None, None, None, None),
+    (1, "10W", 4, 1190.4, 612.0, 2133.0, 10.0),
+    (2, "15W", 4, 1651.2, 612.0, None, 15.0),
+    (3, "25W", 8, 1497.6, 408.0, None, 25.0),
+)
+
+# Jetson Orin Nano 8GB (P3767-0003) with the JetPack 6.1+ "Super" power modes
+# (nvpmodel_p3767_0003_super.conf, shipped with L4T R36.4: 15W, 25W, MAXN_SUPER). Tables: GPU
+# 306000000 … 1020000000 Hz (8 devfreq points, 102 MHz apart) as swept in a public Orin Nano
+# Super EMC/GPU estimator campaign script; 1020 MHz is the MAXN_SUPER GPU clock users report
+# (jetson_clocks on MAXN_SUPER: "306-918 MHz under the governor -> 1020 MHz fixed"). CPU: the
+# A78AE 76.8 MHz ladder from 115.2 MHz up to 1728.0 MHz (22 entries): the ladder is the T234
+# cpufreq table of every Orin above, the 1.7 GHz top is NVIDIA's Super CPU clock, and the conf's
+# caps (1497600, 1344000 kHz) are ladder entries; the board's own scaling_available_frequencies
+# was not found verbatim. EMC 204 / 665.6 / 2133 / 3199 MHz: the T234 table; 2133000000 and
+# 3199000000 are the conf's own 15W / 25W caps, and the campaign locks the EMC at 3199, 2133 and
+# 665.6 MHz. 4,224 = 6 x 22 x 8 x 4 modes.
+ORIN_NANO_SUPER = _with_presets(
+    DeviceSpec(
+        name="orin-nano-super",
+        display_name="Jetson Orin Nano 8GB Super (P3767-0003, MAXN_SUPER)",
+        soc="t234",
+        core_counts=tuple(range(1, 7)),
+        cpu_mhz=_khz(*(115200 + 76800 * i for i in range(22))),  # 115.2 … 1728.0
+        gpu_mhz=_khz(*(306000 + 102000 * i for i in range(8))),  # 306 … 1020
+        emc_mhz=_khz(204000, 665600, 2133000, 3199000),
+        idle_power_w=4.5,
+        max_power_w=25.0,
+        notes="nvpmodel_p3767_0003_super.conf; one CPU clock per core in the conf",
+    ),
+    (0, "15W", 6, 1497.6, 612.0, 2133.0, 15.0),
+    (1, "25W", 6, 1344.0, 918.0, 3199.0, 25.0),
+    (2, "MAXN_SUPER", 6, None, None, None, None),
+)
+
+#: Jetson AGX Thor (T264, JetPack 7): what public sources confirm, and no more. Its cpufreq,
+#: GPU devfreq and EMC tables and its nvpmodel_p3834_0008.conf power models were not found in
+#: any public source reachable here, so there is no built-in Thor spec (a Thor node discovers
+#: its own tables through SysfsJetson). Confirmed: 14 Neoverse-V3AE cores, CPU pinned at
+#: 2601000 kHz in a public benchmark auditor, GPU 1575000000 Hz under MAXN in a public preflight
+#: test, EMC 4266000000 Hz under jetson_clocks on the devfreq node /sys/class/devfreq/bwmgr (public
+#: Thor benchmark scripts), GPU devfreq nodes /sys/class/devfreq/gpu-gpc-0 and gpu-nvd-0 (jetson-stats),
+#: cpufreq policies on cpu0, 2, 4, … 12 (two-core clusters, per NVIDIA Sionna's Jetson tuning
+#: guide), power models MAXN (ID 0), 120W (ID 1, default), 90W, 70W, and the dev kit's
+#: compatible "nvidia,p3971-0089+p3834-0008" (upstream tegra.yaml binding).
+THOR_KNOWN = {"cores": 14, "cpu_max_mhz": 2601.0, "gpu_max_mhz": 1575.0, "emc_max_mhz": 4266.0, "soc": "t264",
+              "presets": ("MAXN", "120W", "90W", "70W")}
+
 #: Every built-in spec by CLI name.
-SPECS: dict[str, DeviceSpec] = {s.name: s for s in (ORIN_AGX, XAVIER_AGX, ORIN_NANO, NANO, TX2_NX)}
+SPECS: dict[str, DeviceSpec] = {s.name: s for s in (ORIN_AGX, XAVIER_AGX, ORIN_NANO, NANO, TX2_NX, ORIN_NX,
+                                                     ORIN_NANO_SUPER)}
+#: Models edgetune recognises but has no table for: the name, and why.
+UNTABULATED: dict[str, str] = {
+    "thor": "the Jetson AGX Thor's frequency tables and nvpmodel power models are not published in any source "
+            "edgetune could cite; run `edgetune device --device sysfs` on a Thor to discover them",
+}
 
 
 def get_spec(name: str) -> DeviceSpec:
-    """The built-in spec called ``name`` (``orin-agx``, ``xavier-agx``, ``orin-nano``, ``nano``, ``tx2-nx``)."""
+    """The built-in spec called ``name`` (see :data:`SPECS`)."""
     try:
         return SPECS[name]
     except KeyError:
+        if name in UNTABULATED:
+            raise InvalidArgument("device", f"no built-in spec for {name!r}: {UNTABULATED[name]}",
+                                  ", ".join(SPECS)) from None
         raise InvalidArgument("device", f"unknown device {name!r}", ", ".join(SPECS)) from None

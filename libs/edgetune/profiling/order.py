@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 
@@ -105,10 +106,8 @@ class CapSearch:
     def __init__(self, levels: Sequence[PowerMode], batch_sizes: Sequence[int], power_cap_w: float) -> None:
         if not levels:
             raise InvalidArgument("levels", "no levels to search")
-        if not batch_sizes or any(int(b) != b or b <= 0 for b in batch_sizes):
-            raise InvalidArgument("batch_sizes", f"{list(batch_sizes)} must be positive integers")
-        if power_cap_w <= 0:
-            raise InvalidArgument("power_cap_w", f"{power_cap_w} must be positive", "> 0")
+        validation.batch_sizes(batch_sizes)
+        validation.power_budget_w(power_cap_w, "power_cap_w")
         self.levels = list(levels)
         self.batch_sizes = sorted({int(b) for b in batch_sizes}, reverse=True)  # largest first
         self.power_cap_w = float(power_cap_w)

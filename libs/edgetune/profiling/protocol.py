@@ -10,7 +10,13 @@ Per point (seed 002's protocol, with seed 000's peak power and seed 001's trapez
 4. optionally repeat very short minibatches (seed 001's n̂) so the sampler sees enough samples;
 5. run the clean minibatches with the device's power sampler running;
 6. report time mean / std, power mean / std / peak, energy (trapezoid over the run window),
-   energy per minibatch, idle power and energy above idle, samples, settling.
+   energy per minibatch, idle power and energy above idle, samples, settling;
+7. throttling: the device's telemetry is read before the run (thermal zones) and right after
+   it (zones and clocks); a point measured
+   while throttled (a clock below the applied mode's, a thermal zone past its trip point) is
+   flagged ``throttled`` and, by default, measured again after a cool-down (idle until the
+   board no longer throttles, at most ``cooldown_timeout_s``), up to ``max_remeasures`` times.
+   A point still throttled after that keeps the flag, so no predictor trains on it silently.
 
 A measured power above ``hard_limit_w`` restores the mode the device was in and raises
 :class:`PowerLimitExceeded`. :meth:`Profiler.profile` runs many points and always puts the
@@ -27,14 +33,16 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.settling import SettleResult, wait_for_settle, window_size
 from edgetune.profiling.stats import mean_std, power_stats, repetitions
+from edgetune.telemetry.sample import Clocks, throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +88,19 @@ class ProfileConfig:
     repeat_short: bool = False
     min_run_samples: int = 5
     pilot_minibatches: int = 3
+    #: Re-measure a point taken while throttled, after idling until the board cools down.
+    remeasure_throttled: bool = True
+    max_remeasures: int = 1
+    cooldown_timeout_s: float = 120.0
+    cooldown_poll_s: float = 2.0
     #: Node id and run key go into the measurement id (re-running a key overwrites, not duplicates).
     node: str = ""
     run_key: str = ""
 
     def validate(self) -> ProfileConfig:
-        if int(self.n_minibatches) != self.n_minibatches or self.n_minibatches < 1:
-            raise InvalidArgument("n_minibatches", f"{self.n_minibatches} must be a positive integer", ">= 1")
-        if int(self.warmup_minibatches) != self.warmup_minibatches or self.warmup_minibatches < 0:
-            raise InvalidArgument("warmup_minibatches", f"{self.warmup_minibatches} must be >= 0", ">= 0")
-        if self.sample_rate_hz <= 0:
-            raise InvalidArgument("sample_rate_hz", f"{self.sample_rate_hz} must be positive", "> 0")
+        validation.count(self.n_minibatches, "n_minibatches")
+        validation.count(self.warmup_minibatches, "warmup_minibatches", minimum=0)
+        validation.sample_rate_hz(self.sample_rate_hz)
         window_size(self.settle_window_s, self.settle_poll_hz)
         if self.settle_tolerance < 0 or self.settle_tolerance_w < 0:
             raise InvalidArgument("settle_tolerance", "tolerances must be >= 0", ">= 0")
@@ -100,6 +110,11 @@ class ProfileConfig:
             raise InvalidArgument("idle_s", f"{self.idle_s} must be >= 0", ">= 0")
         if self.hard_limit_w is not None and self.hard_limit_w <= 0:
             raise InvalidArgument("hard_limit_w", f"{self.hard_limit_w} must be positive", "> 0")
+        if int(self.max_remeasures) != self.max_remeasures or self.max_remeasures < 0:
+            raise InvalidArgument("max_remeasures", f"{self.max_remeasures} must be an integer >= 0", ">= 0")
+        if not self.cooldown_timeout_s >= 0 or not self.cooldown_poll_s > 0:
+            raise InvalidArgument("cooldown_timeout_s", "cooldown_timeout_s must be >= 0 and cooldown_poll_s > 0",
+                                  "cooldown_timeout_s >= 0, cooldown_poll_s > 0")
         if self.min_run_samples < 1 or self.pilot_minibatches < 1:
             raise InvalidArgument("min_run_samples", "min_run_samples and pilot_minibatches must be >= 1", ">= 1")
         return self
@@ -110,7 +125,7 @@ ROW_COLUMNS: tuple[str, ...] = (
     "cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size", "time_ms", "power_w",
     "device", "workload", "role", "peak_power_w", "energy_j", "time_std_ms", "power_std_w", "samples",
     "idle_power_w", "energy_per_minibatch_j", "energy_above_idle_j", "n_minibatches", "duration_s",
-    "settled", "settle_s", "node", "id",
+    "settled", "settle_s", "throttled", "remeasured", "node", "id",
 )
 
 
@@ -149,6 +164,11 @@ class Measurement:
     power_samples: tuple[PowerSample, ...] = field(default=(), repr=False)
     run_start_s: float = 0.0
     run_end_s: float = 0.0
+    #: Measured while the board throttled (see the module docs), and why.
+    throttled: bool = False
+    throttle_reasons: tuple[str, ...] = ()
+    #: How many times the point was measured again after a throttled attempt.
+    remeasured: int = 0
 
     def to_row(self) -> dict[str, Any]:
         """One profile-table row (CONTRACT.md columns first; see :data:`ROW_COLUMNS`)."""
@@ -172,6 +192,8 @@ class Measurement:
             "duration_s": self.duration_s,
             "settled": "true" if self.settled else "false",
             "settle_s": self.settle_s,
+            "throttled": "true" if self.throttled else "false",
+            "remeasured": self.remeasured,
             "node": self.node,
             "id": self.id,
         }
@@ -204,13 +226,7 @@ def _nearest_before(samples: Sequence[PowerSample], t_s: float) -> list[PowerSam
 
 
 def _check_batch_size(batch_size: Any) -> int:
-    try:
-        b = int(batch_size)
-    except (TypeError, ValueError):
-        raise InvalidArgument("batch_size", f"{batch_size!r} is not an integer", ">= 1") from None
-    if b != batch_size or b < 1:
-        raise InvalidArgument("batch_size", f"{batch_size!r} must be a positive integer", ">= 1")
-    return b
+    return validation.batch_size(batch_size)
 
 
 class Profiler:
@@ -236,7 +252,18 @@ class Profiler:
         try:
             before = self.device.current_mode()
             try:
-                return self._measure(mode, workload, role, batch_size)
+                m = self._measure(mode, workload, role, batch_size)
+                attempts = 0
+                while m.throttled and self.config.remeasure_throttled and attempts < self.config.max_remeasures:
+                    log.warning("point measured while throttled; cooling down and measuring again",
+                                extra={"mode": m.mode.label(), "reasons": list(m.throttle_reasons)})
+                    self._cool_down()
+                    attempts += 1
+                    m = self._measure(mode, workload, role, batch_size)
+                if m.throttled:
+                    log.warning("point still throttled: kept with throttled=true",
+                                extra={"mode": m.mode.label(), "reasons": list(m.throttle_reasons)})
+                return replace(m, remeasured=attempts) if attempts else m
             except BaseException:
                 self._restore(before)
                 raise
@@ -267,6 +294,7 @@ class Profiler:
         # count every call as a cold start (model build, autotuning), so a separate
         # warm-up call would leave the clean run's first minibatch slow.
         sampler = dev.sampler(cfg.sample_rate_hz)
+        heat_before = dev.telemetry()
         t_start = clock.now_s()
         sampler.start()
         try:
@@ -274,6 +302,11 @@ class Profiler:
         finally:
             samples = sampler.stop()
             t_end = clock.now_s()
+        heat_after = dev.telemetry()
+        # Before the run only the zones count: an idle GPU may be rail-gated or clocked down by
+        # its governor whatever the pin says; right after the run the clocks count too.
+        before = throttle_reasons(Clocks(), Clocks(), heat_before.zones)
+        reasons = tuple(dict.fromkeys(before + heat_after.throttle_reasons))
         if len(all_ms) != w + n:
             raise FailedPrecondition(f"device ran {len(all_ms)} minibatches, {w + n} were asked")
         for s in samples:
@@ -298,7 +331,20 @@ class Profiler:
             settled=settle.settled, settle_s=settle.settle_s,
             warmup_times_ms=warmup_ms, minibatch_times_ms=tuple(times_ms),
             power_samples=tuple(samples), run_start_s=t_clean, run_end_s=t_end,
+            throttled=bool(reasons), throttle_reasons=reasons,
         )
+
+    def _cool_down(self) -> bool:
+        """Idle (in the applied mode) until no thermal zone is past its trip point; False on timeout.
+
+        Zones only: an idle board's clocks say nothing about heat (the GPU may be gated)."""
+        cfg, clock = self.config, self.device.clock
+        deadline = clock.now_s() + cfg.cooldown_timeout_s
+        while any(z.past_trip for z in self.device.telemetry().zones):
+            if clock.now_s() >= deadline:
+                return False
+            clock.sleep(cfg.cooldown_poll_s)
+        return True
 
     def _idle_power_w(self, settle: SettleResult, check_limit: Callable[[PowerSample], None]) -> float:
         if self.config.idle_s <= 0:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgetune.errors import InvalidArgument
 from edgetune.workloads.flops import MatMul
 
 
@@ -115,8 +116,6 @@ class BertMLM(nn.Module):
 
 
 def build(config: BertConfig) -> BertMLM:
-    from edgetune.errors import InvalidArgument
-
     if config.hidden_size % config.num_heads:
         raise InvalidArgument(
             "num_heads",

@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -223,8 +224,7 @@ def make_loader(
         from edgetune.workloads.registry import get_workload
 
         workload = get_workload(workload)
-    if batch_size < 1:
-        raise InvalidArgument("batch_size", f"{batch_size} must be positive", ">= 1")
+    validation.batch_size(batch_size)
     if num_workers < 0:
         raise InvalidArgument("num_workers", f"{num_workers} must not be negative", ">= 0")
     if n_samples is None and source != "digits":

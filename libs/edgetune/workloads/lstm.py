@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgetune.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class LstmConfig:
@@ -53,8 +55,6 @@ class LstmLM(nn.Module):
 
 def build(config: LstmConfig) -> LstmLM:
     if config.tie_weights and config.embed_dim != config.hidden_size:
-        from edgetune.errors import InvalidArgument
-
         raise InvalidArgument(
             "embed_dim", "tied weights need embed_dim == hidden_size", f"{config.hidden_size}"
         )

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgetune.errors import InvalidArgument
+
 # (in, kernel, expanded, out, use_se, activation, stride) per block, from the paper
 _SMALL = [
     (16, 3, 16, 16, True, "RE", 2),
@@ -152,7 +154,5 @@ class MobileNetV3(nn.Module):
 
 def build(config: MobileNetV3Config) -> MobileNetV3:
     if config.variant not in ("small", "large"):
-        from edgetune.errors import InvalidArgument
-
         raise InvalidArgument("variant", f"unknown MobileNetV3 variant {config.variant!r}", "small, large")
     return MobileNetV3(config)

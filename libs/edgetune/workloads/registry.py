@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset, default_collate
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.workloads import bert, lstm, mobilenet, resnet, yolo
 from edgetune.workloads.data import IGNORE_INDEX, dataset_for
@@ -90,8 +91,7 @@ class WorkloadDef:
         self, batch_size: int, seed: int = 0, device: torch.device | str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One synthetic minibatch ``(inputs, targets)`` of ``batch_size`` samples."""
-        if batch_size < 1:
-            raise InvalidArgument("batch_size", f"{batch_size} must be positive", ">= 1")
+        validation.batch_size(batch_size)
         ds = self.dataset(batch_size, seed=seed)
         inputs, targets = default_collate([ds[i] for i in range(batch_size)])
         if device is not None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.data import make_loader
@@ -86,9 +87,7 @@ class MinibatchRunner:
     ) -> None:
         self.workload = get_workload(workload) if isinstance(workload, str) else workload
         self.role = Role.parse(role)
-        if batch_size < 1:
-            raise InvalidArgument("batch_size", f"{batch_size} must be positive", ">= 1")
-        self.batch_size = batch_size
+        self.batch_size = validation.batch_size(batch_size)
         self.device = pick_device(device)
         self._cuda = self.device.type == "cuda"
         torch.manual_seed(seed)  # same initial weights for the same seed
@@ -141,8 +140,7 @@ class MinibatchRunner:
 
     def run(self, n_minibatches: int) -> list[float]:
         """Run ``n_minibatches`` and return each one's time in ms (also appended to ``times_ms``)."""
-        if n_minibatches < 1:
-            raise InvalidArgument("n_minibatches", f"{n_minibatches} must be positive", ">= 1")
+        validation.count(n_minibatches, "n_minibatches")
         if self._it is None:
             self._it = iter(self.loader)  # starts loader workers outside the timed interval
         times_ms: list[float] = []

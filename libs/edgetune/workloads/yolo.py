@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgetune.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class YoloConfig:
@@ -215,8 +217,6 @@ class YoloV8(nn.Module):
 
 def build(config: YoloConfig) -> YoloV8:
     if config.input_size % 32:
-        from edgetune.errors import InvalidArgument
-
         raise InvalidArgument(
             "input_size", f"{config.input_size} is not a multiple of the largest stride", "multiples of 32"
         )

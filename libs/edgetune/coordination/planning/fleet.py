@@ -20,9 +20,11 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.schemas import check as check_schema
 from edgetune.tables import read_profile_table
@@ -151,7 +153,11 @@ def flatten(fleet: Fleet) -> FlatOptions:
 # --------------------------------------------------------------------------- fleet.json
 
 
-def _number(value, where: str, *, positive: bool = False, integer: bool = False) -> float:
+@overload
+def _number(value: object, where: str, *, positive: bool = ..., integer: Literal[True]) -> int: ...
+@overload
+def _number(value: object, where: str, *, positive: bool = ..., integer: Literal[False] = ...) -> float: ...
+def _number(value: object, where: str, *, positive: bool = False, integer: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidArgument(where, f"{json.dumps(value)} is not a number",
                               "a positive integer" if integer else ("> 0" if positive else ">= 0"))
@@ -225,7 +231,7 @@ def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
     deadline = doc.get("deadline_s")
     deadline = None if deadline is None else _number(deadline, f"{name}:deadline_s", positive=True)
     site = doc.get("site_power_budget_w")
-    site = None if site is None else _number(site, f"{name}:site_power_budget_w")
+    site = None if site is None else validation.power_budget_w(site, f"{name}:site_power_budget_w")
     fleet_batches = parse_batch_sizes(doc.get("batch_sizes"), f"{name}:batch_sizes")
     fleet_eff = parse_batch_efficiency(doc.get("batch_efficiency"), f"{name}:batch_efficiency")
     raw_nodes = doc.get("nodes")
@@ -246,7 +252,7 @@ def parse_fleet(doc, base_dir: str = ".", name: str = "fleet.json") -> Fleet:
             raise InvalidArgument(f"{at}.id", f"duplicate id {node_id!r} (also nodes[{seen[node_id]}])")
         seen[node_id] = i
         budget = raw.get("power_budget_w")
-        budget = None if budget is None else _number(budget, f"{at}.power_budget_w")
+        budget = None if budget is None else validation.power_budget_w(budget, f"{at}.power_budget_w")
         if "samples" not in raw:
             raise InvalidArgument(f"{at}.samples", "is missing", "a positive integer")
         samples = _number(raw["samples"], f"{at}.samples", positive=True, integer=True)

@@ -95,7 +95,7 @@ def plan_round(fleet: Fleet) -> RoundPlan:
         return _infeasible(fleet, _no_option_reason(fleet.nodes[int(missing[0])]))
     site = fleet.site_power_budget_w
     ms = least_makespan(flat, site)
-    if not ms.feasible:
+    if not ms.feasible or ms.makespan_s is None:
         return _infeasible(fleet, ms.reason or "no plan fits the site power budget")
 
     deadline = ms.makespan_s
@@ -111,7 +111,7 @@ def plan_round(fleet: Fleet) -> RoundPlan:
     tie_rank[tie] = np.arange(tie.size)
     ks = min_energy_choice(by_deadline.node, by_deadline.power_w, by_deadline.energy_j, flat.n_nodes,
                            site, tie=tie_rank)
-    if not ks.feasible:  # cannot happen after a feasible makespan, kept for safety
+    if not ks.feasible or ks.choice is None:  # cannot happen after a feasible makespan, kept for safety
         return _infeasible(fleet, f"no plan meets the deadline {deadline:g} s within the site power budget")
 
     chosen = ks.choice

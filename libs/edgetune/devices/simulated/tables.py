@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-
+from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.devices.simulated.hardware import hardware_for
 from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
 from edgetune.devices.simulated.profiles import get_profile
-from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 
@@ -34,8 +32,7 @@ def truth_table(spec: DeviceSpec | str, workload: str, role: Role | str, modes, 
     model = PhysicalModel(spec, hardware_for(spec))
     rows: list[dict] = []
     for b in batch_sizes:
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b <= 0:
-            raise InvalidArgument("batch_size", f"{b!r} must be a positive integer", ">= 1")
+        validation.batch_size(b)
         br = model.evaluate(prof, arr, int(b))
         for (c, fc, fg, fe), t, p in zip(arr.tolist(), br.time_ms.tolist(), br.power_w.tolist(), strict=True):
             rows.append({"cores": int(c), "cpu_mhz": fc, "gpu_mhz": fg, "emc_mhz": fe, "batch_size": int(b),

@@ -11,9 +11,10 @@
 * :mod:`.thor` — seed 003 / THOR: variant-network profiling with subtraction, one GP per layer
   kind with variance-guided active learning, additive estimates, and the FLOPs + linear
   regression baseline;
-* :mod:`.pruning` — energy-aware random channel pruning guided by an estimator.
+* :mod:`.pruning` — energy-aware random channel pruning guided by an estimator;
+* :mod:`.costing` — per-layer time / power / energy of any network on a Jetson model (the
+  simulator's hardware constants and rails): the ground truth these are profiled against.
 
-The ground truth these are checked against is the simulator's layer costing,
-:mod:`edgetune.devices.simulated.layers`. Submodules import torch / scikit-learn; import
+Submodules import torch / scikit-learn; import
 the ones you need.
 """

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeGuard
 
 import torch
 from torch import nn
@@ -35,7 +36,16 @@ ROLES = ("input", "hidden", "output")
 _CONNECTORS = (nn.Flatten, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d)
 
 
-def is_unit(m: nn.Module) -> bool:
+class ThorUnit(Protocol):
+    """A custom parametric unit (module docs)."""
+
+    in_channels: int
+    out_channels: int
+
+    def rebuild(self, c_in: int, c_out: int) -> nn.Module: ...
+
+
+def is_unit(m: nn.Module) -> TypeGuard[ThorUnit]:
     return bool(getattr(m, "thor_unit", False))
 
 
@@ -90,7 +100,11 @@ class ParsedModel:
 
 
 def _out_channels(m: nn.Module) -> int:
-    return int(m.out_features if isinstance(m, nn.Linear) else m.out_channels)
+    if isinstance(m, nn.Linear):
+        return m.out_features
+    if isinstance(m, nn.Conv2d) or is_unit(m):
+        return m.out_channels
+    raise TypeError(f"{type(m).__name__} is not a parametric layer")
 
 
 def parse(model: nn.Module, input_shape: Sequence[int]) -> ParsedModel:
@@ -123,12 +137,14 @@ def _rebuild(m: nn.Module, in_shape: torch.Size, c_out: int | None) -> nn.Module
     c_in = int(in_shape[1]) if len(in_shape) >= 2 else int(in_shape[-1])
     if isinstance(m, nn.Conv2d):
         if is_depthwise(m):
-            dw = nn.Conv2d(c_in, c_in, m.kernel_size, m.stride, m.padding, m.dilation, groups=c_in,
-                           bias=m.bias is not None)
-            dw.thor_depthwise = True
+            # torch's stub types the attributes tuple[int, ...] and the arguments as 2-tuples
+            dw = nn.Conv2d(c_in, c_in, m.kernel_size, m.stride, m.padding, m.dilation,  # type: ignore[arg-type]
+                           groups=c_in, bias=m.bias is not None)
+            setattr(dw, "thor_depthwise", True)  # noqa: B010 (a marker, not a Module attribute torch types)
             return dw
-        return nn.Conv2d(c_in, int(c_out if c_out is not None else m.out_channels), m.kernel_size, m.stride,
-                         m.padding, m.dilation, bias=m.bias is not None)
+        return nn.Conv2d(c_in, int(c_out if c_out is not None else m.out_channels),
+                         m.kernel_size, m.stride, m.padding, m.dilation,  # type: ignore[arg-type]  # as above
+                         bias=m.bias is not None)
     if isinstance(m, nn.Linear):
         return nn.Linear(int(in_shape[-1]), int(c_out if c_out is not None else m.out_features),
                          bias=m.bias is not None)

@@ -20,6 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import SupportsInt
 
 import torch
 from torch import nn
@@ -55,7 +56,7 @@ def _first(v: object) -> int:
         return int(v[0]) if v else 0
     if isinstance(v, str):  # padding="same" / "valid"
         return -1 if v == "same" else 0
-    return int(v) if v is not None else 0
+    return int(v) if isinstance(v, SupportsInt) else 0
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def shape_only(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     if enabled:
         for _, m in _leaves(model):
             if isinstance(m, SHAPE_PRESERVING) and "forward" not in m.__dict__:
-                m.forward = _same  # instance attribute: shadows the class method until removed
+                # instance attribute: shadows the class method until removed (on purpose: mypy's method-assign)
+                m.forward = _same  # type: ignore[method-assign,assignment]
                 patched.append(m)
     try:
         yield

@@ -222,10 +222,11 @@ class NeuralPowerModel:
             rows = [s for s in samples if s.kind == kind]
             if not rows:
                 continue
-            X = np.stack([layer_features(s.record) for s in rows])
-            self.models[(kind, "time")] = PolyLasso(seed=seed).fit(X, [s.time_ms for s in rows])
+            feats = [layer_features(s.record) for s in rows]
+            X = np.stack([f for f in feats if f is not None])  # every NP_KINDS kind has features
+            self.models[(kind, "time")] = PolyLasso(seed=seed).fit(X, np.array([s.time_ms for s in rows]))
             if all(np.isfinite(s.power_w) for s in rows):
-                self.models[(kind, "power")] = PolyLasso(seed=seed).fit(X, [s.power_w for s in rows])
+                self.models[(kind, "power")] = PolyLasso(seed=seed).fit(X, np.array([s.power_w for s in rows]))
         return self
 
     def predict_layer(self, r: LayerRecord, target: str = "time") -> float | None:

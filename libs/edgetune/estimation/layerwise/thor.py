@@ -12,7 +12,7 @@ How it works, for a sequential model parsed into blocks (:mod:`.blocks`):
    the corners of the channel range, fit a GP (Matérn ν = 2.5 by default; RBF and
    DotProduct to compare), profile next the candidate with the largest predictive variance,
    stop at a cap or when that variance falls under 5 % of the profiled data's variance.
-   "Profiling" a variant = the simulator's layer costing (:mod:`edgetune.devices.simulated.layers`)
+   "Profiling" a variant = the layer costing (:mod:`edgetune.estimation.layerwise.costing`)
    of a training iteration, energy above idle per iteration, with the noise of a
    500-iteration run; its cost is accounted as 500 iterations plus a set-up per point.
 3. **Estimate.** A model's energy per iteration = Σ of its blocks' GP means (additivity).
@@ -27,6 +27,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -36,9 +37,9 @@ from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from edgetune.devices.simulated.layers import LayerCostModel
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import BlockInstance, BlockKind, ParsedModel, blocks_of
+from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.features import extract_layers, total_flops
 from edgetune.powermodes.mode import PowerMode
 
@@ -102,7 +103,13 @@ class LayerGP:
         self.gp_ = gp
         return self
 
-    def predict(self, X: np.ndarray, return_std: bool = False):
+    @overload
+    def predict(self, X: np.ndarray | Sequence[Sequence[int]], return_std: Literal[False] = False) -> np.ndarray: ...
+    @overload
+    def predict(self, X: np.ndarray | Sequence[Sequence[int]],
+                return_std: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+    def predict(self, X: np.ndarray | Sequence[Sequence[int]],
+                return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Mean (and the latent function's std: the white-noise term taken out)."""
         if self.gp_ is None:
             raise InvalidArgument("gp", "not fitted", "profile the kind first")
@@ -200,7 +207,7 @@ class Thor:
         """The variant network of ``need`` at GP input ``point`` (its channels), its blocks, its data shape."""
         k = need.kind
         if need.data_shape is None:  # output kind alone: the data carries the channel count
-            shape = (k.batch_size, point[0], k.in_h, k.in_w) if k.in_h else (k.batch_size, point[0])
+            shape: tuple[int, ...] = (k.batch_size, point[0], k.in_h, k.in_w) if k.in_h else (k.batch_size, point[0])
             chans: list[int] = []
         else:
             shape = need.data_shape
@@ -258,7 +265,7 @@ class Thor:
         _, blocks = blocks_of(p)
         orig = p.channels()
         # channel upper bounds per block output (depthwise blocks follow their input)
-        out_hi = []
+        out_hi: list[int] = []
         for i, c in enumerate(orig):
             out_hi.append(c if p.variable(i) else out_hi[-1])
         t_in, t_out = p.blocks[0], p.blocks[-1]
@@ -387,8 +394,8 @@ def true_energy_j(parsed: ParsedModel, cost_model: LayerCostModel, channels: Seq
 
 
 def mape_pct(pred: Sequence[float], true: Sequence[float]) -> float:
-    pred, true = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
-    return float(100.0 * np.mean(np.abs(pred - true) / np.abs(true)))
+    p, t = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
+    return float(100.0 * np.mean(np.abs(p - t) / np.abs(t)))
 
 
 __all__ = ["FlopsLinear", "KERNELS", "LayerGP", "ProfiledPoint", "Thor", "make_kernel", "mape_pct", "model_flops",

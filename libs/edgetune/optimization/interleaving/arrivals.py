@@ -258,9 +258,10 @@ def _read_column(path: pathlib.Path, column: str | None) -> list[float]:
         header = [h.strip() for h in next(reader)]
         rows = list(reader)
         wanted = [column] if column else ["arrival_s", "timestamp", "time_s", "t", "rate_rps"]
-        col = next((header.index(c) for c in wanted if c in header), None if column else 0)
-        if col is None:
+        found = next((header.index(c) for c in wanted if c in header), None if column else 0)
+        if found is None:
             raise InvalidArgument("column", f"{column!r} is not a column of {path.name}", ", ".join(header))
+        col = found
     out = []
     for i, row in enumerate(rows, start=2 if has_header else 1):
         try:

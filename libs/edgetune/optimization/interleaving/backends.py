@@ -136,6 +136,7 @@ class TorchBackend(Backend):
 
     def __init__(self, train_workload, infer_workload, train_batch_size: int = 16, max_infer_batch: int = 64,
                  device: str = "cpu", seed: int = 0) -> None:
+        # torch and the model zoo only for this backend: the simulated ones need neither
         import torch
 
         from edgetune.workloads import MinibatchRunner, get_workload

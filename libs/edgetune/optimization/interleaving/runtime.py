@@ -53,6 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.interleaving.arrivals import ArrivalProcess
 from edgetune.optimization.interleaving.backends import Backend
@@ -86,8 +87,7 @@ class FulcrumScheduler:
             raise InvalidArgument("beta", f"{beta!r} must be a positive integer", ">= 1")
         if policy not in POLICIES:
             raise InvalidArgument("policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
-        if arrival_rps is not None and not arrival_rps > 0:
-            raise InvalidArgument("arrival_rps", f"{arrival_rps!r} must be positive", "> 0")
+        validation.optional(validation.arrival_rps, arrival_rps, "arrival_rps")
         if max_wait_ms is not None and not max_wait_ms >= 0:
             raise InvalidArgument("max_wait_ms", f"{max_wait_ms!r} must not be negative", ">= 0")
         if not flush_s >= 0:

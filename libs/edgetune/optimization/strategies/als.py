@@ -93,7 +93,7 @@ def mode_features(modes: Sequence[PowerMode]) -> np.ndarray:
     return np.column_stack([x[:, 0], 1000.0 / x[:, 1:]])
 
 
-def config_features(modes: Sequence[PowerMode], batch_sizes: Sequence[int]) -> np.ndarray:
+def config_features(modes: Sequence[PowerMode], batch_sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """[cores, cpu, gpu, emc, log2 β] — batch size on a log scale, as time grows sub-linearly in it."""
     x = mode_features(modes)
     return np.column_stack([x, np.log2(np.asarray(batch_sizes, dtype=np.float64))])
@@ -178,7 +178,7 @@ class ALS(SearchStrategy):
             seen = np.array([self.obs.has(m, ROLE_TRAIN, bs) for m in modes])
             if seen.all() or not seen.any():
                 return
-            pts = [self.obs.get(modes[i], ROLE_TRAIN, bs) for i in np.flatnonzero(seen)]
+            pts = [p for i in np.flatnonzero(seen) if (p := self.obs.get(modes[i], ROLE_TRAIN, bs)) is not None]
             t_obs = np.array([p.time_ms for p in pts])
             p_obs = np.array([p.power_w for p in pts])
             t_guide.fit(x[seen], t_obs)
@@ -218,7 +218,7 @@ class ALS(SearchStrategy):
                 if seen.all():
                     return
                 t_in, p_in = self._predict(cfg_modes, cfg_bs, ROLE_INFER, xc, t_in_g, p_in_g)
-                if concurrent:
+                if t_tr_g is not None and p_tr_g is not None:  # concurrent
                     t_tr_m, p_tr_m = self._predict(modes, [tbs] * len(modes), ROLE_TRAIN, xm, t_tr_g, p_tr_g)
                     t_tr, p_tr = t_tr_m[mode_pos], p_tr_m[mode_pos]
                 # conservative pruning: some rate of the quadrant keeps up and meets its largest budget
@@ -250,7 +250,7 @@ class ALS(SearchStrategy):
         lm, rm = 0.5 * (l0 + l1), 0.5 * (r0 + r1)
         return [(lm, r0, rm), (lm, rm, r1), (l1, r0, rm), (l1, rm, r1)]
 
-    def _predict(self, modes: Sequence[PowerMode], batch_sizes: Sequence[int], role: str, x: np.ndarray,
+    def _predict(self, modes: Sequence[PowerMode], batch_sizes: Sequence[int] | np.ndarray, role: str, x: np.ndarray,
                  t_guide: Guide, p_guide: Guide) -> tuple[np.ndarray, np.ndarray]:
         """Time and power per row: observed where profiled, else the refitted guides' prediction."""
         pts = [self.obs.get(m, role, int(b)) for m, b in zip(modes, batch_sizes, strict=True)]

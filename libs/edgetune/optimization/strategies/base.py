@@ -34,15 +34,17 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from edgetune import validation
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     INFER_BATCH_SIZES,
     Decision,
+    ModeKey,
     Observations,
     Point,
     Problem,
     mode_key,
-    problem_from_dict,
 )
 from edgetune.powermodes.grids import ModeGrid
 from edgetune.powermodes.mode import PowerMode
@@ -154,8 +156,7 @@ class SearchStrategy(ABC):
                  **options: Any) -> None:
         self.problem = problem
         self.space = space
-        if budget is not None and (isinstance(budget, bool) or int(budget) != budget or budget < 1):
-            raise InvalidArgument("budget", f"{budget!r} must be a positive integer", ">= 1")
+        validation.optional(validation.count, budget, "budget")
         self.budget = int(budget) if budget is not None else self.default_budget()
         self.seed = int(seed)
         self.options = dict(options)
@@ -237,13 +238,13 @@ class SearchStrategy(ABC):
             except StopIteration:
                 self._done = True
                 return []
-            trials = []
-            seen: set = set()
+            trials: list[Trial] = []
+            seen: set[tuple[ModeKey, int]] = set()
             for item in batch:
                 if len(trials) >= self.remaining:
                     break
                 mode, b = item[0], int(item[1])
-                wanted = item[2] if len(item) > 2 else self.problem.points_for(b)  # type: ignore[misc]
+                wanted = item[2] if len(item) > 2 else self.problem.points_for(b)
                 points = tuple(p for p in wanted if not self.obs.has(mode, *p))
                 key = (mode_key(mode), b)
                 if not points or key in seen or not self.space.available(mode):
@@ -310,10 +311,9 @@ class SearchStrategy(ABC):
     @classmethod
     def from_state(cls, state: Mapping[str, Any], problem: Problem | None = None,
                    space: SearchSpace | None = None) -> SearchStrategy:
-        """Resume a session saved by :meth:`state_dict` (replays its history deterministically)."""
-        from edgetune.optimization.strategies.registry import strategy_class
-
-        klass = cls if getattr(cls, "name", None) == state.get("strategy") else strategy_class(state["strategy"])
+        """Resume a session saved by :meth:`state_dict` (replays its history deterministically),
+        whichever strategy it ran."""
+        klass = cls if getattr(cls, "name", None) == state.get("strategy") else _strategy_named(state["strategy"])
         problem = problem or problem_from_dict(state["problem"])
         space = space or SearchSpace.from_dict(state["space"])
         strat = klass(problem, space, budget=state["budget"], seed=state["seed"], **state.get("options", {}))
@@ -340,3 +340,19 @@ class SearchStrategy(ABC):
             strat._pending = []
         return strat
 
+
+def _strategy_named(name: str) -> type[SearchStrategy]:
+    """The strategy class called ``name``, found among SearchStrategy's subclasses.
+
+    The class hierarchy is the registry here: the package imports every strategy before this
+    module is used, and looking names up in :mod:`.registry` instead would import it back.
+    """
+    found: dict[str, type[SearchStrategy]] = {}
+    stack = list(SearchStrategy.__subclasses__())
+    while stack:
+        klass = stack.pop()
+        found.setdefault(getattr(klass, "name", ""), klass)
+        stack.extend(klass.__subclasses__())
+    if name not in found:
+        raise InvalidArgument("strategy", f"unknown strategy {name!r}", ", ".join(sorted(n for n in found if n)))
+    return found[name]

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
+from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     ROLE_INFER,
     ROLE_TRAIN,
@@ -21,7 +23,6 @@ from edgetune.optimization.problems import (
     Decision,
     Problem,
     mode_key,
-    problem_from_dict,
 )
 from edgetune.optimization.strategies.base import PresetMode, SearchSpace, SearchStrategy
 from edgetune.powermodes.grids import ModeGrid
@@ -123,9 +124,7 @@ def run_search(strategy: SearchStrategy, device: ReplayLike, problem: Problem | 
                max_profiles: int | None = None) -> SearchResult:
     """Profile what ``strategy`` asks through ``device.lookup`` until it is done (or out of profiles)."""
     problem = problem or strategy.problem
-    if max_profiles is not None and (isinstance(max_profiles, bool) or int(max_profiles) != max_profiles
-                                     or max_profiles < 1):
-        raise InvalidArgument("max_profiles", f"{max_profiles!r} must be a positive integer", ">= 1")
+    validation.optional(validation.count, max_profiles, "max_profiles")
     measured: set[tuple] = set()
     while not strategy.done:
         trials = strategy.ask()

@@ -31,8 +31,8 @@ class _FixedMode(SearchStrategy):
         if decision.feasible or not self.obs:
             return decision
         mode = self.chosen_mode()
-        evs = [self.problem.evaluate(mode, b, self.obs) for b in self.space.batch_sizes(self.problem)]
-        evs = [e for e in evs if e is not None]
+        evaluated = (self.problem.evaluate(mode, b, self.obs) for b in self.space.batch_sizes(self.problem))
+        evs = [e for e in evaluated if e is not None]
         closest = min(evs, key=lambda e: e.power_w) if evs else None
         return self.problem.decide(closest)
 

@@ -56,8 +56,8 @@ from collections.abc import Generator
 from typing import Any
 
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Evaluation
-from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
+from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Evaluation, LatencyProblem
+from edgetune.optimization.strategies.base import Batch, SearchGen, SearchStrategy
 from edgetune.powermodes.mode import PowerMode
 
 #: The paper's budgets (configurations profiled).
@@ -123,6 +123,13 @@ class GMD(SearchStrategy):
         return self.grid.indices(self._mode(self.grid.indices(self.grid.midpoint())))
 
     # -- what a point says -------------------------------------------------------------------
+    @property
+    def _latency_problem(self) -> LatencyProblem:
+        """The inference / concurrent problem: only those reach the latency-bound search paths."""
+        if not isinstance(self.problem, LatencyProblem):
+            raise TypeError(f"a {self.problem.kind} problem has no latency budget")
+        return self.problem
+
     def _eval(self, idx: Idx, beta: int) -> Evaluation | None:
         return self.problem.evaluate(self._mode(idx), beta, self.obs)
 
@@ -142,7 +149,7 @@ class GMD(SearchStrategy):
             inf = self.obs.get(mode, ROLE_INFER, beta)
             if tr is None or inf is None:
                 return float("inf")
-            spare = 1.0 - inf.time_ms / self.problem.window_ms(beta)  # share of time left to training
+            spare = 1.0 - inf.time_ms / self._latency_problem.window_ms(beta)  # share of time left to training
             return tr.time_ms / max(spare, 1e-6)
         ev = self._eval(idx, beta)
         return ev.time_ms if ev is not None else float("inf")
@@ -189,7 +196,7 @@ class GMD(SearchStrategy):
         else:
             yield from self._concurrent()
 
-    def _multidim(self, beta: int, tries: int, refine: bool) -> Generator:
+    def _multidim(self, beta: int, tries: int, refine: bool) -> Generator[Batch, None, list[Idx]]:
         """Algorithm 1 at batch size ``beta`` with at most ``tries`` trials; returns the visited points."""
         self.search_batch_size = beta
         stop_at = self.n_trials + tries
@@ -224,7 +231,7 @@ class GMD(SearchStrategy):
             return max(sorted(dims), key=lambda d: self.rho.get(d, 0.0))
         return min(sorted(dims), key=lambda d: self.rho.get(d, 0.0))  # shed where watts cost least time
 
-    def _line(self, base: Idx, d: int, beta: int, stop_at: int, visited: list[Idx]) -> Generator:
+    def _line(self, base: Idx, d: int, beta: int, stop_at: int, visited: list[Idx]) -> Generator[Batch, None, Idx]:
         """Bisect dimension ``d`` from ``base`` by power; return the new base."""
         n = self.grid.shape[d]
         up = self._fits(base, beta)
@@ -260,7 +267,7 @@ class GMD(SearchStrategy):
         fitting = [q for q in line if self._fits(q, beta)]
         return min(fitting, key=lambda q: self._key(q, beta)) if fitting else base
 
-    def _refine(self, beta: int, stop_at: int, visited: list[Idx]) -> Generator:
+    def _refine(self, beta: int, stop_at: int, visited: list[Idx]) -> SearchGen:
         """Spend left-over trials on local moves around the best candidate (module docstring)."""
         shape = self.grid.shape
         tried: set[Idx] = set()
@@ -304,7 +311,7 @@ class GMD(SearchStrategy):
         budget at bs=1 often draw too much at a larger β. Searching at the larger β finds the modes
         that fit there. It needs trials left over, which a cold GMD11 rarely has but a warm-started
         one (the bs=1 walk already profiled) does: the dynamic-rate solver's case."""
-        prob = self.problem
+        prob = self._latency_problem
         for beta in (b for b in self.space.infer_batch_sizes if b > b0):
             if prob.peak_latency_ms(beta, 0.0) > prob.latency_budget_ms or self.remaining <= 0:
                 return  # queueing alone breaks the budget, and only grows with β
@@ -314,7 +321,7 @@ class GMD(SearchStrategy):
 
     def _backtrack_infer(self, visited: list[Idx], b0: int) -> SearchGen:
         """Retry modes within power at larger batch sizes, fastest first (§5.1.3)."""
-        prob = self.problem
+        prob = self._latency_problem
         cands = sorted({q for q in visited if self._fits(q, b0)}, key=lambda q: self._proxy(q, b0))
         best_lat = float("inf")
         for q in cands:
@@ -340,7 +347,7 @@ class GMD(SearchStrategy):
 
     # -- concurrent --------------------------------------------------------------------------
     def _concurrent(self) -> SearchGen:
-        prob = self.problem
+        prob = self._latency_problem
         maxn = self.grid.indices(self.grid.maxn())
         chosen = None
         for beta in sorted(self.space.infer_batch_sizes, reverse=True):
@@ -363,8 +370,9 @@ class GMD(SearchStrategy):
         visited = yield from self._multidim(chosen, tries, refine=False)
         if not self.problem.solve(self.obs).feasible:
             yield from self._backtrack_concurrent(visited, chosen)
-        if self.refine and self.remaining > 0 and self.problem.solve(self.obs).feasible:
-            best = self.problem.solve(self.obs)
+        best = self.problem.solve(self.obs)
+        if self.refine and self.remaining > 0 and best.feasible and best.mode is not None \
+                and best.batch_size is not None:
             yield from self._refine(best.batch_size, self.n_trials + self.remaining,
                                     [q for q in visited] + [self.grid.indices(best.mode)])
 

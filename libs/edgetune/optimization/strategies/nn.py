@@ -42,10 +42,10 @@ class NNSearch(SearchStrategy):
         yield from self.measure(random_configurations(self, max(1, self.budget - 1)))
         predicted = self.predict_all()
         decision = self.problem.solve(predicted)
-        if not decision.feasible:
+        if not decision.feasible or decision.evaluation is None:
             self.no_pick_reason = "the predicted front holds no configuration within the budgets: " + decision.reason
         else:
-            self.pick = (decision.mode, decision.batch_size)
+            self.pick = (decision.evaluation.mode, decision.evaluation.batch_size)
             yield from self.measure([self.pick])
 
     def predict_all(self) -> Observations:

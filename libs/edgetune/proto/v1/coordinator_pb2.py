@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from edgetune.proto.v1 import common_pb2 as edgetune_dot_v1_dot_common__pb2
+from edgetune.proto.v1 import tuning_pb2 as edgetune_dot_v1_dot_tuning__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64getune/v1/coordinator.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x02\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x17.edgetune.v1.DeviceSpec\x12,\n\x0c\x63urrent_mode\x18\x05 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x1b\n\x0epower_budget_w\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.edgetune.v1.NodeInfo.LabelsEntry\x12-\n\tlast_seen\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05state\x18\t \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\":\n\x13RegisterNodeRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.edgetune.v1.NodeInfo\"^\n\x14RegisterNodeResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03\"\x8b\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x0c\x63urrent_mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\r\n\x05state\x18\x04 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x05 \x01(\x03\"@\n\x11HeartbeatResponse\x12\x17\n\x0f\x63onfig_revision\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\"\x12\n\x10ListNodesRequest\"9\n\x11ListNodesResponse\x12$\n\x05nodes\x18\x01 \x03(\x0b\x32\x15.edgetune.v1.NodeInfo\"\x9b\x02\n\tNodeRound\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x1b\n\x0epower_budget_w\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12(\n\x07options\x18\x04 \x03(\x0b\x32\x17.edgetune.v1.Prediction\x12\x13\n\x0b\x62\x61tch_sizes\x18\x05 \x03(\x05\x12\x45\n\x10\x62\x61tch_efficiency\x18\x06 \x03(\x0b\x32+.edgetune.v1.NodeRound.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\"\xf5\x02\n\x10PlanRoundRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12.\n\tobjective\x18\x02 \x01(\x0e\x32\x1b.edgetune.v1.RoundObjective\x12%\n\x07\x62udgets\x18\x03 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x04 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12%\n\x05nodes\x18\x05 \x03(\x0b\x32\x16.edgetune.v1.NodeRound\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x13\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x05\x12L\n\x10\x62\x61tch_efficiency\x18\x08 \x03(\x0b\x32\x32.edgetune.v1.PlanRoundRequest.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x88\x01\n\x08NodePlan\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12$\n\x04mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0e\n\x06time_s\x18\x04 \x01(\x01\x12\x0f\n\x07power_w\x18\x05 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x06 \x01(\x01\"\xe1\x01\n\x11PlanRoundResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nmakespan_s\x18\x04 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x05 \x01(\x01\x12$\n\x05nodes\x18\x06 \x03(\x0b\x32\x15.edgetune.v1.NodePlan\x12\x18\n\x10\x66\x61stest_energy_j\x18\x07 \x01(\x01\x12\x1a\n\x12\x66\x61stest_makespan_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x65nergy_saved_j\x18\t \x01(\x01\"\xd6\x02\n\nNodeConfig\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12$\n\x04mode\x18\x03 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\'\n\x08workload\x18\x05 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12.\n\nvalid_from\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08round_id\x18\x08 \x01(\t\x12\x1b\n\x0epower_budget_w\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07restore\x18\n \x01(\x08\x12\x0e\n\x06reason\x18\x0b \x01(\tB\x11\n\x0f_power_budget_w\"\'\n\x14GetNodeConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"=\n\x12WatchConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\"v\n\x13UpdateBudgetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12%\n\x07\x62udgets\x18\x02 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x03 \x01(\x0b\x32\x15.edgetune.v1.Workload\"f\n\x14UpdateBudgetResponse\x12%\n\x07\x62udgets\x18\x01 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03*k\n\x0eRoundObjective\x12\x1f\n\x1bROUND_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_OBJECTIVE_MAKESPAN\x10\x01\x12\x1a\n\x16ROUND_OBJECTIVE_ENERGY\x10\x02\x32\xb3\x04\n\x0b\x43oordinator\x12S\n\x0cRegisterNode\x12 .edgetune.v1.RegisterNodeRequest\x1a!.edgetune.v1.RegisterNodeResponse\x12J\n\tHeartbeat\x12\x1d.edgetune.v1.HeartbeatRequest\x1a\x1e.edgetune.v1.HeartbeatResponse\x12J\n\tListNodes\x12\x1d.edgetune.v1.ListNodesRequest\x1a\x1e.edgetune.v1.ListNodesResponse\x12J\n\tPlanRound\x12\x1d.edgetune.v1.PlanRoundRequest\x1a\x1e.edgetune.v1.PlanRoundResponse\x12K\n\rGetNodeConfig\x12!.edgetune.v1.GetNodeConfigRequest\x1a\x17.edgetune.v1.NodeConfig\x12I\n\x0bWatchConfig\x12\x1f.edgetune.v1.WatchConfigRequest\x1a\x17.edgetune.v1.NodeConfig0\x01\x12S\n\x0cUpdateBudget\x12 .edgetune.v1.UpdateBudgetRequest\x1a!.edgetune.v1.UpdateBudgetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64getune/v1/coordinator.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x18\x65\x64getune/v1/tuning.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x02\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x17.edgetune.v1.DeviceSpec\x12,\n\x0c\x63urrent_mode\x18\x05 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x1b\n\x0epower_budget_w\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.edgetune.v1.NodeInfo.LabelsEntry\x12-\n\tlast_seen\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05state\x18\t \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\":\n\x13RegisterNodeRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.edgetune.v1.NodeInfo\"^\n\x14RegisterNodeResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03\"\x8b\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x0c\x63urrent_mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\r\n\x05state\x18\x04 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x05 \x01(\x03\"@\n\x11HeartbeatResponse\x12\x17\n\x0f\x63onfig_revision\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\"\x12\n\x10ListNodesRequest\"9\n\x11ListNodesResponse\x12$\n\x05nodes\x18\x01 \x03(\x0b\x32\x15.edgetune.v1.NodeInfo\"\x9b\x02\n\tNodeRound\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x1b\n\x0epower_budget_w\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12(\n\x07options\x18\x04 \x03(\x0b\x32\x17.edgetune.v1.Prediction\x12\x13\n\x0b\x62\x61tch_sizes\x18\x05 \x03(\x05\x12\x45\n\x10\x62\x61tch_efficiency\x18\x06 \x03(\x0b\x32+.edgetune.v1.NodeRound.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\"\xf5\x02\n\x10PlanRoundRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12.\n\tobjective\x18\x02 \x01(\x0e\x32\x1b.edgetune.v1.RoundObjective\x12%\n\x07\x62udgets\x18\x03 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x04 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12%\n\x05nodes\x18\x05 \x03(\x0b\x32\x16.edgetune.v1.NodeRound\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x13\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x05\x12L\n\x10\x62\x61tch_efficiency\x18\x08 \x03(\x0b\x32\x32.edgetune.v1.PlanRoundRequest.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x88\x01\n\x08NodePlan\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12$\n\x04mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0e\n\x06time_s\x18\x04 \x01(\x01\x12\x0f\n\x07power_w\x18\x05 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x06 \x01(\x01\"\xe1\x01\n\x11PlanRoundResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nmakespan_s\x18\x04 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x05 \x01(\x01\x12$\n\x05nodes\x18\x06 \x03(\x0b\x32\x15.edgetune.v1.NodePlan\x12\x18\n\x10\x66\x61stest_energy_j\x18\x07 \x01(\x01\x12\x1a\n\x12\x66\x61stest_makespan_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x65nergy_saved_j\x18\t \x01(\x01\"\xd6\x02\n\nNodeConfig\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12$\n\x04mode\x18\x03 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\'\n\x08workload\x18\x05 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12.\n\nvalid_from\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08round_id\x18\x08 \x01(\t\x12\x1b\n\x0epower_budget_w\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07restore\x18\n \x01(\x08\x12\x0e\n\x06reason\x18\x0b \x01(\tB\x11\n\x0f_power_budget_w\"\'\n\x14GetNodeConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"=\n\x12WatchConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\"v\n\x13UpdateBudgetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12%\n\x07\x62udgets\x18\x02 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x03 \x01(\x0b\x32\x15.edgetune.v1.Workload\"f\n\x14UpdateBudgetResponse\x12%\n\x07\x62udgets\x18\x01 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03*k\n\x0eRoundObjective\x12\x1f\n\x1bROUND_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_OBJECTIVE_MAKESPAN\x10\x01\x12\x1a\n\x16ROUND_OBJECTIVE_ENERGY\x10\x02\x32\xa6\x08\n\x0b\x43oordinator\x12S\n\x0cRegisterNode\x12 .edgetune.v1.RegisterNodeRequest\x1a!.edgetune.v1.RegisterNodeResponse\x12J\n\tHeartbeat\x12\x1d.edgetune.v1.HeartbeatRequest\x1a\x1e.edgetune.v1.HeartbeatResponse\x12J\n\tListNodes\x12\x1d.edgetune.v1.ListNodesRequest\x1a\x1e.edgetune.v1.ListNodesResponse\x12J\n\tPlanRound\x12\x1d.edgetune.v1.PlanRoundRequest\x1a\x1e.edgetune.v1.PlanRoundResponse\x12K\n\rGetNodeConfig\x12!.edgetune.v1.GetNodeConfigRequest\x1a\x17.edgetune.v1.NodeConfig\x12I\n\x0bWatchConfig\x12\x1f.edgetune.v1.WatchConfigRequest\x1a\x17.edgetune.v1.NodeConfig0\x01\x12S\n\x0cUpdateBudget\x12 .edgetune.v1.UpdateBudgetRequest\x1a!.edgetune.v1.UpdateBudgetResponse\x12N\n\x0fSubmitTuningJob\x12#.edgetune.v1.SubmitTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12H\n\x0cGetTuningJob\x12 .edgetune.v1.GetTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12Y\n\x0eListTuningJobs\x12\".edgetune.v1.ListTuningJobsRequest\x1a#.edgetune.v1.ListTuningJobsResponse\x12N\n\x0eWatchTuningJob\x12\".edgetune.v1.WatchTuningJobRequest\x1a\x16.edgetune.v1.TuningJob0\x01\x12N\n\x0f\x43\x61ncelTuningJob\x12#.edgetune.v1.CancelTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12\\\n\x0fSubmitProfiling\x12#.edgetune.v1.SubmitProfilingRequest\x1a$.edgetune.v1.SubmitProfilingResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,46 +40,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_options = b'8\001'
   _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._loaded_options = None
   _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_options = b'8\001'
-  _globals['_ROUNDOBJECTIVE']._serialized_start=2610
-  _globals['_ROUNDOBJECTIVE']._serialized_end=2717
-  _globals['_NODEINFO']._serialized_start=106
-  _globals['_NODEINFO']._serialized_end=463
-  _globals['_NODEINFO_LABELSENTRY']._serialized_start=399
-  _globals['_NODEINFO_LABELSENTRY']._serialized_end=444
-  _globals['_REGISTERNODEREQUEST']._serialized_start=465
-  _globals['_REGISTERNODEREQUEST']._serialized_end=523
-  _globals['_REGISTERNODERESPONSE']._serialized_start=525
-  _globals['_REGISTERNODERESPONSE']._serialized_end=619
-  _globals['_HEARTBEATREQUEST']._serialized_start=622
-  _globals['_HEARTBEATREQUEST']._serialized_end=761
-  _globals['_HEARTBEATRESPONSE']._serialized_start=763
-  _globals['_HEARTBEATRESPONSE']._serialized_end=827
-  _globals['_LISTNODESREQUEST']._serialized_start=829
-  _globals['_LISTNODESREQUEST']._serialized_end=847
-  _globals['_LISTNODESRESPONSE']._serialized_start=849
-  _globals['_LISTNODESRESPONSE']._serialized_end=906
-  _globals['_NODEROUND']._serialized_start=909
-  _globals['_NODEROUND']._serialized_end=1192
-  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_start=1119
-  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_end=1173
-  _globals['_PLANROUNDREQUEST']._serialized_start=1195
-  _globals['_PLANROUNDREQUEST']._serialized_end=1568
-  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_start=1119
-  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_end=1173
-  _globals['_NODEPLAN']._serialized_start=1571
-  _globals['_NODEPLAN']._serialized_end=1707
-  _globals['_PLANROUNDRESPONSE']._serialized_start=1710
-  _globals['_PLANROUNDRESPONSE']._serialized_end=1935
-  _globals['_NODECONFIG']._serialized_start=1938
-  _globals['_NODECONFIG']._serialized_end=2280
-  _globals['_GETNODECONFIGREQUEST']._serialized_start=2282
-  _globals['_GETNODECONFIGREQUEST']._serialized_end=2321
-  _globals['_WATCHCONFIGREQUEST']._serialized_start=2323
-  _globals['_WATCHCONFIGREQUEST']._serialized_end=2384
-  _globals['_UPDATEBUDGETREQUEST']._serialized_start=2386
-  _globals['_UPDATEBUDGETREQUEST']._serialized_end=2504
-  _globals['_UPDATEBUDGETRESPONSE']._serialized_start=2506
-  _globals['_UPDATEBUDGETRESPONSE']._serialized_end=2608
-  _globals['_COORDINATOR']._serialized_start=2720
-  _globals['_COORDINATOR']._serialized_end=3283
+  _globals['_ROUNDOBJECTIVE']._serialized_start=2636
+  _globals['_ROUNDOBJECTIVE']._serialized_end=2743
+  _globals['_NODEINFO']._serialized_start=132
+  _globals['_NODEINFO']._serialized_end=489
+  _globals['_NODEINFO_LABELSENTRY']._serialized_start=425
+  _globals['_NODEINFO_LABELSENTRY']._serialized_end=470
+  _globals['_REGISTERNODEREQUEST']._serialized_start=491
+  _globals['_REGISTERNODEREQUEST']._serialized_end=549
+  _globals['_REGISTERNODERESPONSE']._serialized_start=551
+  _globals['_REGISTERNODERESPONSE']._serialized_end=645
+  _globals['_HEARTBEATREQUEST']._serialized_start=648
+  _globals['_HEARTBEATREQUEST']._serialized_end=787
+  _globals['_HEARTBEATRESPONSE']._serialized_start=789
+  _globals['_HEARTBEATRESPONSE']._serialized_end=853
+  _globals['_LISTNODESREQUEST']._serialized_start=855
+  _globals['_LISTNODESREQUEST']._serialized_end=873
+  _globals['_LISTNODESRESPONSE']._serialized_start=875
+  _globals['_LISTNODESRESPONSE']._serialized_end=932
+  _globals['_NODEROUND']._serialized_start=935
+  _globals['_NODEROUND']._serialized_end=1218
+  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_start=1145
+  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_end=1199
+  _globals['_PLANROUNDREQUEST']._serialized_start=1221
+  _globals['_PLANROUNDREQUEST']._serialized_end=1594
+  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_start=1145
+  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_end=1199
+  _globals['_NODEPLAN']._serialized_start=1597
+  _globals['_NODEPLAN']._serialized_end=1733
+  _globals['_PLANROUNDRESPONSE']._serialized_start=1736
+  _globals['_PLANROUNDRESPONSE']._serialized_end=1961
+  _globals['_NODECONFIG']._serialized_start=1964
+  _globals['_NODECONFIG']._serialized_end=2306
+  _globals['_GETNODECONFIGREQUEST']._serialized_start=2308
+  _globals['_GETNODECONFIGREQUEST']._serialized_end=2347
+  _globals['_WATCHCONFIGREQUEST']._serialized_start=2349
+  _globals['_WATCHCONFIGREQUEST']._serialized_end=2410
+  _globals['_UPDATEBUDGETREQUEST']._serialized_start=2412
+  _globals['_UPDATEBUDGETREQUEST']._serialized_end=2530
+  _globals['_UPDATEBUDGETRESPONSE']._serialized_start=2532
+  _globals['_UPDATEBUDGETRESPONSE']._serialized_end=2634
+  _globals['_COORDINATOR']._serialized_start=2746
+  _globals['_COORDINATOR']._serialized_end=3808
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from edgetune.proto.v1 import coordinator_pb2 as edgetune_dot_v1_dot_coordinator__pb2
+from edgetune.proto.v1 import tuning_pb2 as edgetune_dot_v1_dot_tuning__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -69,6 +70,36 @@ class CoordinatorStub:
                 request_serializer=edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetRequest.SerializeToString,
                 response_deserializer=edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetResponse.FromString,
                 _registered_method=True)
+        self.SubmitTuningJob = channel.unary_unary(
+                '/edgetune.v1.Coordinator/SubmitTuningJob',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.SubmitTuningJobRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+                _registered_method=True)
+        self.GetTuningJob = channel.unary_unary(
+                '/edgetune.v1.Coordinator/GetTuningJob',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.GetTuningJobRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+                _registered_method=True)
+        self.ListTuningJobs = channel.unary_unary(
+                '/edgetune.v1.Coordinator/ListTuningJobs',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsResponse.FromString,
+                _registered_method=True)
+        self.WatchTuningJob = channel.unary_stream(
+                '/edgetune.v1.Coordinator/WatchTuningJob',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.WatchTuningJobRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+                _registered_method=True)
+        self.CancelTuningJob = channel.unary_unary(
+                '/edgetune.v1.Coordinator/CancelTuningJob',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+                _registered_method=True)
+        self.SubmitProfiling = channel.unary_unary(
+                '/edgetune.v1.Coordinator/SubmitProfiling',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -121,6 +152,45 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitTuningJob(self, request, context):
+        """Tuning jobs (tuning.proto): desired state any replica accepts; the leader reconciles it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTuningJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTuningJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTuningJob(self, request, context):
+        """The job now (when newer than after_revision) and each change of its status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTuningJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitProfiling(self, request, context):
+        """Queue profiling work on a node's agent (its job stream); the measurements land in the store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +228,36 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.UpdateBudget,
                     request_deserializer=edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetRequest.FromString,
                     response_serializer=edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetResponse.SerializeToString,
+            ),
+            'SubmitTuningJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitTuningJob,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.SubmitTuningJobRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
+            ),
+            'GetTuningJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTuningJob,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.GetTuningJobRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
+            ),
+            'ListTuningJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTuningJobs,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsResponse.SerializeToString,
+            ),
+            'WatchTuningJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTuningJob,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.WatchTuningJobRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
+            ),
+            'CancelTuningJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTuningJob,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
+            ),
+            'SubmitProfiling': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitProfiling,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -349,6 +449,168 @@ class Coordinator:
             '/edgetune.v1.Coordinator/UpdateBudget',
             edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetRequest.SerializeToString,
             edgetune_dot_v1_dot_coordinator__pb2.UpdateBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitTuningJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/SubmitTuningJob',
+            edgetune_dot_v1_dot_tuning__pb2.SubmitTuningJobRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTuningJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/GetTuningJob',
+            edgetune_dot_v1_dot_tuning__pb2.GetTuningJobRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTuningJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/ListTuningJobs',
+            edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.ListTuningJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTuningJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/WatchTuningJob',
+            edgetune_dot_v1_dot_tuning__pb2.WatchTuningJobRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTuningJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/CancelTuningJob',
+            edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitProfiling(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/SubmitProfiling',
+            edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingResponse.FromString,
             options,
             channel_credentials,
             insecure,

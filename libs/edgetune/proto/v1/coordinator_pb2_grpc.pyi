@@ -7,6 +7,7 @@ Coordinator: the federation's control point. Nodes register and heartbeat; a cli
 
 from collections import abc as _abc
 from edgetune.proto.v1 import coordinator_pb2 as _coordinator_pb2
+from edgetune.proto.v1 import tuning_pb2 as _tuning_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -46,6 +47,15 @@ class CoordinatorStub:
     """Change a node's power budget, an inference node's arrival rate / latency budget, or the
     site's budgets; re-plans what they affect.
     """
+    SubmitTuningJob: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.SubmitTuningJobRequest, _tuning_pb2.TuningJob]
+    """Tuning jobs (tuning.proto): desired state any replica accepts; the leader reconciles it."""
+    GetTuningJob: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.GetTuningJobRequest, _tuning_pb2.TuningJob]
+    ListTuningJobs: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.ListTuningJobsRequest, _tuning_pb2.ListTuningJobsResponse]
+    WatchTuningJob: _grpc.UnaryStreamMultiCallable[_tuning_pb2.WatchTuningJobRequest, _tuning_pb2.TuningJob]
+    """The job now (when newer than after_revision) and each change of its status."""
+    CancelTuningJob: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.CancelTuningJobRequest, _tuning_pb2.TuningJob]
+    SubmitProfiling: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.SubmitProfilingRequest, _tuning_pb2.SubmitProfilingResponse]
+    """Queue profiling work on a node's agent (its job stream); the measurements land in the store."""
 
 @_typing.type_check_only
 class CoordinatorAsyncStub(CoordinatorStub):
@@ -63,6 +73,15 @@ class CoordinatorAsyncStub(CoordinatorStub):
     """Change a node's power budget, an inference node's arrival rate / latency budget, or the
     site's budgets; re-plans what they affect.
     """
+    SubmitTuningJob: _aio.UnaryUnaryMultiCallable[_tuning_pb2.SubmitTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    """Tuning jobs (tuning.proto): desired state any replica accepts; the leader reconciles it."""
+    GetTuningJob: _aio.UnaryUnaryMultiCallable[_tuning_pb2.GetTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    ListTuningJobs: _aio.UnaryUnaryMultiCallable[_tuning_pb2.ListTuningJobsRequest, _tuning_pb2.ListTuningJobsResponse]  # type: ignore[assignment]
+    WatchTuningJob: _aio.UnaryStreamMultiCallable[_tuning_pb2.WatchTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    """The job now (when newer than after_revision) and each change of its status."""
+    CancelTuningJob: _aio.UnaryUnaryMultiCallable[_tuning_pb2.CancelTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    SubmitProfiling: _aio.UnaryUnaryMultiCallable[_tuning_pb2.SubmitProfilingRequest, _tuning_pb2.SubmitProfilingResponse]  # type: ignore[assignment]
+    """Queue profiling work on a node's agent (its job stream); the measurements land in the store."""
 
 class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -119,5 +138,50 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         """Change a node's power budget, an inference node's arrival rate / latency budget, or the
         site's budgets; re-plans what they affect.
         """
+
+    @_abc_1.abstractmethod
+    def SubmitTuningJob(
+        self,
+        request: _tuning_pb2.SubmitTuningJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.TuningJob, _abc.Awaitable[_tuning_pb2.TuningJob]]:
+        """Tuning jobs (tuning.proto): desired state any replica accepts; the leader reconciles it."""
+
+    @_abc_1.abstractmethod
+    def GetTuningJob(
+        self,
+        request: _tuning_pb2.GetTuningJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.TuningJob, _abc.Awaitable[_tuning_pb2.TuningJob]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTuningJobs(
+        self,
+        request: _tuning_pb2.ListTuningJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.ListTuningJobsResponse, _abc.Awaitable[_tuning_pb2.ListTuningJobsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchTuningJob(
+        self,
+        request: _tuning_pb2.WatchTuningJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tuning_pb2.TuningJob], _abc.AsyncIterator[_tuning_pb2.TuningJob]]:
+        """The job now (when newer than after_revision) and each change of its status."""
+
+    @_abc_1.abstractmethod
+    def CancelTuningJob(
+        self,
+        request: _tuning_pb2.CancelTuningJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.TuningJob, _abc.Awaitable[_tuning_pb2.TuningJob]]: ...
+
+    @_abc_1.abstractmethod
+    def SubmitProfiling(
+        self,
+        request: _tuning_pb2.SubmitProfilingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.SubmitProfilingResponse, _abc.Awaitable[_tuning_pb2.SubmitProfilingResponse]]:
+        """Queue profiling work on a node's agent (its job stream); the measurements land in the store."""
 
 def add_CoordinatorServicer_to_server(servicer: CoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

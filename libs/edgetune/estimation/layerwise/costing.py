@@ -1,8 +1,10 @@
-"""Layer-by-layer costing of any torch model on a simulated Jetson in one power mode.
+"""Layer-by-layer costing of any torch model on a Jetson model in one power mode.
 
-The minibatch model (``model.py``) prices a whole workload from a calibrated profile; this
-module prices an arbitrary network from its layers, which is what the layer-wise estimators
-(NeuralPower, THOR) need as ground truth. Each leaf-module call (see
+The simulator's minibatch model (:mod:`edgetune.devices.simulated.model`) prices a whole
+workload from a calibrated profile; this module prices an arbitrary network from its layers,
+which is what the layer-wise estimators (NeuralPower, THOR) profile against and the energy
+RPC fits THOR with. It shares the device's hardware constants and rail power with the
+simulator (``hardware``, ``model``), not the simulated device itself. Each leaf-module call (see
 :mod:`edgetune.estimation.layerwise.features`) becomes GPU kernels on a roofline whose
 compute efficiency depends on the layer's shape, not only its FLOPs:
 
@@ -24,7 +26,7 @@ compute efficiency depends on the layer's shape, not only its FLOPs:
   first parametric layer, no backward before it) and an SGD update per parameter tensor,
   plus a per-iteration overhead (loss, optimizer bookkeeping, sync) that is CPU-bound.
 
-Power of each layer comes from the same per-rail DVFS model as ``model.py`` (same rails,
+Power of each layer comes from the same per-rail DVFS model as the simulator's (same rails,
 voltages, leakage, base and uncore power), evaluated at the layer's own GPU busy share
 (weighted by SM occupancy), CPU main-thread share and DRAM traffic share. Energy per
 iteration = Σ time × power; ``energy_above_idle_j`` subtracts the mode's idle power, which
@@ -45,6 +47,7 @@ from torch import nn
 from edgetune.devices.simulated.hardware import REF_CPU_MHZ, HardwareModel, hardware_for
 from edgetune.devices.simulated.model import GPU_STALL_ACTIVITY, PhysicalModel, as_mode_array, smax, voltage
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.layerwise.features import LayerRecord, extract_layers
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
@@ -178,7 +181,7 @@ class LayerCostModel:
         k_split = k / split
         return GEMM_PEAK_EFF * wave_eff * fill * tile_eff * k_split / (k_split + K_HALF), occ * fill
 
-    def _forward_terms(self, r, peak_gflops: float, bw_gbs: float) -> tuple[float, float, float]:
+    def _forward_terms(self, r: LayerRecord, peak_gflops: float, bw_gbs: float) -> tuple[float, float, float]:
         """Forward (t_compute_ms, t_memory_ms, occupancy) of one record on the GPU."""
         fill_mem = self._waves(r.out_numel / ELEMS_PER_CTA)[1]
         # few threads cannot keep DRAM busy: achieved bandwidth grows with the grid
@@ -198,7 +201,7 @@ class LayerCostModel:
         return t_compute, t_memory, float(min(1.0, occ))
 
     def _power_w(self, m: np.ndarray, gpu_busy: float, cpu_busy: float, traffic: float) -> float:
-        """Board power with the GPU / CPU / EMC rails at the given busy shares (model.py's rails)."""
+        """Board power with the GPU / CPU / EMC rails at the given busy shares (the simulator's rails)."""
         hw = self.hw
         rc, rg, re = self.physical._rel(m)
         cpu_dyn, cpu_leak = self.physical._cpu_scale(rc)
@@ -231,7 +234,7 @@ class LayerCostModel:
     def idle_power_w(self, mode: PowerMode | None = None) -> float:
         return float(self.physical.idle_power_w(as_mode_array([self._mode(mode).as_tuple()]))[0])
 
-    def cost_records(self, records: Sequence, mode: PowerMode | None = None, training: bool = True) -> NetworkCost:
+    def cost_records(self, records: Sequence[LayerRecord], mode: PowerMode | None = None, training: bool = True) -> NetworkCost:
         """Cost layer records (``extract_layers`` output) for one iteration in ``mode``.
 
         ``training`` adds backward, SGD update and the per-iteration overhead; otherwise a
@@ -276,8 +279,6 @@ class LayerCostModel:
     def cost_model(self, model: nn.Module, input_shape: Sequence[int], mode: PowerMode | None = None,
                    training: bool = True) -> NetworkCost:
         """Cost ``model`` on a float input of ``input_shape`` (batch first); shapes only, on meta."""
-        from edgetune.estimation.layerwise.features import extract_layers
-
         return self.cost_records(extract_layers(*_on_meta(model, input_shape)), mode, training)
 
     def measure(self, cost: NetworkCost, rng: np.random.Generator | None = None,
