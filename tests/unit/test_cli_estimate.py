@@ -52,11 +52,13 @@ def test_fit_transfer_predict_end_to_end(files, ref_model, capsys, method):
     code, out, err = run(capsys, "predict", "--model", str(new_model), "--modes", str(files / "modes.csv"),
                          "--out", str(pred_path))
     assert code == 0, err
-    pred = read_mode_table(pred_path)  # no batch_size column: a mode table with predictions
+    pred = read_mode_table(pred_path)
     modes = read_mode_table(files / "modes.csv")
     assert len(pred) == len(modes) == 25
     assert [r["note"] for r in pred] == [r["note"] for r in modes]  # order and extra column kept
-    assert pred.columns[:5] == ["note", "cores", "cpu_mhz", "gpu_mhz", "emc_mhz"]
+    # the modes had no batch_size: the model's one batch size is written, so `plan` can read the table
+    assert pred.columns[:6] == ["note", "cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size"]
+    assert {r["batch_size"] for r in pred} == {16}
     assert "time_ms" in pred.columns and "power_w" in pred.columns
     has_std = method == "nn+gp"
     assert ("time_std_ms" in pred.columns) == has_std and ("power_std_w" in pred.columns) == has_std

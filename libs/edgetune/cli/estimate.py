@@ -107,10 +107,16 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     with _warnings_to_stderr():
         pred = model.predict_table(table)
     added = [c for c in ("time_ms", "power_w", "time_std_ms", "power_std_w") if c in pred]
-    columns = [c for c in table.columns if c not in added] + added
+    # A mode table without batch_size is predicted at the model's one batch size: say which, so that
+    # the predictions are a complete options table (edgetune plan needs the column).
+    implied = None if table.has("batch_size") or len(model.batch_sizes) != 1 else model.batch_sizes[0]
+    columns = ([c for c in table.columns if c not in added] + (["batch_size"] if implied is not None else [])
+               + added)
     rows = []
     for i, row in enumerate(table.rows):
         out = dict(row)
+        if implied is not None:
+            out["batch_size"] = implied
         for c in added:
             out[c] = float(pred[c][i])
         rows.append(out)
