@@ -52,6 +52,8 @@ class LocalCluster:
     grace_s: float = 0.5
     #: The supervisor to run the processes under (default: a new one logging to ``workdir``).
     supervisor: Supervisor | None = None
+    #: An existing Redis to use (None: start an embedded one, stopped with the cluster).
+    external_redis: str | None = None
     store: Store | None = None
     coordinator: Child | None = None
     channel: grpc.Channel | None = None
@@ -61,15 +63,21 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self.start()
 
-    def start(self) -> LocalCluster:
-        """Redis, then the coordinator once it serves and holds the lease (closed again on failure)."""
+    def start(self, *, coordinator: bool = True) -> LocalCluster:
+        """Redis, then the coordinator once it serves and holds the lease (closed again on failure).
+
+        ``coordinator=False`` stops after Redis: services the coordinator must be told about
+        (estimator, optimizer) start first, then :meth:`start_coordinator` with their addresses.
+        """
         try:
             self.workdir = Path(self.workdir)
             if self.supervisor is None:
                 self.supervisor = Supervisor(self.workdir, start_timeout_s=START_TIMEOUT_S)
-            self.supervisor.start_redis()
+            if self.external_redis is None:
+                self.supervisor.start_redis()
             self.store = open_store(self.redis_url)
-            self._start_coordinator()
+            if coordinator:
+                self.start_coordinator()
         except BaseException:
             self.close()
             raise
@@ -84,13 +92,16 @@ class LocalCluster:
 
     @property
     def redis_url(self) -> str:
+        if self.external_redis is not None:
+            return self.external_redis
         assert self.redis is not None, "the cluster is not started"
         return self.redis.url
 
-    def spawn(self, name: str, argv: Sequence[str]) -> Child:
-        """``python <argv>`` logging to ``workdir/<name>.log``, stopped by :meth:`close`."""
+    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
+        """``python <argv>`` logging to ``workdir/<name>.log`` (``env`` added to its environment),
+        stopped by :meth:`close`."""
         assert self.supervisor is not None, "the cluster is not started"
-        child = self.supervisor.spawn(name, argv)
+        child = self.supervisor.spawn(name, argv, env)
         self.processes.append(child)
         return child
 
@@ -99,17 +110,20 @@ class LocalCluster:
                 "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
-    def _start_coordinator(self) -> None:
-        assert self.supervisor is not None and self.store is not None
+    def start_coordinator(self, env: Mapping[str, str] | None = None) -> Child:
+        """The coordinator, returned once it serves and holds the lease; ``env`` sets its
+        ``EDGETUNE_<FLAG>`` settings (e.g. ``EDGETUNE_ESTIMATOR``)."""
+        assert self.supervisor is not None and self.store is not None, "the cluster is not started"
         self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
             "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
-            "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
+            "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]), env)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
                                    extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+        return self.coordinator
 
     def spawn_agent(self, node_id: str, model: str, budget_w: float | None = None, *, seed: int = 0) -> Child:
         """An agent on a simulated ``model`` that registers with the coordinator (not waited for:
