@@ -22,7 +22,13 @@ from pathlib import Path
 import click
 
 from edgetune.cli.errors import reports_errors
-from edgetune.coordination.controlplane import NODES_ALLOWED, ControlPlane, local_nodes, parse_nodes, start_control_plane
+from edgetune.coordination.controlplane import (
+    NODES_ALLOWED,
+    ControlPlane,
+    local_nodes,
+    parse_nodes,
+    start_control_plane,
+)
 from edgetune.coordination.processes import Supervisor, SupervisorError, install_signal_handlers
 
 _WATCH_S = 0.5
