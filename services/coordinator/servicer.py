@@ -15,15 +15,19 @@ which is why the coordinator's default ``--max-workers`` is sized for a fleet, n
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 
 from edgetune.coordination.configs import ConfigStore
+from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.leader import LeaderLease
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.errors import NotFound
+from edgetune.coordination.store import RevisionConflict
+from edgetune.coordination.tuningjobs import TuningJobs
+from edgetune.errors import InvalidArgument, NotFound
 from edgetune.proto.convert import budgets_from_dict, mode_from_proto, optional_value
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert
 
@@ -31,13 +35,17 @@ from edgetune.services.coordinator import convert
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 500) -> None:
+                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None) -> None:
         self.registry = registry
         self.configs = configs
         self.rounds = rounds
         self.lease = lease
         self.on_register = on_register
         self.watch_block_ms = watch_block_ms
+        self.jobs = TuningJobs(registry.store)
+        self.queue = JobQueue(registry.store)
+        #: Wakes the leader's reconcile loop (a job submitted or cancelled); None: it polls.
+        self.on_job_change = on_job_change
         #: Set on shutdown so WatchConfig streams end promptly instead of holding the grace period.
         self.stopping = threading.Event()
 
@@ -106,3 +114,61 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             deadline_s=optional_value(request.budgets, "deadline_s"))
         self.rounds.replan_after_budget_change(None)
         return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(site))
+
+    # -- tuning jobs: any replica writes the spec (desired state); the leader's loop acts on it -----
+    def _changed(self) -> None:
+        if self.on_job_change is not None:
+            self.on_job_change()
+
+    @map_errors
+    def SubmitTuningJob(self, request, context):
+        view = self.jobs.submit(convert.tuning_spec_from_proto(request.spec))
+        self._changed()
+        return convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def GetTuningJob(self, request, context):
+        return convert.tuning_job_to_proto(self.jobs.get(request.name))
+
+    @map_errors
+    def ListTuningJobs(self, request, context):
+        return tuning_pb2.ListTuningJobsResponse(jobs=[convert.tuning_job_to_proto(v) for v in self.jobs.list()])
+
+    @map_errors
+    def WatchTuningJob(self, request, context) -> Iterator[tuning_pb2.TuningJob]:
+        after = request.after_revision
+        self.jobs.get(request.name)  # NotFound before the stream starts
+
+        def should_stop() -> bool:
+            return self.stopping.is_set() or not context.is_active()
+
+        while not should_stop():
+            view = self.jobs.wait(request.name, after, timeout_s=self.watch_block_ms / 1000.0,
+                                  should_stop=should_stop)
+            if view is None:
+                continue
+            after = view.revision
+            yield convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def CancelTuningJob(self, request, context):
+        view = self.jobs.cancel(request.name)
+        self._changed()
+        return convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def SubmitProfiling(self, request, context):
+        if not self.registry.exists(request.node_id):
+            raise NotFound(f"node_id: node {request.node_id!r} is not registered")
+        payload = convert.profile_job_from_proto(request.request)
+        job_id = request.job_id or uuid.uuid4().hex
+        if len(job_id) > 200:
+            raise InvalidArgument("job_id", f"{len(job_id)} characters", "at most 200")
+        self.queue.submit(request.node_id, payload, job_id=job_id)
+        try:  # the queue ignores a second submit of the id; this marker tells the caller it was one
+            self.registry.store.put_doc("profiling-job", f"{request.node_id}:{job_id}", {"schema": 1},
+                                        expected_revision=0)
+            duplicate = False
+        except RevisionConflict:
+            duplicate = True
+        return tuning_pb2.SubmitProfilingResponse(job_id=job_id, duplicate=duplicate)

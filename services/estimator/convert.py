@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from edgetune import validation
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
 from edgetune.powermodes.mode import MODE_FIELDS
@@ -31,17 +31,15 @@ from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import GRID, mode_from_proto, role_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2
+from edgetune.tables import Table
 
 #: Store blob kind of estimator models.
 BLOB_KIND = "estimator-model"
 DEFAULT_FIT_METHOD = "nn"
-#: Best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
-DEFAULT_TRANSFER_METHOD = "nn+gp"
 #: Proto-level kind names that mean one of the library's methods.
 KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
 #: Methods whose predictor is (or wraps) the PowerTrain MLP.
 NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
-DEFAULT_VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_FRACTION = 0.5
 DEFAULT_CHUNK_ROWS = 2048
 MAX_CHUNK_ROWS = 65_536
@@ -92,7 +90,8 @@ def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = 
 
 def id_part(value: str, field: str) -> str:
     """A device / workload name used as a model id part."""
-    validation.identifier(value, field)
+    if not value:
+        raise InvalidArgument(field, "is required", "a name, e.g. orin-agx / resnet18")
     if not _ID_PART.match(value):
         raise InvalidArgument(field, f"{value!r} has characters a model id cannot hold", "letters, digits, . _ + -")
     return value
@@ -117,7 +116,7 @@ def spec_for(device: str, field: str = "device") -> DeviceSpec:
     try:
         return get_spec(device)
     except InvalidArgument as exc:
-        raise exc.renamed(field) from None
+        raise InvalidArgument(field, str(exc).split(": ", 1)[-1]) from None
 
 
 def grid_name(value: int, field: str = "grid") -> str:
@@ -161,7 +160,7 @@ def predictor_params(method: str, epochs: int, params: Mapping[str, str], *, tra
         raise InvalidArgument(f"{field_prefix}.{bad[0] if bad else '?'}", f"not a parameter of {method!r}",
                               ", ".join(sorted(names))) from None
     except InvalidArgument as exc:
-        raise exc.prefixed(field_prefix) from None
+        raise InvalidArgument(f"{field_prefix}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
     return kw
 
 
@@ -174,7 +173,7 @@ def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tupl
     if epochs < 0:
         raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
     kw = {k: _typed(v) for k, v in params.items()}
-    nn_attrs: dict[str, Any] = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
+    nn_attrs = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
     if epochs:
         if method not in TRANSFER_METHODS:
             raise InvalidArgument("epochs", f"fine-tuning epochs apply to {', '.join(TRANSFER_METHODS)}, not "
@@ -223,21 +222,14 @@ class Rows:
     def batch_sizes(self) -> list[int]:
         return sorted({int(b) for b in self.batch_size})
 
-    def features(self, columns: Sequence[str]) -> np.ndarray:
-        cols = [self.modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else self.batch_size.astype(float)
-                for c in columns]
-        return np.column_stack(cols).astype(float)
-
-    def target(self, name: str) -> np.ndarray:
-        return self.time_ms if name == "time_ms" else self.power_w
-
-    def subset(self, index: np.ndarray) -> Rows:
-        return Rows(self.modes[index], self.batch_size[index], self.time_ms[index], self.power_w[index], self.source)
-
-
-def feature_columns(rows: Rows) -> tuple[str, ...]:
-    """The mode columns, plus batch_size when the rows hold several batch sizes (as the library does)."""
-    return (*MODE_FIELDS, BATCH_FEATURE) if len(rows.batch_sizes) > 1 else MODE_FIELDS
+    def table(self, device: str, workload: str, role: str) -> Table:
+        """The rows as the profile table the estimation pipeline learns from."""
+        cols = [*MODE_FIELDS, BATCH_FEATURE, "time_ms", "power_w", "device", "workload", "role"]
+        return Table(cols, [{**dict(zip(MODE_FIELDS, (int(m[0]), *map(float, m[1:])), strict=True)),
+                             BATCH_FEATURE: int(b), "time_ms": float(t), "power_w": float(p), "device": device,
+                             "workload": workload, "role": role}
+                            for m, b, t, p in zip(self.modes, self.batch_size, self.time_ms, self.power_w,
+                                                  strict=True)])
 
 
 def rows_from_measurements(msgs: Sequence[common_pb2.Measurement], spec: DeviceSpec, workload: str, role: str,
@@ -289,11 +281,16 @@ def rows_from_store(docs: Sequence[Mapping[str, Any]], spec: DeviceSpec, source:
 
 
 def valid_mode(spec: DeviceSpec, mode: Any, field: str) -> tuple[float, ...]:
-    return validation.power_mode(spec, mode, field).as_tuple()
+    try:
+        return spec.validate(mode).as_tuple()
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
 
 
 def _batch(value: Any, field: str) -> int:
-    return validation.batch_size(value, field)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InvalidArgument(field, f"{value!r} is not a batch size", ">= 1")
+    return int(value)
 
 
 def _positive(value: float, field: str, unit: str) -> float:
@@ -316,16 +313,13 @@ def min_fit_rows(validation_fraction: float, min_train_rows: int) -> int:
     return n
 
 
-def held_out_count(n: int, validation_fraction: float) -> int:
-    return max(1, int(round(validation_fraction * n)))
-
-
-def validation_fraction(value: float) -> float:
+def validation_fraction(value: float, default: float) -> float:
+    """The request's held-out fraction; 0: ``default`` (the tuning policy's)."""
     if value == 0:
-        return DEFAULT_VALIDATION_FRACTION
+        return default
     if not (math.isfinite(value) and 0 < value <= MAX_VALIDATION_FRACTION):
         raise InvalidArgument("validation_fraction", f"{value!r} is out of range",
-                              f"0 (default {DEFAULT_VALIDATION_FRACTION}) or (0, {MAX_VALIDATION_FRACTION}]")
+                              f"0 (default {default}) or (0, {MAX_VALIDATION_FRACTION}]")
     return float(value)
 
 

@@ -13,27 +13,26 @@ import math
 
 import numpy as np
 
-from edgetune import validation
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.features import BATCH_FEATURE
+from edgetune.estimation.features import BATCH_FEATURE, mode_features
 from edgetune.estimation.parallel import single_threaded
 from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
+from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto, optional_value
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics
 from edgetune.services.estimator.convert import (
     DEFAULT_FIT_METHOD,
-    DEFAULT_TRANSFER_METHOD,
     NN_METHODS,
     ModelRef,
     Rows,
 )
-from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_models, transfer_model
+from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
 from edgetune.services.estimator.models import ModelRepository
+from edgetune.tuning.policy import TuningPolicy, default_policy
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,17 @@ BE_MAX_PASSES = 20
 
 
 class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
-    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None
-                 ) -> None:
+    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None,
+                 policy: TuningPolicy | None = None) -> None:
         self.models = models
         self.runner = runner
+        self._policy = policy
         self.energy = energy_estimator or energy.EnergyEstimator()
+
+    @property
+    def policy(self) -> TuningPolicy:
+        """The tuning policy whose defaults an empty field takes (the library's, read per request)."""
+        return self._policy or default_policy()
 
     # -- measurements: inline, else the store's ----------------------------------------------------
     def _rows(self, msgs, spec, workload: str, role: str, need: int, what: str) -> Rows:
@@ -57,7 +62,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
             rows = convert.rows_from_measurements(msgs, spec, workload, role)
             where = "given"
         else:
-            docs = [m.to_row() for m in self.models.store.get_measurements(spec.name, workload, role)]
+            docs = self.models.store.get_measurements(spec.name, workload, role)
             rows = convert.rows_from_store(docs, spec, f"store measurements of {spec.name}/{workload}/{role}")
             where = f"in the request, and the store has {len(docs)} for {spec.name}/{workload}/{role}"
         if len(rows) < need:
@@ -74,14 +79,14 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         role = convert.role_name(request.role)
         ref = convert.parse_model_id(request.model_id or convert.default_model_id(spec.name, workload, role, method),
                                      allow_version=False)
-        fraction = convert.validation_fraction(request.validation_fraction)
+        fraction = convert.validation_fraction(request.validation_fraction, self.policy.validation_fraction)
         kw = convert.predictor_params(method, request.epochs, request.params)
         need = convert.min_fit_rows(fraction, MIN_FIT_ROWS)
         rows = self._rows(request.measurements, spec, workload, role, need,
                           f"fitting {method} (with {fraction:g} held out)")
         seed = int(optional_value(request, "seed") or 0)
         job = FitJob(spec.name, workload, role, method, rows, seed, kw, fraction)
-        trained = fit_models([job], self.runner)[0]
+        trained = fit_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
         metrics.MODELS_STORED.labels("Fit", method).inc()
         log.info("fitted", extra={"model_id": saved.versioned_id, "rows": len(rows), **trained.meta["metrics"]})
@@ -91,7 +96,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     @map_errors
     def Transfer(self, request, context):
         base = self.models.load(convert.parse_model_id(request.base_model_id, "base_model_id"), "base_model_id")
-        method = convert.method_from_kind(request.params.get("method", ""), DEFAULT_TRANSFER_METHOD, "params.method")
+        method = convert.method_from_kind(request.params.get("method", ""), self.policy.transfer_method,
+                                         "params.method")
         if method in TRANSFER_METHODS and base.meta.get("kind") not in NN_METHODS:
             raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.get('kind')!r} model; "
                                   f"{method!r} fine-tunes an NN reference", "a model fitted with " + ", ".join(NN_METHODS))
@@ -140,8 +146,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         # Rows mode-major, then batch size (the proto's order).
         x_modes = np.repeat(modes, len(sizes), axis=0)
         x_batch = np.tile(np.asarray(sizes, dtype=np.int64), len(modes))
-        x = np.column_stack([x_modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else x_batch.astype(float)
-                             for c in model.columns])
+        x = mode_features(x_modes, x_batch, model.columns)
         out = self.models.predict(loaded, x, cache_key)
         total = len(x)
         metrics.PREDICTED_ROWS.inc(total)
@@ -154,13 +159,17 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     def _batch_sizes(requested, model) -> list[int]:
         if not requested:
             return list(model.batch_sizes) or [0]
-        sizes = validation.batch_sizes(requested, "batch_sizes")
-        for i, b in enumerate(sizes):
+        seen: set[int] = set()
+        for i, b in enumerate(requested):
+            if b < 1 or b in seen:
+                raise InvalidArgument(f"batch_sizes[{i}]", f"{b} is not a new positive batch size",
+                                      "distinct sizes >= 1")
             if BATCH_FEATURE not in model.columns and model.batch_sizes and b not in model.batch_sizes:
                 raise InvalidArgument(f"batch_sizes[{i}]", f"the model was fitted for batch size "
                                       f"{', '.join(map(str, model.batch_sizes))} only, not {b}",
                                       ", ".join(map(str, model.batch_sizes)))
-        return list(sizes)
+            seen.add(b)
+        return list(requested)
 
     # -- EstimateBatchEfficiency ----------------------------------------------------------------------
     @map_errors
