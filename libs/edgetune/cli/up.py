@@ -5,7 +5,8 @@
 Runs embedded Redis (or ``--redis``), the estimator (local Ray; ``--no-ray``), the optimizer,
 the coordinator (told both addresses) and one simulated profiler agent per node
 (:mod:`edgetune.coordination.controlplane`: ids ``DEVICE-N``, budgets ``@WATTS`` or the
-device's default). Once all serve it prints the coordinator address and the node ids, and
+device's default), then fits a reference model per device model (``reference-DEVICE-train``,
+for a job's ``reference_model``; ``--no-references`` skips it). Once all serve it prints the coordinator address and the node ids, and
 ``--ready-file`` gets ``{"coordinator": "HOST:PORT", "nodes": [...]}``. Ctrl-C or SIGTERM stops
 every process (agents first: they restore their modes) and exits 0; a process failing to start,
 or dying while up, stops the rest and exits 1 with its log tail.
@@ -30,6 +31,7 @@ from edgetune.coordination.controlplane import (
     start_control_plane,
 )
 from edgetune.coordination.processes import Supervisor, SupervisorError, install_signal_handlers
+from edgetune.errors import FailedPrecondition
 
 _WATCH_S = 0.5
 
@@ -51,12 +53,14 @@ def write_ready_file(path: Path, record: dict[str, object]) -> None:
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Each process's log (default: a new temporary directory).")
 @click.option("--no-ray", is_flag=True, help="The estimator runs its tasks one after another, without Ray.")
+@click.option("--no-references", is_flag=True,
+              help="Fit no reference models (jobs then name their own reference_model).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulated boards' seed (node i: SEED + i).")
 @click.option("--log-level", default="INFO", show_default=True, help="The services' log level.")
 @click.pass_context
 @reports_errors
 def command(ctx: click.Context, nodes_text: str, redis_url: str | None, ready_file: Path | None,
-            log_dir: Path | None, no_ray: bool, seed: int, log_level: str) -> None:
+            log_dir: Path | None, no_ray: bool, no_references: bool, seed: int, log_level: str) -> None:
     """Run Redis, coordinator, estimator, optimizer and one simulated agent per node until Ctrl-C."""
     nodes = local_nodes(parse_nodes(nodes_text))  # bad --nodes: exit 2 before anything starts
     log_dir = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="edgetune-up-"))
@@ -65,16 +69,17 @@ def command(ctx: click.Context, nodes_text: str, redis_url: str | None, ready_fi
     plane: ControlPlane | None = None
     code = 0
     try:
-        click.echo(f"starting {len(nodes)} node(s); logs in {log_dir}", err=True)
+        # The run id marks every process of this run (EDGETUNE_RUN): `Supervisor.strays` finds leftovers.
+        click.echo(f"starting {len(nodes)} node(s); logs in {log_dir}; run {supervisor.run_id}", err=True)
         plane = start_control_plane(log_dir, nodes, redis_url=redis_url, ray=not no_ray, seed=seed,
-                                    log_level=log_level, supervisor=supervisor)
+                                    log_level=log_level, references=not no_references, supervisor=supervisor)
         _announce(plane, redis_url)
         if ready_file is not None:
             write_ready_file(ready_file, plane.ready_record())
         while True:  # until a signal; a child dying on its own ends the run too
             supervisor.check_all_alive()
             time.sleep(_WATCH_S)
-    except SupervisorError as exc:
+    except (SupervisorError, FailedPrecondition) as exc:  # a process died / never served; Redis unreachable
         click.echo(f"Error: {exc}", err=True)
         code = 1
     except KeyboardInterrupt:
@@ -102,6 +107,8 @@ def _announce(plane: ControlPlane, redis_url: str | None) -> None:
         lines.append(f"optimizer: {plane.optimizer.address}")
     lines += [f"  {n.node_id}: {n.device}, budget {n.budget_w:g} W, agent {plane.agents[n.node_id].address}"
               for n in plane.nodes if n.node_id in plane.agents]
+    lines += [f"reference model for {device}: {model_id} (a job file's reference_model)"
+              for device, model_id in plane.references.items()]
     lines.append("ready; Ctrl-C stops everything")
     for line in lines:
         click.echo(line, err=True)

@@ -7,6 +7,12 @@ with its power budget: ``@WATTS`` when given, else the device's default, half it
 board power (:func:`default_budget_w`: AGX Orin 30 W, AGX Xavier 25 W, Orin Nano 7.5 W,
 Nano 5 W), a budget every built-in device can meet with most of its modes excluded.
 
+Reference models: a job transfers from a reference (PowerTrain), which a fresh control plane
+does not have. :func:`fit_references` fits one per device model of the fleet through the
+Estimator's ``Fit`` — a reference *workload* (ResNet18 training by default) profiled on the
+simulated board's truth over up to :data:`REFERENCE_POINTS` modes of the fulcrum grid — named
+:func:`reference_model_id` (``reference-orin-agx-train``), for a job file's ``reference_model``.
+
 Start order follows who must know whom: Redis, then the estimator and the optimizer (started
 together), then the coordinator with their addresses (``EDGETUNE_ESTIMATOR`` /
 ``EDGETUNE_OPTIMIZER``, its ``--estimator`` / ``--optimizer`` settings), then the agents, which
@@ -19,15 +25,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+import numpy as np
+
 from edgetune import validation
 from edgetune.coordination.localcluster import LocalCluster
 from edgetune.coordination.processes import Child, Supervisor
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
+from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import SPECS, get_spec
+from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 #: The fraction of a device's maximum board power that is its default budget.
 DEFAULT_BUDGET_FRACTION = 0.5
 NODES_ALLOWED = "DEVICE[:COUNT][@WATTS] items separated by commas, e.g. orin-agx:2,xavier-agx@20,nano"
+#: The reference workload and how many of its modes a reference is fitted on.
+REFERENCE_WORKLOAD = "resnet18"
+REFERENCE_POINTS = 150
+REFERENCE_BATCH_SIZE = 16
+REFERENCE_EPOCHS = 200
 #: At most this many agents per ``up`` (each is a process: beyond it, use a real cluster).
 MAX_NODES = 64
 
@@ -103,6 +120,35 @@ def local_nodes(requests: Sequence[NodeRequest]) -> list[LocalNode]:
     return out
 
 
+def reference_model_id(device: str, role: str = "train") -> str:
+    """The id :func:`fit_references` gives the reference of ``device`` (``reference-orin-agx-train``)."""
+    return f"reference-{device}-{role}"
+
+
+def fit_references(estimator_address: str, devices: Sequence[str], *, workload: str = REFERENCE_WORKLOAD,
+                   seed: int = 0) -> dict[str, str]:
+    """Fit a training reference per device model through the Estimator; ``device -> model id``."""
+    out: dict[str, str] = {}
+    with grpc.insecure_channel(estimator_address) as channel:
+        stub = estimator_pb2_grpc.EstimatorStub(channel)
+        for device in dict.fromkeys(devices):  # once per model, in fleet order
+            grid = named_grid(get_spec(device), "fulcrum").array()
+            rng = np.random.default_rng(seed)
+            grid = grid[np.sort(rng.choice(len(grid), min(REFERENCE_POINTS, len(grid)), replace=False))]
+            rows = truth_table(device, workload, "train", grid, [REFERENCE_BATCH_SIZE])
+            measurements = [common_pb2.Measurement(
+                device=device, workload=workload, role=common_pb2.ROLE_TRAIN, batch_size=REFERENCE_BATCH_SIZE,
+                mode=common_pb2.PowerMode(cores=int(r["cores"]), cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"],
+                                          emc_mhz=r["emc_mhz"]),
+                time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
+            model_id = reference_model_id(device)
+            stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload=workload,
+                                              role=common_pb2.ROLE_TRAIN, measurements=measurements,
+                                              epochs=REFERENCE_EPOCHS, seed=seed), timeout=300)
+            out[device] = model_id
+    return out
+
+
 @dataclass
 class ControlPlane:
     """The running processes of ``up``; :meth:`close` stops them all (agents first)."""
@@ -112,6 +158,8 @@ class ControlPlane:
     estimator: Child | None = None
     optimizer: Child | None = None
     agents: dict[str, Child] = field(default_factory=dict)
+    #: device model -> its reference model's id in the estimator
+    references: dict[str, str] = field(default_factory=dict)
 
     @property
     def coordinator_address(self) -> str:
@@ -131,7 +179,7 @@ class ControlPlane:
 
 
 def start_control_plane(workdir: Path, nodes: Sequence[LocalNode], *, redis_url: str | None = None,
-                        ray: bool = True, seed: int = 0, log_level: str = "INFO",
+                        ray: bool = True, seed: int = 0, log_level: str = "INFO", references: bool = True,
                         supervisor: Supervisor | None = None) -> ControlPlane:
     """Start every process under one supervisor and return them once each serves (the agents
     once registered); on any failure everything started is stopped and the error raised."""
@@ -148,6 +196,8 @@ def start_control_plane(workdir: Path, nodes: Sequence[LocalNode], *, redis_url:
         cluster.start_coordinator({"EDGETUNE_ESTIMATOR": plane.estimator.address,
                                    "EDGETUNE_OPTIMIZER": plane.optimizer.address})
         plane.agents = cluster.start_agents({n.node_id: (n.device, n.budget_w) for n in nodes}, seed=seed)
+        if references:
+            plane.references = fit_references(plane.estimator.address, [n.device for n in nodes], seed=seed)
     except BaseException:
         cluster.close()
         raise
