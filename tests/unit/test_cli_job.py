@@ -199,3 +199,17 @@ def test_follow_off_tty_prints_a_line_per_node_change():
 
 def test_job_json_is_json_serialisable():
     json.dumps(job_view(tuning_job()).to_json())
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_follow_on_a_terminal_draws_a_table():
+    done = tuning_job()
+    done.phase = tuning_pb2.JOB_PHASE_SUCCEEDED
+    out = _Terminal()
+    assert follow(iter([tuning_job(), done]), stream=out) is done
+    text = out.getvalue()
+    assert "job mnv3-train: Succeeded" in text and "orin-agx-1" in text and "nano-1" in text and "Profiling" in text

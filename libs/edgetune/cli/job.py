@@ -173,11 +173,14 @@ def profiles_of(job: tuning_pb2.TuningJob) -> int:
 def _rich_table(view: JobView, profiles: int) -> Any:
     from rich.table import Table
 
+    rows = [node_cells(node, profiles) for node in view.nodes]
     table = Table(title=f"job {view.name}: {view.phase}")
-    for column in COLUMNS:
-        table.add_column(column)
-    for node in view.nodes:
-        table.add_row(*node_cells(node, profiles))
+    for i, column in enumerate(COLUMNS):
+        # On a narrow terminal the numbers give way; the node, its phase and progress stay whole.
+        whole = column in ("NODE", "PHASE", "PROFILED")
+        table.add_column(column, no_wrap=whole, min_width=max([len(r[i]) for r in rows], default=0) if whole else None)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
