@@ -52,8 +52,13 @@ class LocalCluster:
     grace_s: float = 0.5
     #: The supervisor to run the processes under (default: a new one logging to ``workdir``).
     supervisor: Supervisor | None = None
+    #: Start the Estimator (``--no-ray``) and the Optimizer before the coordinator and give it their
+    #: addresses (``--estimator`` / ``--optimizer``): its reconcile loop runs TuningJobs.
+    tuning: bool = False
     store: Store | None = None
     coordinator: Child | None = None
+    estimator: Child | None = None
+    optimizer: Child | None = None
     channel: grpc.Channel | None = None
     stub: coordinator_pb2_grpc.CoordinatorStub | None = None
     processes: list[Child] = field(default_factory=list)
@@ -99,11 +104,21 @@ class LocalCluster:
                 "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
+    def spawn_coordinator(self, replica_id: str, name: str = "coordinator") -> Child:
+        """A coordinator replica on this cluster's Redis (with the tuning services' addresses when
+        :attr:`tuning`); not waited for."""
+        extra = ["--lease-ms", str(self.lease_ms), "--replica-id", replica_id, "--kube", "none",
+                 "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]
+        if self.estimator is not None and self.optimizer is not None:
+            extra += ["--estimator", self.estimator.address, "--optimizer", self.optimizer.address]
+        return self.spawn(name, self._service_argv("coordinator", extra))
+
     def _start_coordinator(self) -> None:
         assert self.supervisor is not None and self.store is not None
-        self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
-            "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
-            "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
+        if self.tuning:
+            self.estimator = self.start_service("estimator", "edgetune.v1.Estimator", ["--no-ray"])
+            self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
+        self.coordinator = self.spawn_coordinator(self.replica_id)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
