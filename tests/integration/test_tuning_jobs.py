@@ -37,7 +37,7 @@ APPLIED = tuning_pb2.NODE_PHASE_APPLIED
 
 
 def _fit_references(address: str) -> dict[str, str]:
-    """A ResNet18 reference per device model (the simulator's truth on 150 fulcrum modes), fitted
+    """A ResNet18 reference per device model (the simulator's truth on 80 fulcrum modes), fitted
     through the Estimator's Fit: what a job's ``reference_model_id`` names."""
     out = {}
     with grpc.insecure_channel(address) as channel:
@@ -45,7 +45,7 @@ def _fit_references(address: str) -> dict[str, str]:
         for device in sorted({m for m, _ in NODES.values()}):
             grid = named_grid(get_spec(device), "fulcrum").array()
             rng = np.random.default_rng(7)
-            grid = grid[np.sort(rng.choice(len(grid), min(150, len(grid)), replace=False))]
+            grid = grid[np.sort(rng.choice(len(grid), min(80, len(grid)), replace=False))]
             rows = truth_table(device, "resnet18", "train", grid, [16])
             ms = [common_pb2.Measurement(
                 device=device, workload="resnet18", role=common_pb2.ROLE_TRAIN, batch_size=16,
@@ -54,7 +54,7 @@ def _fit_references(address: str) -> dict[str, str]:
                 time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
             model_id = f"ref-{device}"
             stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload="resnet18",
-                                              role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=200, seed=0),
+                                              role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=100, seed=0),
                      timeout=120)
             out[device] = model_id
     return out
