@@ -177,7 +177,10 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
-        where = advertise or f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}"
+        # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
+        bound = host not in ("", "0.0.0.0", "::", "[::]")
+        where = advertise or (f"{host}:{server.port}" if bound else
+                              f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}")
         lease = LeaderLease(store, "coordinator", lease_ms=lease_ms,
                             holder_id=f"{replica_id}@{where}" if replica_id else default_holder_id(where),
                             on_change=lambda leading: LEADER.set(1 if leading else 0))

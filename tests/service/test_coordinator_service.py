@@ -231,20 +231,33 @@ def test_plan_from_stored_measurements(leader):
     assert code == grpc.StatusCode.NOT_FOUND  # apply=False publishes nothing
 
 
-def test_standby_refuses_to_plan_and_names_the_leader(leader, store):
+def test_standby_forwards_planning_to_the_leader(leader, store):
     coordinator, stub = leader
     _register(stub, "a")
     standby, channel, standby_stub = _replica(store, replica_id="coord-1")
     try:
         time.sleep(0.1)
         assert not standby.lease.is_leader
-        code, details = _code(standby_stub.PlanRound, _plan_request(["a"]))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION and "coord-0@" in details
-        code, _ = _code(standby_stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        # the standby relays the leader's answers (its errors included): no call fails for reaching it
+        assert standby_stub.PlanRound(_plan_request(["a"])).feasible
+        reply = standby_stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
             node_id="a", budgets=common_pb2.Budgets(power_budget_w=10.0)))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert reply.budgets.power_budget_w == 10.0
+        assert stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes[0].power_budget_w == 10.0
+        code, details = _code(standby_stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+            node_id="ghost", budgets=common_pb2.Budgets(power_budget_w=10.0)))
+        assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
         # reads and registrations work on any replica
         assert [n.node_id for n in standby_stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes] == ["a"]
+        # both replicas behind one client target, round robin: every call succeeds
+        target = f"ipv4:{coordinator.server.address},{standby.server.address}"
+        with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as both:
+            both_stub = coordinator_pb2_grpc.CoordinatorStub(both)
+            for budget in (40.0, 45.0, 50.0, 55.0):
+                assert both_stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+                    node_id="a", budgets=common_pb2.Budgets(power_budget_w=budget)),
+                    timeout=10).budgets.power_budget_w == budget
+                assert both_stub.PlanRound(_plan_request(["a"]), timeout=10).feasible
         # the leader shuts down gracefully: it releases, the standby takes over at once
         coordinator.server.stop(0)
         assert standby.lease.wait_leader(2.0)

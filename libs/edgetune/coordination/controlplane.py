@@ -14,9 +14,8 @@ simulated board's truth over up to :data:`REFERENCE_POINTS` modes of the fulcrum
 :func:`reference_model_id` (``reference-orin-agx-train``), for a job file's ``reference_model``.
 
 Start order follows who must know whom: Redis, then the estimator and the optimizer (started
-together), then the coordinator with their addresses (``EDGETUNE_ESTIMATOR`` /
-``EDGETUNE_OPTIMIZER``, its ``--estimator`` / ``--optimizer`` settings), then the agents, which
-register with it. Stopping is the supervisor's: agents first (they restore their modes).
+together), then the coordinator with their addresses (``--estimator`` / ``--optimizer``), then the agents,
+which register with it. Stopping is the supervisor's: agents first (they restore their modes).
 """
 
 from __future__ import annotations
@@ -193,8 +192,8 @@ def start_control_plane(workdir: Path, nodes: Sequence[LocalNode], *, redis_url:
         optimizer = cluster.spawn_service("optimizer")
         plane.optimizer = cluster.wait_serving(optimizer, "edgetune.v1.Optimizer")
         plane.estimator = cluster.wait_serving(estimator, "edgetune.v1.Estimator")
-        cluster.start_coordinator({"EDGETUNE_ESTIMATOR": plane.estimator.address,
-                                   "EDGETUNE_OPTIMIZER": plane.optimizer.address})
+        cluster.estimator, cluster.optimizer = plane.estimator, plane.optimizer  # -> --estimator / --optimizer
+        cluster.start_coordinator()
         plane.agents = cluster.start_agents({n.node_id: (n.device, n.budget_w) for n in nodes}, seed=seed)
         if references:
             plane.references = fit_references(plane.estimator.address, [n.device for n in nodes], seed=seed)

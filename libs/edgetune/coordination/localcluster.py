@@ -54,8 +54,13 @@ class LocalCluster:
     supervisor: Supervisor | None = None
     #: An existing Redis to use (None: start an embedded one, stopped with the cluster).
     external_redis: str | None = None
+    #: Start the Estimator (``--no-ray``) and the Optimizer before the coordinator and give it their
+    #: addresses (``--estimator`` / ``--optimizer``): its reconcile loop runs TuningJobs.
+    tuning: bool = False
     store: Store | None = None
     coordinator: Child | None = None
+    estimator: Child | None = None
+    optimizer: Child | None = None
     channel: grpc.Channel | None = None
     stub: coordinator_pb2_grpc.CoordinatorStub | None = None
     processes: list[Child] = field(default_factory=list)
@@ -67,7 +72,7 @@ class LocalCluster:
         """Redis, then the coordinator once it serves and holds the lease (closed again on failure).
 
         ``coordinator=False`` stops after Redis: services the coordinator must be told about
-        (estimator, optimizer) start first, then :meth:`start_coordinator` with their addresses.
+        (estimator, optimizer) start first; set :attr:`estimator` / :attr:`optimizer`, then :meth:`start_coordinator`.
         """
         try:
             self.workdir = Path(self.workdir)
@@ -97,11 +102,10 @@ class LocalCluster:
         assert self.redis is not None, "the cluster is not started"
         return self.redis.url
 
-    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
-        """``python <argv>`` logging to ``workdir/<name>.log`` (``env`` added to its environment),
-        stopped by :meth:`close`."""
+    def spawn(self, name: str, argv: Sequence[str]) -> Child:
+        """``python <argv>`` logging to ``workdir/<name>.log``, stopped by :meth:`close`."""
         assert self.supervisor is not None, "the cluster is not started"
-        child = self.supervisor.spawn(name, argv, env)
+        child = self.supervisor.spawn(name, argv)
         self.processes.append(child)
         return child
 
@@ -110,13 +114,25 @@ class LocalCluster:
                 "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
-    def start_coordinator(self, env: Mapping[str, str] | None = None) -> Child:
-        """The coordinator, returned once it serves and holds the lease; ``env`` sets its
-        ``EDGETUNE_<FLAG>`` settings (e.g. ``EDGETUNE_ESTIMATOR``)."""
+    def spawn_coordinator(self, replica_id: str, name: str = "coordinator") -> Child:
+        """A coordinator replica on this cluster's Redis (with the tuning services' addresses when
+        :attr:`estimator` and :attr:`optimizer` are set); not waited for."""
+        extra = ["--lease-ms", str(self.lease_ms), "--replica-id", replica_id, "--kube", "none",
+                 "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]
+        if self.estimator is not None and self.optimizer is not None:
+            extra += ["--estimator", self.estimator.address, "--optimizer", self.optimizer.address]
+        return self.spawn(name, self._service_argv("coordinator", extra))
+
+    def start_coordinator(self) -> Child:
+        """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the
+        Estimator (``--no-ray``) and the Optimizer start first; a caller that started its own
+        (``edgetune up``: the estimator on Ray) sets :attr:`estimator` / :attr:`optimizer` instead."""
         assert self.supervisor is not None and self.store is not None, "the cluster is not started"
-        self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
-            "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
-            "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]), env)
+        if self.tuning and self.estimator is None:
+            self.estimator = self.start_service("estimator", "edgetune.v1.Estimator", ["--no-ray"])
+        if self.tuning and self.optimizer is None:
+            self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
+        self.coordinator = self.spawn_coordinator(self.replica_id)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",

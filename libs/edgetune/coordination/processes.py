@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,14 +156,12 @@ class Supervisor:
                 os.environ[RUN_ENV] = previous
         return self.redis
 
-    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
-        """``python <argv>`` with stdout and stderr in ``<log_dir>/<name>.log``; ``env`` adds to (or
-        overrides) this process's environment for that child only."""
+    def spawn(self, name: str, argv: Sequence[str]) -> Child:
+        """``python <argv>`` with stdout and stderr in ``<log_dir>/<name>.log``."""
         log_path = self.log_dir / f"{name}.log"
         ready_path = self.log_dir / f"{name}.ready.json"
         ready_path.unlink(missing_ok=True)  # a previous run's file must not pass for this one's
-        env = {**os.environ, **(env or {}), RUN_ENV: self.run_id, READY_ENV: str(ready_path),
-               "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, RUN_ENV: self.run_id, READY_ENV: str(ready_path), "PYTHONUNBUFFERED": "1"}
         with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
             command, preexec = launch_argv([sys.executable, *argv])  # SIGTERM when we die, even by SIGKILL
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,

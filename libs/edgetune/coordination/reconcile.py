@@ -48,7 +48,7 @@ from edgetune.coordination.tuningjobs import (
     TuningJobView,
 )
 from edgetune.errors import EdgetuneError
-from edgetune.optimization.frontier import N_INITIAL, PER_ROUND
+from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
@@ -96,9 +96,11 @@ def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningP
     objective = "energy" if spec.objective == "min-energy" else "time"
     if spec.method == "random":
         return base.with_(risk=risk, objective=objective, n_initial=spec.profiles, rounds=0)
+    # the frontier schedule's shape (N_INITIAL random, then rounds of PER_ROUND) scaled to the budget:
+    # each round costs a Transfer + Predict, so a small budget gets few, larger rounds
     n_initial = max(3, min(N_INITIAL, spec.profiles // 2))
-    per_round = max(1, min(PER_ROUND, (spec.profiles - n_initial) // 3 or 1))
-    rounds = max(0, (spec.profiles - n_initial) // per_round)
+    rounds = max(1, min(ROUNDS, (spec.profiles - n_initial) // PER_ROUND))
+    per_round = max(1, (spec.profiles - n_initial) // rounds)
     return base.with_(risk=risk, objective=objective, n_initial=n_initial, per_round=per_round, rounds=rounds)
 
 
