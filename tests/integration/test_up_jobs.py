@@ -30,7 +30,7 @@ name: mnv3-train
 workload: {name: mobilenetv3, role: train, batch_sizes: [16]}
 nodes: [orin-agx-1, nano-1]
 objective: min-time
-power_budget_w: {orin-agx-1: 25}   # nano-1: its registered budget (5 W)
+power_budget_w: {orin-agx-1: 25}   # nano-1: its registered budget (6 W)
 risk: 0.05
 profiles: 12
 reference_model: reference-orin-agx-train
@@ -78,7 +78,7 @@ def test_up_submit_wait_json_then_sigterm(up) -> None:
     job = json.loads(r.stdout)
     assert job["name"] == "mnv3-train" and job["phase"] == "Succeeded"
     assert [n["id"] for n in job["nodes"]] == ["orin-agx-1", "nano-1"]
-    budgets = {"orin-agx-1": 25.0, "nano-1": 5.0}
+    budgets = {"orin-agx-1": 25.0, "nano-1": 6.0}
     for node in job["nodes"]:
         assert set(node) == {"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
                              "predicted", "measured", "reason"}

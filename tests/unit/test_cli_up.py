@@ -11,8 +11,8 @@ from edgetune.errors import InvalidArgument
 def test_issue_example_ids_and_default_budgets():
     nodes = local_nodes(parse_nodes("orin-agx:2,xavier-agx,nano"))
     assert [(n.node_id, n.device, n.budget_w) for n in nodes] == [
-        ("orin-agx-1", "orin-agx", 30.0), ("orin-agx-2", "orin-agx", 30.0),
-        ("xavier-agx-1", "xavier-agx", 25.0), ("nano-1", "nano", 5.0)]
+        ("orin-agx-1", "orin-agx", 34.0), ("orin-agx-2", "orin-agx", 34.0),
+        ("xavier-agx-1", "xavier-agx", 29.0), ("nano-1", "nano", 6.0)]
 
 
 def test_budget_syntax_and_numbering_across_items():
@@ -21,7 +21,7 @@ def test_budget_syntax_and_numbering_across_items():
     nodes = local_nodes(parse_nodes("orin-agx:2@20,orin-agx@45.5,orin-nano"))
     assert [(n.node_id, n.budget_w) for n in nodes] == [
         ("orin-agx-1", 20.0), ("orin-agx-2", 20.0), ("orin-agx-3", 45.5), ("orin-nano-1", default_budget_w("orin-nano"))]
-    assert default_budget_w("orin-nano") == 7.5
+    assert default_budget_w("orin-nano") == 10.0
 
 
 @pytest.mark.parametrize(("text", "field", "says"), [

@@ -3,9 +3,11 @@ coordinator and one simulated profiler agent per node, as a :class:`LocalCluster
 
 Nodes are asked for as ``DEVICE[:COUNT][@WATTS]`` items (``orin-agx:2,xavier-agx@20,nano``);
 each gets the id ``DEVICE-N`` (N counts from 1 per device across the whole list) and registers
-with its power budget: ``@WATTS`` when given, else the device's default, half its maximum
-board power (:func:`default_budget_w`: AGX Orin 30 W, AGX Xavier 25 W, Orin Nano 7.5 W,
-Nano 5 W), a budget every built-in device can meet with most of its modes excluded.
+with its power budget: ``@WATTS`` when given, else the device's default, halfway between its
+idle and its maximum board power in whole watts (:func:`default_budget_w`: AGX Orin 34 W, AGX
+Xavier 29 W, Orin Nano 10 W, Nano 6 W) — tight enough that most modes are excluded, loose enough
+that every built-in device has modes within it with room for the risk margin (half the
+*maximum* left an Orin Nano at 7.5 W with no mode whose 95 % power bound fit).
 
 Reference models: a job transfers from a reference (PowerTrain), which a fresh control plane
 does not have. :func:`fit_references` fits one per device model of the fleet through the
@@ -36,8 +38,6 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import SPECS, get_spec
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
-#: The fraction of a device's maximum board power that is its default budget.
-DEFAULT_BUDGET_FRACTION = 0.5
 NODES_ALLOWED = "DEVICE[:COUNT][@WATTS] items separated by commas, e.g. orin-agx:2,xavier-agx@20,nano"
 #: The reference workload and how many of its modes a reference is fitted on.
 REFERENCE_WORKLOAD = "resnet18"
@@ -67,8 +67,10 @@ class LocalNode:
 
 
 def default_budget_w(device: str) -> float:
-    """Half the device's maximum board power (its registered budget when ``@WATTS`` is absent)."""
-    return round(get_spec(device).max_power_w * DEFAULT_BUDGET_FRACTION, 1)
+    """Halfway between the device's idle and maximum board power, in whole watts (a node's
+    registered budget when ``@WATTS`` is absent)."""
+    spec = get_spec(device)
+    return float(round((spec.idle_power_w + spec.max_power_w) / 2))
 
 
 def parse_nodes(text: str, field_name: str = "--nodes") -> list[NodeRequest]:
