@@ -116,8 +116,9 @@ class LocalCluster:
     def _start_coordinator(self) -> None:
         assert self.supervisor is not None and self.store is not None
         if self.tuning:
-            self.estimator = self.start_service("estimator", "edgetune.v1.Estimator", ["--no-ray"])
+            estimator = self.spawn_service("estimator", ["--no-ray"])  # both start at once
             self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
+            self.estimator = self.wait_serving(estimator, "edgetune.v1.Estimator")
         self.coordinator = self.spawn_coordinator(self.replica_id)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
