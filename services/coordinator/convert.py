@@ -223,7 +223,8 @@ def tuning_spec_from_proto(msg: tuning_pb2.TuningJobSpec) -> TuningJobSpec:
 
 def tuning_spec_to_proto(spec: TuningJobSpec) -> tuning_pb2.TuningJobSpec:
     msg = tuning_pb2.TuningJobSpec(
-        name=spec.name, workload=common_pb2.Workload(name=spec.workload, role=role_to_proto(spec.role)),
+        name=spec.name, workload=common_pb2.Workload(name=spec.workload,
+                                                     role=common_pb2.Role.ValueType(role_to_proto(spec.role))),
         batch_sizes=list(spec.batch_sizes), nodes=list(spec.nodes),
         selector=tuning_pb2.NodeSelector(device=spec.selector_device, labels=dict(spec.selector_labels)),
         objective=(tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY if spec.objective == "min-energy"
@@ -251,9 +252,9 @@ def node_status_to_proto(st: NodeStatus) -> tuning_pb2.NodeTuningStatus:
         if value is not None:
             setattr(msg, name, value)
     if st.started_s:
-        msg.started.CopyFrom(_timestamp(st.started_s))
+        msg.started.FromNanoseconds(int(round(st.started_s * 1e9)))
     if st.updated_s:
-        msg.updated.CopyFrom(_timestamp(st.updated_s))
+        msg.updated.FromNanoseconds(int(round(st.updated_s * 1e9)))
     return msg
 
 
@@ -262,10 +263,10 @@ def tuning_job_to_proto(view: TuningJobView) -> tuning_pb2.TuningJob:
     msg = tuning_pb2.TuningJob(spec=tuning_spec_to_proto(view.spec), phase=_JOB_PHASES[view.phase],
                                nodes=[node_status_to_proto(n) for n in nodes], revision=view.revision)
     if view.created_s:
-        msg.created.CopyFrom(_timestamp(view.created_s))
+        msg.created.FromNanoseconds(int(round(view.created_s * 1e9)))
     updated = view.status.updated_s if view.status is not None else view.created_s
     if updated:
-        msg.updated.CopyFrom(_timestamp(updated))
+        msg.updated.FromNanoseconds(int(round(updated * 1e9)))
     return msg
 
 

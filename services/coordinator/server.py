@@ -1,8 +1,10 @@
 """The coordinator's entry point: ``python -m edgetune.services.coordinator.server`` or
 ``edgetune serve coordinator --port P --redis URL [--lease-ms MS] [--heartbeat-ttl-s S]``.
 
-Every replica serves reads (ListNodes, GetNodeConfig, WatchConfig) and registrations; the one
-holding the leader lease plans (PlanRound, UpdateBudget). All state is in Redis, so a
+Every replica serves every RPC; the one holding the leader lease plans (a standby forwards
+PlanRound / UpdateBudget to it) and runs the TuningJob reconcile loop
+(:class:`~edgetune.coordination.reconcile.Reconciler`, which calls ``--estimator`` and
+``--optimizer``). All state is in Redis, so a
 restarted replica resumes where the last one stopped. Shutdown (SIGTERM / SIGINT): config
 watches end, health goes NOT_SERVING, in-flight RPCs get ``--grace-s``, then the Kubernetes
 watch stops, the lease is released (the standby takes over at once) and the store closes.

@@ -152,6 +152,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if request.node_id:
             record = self.registry.update_budget(request.node_id, convert.node_budget_from_proto(request))
             self.rounds.replan_after_budget_change(record.node_id)
+            self._changed()  # a TuningJob on the node without a budget of its own selects again
             return coordinator_pb2.UpdateBudgetResponse(
                 budgets=budgets_from_dict({"power_budget_w": record.power_budget_w}))
         site = self.rounds.update_site_budgets(

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
@@ -90,8 +91,7 @@ def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = 
 
 def id_part(value: str, field: str) -> str:
     """A device / workload name used as a model id part."""
-    if not value:
-        raise InvalidArgument(field, "is required", "a name, e.g. orin-agx / resnet18")
+    validation.identifier(value, field)
     if not _ID_PART.match(value):
         raise InvalidArgument(field, f"{value!r} has characters a model id cannot hold", "letters, digits, . _ + -")
     return value
@@ -116,7 +116,7 @@ def spec_for(device: str, field: str = "device") -> DeviceSpec:
     try:
         return get_spec(device)
     except InvalidArgument as exc:
-        raise InvalidArgument(field, str(exc).split(": ", 1)[-1]) from None
+        raise exc.renamed(field) from None
 
 
 def grid_name(value: int, field: str = "grid") -> str:
@@ -160,7 +160,7 @@ def predictor_params(method: str, epochs: int, params: Mapping[str, str], *, tra
         raise InvalidArgument(f"{field_prefix}.{bad[0] if bad else '?'}", f"not a parameter of {method!r}",
                               ", ".join(sorted(names))) from None
     except InvalidArgument as exc:
-        raise InvalidArgument(f"{field_prefix}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+        raise exc.prefixed(field_prefix) from None
     return kw
 
 
@@ -173,7 +173,7 @@ def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tupl
     if epochs < 0:
         raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
     kw = {k: _typed(v) for k, v in params.items()}
-    nn_attrs = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
+    nn_attrs: dict[str, Any] = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
     if epochs:
         if method not in TRANSFER_METHODS:
             raise InvalidArgument("epochs", f"fine-tuning epochs apply to {', '.join(TRANSFER_METHODS)}, not "
@@ -281,16 +281,11 @@ def rows_from_store(docs: Sequence[Mapping[str, Any]], spec: DeviceSpec, source:
 
 
 def valid_mode(spec: DeviceSpec, mode: Any, field: str) -> tuple[float, ...]:
-    try:
-        return spec.validate(mode).as_tuple()
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    return validation.power_mode(spec, mode, field).as_tuple()
 
 
 def _batch(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise InvalidArgument(field, f"{value!r} is not a batch size", ">= 1")
-    return int(value)
+    return validation.batch_size(value, field)
 
 
 def _positive(value: float, field: str, unit: str) -> float:

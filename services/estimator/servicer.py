@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.features import BATCH_FEATURE, mode_features
 from edgetune.estimation.parallel import single_threaded
@@ -62,7 +63,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
             rows = convert.rows_from_measurements(msgs, spec, workload, role)
             where = "given"
         else:
-            docs = self.models.store.get_measurements(spec.name, workload, role)
+            docs = [m.to_row() for m in self.models.store.get_measurements(spec.name, workload, role)]
             rows = convert.rows_from_store(docs, spec, f"store measurements of {spec.name}/{workload}/{role}")
             where = f"in the request, and the store has {len(docs)} for {spec.name}/{workload}/{role}"
         if len(rows) < need:
@@ -159,17 +160,13 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     def _batch_sizes(requested, model) -> list[int]:
         if not requested:
             return list(model.batch_sizes) or [0]
-        seen: set[int] = set()
-        for i, b in enumerate(requested):
-            if b < 1 or b in seen:
-                raise InvalidArgument(f"batch_sizes[{i}]", f"{b} is not a new positive batch size",
-                                      "distinct sizes >= 1")
+        sizes = validation.batch_sizes(requested, "batch_sizes")
+        for i, b in enumerate(sizes):
             if BATCH_FEATURE not in model.columns and model.batch_sizes and b not in model.batch_sizes:
                 raise InvalidArgument(f"batch_sizes[{i}]", f"the model was fitted for batch size "
                                       f"{', '.join(map(str, model.batch_sizes))} only, not {b}",
                                       ", ".join(map(str, model.batch_sizes)))
-            seen.add(b)
-        return list(requested)
+        return list(sizes)
 
     # -- EstimateBatchEfficiency ----------------------------------------------------------------------
     @map_errors

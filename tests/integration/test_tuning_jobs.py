@@ -60,13 +60,14 @@ def _fit_references(address: str) -> dict[str, str]:
     return out
 
 
-def _spec(name: str, refs: dict[str, str], device: str | None = None) -> tuning_pb2.TuningJobSpec:
-    nodes = [n for n, (m, _) in NODES.items() if device is None or m == device]
+def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True) -> tuning_pb2.TuningJobSpec:
+    """A job over the nodes of ``device``; ``budgets``: per-node budgets in the job (else the
+    nodes' registered ones)."""
+    nodes = [n for n, (m, _) in NODES.items() if m == device]
     return tuning_pb2.TuningJobSpec(
         name=name, workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_TRAIN),
-        batch_sizes=[16], nodes=nodes, profiles=12,
-        node_power_budget_w={n: b for n, (_m, b) in NODES.items()},
-        reference_model_id=refs[device] if device is not None else "")
+        batch_sizes=[16], nodes=nodes, profiles=12, reference_model_id=refs[device],
+        node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
 
 
 def _wait_job(stub, name: str, timeout_s: float, until=None) -> tuning_pb2.TuningJob:
@@ -85,11 +86,11 @@ def _wait_job(stub, name: str, timeout_s: float, until=None) -> tuning_pb2.Tunin
     raise AssertionError(f"job {name} did not get there in {timeout_s:g} s: {job}")
 
 
-def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob) -> None:
+def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
     assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
     for node in job.nodes:
         assert node.phase == APPLIED, node
-        budget = NODES[node.node_id][1]
+        budget = (budgets or {}).get(node.node_id, NODES[node.node_id][1])
         assert node.power_budget_w == budget
         assert node.measured_power_w <= budget, node
         assert node.profiled >= 3
@@ -107,7 +108,8 @@ def test_job_reaches_applied_within_budget(tmp_path):
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
         refs = _fit_references(cluster.estimator.address)
         stub = cluster.stub
-        jobs = [_spec(f"mnv3-{m}", refs, m) for m in sorted(refs)]
+        # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
+        jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
         for spec in jobs:
             submitted = stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
             assert submitted.spec.name == spec.name
@@ -128,6 +130,19 @@ def test_job_reaches_applied_within_budget(tmp_path):
                 break
             time.sleep(0.3)
         assert {n: nodes[n].current_mode for n in NODES} == chosen
+
+        # A budget change on a node of an Applied job: selected again from the stored predictions
+        # (no profiling), verified, and published within the new budget.
+        changed_at = time.time()
+        orin = next(n for n, (m, _) in NODES.items() if m == "orin-agx")
+        new_budget = 18.0
+        stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+            node_id=orin, budgets=common_pb2.Budgets(power_budget_w=new_budget)), timeout=10)
+        job = _wait_job(stub, "mnv3-orin-agx", 60, lambda j: j.nodes[0].power_budget_w == new_budget and
+                        j.nodes[0].phase in (APPLIED, tuning_pb2.NODE_PHASE_FAILED))
+        _check_applied(cluster, job, {orin: new_budget})
+        later = [e.message for e in job.nodes[0].events if e.at.ToNanoseconds() / 1e9 > changed_at]
+        assert later and not any(m.startswith("profile") for m in later), later
 
 
 def test_leader_killed_mid_job_standby_finishes(tmp_path):

@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from edgetune.coordination.store import EmbeddedStore, MeasurementRecord
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
-from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, profiler_pb2, tuning_pb2
 from edgetune.services.coordinator.server import create_coordinator, start
 
 SPEC = get_spec("orin-agx")
@@ -374,3 +374,46 @@ def test_update_budget_arrival_rate_replaces_only_the_inference_node(leader):
         node_id="a", budgets=common_pb2.Budgets(arrival_rps=10.0, latency_budget_ms=100.0),
         workload=common_pb2.Workload(name="yolov8n")))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "profile yolov8n with role infer" in details
+
+
+def test_tuning_job_rpcs_and_submit_profiling(leader, store):
+    coordinator, stub = leader
+    node = _register(stub, "a", budget=30.0)
+    spec = tuning_pb2.TuningJobSpec(name="mnv3", workload=common_pb2.Workload(name="mobilenetv3"),
+                                    nodes=[node], profiles=12)
+    bad = tuning_pb2.TuningJobSpec(name="mnv3", workload=common_pb2.Workload(name="mobilenetv3"),
+                                   nodes=[node, node])
+    code, details = _code(stub.SubmitTuningJob, tuning_pb2.SubmitTuningJobRequest(spec=bad))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "spec.nodes[1]" in details
+    job = stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec))
+    assert job.spec.name == "mnv3" and job.spec.profiles == 12 and job.phase == tuning_pb2.JOB_PHASE_PENDING
+    watch = stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name="mnv3"), timeout=20)
+    first = next(watch)
+    assert first.revision >= job.revision
+    # this coordinator has no --estimator / --optimizer: the leader's loop says so in the node's reason
+    deadline = time.monotonic() + 10
+    while True:
+        got = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name="mnv3"))
+        if got.nodes and "--estimator" in got.nodes[0].reason:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    assert got.nodes[0].node_id == node and got.nodes[0].phase == tuning_pb2.NODE_PHASE_PENDING
+    assert [j.spec.name for j in stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest()).jobs] == ["mnv3"]
+    assert stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name="mnv3")).phase == \
+        tuning_pb2.JOB_PHASE_CANCELLED
+    assert any(j.phase == tuning_pb2.JOB_PHASE_CANCELLED for j in watch)  # the stream sees it
+    code, details = _code(stub.GetTuningJob, tuning_pb2.GetTuningJobRequest(name="ghost"))
+    assert code == grpc.StatusCode.NOT_FOUND and "name" in details
+
+    request = tuning_pb2.SubmitProfilingRequest(node_id=node, job_id="p-1", request=profiler_pb2.ProfileRequest(
+        workload=common_pb2.Workload(name="resnet18"), random_modes=4))
+    assert not stub.SubmitProfiling(request).duplicate
+    assert stub.SubmitProfiling(request).duplicate
+    assert store.job_backlog(node) == 1  # queued once
+    code, details = _code(stub.SubmitProfiling, tuning_pb2.SubmitProfilingRequest(node_id="ghost",
+                                                                                  request=request.request))
+    assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
+    code, details = _code(stub.SubmitProfiling, tuning_pb2.SubmitProfilingRequest(
+        node_id=node, request=profiler_pb2.ProfileRequest(workload=common_pb2.Workload(name="resnet18"))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "request.modes" in details

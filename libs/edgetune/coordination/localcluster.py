@@ -125,13 +125,13 @@ class LocalCluster:
 
     def start_coordinator(self) -> Child:
         """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the
-        Estimator (``--no-ray``) and the Optimizer start first; a caller that started its own
-        (``edgetune up``: the estimator on Ray) sets :attr:`estimator` / :attr:`optimizer` instead."""
+        Estimator (``--no-ray``) and the Optimizer start first (together); a caller that started
+        its own (``edgetune up``: the estimator on Ray) sets :attr:`estimator` / :attr:`optimizer`."""
         assert self.supervisor is not None and self.store is not None, "the cluster is not started"
-        if self.tuning and self.estimator is None:
-            self.estimator = self.start_service("estimator", "edgetune.v1.Estimator", ["--no-ray"])
-        if self.tuning and self.optimizer is None:
+        if self.tuning and self.estimator is None and self.optimizer is None:
+            estimator = self.spawn_service("estimator", ["--no-ray"])  # both start at once
             self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
+            self.estimator = self.wait_serving(estimator, "edgetune.v1.Estimator")
         self.coordinator = self.spawn_coordinator(self.replica_id)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
