@@ -183,16 +183,16 @@ def run(coordinator: str, node_ids: Sequence[str], rounds: int = 2, *,
 # --- a local cluster with profiled nodes ---------------------------------------------------------
 def profile_nodes(cluster, nodes: dict[str, tuple[str, float]], n_modes: int = 30,
                   batch_sizes: Sequence[int] = (16, 32, 64), timeout_s: float = 60.0) -> None:
-    """Queue a profiling job per node (random modes x batch sizes of WORKLOAD); wait for the results."""
-    from edgetune.coordination.jobs import JobQueue
-    from edgetune.proto.v1 import common_pb2, profiler_pb2
-    from edgetune.services.profiler.link import profile_job
+    """Submit a profiling job per node through the coordinator's SubmitProfiling (random modes x
+    batch sizes of WORKLOAD, delivered on the node's job stream); wait for the results."""
+    from edgetune.proto.v1 import common_pb2, profiler_pb2, tuning_pb2
 
-    jobs = JobQueue(cluster.store)
     for i, node_id in enumerate(nodes):
-        jobs.submit(node_id, profile_job(profiler_pb2.ProfileRequest(
-            workload=common_pb2.Workload(name=WORKLOAD, role=common_pb2.ROLE_TRAIN), random_modes=n_modes,
-            random_grid=common_pb2.GRID_FULL, batch_sizes=list(batch_sizes), n_minibatches=10, seed=i)))
+        cluster.stub.SubmitProfiling(tuning_pb2.SubmitProfilingRequest(
+            node_id=node_id, job_id=f"digits-profile-{node_id}", request=profiler_pb2.ProfileRequest(
+                workload=common_pb2.Workload(name=WORKLOAD, role=common_pb2.ROLE_TRAIN), random_modes=n_modes,
+                random_grid=common_pb2.GRID_FULL, batch_sizes=list(batch_sizes), n_minibatches=10, seed=i)),
+            timeout=10)
     expected = n_modes * len(batch_sizes)
     deadline = time.monotonic() + timeout_s
     while any(cluster.store.count_measurements(model, WORKLOAD, "train", node_id) < expected

@@ -12,6 +12,14 @@ from edgetune.coordination.configs import NodeConfig
 from edgetune.coordination.inference import InferencePlacement
 from edgetune.coordination.registry import NodeRecord, spec_to_dict
 from edgetune.coordination.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.coordination.tuningjobs import (
+    DEFAULT_PROFILES,
+    JOB_PHASES,
+    NODE_PHASES,
+    NodeStatus,
+    TuningJobSpec,
+    TuningJobView,
+)
 from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
@@ -27,7 +35,7 @@ from edgetune.proto.convert import (
     spec_from_proto,
     spec_to_proto,
 )
-from edgetune.proto.v1 import common_pb2, coordinator_pb2
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, profiler_pb2, tuning_pb2
 
 
 def _timestamp(epoch_s: float | None) -> timestamp_pb2.Timestamp | None:
@@ -182,3 +190,95 @@ def placement_to_proto(placement: InferencePlacement, revision: int) -> coordina
                                  "latency_budget_ms": placement.latency_budget_ms})
     return coordinator_pb2.UpdateBudgetResponse(budgets=budgets, reason="" if placement.feasible else placement.reason,
                                                 config_revision=revision)
+
+
+# --- tuning jobs ---------------------------------------------------------------------------------
+
+_TUNING_OBJECTIVES = {tuning_pb2.TUNING_OBJECTIVE_UNSPECIFIED: "min-time",
+                      tuning_pb2.TUNING_OBJECTIVE_MIN_TIME: "min-time",
+                      tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY: "min-energy"}
+_TUNING_METHODS = {tuning_pb2.TUNING_METHOD_UNSPECIFIED: "frontier", tuning_pb2.TUNING_METHOD_FRONTIER: "frontier",
+                   tuning_pb2.TUNING_METHOD_RANDOM: "random"}
+_NODE_PHASES = {name: getattr(tuning_pb2, f"NODE_PHASE_{name.upper()}") for name in NODE_PHASES}
+_JOB_PHASES = {name: getattr(tuning_pb2, f"JOB_PHASE_{name.upper()}") for name in JOB_PHASES}
+
+
+def tuning_spec_from_proto(msg: tuning_pb2.TuningJobSpec) -> TuningJobSpec:
+    """The checked spec (InvalidArgument naming ``spec.<field>``)."""
+    if msg.objective not in _TUNING_OBJECTIVES:
+        raise InvalidArgument("spec.objective", f"unknown value {msg.objective}", "MIN_TIME, MIN_ENERGY")
+    if msg.method not in _TUNING_METHODS:
+        raise InvalidArgument("spec.method", f"unknown value {msg.method}", "FRONTIER, RANDOM")
+    sizes = tuple(msg.batch_sizes) or ((msg.workload.batch_size,) if msg.workload.batch_size else (16,))
+    return TuningJobSpec(
+        name=msg.name, workload=msg.workload.name,
+        role=role_from_proto(msg.workload.role, "spec.workload.role", default=Role.TRAIN).value,
+        batch_sizes=sizes, nodes=tuple(msg.nodes), selector_device=msg.selector.device,
+        selector_labels=dict(msg.selector.labels), objective=_TUNING_OBJECTIVES[msg.objective],
+        time_budget_ms=optional_value(msg, "time_budget_ms"), power_budget_w=optional_value(msg, "power_budget_w"),
+        node_power_budget_w=dict(msg.node_power_budget_w), risk=optional_value(msg, "risk"),
+        profiles=msg.profiles or DEFAULT_PROFILES, method=_TUNING_METHODS[msg.method],
+        reference_model_id=msg.reference_model_id).check()
+
+
+def tuning_spec_to_proto(spec: TuningJobSpec) -> tuning_pb2.TuningJobSpec:
+    msg = tuning_pb2.TuningJobSpec(
+        name=spec.name, workload=common_pb2.Workload(name=spec.workload,
+                                                     role=common_pb2.Role.ValueType(role_to_proto(spec.role))),
+        batch_sizes=list(spec.batch_sizes), nodes=list(spec.nodes),
+        selector=tuning_pb2.NodeSelector(device=spec.selector_device, labels=dict(spec.selector_labels)),
+        objective=(tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY if spec.objective == "min-energy"
+                   else tuning_pb2.TUNING_OBJECTIVE_MIN_TIME),
+        node_power_budget_w=dict(spec.node_power_budget_w), profiles=spec.profiles,
+        method=tuning_pb2.TUNING_METHOD_RANDOM if spec.method == "random" else tuning_pb2.TUNING_METHOD_FRONTIER,
+        reference_model_id=spec.reference_model_id)
+    for name in ("time_budget_ms", "power_budget_w", "risk"):
+        value = getattr(spec, name)
+        if value is not None:
+            setattr(msg, name, value)
+    return msg
+
+
+def node_status_to_proto(st: NodeStatus) -> tuning_pb2.NodeTuningStatus:
+    msg = tuning_pb2.NodeTuningStatus(
+        node_id=st.node_id, device=st.device, phase=_NODE_PHASES[st.phase], reason=st.reason, profiled=st.profiled,
+        batch_size=st.batch_size, config_revision=st.config_revision,
+        events=[tuning_pb2.TuningEvent(at=_timestamp(e.at_s), message=e.message) for e in st.events])
+    if st.mode is not None:
+        msg.mode.CopyFrom(mode_to_proto(PowerMode(int(st.mode[0]), st.mode[1], st.mode[2], st.mode[3])))
+    for name in ("power_budget_w", "predicted_time_ms", "predicted_power_w", "predicted_power_upper_w",
+                 "measured_time_ms", "measured_power_w"):
+        value = getattr(st, name)
+        if value is not None:
+            setattr(msg, name, value)
+    if st.started_s:
+        msg.started.FromNanoseconds(int(round(st.started_s * 1e9)))
+    if st.updated_s:
+        msg.updated.FromNanoseconds(int(round(st.updated_s * 1e9)))
+    return msg
+
+
+def tuning_job_to_proto(view: TuningJobView) -> tuning_pb2.TuningJob:
+    nodes = list(view.status.nodes.values()) if view.status is not None else []
+    msg = tuning_pb2.TuningJob(spec=tuning_spec_to_proto(view.spec), phase=_JOB_PHASES[view.phase],
+                               nodes=[node_status_to_proto(n) for n in nodes], revision=view.revision)
+    if view.created_s:
+        msg.created.FromNanoseconds(int(round(view.created_s * 1e9)))
+    updated = view.status.updated_s if view.status is not None else view.created_s
+    if updated:
+        msg.updated.FromNanoseconds(int(round(updated * 1e9)))
+    return msg
+
+
+def profile_job_from_proto(msg: profiler_pb2.ProfileRequest) -> dict:
+    """A ``SubmitProfiling`` request as the job payload the agents read (the request as JSON, proto
+    field names); what can be checked without the node's device is checked here."""
+    if not msg.workload.name:
+        raise InvalidArgument("request.workload.name", "is empty", "a zoo workload or MODULE:FUNCTION")
+    if not msg.modes and msg.random_modes <= 0:
+        raise InvalidArgument("request.modes", "no modes to profile", "modes, or random_modes > 0")
+    for i, m in enumerate(msg.modes):
+        mode_from_proto(m, f"request.modes[{i}]")
+    if msg.batch_sizes:
+        validation.batch_sizes(msg.batch_sizes, "request.batch_sizes")
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True)

@@ -1,8 +1,10 @@
 """The coordinator's entry point: ``python -m edgetune.services.coordinator.server`` or
 ``edgetune serve coordinator --port P --redis URL [--lease-ms MS] [--heartbeat-ttl-s S]``.
 
-Every replica serves reads (ListNodes, GetNodeConfig, WatchConfig) and registrations; the one
-holding the leader lease plans (PlanRound, UpdateBudget). All state is in Redis, so a
+Every replica serves every RPC; the one holding the leader lease plans (a standby forwards
+PlanRound / UpdateBudget to it) and runs the TuningJob reconcile loop
+(:class:`~edgetune.coordination.reconcile.Reconciler`, which calls ``--estimator`` and
+``--optimizer``). All state is in Redis, so a
 restarted replica resumes where the last one stopped. Shutdown (SIGTERM / SIGINT): config
 watches end, health goes NOT_SERVING, in-flight RPCs get ``--grace-s``, then the Kubernetes
 watch stops, the lease is released (the standby takes over at once) and the store closes.
@@ -12,7 +14,7 @@ the last applied round was lost or came back, and re-plans the round when so
 (:class:`MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
 
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
-``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--kube`` (``none``, ``incluster``,
+``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--estimator``, ``--optimizer``, ``--kube`` (``none``, ``incluster``,
 ``kubeconfig``), ``--kube-selector`` and the common server flags.
 """
 
@@ -34,6 +36,7 @@ from prometheus_client import Gauge
 from edgetune.coordination import kube
 from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
+from edgetune.coordination.reconcile import Reconciler, remote_services
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import CONNECTION_ERRORS, Store
@@ -123,6 +126,7 @@ class Coordinator:
     lease: LeaderLease
     watcher: kube.KubeNodeWatcher | None = None
     membership: MembershipCheck | None = None
+    reconciler: Reconciler | None = None
 
 
 def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.KubeNodeWatcher | None:
@@ -156,12 +160,15 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
                        store: Store | None = None, watch_block_ms: int = 500,
-                       membership_check_s: float | None = None) -> Coordinator:
+                       membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
+                       reconcile_s: float = 1.0) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
     ``membership_check_s``: how often the leader checks the last round's nodes for lost /
     returned ones (None: the heartbeat interval, TTL / 3; 0: never).
+    ``estimator`` / ``optimizer``: the services' addresses the leader's reconcile loop calls
+    (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval.
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
@@ -172,14 +179,21 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
-        where = advertise or f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}"
+        # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
+        bound = host not in ("", "0.0.0.0", "::", "[::]")
+        where = advertise or (f"{host}:{server.port}" if bound else
+                              f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}")
         lease = LeaderLease(store, "coordinator", lease_ms=lease_ms,
                             holder_id=f"{replica_id}@{where}" if replica_id else default_holder_id(where),
                             on_change=lambda leading: LEADER.set(1 if leading else 0))
         rounds = RoundCoordinator(store, registry, configs, lease)
         watcher = _kube_watcher(kube_mode, kube_selector, registry)
 
+        est, sel = remote_services(estimator, optimizer)
+        reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s)
+
         def on_register(record: NodeRecord) -> None:
+            reconciler.wake()  # a node that matches a job (re)joins
             if watcher is not None:  # a node that registers after the last event gets its flag now
                 kube.apply_to_registry(registry, watcher.statuses)
             if lease.is_leader:  # a node of the last round (re-)joins: re-plan it now (else the check will)
@@ -189,7 +203,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                     log.exception("re-plan after the registration of %s failed", record.node_id)
 
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
-                                       watch_block_ms=watch_block_ms)
+                                       watch_block_ms=watch_block_ms, on_job_change=reconciler.wake)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
@@ -201,7 +215,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         server.on_shutdown.append(watcher.stop)
     if membership is not None:
         server.on_shutdown.append(membership.stop)
-    return Coordinator(server, servicer, store, lease, watcher, membership)
+    server.on_shutdown.append(reconciler.stop)
+    return Coordinator(server, servicer, store, lease, watcher, membership, reconciler)
 
 
 def start(coordinator: Coordinator) -> Coordinator:
@@ -211,6 +226,8 @@ def start(coordinator: Coordinator) -> Coordinator:
         coordinator.watcher.start()
     if coordinator.membership is not None:
         coordinator.membership.start()
+    if coordinator.reconciler is not None:
+        coordinator.reconciler.start()
     log.info("coordinator ready", extra={"port": coordinator.server.port, "holder": coordinator.lease.holder_id,
                                          "lease_ms": coordinator.lease.lease_ms, "store": repr(coordinator.store)})
     return coordinator
@@ -250,6 +267,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "(default: $EDGETUNE_POD_IP or the hostname, with the port)")
     add_option(parser, "kube", "auto", f"Kubernetes node awareness: {', '.join(KUBE_MODES)} "
                "(auto: incluster inside a pod with a ServiceAccount token, else none)")
+    add_option(parser, "estimator", "", "Estimator service address the reconcile loop calls (host:port)")
+    add_option(parser, "optimizer", "", "Optimizer service address the reconcile loop calls (host:port)")
     add_option(parser, "kube_selector", kube.JETSON_LABEL_SELECTOR, "label selector of the Jetson nodes")
     return parser.parse_args(argv)
 
@@ -258,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main("coordinator", argv, parse_args, lambda args: serve(
         redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
         replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
-        kube_selector=args.kube_selector, **server_kwargs(args)))
+        kube_selector=args.kube_selector, estimator=args.estimator, optimizer=args.optimizer,
+        **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

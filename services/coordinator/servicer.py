@@ -5,8 +5,14 @@ node re-solves that inference node's placement (``RoundCoordinator.update_arriva
 
 Errors come from the library already naming the field (InvalidArgument -> INVALID_ARGUMENT,
 NotFound -> NOT_FOUND, NotLeader / FailedPrecondition -> FAILED_PRECONDITION); ``map_errors``
-turns them into statuses. Planning RPCs (PlanRound, UpdateBudget) need the leader lease: a
-standby answers FAILED_PRECONDITION naming the leader.
+turns them into statuses.
+
+Replicas: any replica serves every RPC. Planning RPCs (PlanRound, UpdateBudget) act through the
+leader: a standby **forwards** them to the leader's address (from the lease record, the part of
+its holder id after ``@``) and relays the answer, so a client behind one Service address never
+sees FAILED_PRECONDITION because it reached the standby (only while no replica holds the lease).
+TuningJob writes are **desired state**: any replica stores the spec; the leader's reconcile loop
+acts on it (:mod:`edgetune.coordination.reconcile`).
 
 Each open WatchConfig holds one handler thread (and one blocked Redis read) for its lifetime,
 which is why the coordinator's default ``--max-workers`` is sized for a fleet, not 16.
@@ -15,29 +21,53 @@ which is why the coordinator's default ``--max-workers`` is sized for a fleet, n
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 
+import grpc
+
 from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import LeaderLease
+from edgetune.coordination.jobs import JobQueue
+from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.errors import NotFound
+from edgetune.coordination.store import RevisionConflict
+from edgetune.coordination.tuningjobs import TuningJobs
+from edgetune.errors import InvalidArgument, NotFound
 from edgetune.proto.convert import budgets_from_dict, mode_from_proto, optional_value
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert
+
+#: Metadata key a standby sets on a forwarded call: the receiver does not forward it again.
+FORWARDED = "x-edgetune-forwarded"
+FORWARD_TIMEOUT_S = 30.0
+
+
+def leader_address(holder: str | None) -> str | None:
+    """The address in a lease holder id (``name@host:port`` or ``name@host:port#nonce``); None without one."""
+    if not holder or "@" not in holder:
+        return None
+    address = holder.rsplit("@", 1)[1].split("#", 1)[0]
+    return address or None
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 500) -> None:
+                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None) -> None:
         self.registry = registry
         self.configs = configs
         self.rounds = rounds
         self.lease = lease
         self.on_register = on_register
         self.watch_block_ms = watch_block_ms
+        self.jobs = TuningJobs(registry.store)
+        self.queue = JobQueue(registry.store)
+        #: Wakes the leader's reconcile loop (a job submitted or cancelled); None: it polls.
+        self.on_job_change = on_job_change
+        self._channels: dict[str, grpc.Channel] = {}  # the leader's address -> channel (forwarding)
+        self._channels_lock = threading.Lock()
         #: Set on shutdown so WatchConfig streams end promptly instead of holding the grace period.
         self.stopping = threading.Event()
 
@@ -64,8 +94,29 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ListNodes(self, request, context):
         return coordinator_pb2.ListNodesResponse(nodes=[convert.node_info_to_proto(n) for n in self.registry.nodes()])
 
+    def _forward(self, rpc: str, request, context):
+        """The leader's answer to ``request`` (this replica is a standby); NotLeader when nobody leads."""
+        holder = self.lease.holder()
+        address = leader_address(holder)
+        if address is None:
+            raise NotLeader(self.lease.name, holder)
+        with self._channels_lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = grpc.insecure_channel(address)
+        try:
+            return getattr(coordinator_pb2_grpc.CoordinatorStub(channel), rpc)(
+                request, timeout=min(context.time_remaining() or FORWARD_TIMEOUT_S, FORWARD_TIMEOUT_S), metadata=[(FORWARDED, "1")])
+        except grpc.RpcError as exc:
+            context.abort(exc.code(), exc.details() or "")
+
+    def _is_forwarded(self, context) -> bool:
+        return any(k == FORWARDED for k, _v in (context.invocation_metadata() or ()))
+
     @map_errors
     def PlanRound(self, request, context):
+        if not self.lease.is_leader and not self._is_forwarded(context):
+            return self._forward("PlanRound", request, context)
         outcome = self.rounds.plan(convert.round_request_from_proto(request))
         return convert.round_outcome_to_proto(outcome)
 
@@ -87,6 +138,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @map_errors
     def UpdateBudget(self, request, context):
+        if not self.lease.is_leader and not self._is_forwarded(context):
+            return self._forward("UpdateBudget", request, context)
         self.lease.require()  # a re-plan follows: leader only, so a standby does not half-apply it
         inference = convert.inference_update_from_proto(request)
         if inference is not None:  # an inference node: re-solve its (mode, β) and publish its config only
@@ -99,6 +152,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if request.node_id:
             record = self.registry.update_budget(request.node_id, convert.node_budget_from_proto(request))
             self.rounds.replan_after_budget_change(record.node_id)
+            self._changed()  # a TuningJob on the node without a budget of its own selects again
             return coordinator_pb2.UpdateBudgetResponse(
                 budgets=budgets_from_dict({"power_budget_w": record.power_budget_w}))
         site = self.rounds.update_site_budgets(
@@ -106,3 +160,61 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             deadline_s=optional_value(request.budgets, "deadline_s"))
         self.rounds.replan_after_budget_change(None)
         return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(site))
+
+    # -- tuning jobs: any replica writes the spec (desired state); the leader's loop acts on it -----
+    def _changed(self) -> None:
+        if self.on_job_change is not None:
+            self.on_job_change()
+
+    @map_errors
+    def SubmitTuningJob(self, request, context):
+        view = self.jobs.submit(convert.tuning_spec_from_proto(request.spec))
+        self._changed()
+        return convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def GetTuningJob(self, request, context):
+        return convert.tuning_job_to_proto(self.jobs.get(request.name))
+
+    @map_errors
+    def ListTuningJobs(self, request, context):
+        return tuning_pb2.ListTuningJobsResponse(jobs=[convert.tuning_job_to_proto(v) for v in self.jobs.list()])
+
+    @map_errors
+    def WatchTuningJob(self, request, context) -> Iterator[tuning_pb2.TuningJob]:
+        after = request.after_revision
+        self.jobs.get(request.name)  # NotFound before the stream starts
+
+        def should_stop() -> bool:
+            return self.stopping.is_set() or not context.is_active()
+
+        while not should_stop():
+            view = self.jobs.wait(request.name, after, timeout_s=self.watch_block_ms / 1000.0,
+                                  should_stop=should_stop)
+            if view is None:
+                continue
+            after = view.revision
+            yield convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def CancelTuningJob(self, request, context):
+        view = self.jobs.cancel(request.name)
+        self._changed()
+        return convert.tuning_job_to_proto(view)
+
+    @map_errors
+    def SubmitProfiling(self, request, context):
+        if not self.registry.exists(request.node_id):
+            raise NotFound(f"node_id: node {request.node_id!r} is not registered")
+        payload = convert.profile_job_from_proto(request.request)
+        job_id = request.job_id or uuid.uuid4().hex
+        if len(job_id) > 200:
+            raise InvalidArgument("job_id", f"{len(job_id)} characters", "at most 200")
+        self.queue.submit(request.node_id, payload, job_id=job_id)
+        try:  # the queue ignores a second submit of the id; this marker tells the caller it was one
+            self.registry.store.put_doc("profiling-job", f"{request.node_id}:{job_id}", {"schema": 1},
+                                        expected_revision=0)
+            duplicate = False
+        except RevisionConflict:
+            duplicate = True
+        return tuning_pb2.SubmitProfilingResponse(job_id=job_id, duplicate=duplicate)

@@ -276,10 +276,19 @@ def test_coordinator_has_two_replicas_spread_and_a_pdb() -> None:
     assert env["EDGETUNE_KUBE_SELECTOR"]["value"] == "edgetune.io/jetson=true"
     assert env["EDGETUNE_ESTIMATOR"]["value"] == "edgetune-estimator.edgetune.svc:50052"
     assert env["EDGETUNE_OPTIMIZER"]["value"] == "edgetune-optimizer.edgetune.svc:50053"
+    assert env["EDGETUNE_LEASE_MS"]["value"] == "5000" and env["EDGETUNE_HEARTBEAT_TTL_S"]["value"] == "10"
     # Single coordinator: still a PDB that lets a drain through.
     objs = objects("single-coordinator.yaml")
     assert find(objs, "Deployment", "coordinator")[0]["spec"]["replicas"] == 1
     assert find(objs, "PodDisruptionBudget", "coordinator")[0]["spec"]["maxUnavailable"] == 1
+
+
+def test_coordinator_leader_values_and_tuning_addresses_follow_the_values() -> None:
+    objs = render_with({"coordinator": {"leaseMs": 3000, "heartbeatTtlS": 7.5}, "optimizer": {"enabled": False}})
+    env = env_of(pod_spec(find(objs, "Deployment", "coordinator")[0])["containers"][0])
+    assert env["EDGETUNE_LEASE_MS"]["value"] == "3000" and env["EDGETUNE_HEARTBEAT_TTL_S"]["value"] == "7.5"
+    assert env["EDGETUNE_ESTIMATOR"]["value"] == "edgetune-estimator.edgetune.svc:50052"
+    assert "EDGETUNE_OPTIMIZER" not in env  # no optimizer deployed: the coordinator is told of none
 
 
 def test_estimator_and_optimizer_get_a_pdb_only_with_replicas() -> None:

@@ -42,8 +42,8 @@ from edgetune.proto.v1 import (
     optimizer_pb2_grpc,
     profiler_pb2,
     profiler_pb2_grpc,
+    tuning_pb2,
 )
-from edgetune.services.profiler.link import profile_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -151,12 +151,15 @@ def test_profile_plan_push_and_replan(tmp_path):
         stub = cluster.stub
         budgets_w = {n: budget for n, (_m, budget, _s) in NODES.items()}
 
-        # 1. Profiling jobs through the per-node streams; the agents write and acknowledge.
+        # 1. Profiling jobs through SubmitProfiling (the per-node streams); the agents write and acknowledge.
         jobs = JobQueue(cluster.store)
         for i, node_id in enumerate(NODES):
-            jobs.submit(node_id, profile_job(profiler_pb2.ProfileRequest(
+            request = tuning_pb2.SubmitProfilingRequest(node_id=node_id, job_id=f"profile-{node_id}",
+                                                        request=profiler_pb2.ProfileRequest(
                 workload=WORKLOAD, random_modes=N_MODES, random_grid=common_pb2.GRID_FULL,
-                batch_sizes=list(BATCH_SIZES), n_minibatches=10, seed=100 + i)), job_id=f"profile-{node_id}")
+                batch_sizes=list(BATCH_SIZES), n_minibatches=10, seed=100 + i))
+            assert not stub.SubmitProfiling(request, timeout=10).duplicate
+            assert stub.SubmitProfiling(request, timeout=10).duplicate  # a retried call queues nothing
         expected = N_MODES * len(BATCH_SIZES)
         _wait(lambda: all(len(_options(cluster, n)) == expected for n in NODES), 60, "the profiling jobs")
         _wait(lambda: all(jobs.pending_count(n) == 0 and jobs.backlog(n) == 0 for n in NODES), 10, "the job acks")

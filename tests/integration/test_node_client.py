@@ -190,3 +190,35 @@ def test_bad_arguments_exit_2_without_contacting_the_server(node_modules, args):
     done = node_cli("127.0.0.1:9", *args, timeout=20)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("error: ")
+
+
+def test_tuning_jobs_submit_get_list_cancel(coordinator, tmp_path):
+    address, stub = coordinator
+    spec = {"name": "node-client-job", "workload": {"name": "mobilenetv3", "role": "ROLE_TRAIN"},
+            "batch_sizes": [16], "nodes": ["node-client-target"], "profiles": 12,
+            "node_power_budget_w": {"node-client-target": 20}, "risk": 0.05}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    job = ok_json(node_cli(address, "job-submit", "--spec", str(path)))
+    assert job["spec"]["name"] == "node-client-job" and job["spec"]["profiles"] == 12
+    assert job["spec"]["workload"]["role"] == "ROLE_TRAIN" and job["spec"]["risk"] == 0.05
+    assert job["phase"] in ("JOB_PHASE_PENDING", "JOB_PHASE_RUNNING", "JOB_PHASE_FAILED")
+
+    # What Node submitted is what Python reads.
+    from edgetune.proto.v1 import tuning_pb2
+    seen = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name="node-client-job"), timeout=10)
+    assert list(seen.spec.nodes) == ["node-client-target"] and dict(seen.spec.node_power_budget_w) == {
+        "node-client-target": 20.0}
+    assert ok_json(node_cli(address, "job-get", "--name", "node-client-job"))["spec"]["name"] == "node-client-job"
+    assert "node-client-job" in [j["spec"]["name"] for j in ok_json(node_cli(address, "jobs"))["jobs"]]
+    cancelled = ok_json(node_cli(address, "job-cancel", "--name", "node-client-job"))
+    assert cancelled["phase"] == "JOB_PHASE_CANCELLED"
+
+    missing = node_cli(address, "job-get", "--name", "no-such-job")
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    path.write_text(json.dumps({**spec, "name": "too-few", "profiles": 1}))
+    bad = node_cli(address, "job-submit", "--spec", str(path))
+    assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "profiles" in bad.stderr
+    path.write_text("[1]")
+    usage = node_cli(address, "job-submit", "--spec", str(path))
+    assert usage.returncode == 2 and "not a JSON object" in usage.stderr

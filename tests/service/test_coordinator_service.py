@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from edgetune.coordination.store import EmbeddedStore, MeasurementRecord
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
-from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, profiler_pb2, tuning_pb2
 from edgetune.services.coordinator.server import create_coordinator, start
 
 SPEC = get_spec("orin-agx")
@@ -231,20 +231,33 @@ def test_plan_from_stored_measurements(leader):
     assert code == grpc.StatusCode.NOT_FOUND  # apply=False publishes nothing
 
 
-def test_standby_refuses_to_plan_and_names_the_leader(leader, store):
+def test_standby_forwards_planning_to_the_leader(leader, store):
     coordinator, stub = leader
     _register(stub, "a")
     standby, channel, standby_stub = _replica(store, replica_id="coord-1")
     try:
         time.sleep(0.1)
         assert not standby.lease.is_leader
-        code, details = _code(standby_stub.PlanRound, _plan_request(["a"]))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION and "coord-0@" in details
-        code, _ = _code(standby_stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+        # the standby relays the leader's answers (its errors included): no call fails for reaching it
+        assert standby_stub.PlanRound(_plan_request(["a"])).feasible
+        reply = standby_stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
             node_id="a", budgets=common_pb2.Budgets(power_budget_w=10.0)))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert reply.budgets.power_budget_w == 10.0
+        assert stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes[0].power_budget_w == 10.0
+        code, details = _code(standby_stub.UpdateBudget, coordinator_pb2.UpdateBudgetRequest(
+            node_id="ghost", budgets=common_pb2.Budgets(power_budget_w=10.0)))
+        assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
         # reads and registrations work on any replica
         assert [n.node_id for n in standby_stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes] == ["a"]
+        # both replicas behind one client target, round robin: every call succeeds
+        target = f"ipv4:{coordinator.server.address},{standby.server.address}"
+        with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as both:
+            both_stub = coordinator_pb2_grpc.CoordinatorStub(both)
+            for budget in (40.0, 45.0, 50.0, 55.0):
+                assert both_stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+                    node_id="a", budgets=common_pb2.Budgets(power_budget_w=budget)),
+                    timeout=10).budgets.power_budget_w == budget
+                assert both_stub.PlanRound(_plan_request(["a"]), timeout=10).feasible
         # the leader shuts down gracefully: it releases, the standby takes over at once
         coordinator.server.stop(0)
         assert standby.lease.wait_leader(2.0)
@@ -361,3 +374,46 @@ def test_update_budget_arrival_rate_replaces_only_the_inference_node(leader):
         node_id="a", budgets=common_pb2.Budgets(arrival_rps=10.0, latency_budget_ms=100.0),
         workload=common_pb2.Workload(name="yolov8n")))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "profile yolov8n with role infer" in details
+
+
+def test_tuning_job_rpcs_and_submit_profiling(leader, store):
+    coordinator, stub = leader
+    node = _register(stub, "a", budget=30.0)
+    spec = tuning_pb2.TuningJobSpec(name="mnv3", workload=common_pb2.Workload(name="mobilenetv3"),
+                                    nodes=[node], profiles=12)
+    bad = tuning_pb2.TuningJobSpec(name="mnv3", workload=common_pb2.Workload(name="mobilenetv3"),
+                                   nodes=[node, node])
+    code, details = _code(stub.SubmitTuningJob, tuning_pb2.SubmitTuningJobRequest(spec=bad))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "spec.nodes[1]" in details
+    job = stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec))
+    assert job.spec.name == "mnv3" and job.spec.profiles == 12 and job.phase == tuning_pb2.JOB_PHASE_PENDING
+    watch = stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name="mnv3"), timeout=20)
+    first = next(watch)
+    assert first.revision >= job.revision
+    # this coordinator has no --estimator / --optimizer: the leader's loop says so in the node's reason
+    deadline = time.monotonic() + 10
+    while True:
+        got = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name="mnv3"))
+        if got.nodes and "--estimator" in got.nodes[0].reason:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    assert got.nodes[0].node_id == node and got.nodes[0].phase == tuning_pb2.NODE_PHASE_PENDING
+    assert [j.spec.name for j in stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest()).jobs] == ["mnv3"]
+    assert stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name="mnv3")).phase == \
+        tuning_pb2.JOB_PHASE_CANCELLED
+    assert any(j.phase == tuning_pb2.JOB_PHASE_CANCELLED for j in watch)  # the stream sees it
+    code, details = _code(stub.GetTuningJob, tuning_pb2.GetTuningJobRequest(name="ghost"))
+    assert code == grpc.StatusCode.NOT_FOUND and "name" in details
+
+    request = tuning_pb2.SubmitProfilingRequest(node_id=node, job_id="p-1", request=profiler_pb2.ProfileRequest(
+        workload=common_pb2.Workload(name="resnet18"), random_modes=4))
+    assert not stub.SubmitProfiling(request).duplicate
+    assert stub.SubmitProfiling(request).duplicate
+    assert store.job_backlog(node) == 1  # queued once
+    code, details = _code(stub.SubmitProfiling, tuning_pb2.SubmitProfilingRequest(node_id="ghost",
+                                                                                  request=request.request))
+    assert code == grpc.StatusCode.NOT_FOUND and "node_id" in details
+    code, details = _code(stub.SubmitProfiling, tuning_pb2.SubmitProfilingRequest(
+        node_id=node, request=profiler_pb2.ProfileRequest(workload=common_pb2.Workload(name="resnet18"))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "request.modes" in details

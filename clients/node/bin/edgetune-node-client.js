@@ -4,6 +4,7 @@
 // Exit codes follow the edgetune CLI: 0 ok, 2 bad arguments (nothing was sent),
 // 1 the RPC failed (stderr names the gRPC status code and the server's message).
 
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { connect, statusName, toPlain } from '../src/client.js';
 
@@ -18,6 +19,13 @@ commands:
                         print each NodeConfig as it is pushed, one JSON object per line,
                         until --count configs were printed or Ctrl-C
   nodes                 print every registered node
+  job-submit --spec FILE.json
+                        submit a TuningJobSpec (JSON shaped like the .proto: snake_case,
+                        enums by name); prints the TuningJob
+  job-get --name NAME   print a TuningJob (NOT_FOUND when there is none)
+  jobs                  print every TuningJob
+  job-cancel --name NAME
+                        cancel a TuningJob; prints it
   health [--service NAME]
                         grpc.health.v1 Check ("" = the whole server); prints {"status": ...}
 
@@ -39,6 +47,8 @@ const OPTIONS = {
   'after-revision': { type: 'string' },
   count: { type: 'string' },
   service: { type: 'string' },
+  spec: { type: 'string' },
+  name: { type: 'string' },
 };
 
 // Which command-specific options each command accepts (--address, --timeout-s, --help: all).
@@ -47,6 +57,10 @@ const COMMANDS = {
   config: ['node-id'],
   watch: ['node-id', 'after-revision', 'count'],
   nodes: [],
+  'job-submit': ['spec'],
+  'job-get': ['name'],
+  jobs: [],
+  'job-cancel': ['name'],
   health: ['service'],
 };
 const GLOBAL = new Set(['address', 'timeout-s', 'help']);
@@ -129,6 +143,29 @@ function prepare(command, values) {
     }
     case 'nodes':
       return async (client) => print({ nodes: await client.listNodes() });
+    case 'job-submit': {
+      const path = required(values, 'spec');
+      let spec;
+      try {
+        spec = JSON.parse(readFileSync(path, 'utf8'));
+      } catch (err) {
+        throw new UsageError(`--spec: ${path}: ${err.message}`);
+      }
+      if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
+        throw new UsageError(`--spec: ${path} is not a JSON object (a TuningJobSpec)`);
+      }
+      return async (client) => print(await client.submitTuningJob(spec));
+    }
+    case 'job-get': {
+      const name = required(values, 'name');
+      return async (client) => print(await client.getTuningJob(name));
+    }
+    case 'jobs':
+      return async (client) => print({ jobs: await client.listTuningJobs() });
+    case 'job-cancel': {
+      const name = required(values, 'name');
+      return async (client) => print(await client.cancelTuningJob(name));
+    }
     case 'health': {
       const service = values.service ?? '';
       return async (client) => print({ service, status: await client.health(service) });

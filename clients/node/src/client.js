@@ -150,6 +150,32 @@ export class EdgetuneClient {
   }
 
   /**
+   * Submit a TuningJob: `spec` is a TuningJobSpec as a plain object shaped like the .proto
+   * (snake_case, enums by name), e.g. `{ name: 'mnv3-train', workload: { name: 'mobilenetv3',
+   * role: 'ROLE_TRAIN' }, batch_sizes: [16], nodes: ['orin-agx-1'], profiles: 12 }`. The
+   * coordinator checks it (INVALID_ARGUMENT naming the field) and its leader reconciles it.
+   * @returns {Promise<object>} the TuningJob (phase, per-node status)
+   */
+  submitTuningJob(spec) {
+    return unary(this.coordinator, 'SubmitTuningJob', { spec }, this.timeoutMs);
+  }
+
+  /** A TuningJob by name (rejects with NOT_FOUND when there is none). */
+  getTuningJob(name) {
+    return unary(this.coordinator, 'GetTuningJob', { name }, this.timeoutMs);
+  }
+
+  /** Every TuningJob. */
+  async listTuningJobs() {
+    return (await unary(this.coordinator, 'ListTuningJobs', {}, this.timeoutMs)).jobs;
+  }
+
+  /** Cancel a TuningJob; resolves to the job as it is now. */
+  cancelTuningJob(name) {
+    return unary(this.coordinator, 'CancelTuningJob', { name }, this.timeoutMs);
+  }
+
+  /**
    * grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... for `service`
    * ("" = the server as a whole, "edgetune.v1.Coordinator" = the API).
    */

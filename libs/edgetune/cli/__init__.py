@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "tune": "Profile on the predicted front, transfer and select: one node, one command.",
     "plan": "Plan one federated round across nodes.",
     "serve": "Start one of the gRPC services.",
+    "up": "Run the whole control plane on this machine with simulated nodes (until Ctrl-C).",
+    "job": "Submit, get, list, watch and cancel tuning jobs on a coordinator.",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 

@@ -52,8 +52,15 @@ class LocalCluster:
     grace_s: float = 0.5
     #: The supervisor to run the processes under (default: a new one logging to ``workdir``).
     supervisor: Supervisor | None = None
+    #: An existing Redis to use (None: start an embedded one, stopped with the cluster).
+    external_redis: str | None = None
+    #: Start the Estimator (``--no-ray``) and the Optimizer before the coordinator and give it their
+    #: addresses (``--estimator`` / ``--optimizer``): its reconcile loop runs TuningJobs.
+    tuning: bool = False
     store: Store | None = None
     coordinator: Child | None = None
+    estimator: Child | None = None
+    optimizer: Child | None = None
     channel: grpc.Channel | None = None
     stub: coordinator_pb2_grpc.CoordinatorStub | None = None
     processes: list[Child] = field(default_factory=list)
@@ -61,15 +68,21 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self.start()
 
-    def start(self) -> LocalCluster:
-        """Redis, then the coordinator once it serves and holds the lease (closed again on failure)."""
+    def start(self, *, coordinator: bool = True) -> LocalCluster:
+        """Redis, then the coordinator once it serves and holds the lease (closed again on failure).
+
+        ``coordinator=False`` stops after Redis: services the coordinator must be told about
+        (estimator, optimizer) start first; set :attr:`estimator` / :attr:`optimizer`, then :meth:`start_coordinator`.
+        """
         try:
             self.workdir = Path(self.workdir)
             if self.supervisor is None:
                 self.supervisor = Supervisor(self.workdir, start_timeout_s=START_TIMEOUT_S)
-            self.supervisor.start_redis()
+            if self.external_redis is None:
+                self.supervisor.start_redis()
             self.store = open_store(self.redis_url)
-            self._start_coordinator()
+            if coordinator:
+                self.start_coordinator()
         except BaseException:
             self.close()
             raise
@@ -84,6 +97,8 @@ class LocalCluster:
 
     @property
     def redis_url(self) -> str:
+        if self.external_redis is not None:
+            return self.external_redis
         assert self.redis is not None, "the cluster is not started"
         return self.redis.url
 
@@ -99,17 +114,32 @@ class LocalCluster:
                 "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
-    def _start_coordinator(self) -> None:
-        assert self.supervisor is not None and self.store is not None
-        self.coordinator = self.spawn("coordinator", self._service_argv("coordinator", [
-            "--lease-ms", str(self.lease_ms), "--replica-id", self.replica_id, "--kube", "none",
-            "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]))
+    def spawn_coordinator(self, replica_id: str, name: str = "coordinator") -> Child:
+        """A coordinator replica on this cluster's Redis (with the tuning services' addresses when
+        :attr:`estimator` and :attr:`optimizer` are set); not waited for."""
+        extra = ["--lease-ms", str(self.lease_ms), "--replica-id", replica_id, "--kube", "none",
+                 "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]
+        if self.estimator is not None and self.optimizer is not None:
+            extra += ["--estimator", self.estimator.address, "--optimizer", self.optimizer.address]
+        return self.spawn(name, self._service_argv("coordinator", extra))
+
+    def start_coordinator(self) -> Child:
+        """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the
+        Estimator (``--no-ray``) and the Optimizer start first (together); a caller that started
+        its own (``edgetune up``: the estimator on Ray) sets :attr:`estimator` / :attr:`optimizer`."""
+        assert self.supervisor is not None and self.store is not None, "the cluster is not started"
+        if self.tuning and self.estimator is None and self.optimizer is None:
+            estimator = self.spawn_service("estimator", ["--no-ray"])  # both start at once
+            self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
+            self.estimator = self.wait_serving(estimator, "edgetune.v1.Estimator")
+        self.coordinator = self.spawn_coordinator(self.replica_id)
         store = self.store
         # The leader plans (PlanRound, UpdateBudget): wait for the lease as well as for health.
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
                                    extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+        return self.coordinator
 
     def spawn_agent(self, node_id: str, model: str, budget_w: float | None = None, *, seed: int = 0) -> Child:
         """An agent on a simulated ``model`` that registers with the coordinator (not waited for:

@@ -19,7 +19,7 @@ from typing import Any
 from edgetune.errors import InvalidArgument
 
 #: The schemas shipped with the package, by name.
-NAMES = ("fleet",)
+NAMES = ("fleet", "job")
 
 
 @cache

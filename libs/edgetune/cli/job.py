@@ -1,0 +1,331 @@
+"""``edgetune job``: tuning jobs on a coordinator (CONTRACT.md).
+
+    edgetune job submit FILE.yaml --coordinator ADDR [--wait] [--json]
+    edgetune job get NAME [--json]      edgetune job list [--json]
+    edgetune job watch NAME             edgetune job cancel NAME
+
+The job file is checked against ``job.schema.json`` before anything is sent (an unknown key is
+an error naming it, exit 2). ``--json`` prints :meth:`JobView.to_json
+<edgetune.proto.tuning_convert.JobView.to_json>`. ``watch`` (and ``submit --wait`` without
+``--json``) shows each node's progress live: a table redrawn in place on a terminal, otherwise
+one plain line per node change (as :mod:`edgetune.cli.progress` does off a TTY). ``--wait`` exits
+0 when the job Succeeded, 1 when it Failed or was Cancelled.
+
+Server errors: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS and FAILED_PRECONDITION exit 2 with
+the server's message; UNAVAILABLE (and a deadline passing) exits 1 naming the address.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import grpc
+
+from edgetune.cli.errors import InputError, reports_errors
+from edgetune.proto.tuning_convert import JobView, NodeView, job_view, load_job_file
+from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: Server answers that mean the request was wrong: exit 2, like a bad option.
+INPUT_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS,
+               grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE)
+UNREACHABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+CALL_TIMEOUT_S = 30.0
+DEFAULT_PROFILES = 50
+
+
+class ServerError(click.ClickException):
+    """The coordinator could not be reached or failed the call: exit 1."""
+
+    exit_code = 1
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def rpc_error(exc: grpc.RpcError, address: str) -> click.ClickException:
+    """The CLI's form of a failed call (see the module doc for the exit codes)."""
+    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(code)
+    if code in INPUT_CODES:
+        return InputError(details)
+    if code in UNREACHABLE_CODES:
+        return ServerError(f"coordinator {address} unavailable: {details}")
+    return ServerError(f"coordinator {address}: {code.name}: {details}")
+
+
+class Client:
+    """The Coordinator's job RPCs at one address (bearer token when given)."""
+
+    def __init__(self, address: str, token: str | None = None) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address)
+        self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def submit(self, spec: tuning_pb2.TuningJobSpec) -> tuning_pb2.TuningJob:
+        return self.stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=CALL_TIMEOUT_S,
+                                         metadata=self.metadata)
+
+    def get(self, name: str) -> tuning_pb2.TuningJob:
+        return self.stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S,
+                                      metadata=self.metadata)
+
+    def list(self) -> list[tuning_pb2.TuningJob]:
+        reply = self.stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=CALL_TIMEOUT_S,
+                                         metadata=self.metadata)
+        return list(reply.jobs)
+
+    def cancel(self, name: str) -> tuning_pb2.TuningJob:
+        return self.stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S,
+                                         metadata=self.metadata)
+
+    def watch(self, name: str, after_revision: int = 0, timeout_s: float | None = None) -> Iterator[tuning_pb2.TuningJob]:
+        """Every change of the job until it is done (or ``timeout_s`` passes: DEADLINE_EXCEEDED)."""
+        stream = self.stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after_revision),
+                                          timeout=timeout_s, metadata=self.metadata)
+        try:
+            for job in stream:
+                yield job
+                if job_view(job).done:
+                    return
+        finally:
+            stream.cancel()
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@contextmanager
+def connected(address: str, token: str | None) -> Iterator[Client]:
+    client = Client(address, token)
+    try:
+        yield client
+    except grpc.RpcError as exc:
+        raise rpc_error(exc, address) from None
+    finally:
+        client.close()
+
+
+def coordinator_options(fn: F) -> F:
+    fn = click.option("--token", envvar="EDGETUNE_TOKEN", default=None, metavar="TOKEN",
+                      help="Bearer token (default: $EDGETUNE_TOKEN).")(fn)
+    fn = click.option("--coordinator", "address", envvar="EDGETUNE_COORDINATOR", required=True, metavar="HOST:PORT",
+                      help="Coordinator address (default: $EDGETUNE_COORDINATOR).")(fn)
+    return fn
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _mode(node: NodeView) -> str:
+    m = node.mode
+    return "-" if m is None else f"{m.cores}c/{m.cpu_mhz:g}/{m.gpu_mhz:g}/{m.emc_mhz:g}"
+
+
+COLUMNS = ("NODE", "DEVICE", "PHASE", "PROFILED", "MODE", "BS", "BUDGET W", "PRED MS", "PRED W", "UPPER W",
+           "MEAS MS", "MEAS W", "REASON")
+
+
+def node_cells(node: NodeView, profiles: int) -> tuple[str, ...]:
+    return (node.id, node.device, node.phase, f"{node.profiled}/{profiles}", _mode(node),
+            "-" if node.batch_size is None else str(node.batch_size), _num(node.power_budget_w, "g"),
+            _num(node.predicted_time_ms), _num(node.predicted_power_w), _num(node.predicted_power_upper_w),
+            _num(node.measured_time_ms), _num(node.measured_power_w), node.reason)
+
+
+def table_lines(view: JobView, profiles: int) -> list[str]:
+    """The job as aligned plain-text columns (off a terminal, and ``get`` without ``--json``)."""
+    rows = [COLUMNS, *(node_cells(n, profiles) for n in view.nodes)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    out = [f"job {view.name}: {view.phase}"]
+    out += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return out
+
+
+def node_line(view: JobView, node: NodeView, profiles: int) -> str:
+    """One plain progress line: ``mnv3-train orin-agx-1: Profiling 5/12``, with the choice once made."""
+    line = f"{view.name} {node.id}: {node.phase} {node.profiled}/{profiles}"
+    if node.mode is not None:
+        line += f" mode {_mode(node)} bs={node.batch_size or '-'} predicted {_num(node.predicted_power_w)} W"
+    if node.measured_power_w is not None:
+        line += f" measured {_num(node.measured_power_w)} W / budget {_num(node.power_budget_w, 'g')} W"
+    if node.reason:
+        line += f" ({node.reason})"
+    return line
+
+
+def profiles_of(job: tuning_pb2.TuningJob) -> int:
+    return job.spec.profiles or DEFAULT_PROFILES
+
+
+def _rich_table(view: JobView, profiles: int) -> Any:
+    from rich.table import Table
+
+    rows = [node_cells(node, profiles) for node in view.nodes]
+    table = Table(title=f"job {view.name}: {view.phase}")
+    for i, column in enumerate(COLUMNS):
+        # On a narrow terminal the numbers give way; the node, its phase and progress stay whole.
+        whole = column in ("NODE", "PHASE", "PROFILED")
+        table.add_column(column, no_wrap=whole, min_width=max([len(r[i]) for r in rows], default=0) if whole else None)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def follow(jobs: Iterator[tuning_pb2.TuningJob], *, stream: Any = None) -> tuning_pb2.TuningJob | None:
+    """Show each job update until the stream ends; returns the last job seen.
+
+    On a terminal a rich table redrawn in place; otherwise one line per node whose state changed.
+    """
+    out = stream if stream is not None else sys.stdout
+    last: tuning_pb2.TuningJob | None = None
+    if out.isatty():
+        from rich.console import Console
+        from rich.live import Live
+
+        with Live(console=Console(file=out), auto_refresh=False) as live:
+            for job in jobs:
+                last = job
+                live.update(_rich_table(job_view(job), profiles_of(job)), refresh=True)
+        return last
+    shown: dict[str, str] = {}
+    phase = ""
+    for job in jobs:
+        last = job
+        view = job_view(job)
+        for node in view.nodes:
+            line = node_line(view, node, profiles_of(job))
+            if shown.get(node.id) != line:
+                shown[node.id] = line
+                print(line, file=out, flush=True)
+        if view.phase != phase:
+            phase = view.phase
+            print(f"{view.name}: {view.phase}", file=out, flush=True)
+    return last
+
+
+def show(job: tuning_pb2.TuningJob, as_json: bool) -> None:
+    view = job_view(job)
+    if as_json:
+        click.echo(json.dumps(view.to_json(), indent=2))
+    else:
+        for line in table_lines(view, profiles_of(job)):
+            click.echo(line)
+
+
+def wait_done(client: Client, job: tuning_pb2.TuningJob, *, timeout_s: float | None, quiet: bool) -> tuning_pb2.TuningJob:
+    """Follow ``job`` until it is done; a dropped stream (a replica stopping) is reopened from the last revision."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last = job
+    while not job_view(last).done:
+        remaining = None if deadline is None else max(0.1, deadline - time.monotonic())
+        try:
+            updates = client.watch(job.spec.name, last.revision, remaining)
+            seen = follow(updates, stream=sys.stderr) if not quiet else _last(updates)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
+                raise
+            time.sleep(1.0)
+            seen = None
+        if seen is not None:
+            last = seen
+        elif deadline is not None and time.monotonic() > deadline:
+            raise ServerError(f"job {job.spec.name} not done within {timeout_s:g} s")
+    return last
+
+
+def _last(jobs: Iterator[tuning_pb2.TuningJob]) -> tuning_pb2.TuningJob | None:
+    last = None
+    for last in jobs:  # noqa: B007 - only the last one matters
+        pass
+    return last
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@click.group(name="job")
+def command() -> None:
+    """Tuning jobs: declare a workload's nodes and budgets; the coordinator tunes every node."""
+
+
+@command.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@coordinator_options
+@click.option("--wait", is_flag=True, help="Follow the job until it is done (exit 1 unless it Succeeded).")
+@click.option("--timeout-s", type=float, default=None, help="With --wait: give up after this long (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@reports_errors
+def submit(file: Path, address: str, token: str | None, wait: bool, timeout_s: float | None, as_json: bool) -> None:
+    """Submit the job in FILE.yaml (schema-checked first)."""
+    spec = load_job_file(file)
+    with connected(address, token) as client:
+        job = client.submit(spec)
+        if wait:
+            job = wait_done(client, job, timeout_s=timeout_s, quiet=as_json)
+    show(job, as_json)
+    if wait and job_view(job).phase != "Succeeded":
+        raise click.exceptions.Exit(1)
+
+
+@command.command()
+@click.argument("name")
+@coordinator_options
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@reports_errors
+def get(name: str, address: str, token: str | None, as_json: bool) -> None:
+    """Show one job: its phase and every node's progress and choice."""
+    with connected(address, token) as client:
+        job = client.get(name)
+    show(job, as_json)
+
+
+@command.command(name="list")
+@coordinator_options
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
+@reports_errors
+def list_jobs(address: str, token: str | None, as_json: bool) -> None:
+    """List the jobs with their phases."""
+    with connected(address, token) as client:
+        jobs = client.list()
+    views = [job_view(j) for j in jobs]
+    if as_json:
+        click.echo(json.dumps([v.to_json() for v in views], indent=2))
+        return
+    for v in views:
+        applied = sum(n.phase == "Applied" for n in v.nodes)
+        click.echo(f"{v.name}  {v.phase}  {applied}/{len(v.nodes)} nodes applied")
+
+
+@command.command()
+@click.argument("name")
+@coordinator_options
+@reports_errors
+def watch(name: str, address: str, token: str | None) -> None:
+    """Follow a job's progress per node until it is done (Ctrl-C stops watching, not the job)."""
+    with connected(address, token) as client:
+        follow(client.watch(name))
+
+
+@command.command()
+@click.argument("name")
+@coordinator_options
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@reports_errors
+def cancel(name: str, address: str, token: str | None, as_json: bool) -> None:
+    """Cancel a job: the coordinator stops working on its nodes."""
+    with connected(address, token) as client:
+        job = client.cancel(name)
+    show(job, as_json)

@@ -1,0 +1,481 @@
+"""The reconcile loop: the leader drives every TuningJob's target nodes to an applied configuration.
+
+Only the replica holding the leader lease runs it (:meth:`Reconciler.run_once` does nothing on a
+standby). Each pass reads the jobs (:mod:`edgetune.coordination.tuningjobs`), resolves their target
+nodes from the registry and starts one worker per (job, node) that is not Applied / Failed:
+
+1. **Profiling**: the shared :class:`~edgetune.tuning.NodeTuner` measures through a
+   :class:`QueueMeasurer`: every point is a job on the node's stream (``JobQueue``) with a
+   deterministic job id (job, node, mode, batch size, purpose); the agent runs it with the job id
+   as run key, so the measurement's id is known before it lands. A point already stored is read
+   back, not profiled again: a new leader re-running the tuner replays to where the old one stopped.
+2. **Estimating**: Transfer / Predict on the Estimator service from the spec's
+   ``reference_model_id``, else a reference fitted from the stored measurements of the device
+   model and workload (other nodes'), else the node fails saying so.
+3. **Selecting / Verifying**: ``Optimizer.Select`` at the job's risk, the choice measured on the node.
+4. **Applied**: the choice is written to the status first, then published as the node's config
+   (fenced by the lease). A config whose digest is unchanged adds no revision, and a resumed node
+   that already has its decision publishes that one, so a new leader never adds a second revision.
+
+Triggers: a pass runs every ``interval_s`` and at once on :meth:`Reconciler.wake` (a job submitted,
+a node registered). A node whose budget changed after Applied (``UpdateBudget``) is selected again
+from its stored predictions (the tuner kept in memory, or replayed from the store: no new profiling).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+from prometheus_client import Counter
+
+from edgetune.coordination.configs import ConfigStore
+from edgetune.coordination.jobs import JobQueue
+from edgetune.coordination.leader import LeaderLease, NotLeader
+from edgetune.coordination.registry import NodeRecord, NodeRegistry
+from edgetune.coordination.store import LeaseLost, NodeConfig, Store
+from edgetune.coordination.tuningjobs import (
+    NodeStatus,
+    StatusWriter,
+    TuningJobs,
+    TuningJobSpec,
+    TuningJobView,
+)
+from edgetune.errors import EdgetuneError
+from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.specs import get_spec
+from edgetune.profiling.protocol import measurement_id
+from edgetune.tuning import (
+    Choice,
+    Decision,
+    Estimator,
+    ModelRef,
+    NodeTuner,
+    Points,
+    Predictions,
+    Selector,
+    TuningPolicy,
+)
+from edgetune.tuning.policy import default_policy
+
+log = logging.getLogger("edgetune.reconcile")
+T = TypeVar("T")
+
+STEPS = Counter("edgetune_reconcile_steps_total", "Reconcile steps by kind.", ["step"])
+POINTS = Counter("edgetune_reconcile_points_total", "Points the loop needed, by source (queued / stored).",
+                 ["source"])
+CALLS = Counter("edgetune_reconcile_calls_total", "Estimator / Optimizer calls of the loop, by outcome.",
+                ["service", "rpc", "outcome"])
+#: Reference measurements needed to fit a reference model when the job names none.
+MIN_REFERENCE_POINTS = 20
+#: The candidate grid a node is tuned over (small enough to predict every mode each round).
+CANDIDATE_GRID = "fulcrum"
+#: Minibatches per profiled point (the simulated agents are quick; a real board takes seconds a point).
+N_MINIBATCHES = 10
+
+
+def point_job_id(job: str, node_id: str, mode: np.ndarray, batch_size: int, purpose: str) -> str:
+    """The job-stream id of one point: the same point of the same job always gets the same id."""
+    key = f"{job}|{node_id}|{int(mode[0])}/{float(mode[1]):g}/{float(mode[2]):g}/{float(mode[3]):g}|" \
+          f"{int(batch_size)}|{purpose}"
+    return f"tune-{job}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningPolicy:
+    """The tuning policy of a job: its risk, objective and profiling budget (frontier or random)."""
+    base = base or default_policy()
+    risk = spec.risk if spec.risk is not None else base.risk
+    objective = "energy" if spec.objective == "min-energy" else "time"
+    if spec.method == "random":
+        return base.with_(risk=risk, objective=objective, n_initial=spec.profiles, rounds=0)
+    # the frontier schedule's shape (N_INITIAL random, then rounds of PER_ROUND) scaled to the budget:
+    # each round costs a Transfer + Predict, so a small budget gets few, larger rounds
+    n_initial = max(3, min(N_INITIAL, spec.profiles // 2))
+    rounds = max(1, min(ROUNDS, (spec.profiles - n_initial) // PER_ROUND))
+    per_round = max(1, (spec.profiles - n_initial) // rounds)
+    return base.with_(risk=risk, objective=objective, n_initial=n_initial, per_round=per_round, rounds=rounds)
+
+
+class Stopped(Exception):
+    """The worker was told to stop (lost the lease, job cancelled, shutdown)."""
+
+
+class QueueMeasurer:
+    """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1)."""
+
+    def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str, workload: str,
+                 role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
+                 on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1) -> None:
+        self.store, self.queue, self.job, self.node_id = store, queue, job, node_id
+        self.device_model, self.workload, self.role = device_model, workload, role
+        self.should_stop, self.on_purpose, self.on_points = should_stop, on_purpose, on_points
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.queued = 0  # points this measurer sent to the agent (not found in the store)
+
+    def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
+        modes = np.asarray(modes, dtype=float).reshape(-1, 4)
+        self.on_purpose(purpose)
+        wanted: list[tuple[str, str]] = []  # (job id, measurement id)
+        for mode in modes:
+            job_id = point_job_id(self.job, self.node_id, mode, batch_size, purpose)
+            pm = PowerMode(int(mode[0]), float(mode[1]), float(mode[2]), float(mode[3]))
+            mid = measurement_id(self.device_model, self.node_id, self.workload, self.role, pm, batch_size, job_id)
+            wanted.append((job_id, mid))
+            if self.store.get_measurement(mid) is not None:
+                POINTS.labels("stored").inc()
+                continue
+            request = {"workload": {"name": self.workload, "role": f"ROLE_{self.role.upper()}", "batch_size": int(batch_size)},
+                       "modes": [pm.as_dict()], "batch_sizes": [int(batch_size)],
+                       "n_minibatches": N_MINIBATCHES, "seed": int(seed)}
+            self.queue.submit(self.node_id, request, job_id=job_id)
+            self.queued += 1
+            POINTS.labels("queued").inc()
+        found = self._wait([mid for _, mid in wanted])
+        rows = [found[mid] for _, mid in wanted if mid in found]
+        self.on_points(len(rows))
+        return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
+                      np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
+                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload, self.role)
+
+    def _wait(self, ids: list[str]) -> dict:
+        """The measurements as they land; a point still missing once the node's queue is drained
+        (acknowledged without a measurement: the device skipped it) is left out."""
+        found: dict = {}
+        deadline = time.monotonic() + self.timeout_s
+        drained_since: float | None = None
+        while True:
+            for mid in ids:
+                if mid not in found and (m := self.store.get_measurement(mid)) is not None:
+                    found[mid] = m
+            if len(found) == len(ids):
+                return found
+            if self.should_stop():
+                raise Stopped()
+            drained = self.queue.backlog(self.node_id) == 0 and self.queue.pending_count(self.node_id) == 0
+            drained_since = (drained_since or time.monotonic()) if drained else None
+            if drained_since is not None and time.monotonic() - drained_since > 1.0:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {self.node_id}: {len(ids) - len(found)} points not measured "
+                                   f"within {self.timeout_s:g} s")
+            time.sleep(self.poll_s)
+
+
+def _counted(service: str, rpc: str, call: Callable[[], T]) -> T:
+    try:
+        out = call()
+    except Exception:
+        CALLS.labels(service, rpc, "error").inc()
+        raise
+    CALLS.labels(service, rpc, "ok").inc()
+    return out
+
+
+class CountedEstimator:
+    """An :class:`~edgetune.tuning.Estimator` whose calls show in :data:`CALLS`."""
+
+    def __init__(self, inner: Estimator) -> None:
+        self.inner = inner
+        self.where = inner.where
+
+    def fit(self, points: Points, *, model_id: str, method: str = "nn", seed: int = 0,
+            epochs: int | None = None) -> ModelRef:
+        return _counted("estimator", "Fit", lambda: self.inner.fit(points, model_id=model_id, method=method,
+                                                                   seed=seed, epochs=epochs))
+
+    def transfer(self, base: ModelRef, points: Points, *, model_id: str, method: str, seed: int = 0,
+                 transfer_epochs: int | None = None, params: dict[str, str] | None = None) -> ModelRef:
+        return _counted("estimator", "Transfer", lambda: self.inner.transfer(
+            base, points, model_id=model_id, method=method, seed=seed, transfer_epochs=transfer_epochs,
+            params=params))
+
+    def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
+        return _counted("estimator", "Predict", lambda: self.inner.predict(model, modes, batch_size))
+
+
+class CountedSelector:
+    """A :class:`~edgetune.tuning.Selector` whose calls show in :data:`CALLS`."""
+
+    def __init__(self, inner: Selector) -> None:
+        self.inner = inner
+
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
+        return _counted("optimizer", "Select", lambda: self.inner.select(pool, power_budget_w, risk=risk,
+                                                                         objective=objective))
+
+
+def remote_services(estimator_address: str, optimizer_address: str) -> tuple[Estimator | None, Selector | None]:
+    """The Estimator and the Optimizer over gRPC (empty address: none), counted."""
+    import grpc
+
+    from edgetune.proto.v1 import optimizer_pb2_grpc
+    from edgetune.tuning.remote import OptimizerSelector, ServiceEstimator
+
+    estimator = (CountedEstimator(ServiceEstimator(grpc.insecure_channel(estimator_address), estimator_address))
+                 if estimator_address else None)
+    selector = (CountedSelector(OptimizerSelector(optimizer_pb2_grpc.OptimizerStub(
+        grpc.insecure_channel(optimizer_address)))) if optimizer_address else None)
+    return estimator, selector
+
+
+@dataclass
+class _Worker:
+    thread: threading.Thread
+    stop: threading.Event
+
+
+class Reconciler:
+    """The leader's loop over TuningJobs (module docstring)."""
+
+    def __init__(self, store: Store, registry: NodeRegistry, configs: ConfigStore, lease: LeaderLease,
+                 estimator: Estimator | None, selector: Selector | None, *, interval_s: float = 1.0,
+                 policy: TuningPolicy | None = None, point_timeout_s: float = 300.0,
+                 transfer_epochs: int | None = None) -> None:
+        self.store, self.registry, self.configs, self.lease = store, registry, configs, lease
+        self.estimator, self.selector = estimator, selector
+        self.jobs = TuningJobs(store)
+        self.queue = JobQueue(store)
+        self.interval_s, self.policy, self.point_timeout_s = interval_s, policy, point_timeout_s
+        self.transfer_epochs = transfer_epochs
+        self._workers: dict[tuple[str, str], _Worker] = {}
+        self._tuners: dict[tuple[str, str], NodeTuner] = {}
+        self._writers: dict[str, StatusWriter] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def start(self) -> Reconciler:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        with self._lock:
+            workers = list(self._workers.values())
+        for w in workers:
+            w.stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for w in workers:
+            w.thread.join(timeout_s)
+
+    def wake(self) -> None:
+        """Run a pass now (a job submitted, a node registered, a budget changed)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # a store hiccup: the next pass retries
+                log.exception("reconcile pass failed")
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    # -- one pass --------------------------------------------------------------------------------
+    def run_once(self) -> None:
+        """Start a worker for every (job, node) that needs one; stop them all on a standby."""
+        if not self.lease.is_leader:
+            self._stop_workers(lambda _key: True)
+            return
+        STEPS.labels("pass").inc()
+        live = {n.node_id: n for n in self.registry.nodes()}
+        for view in self.jobs.list():
+            name = view.spec.name
+            if view.spec.cancelled:
+                self._stop_workers(lambda key, name=name: key[0] == name)  # type: ignore[misc]
+                continue
+            targets = self.targets(view.spec, live)
+            writer = self._writer(name)
+            status = writer.ensure([n.node_id for n in targets], {n.node_id: n.device_model for n in targets})
+            for node in targets:
+                st = status.nodes[node.node_id]
+                budget = view.spec.budget_for(node.node_id, node.power_budget_w)
+                rebudget = st.phase == "Applied" and budget is not None and st.power_budget_w != budget
+                if (st.terminal and not rebudget) or not node.live:
+                    continue
+                self._start_worker(view, node, rebudget)
+
+    def targets(self, spec: TuningJobSpec, live: dict[str, NodeRecord]) -> list[NodeRecord]:
+        """The registered nodes the job names (by id) or selects (device model, labels)."""
+        if spec.nodes:
+            return [live[n] for n in spec.nodes if n in live]
+        return [n for n in live.values()
+                if (not spec.selector_device or n.device_model == spec.selector_device)
+                and all(n.labels.get(k) == v for k, v in spec.selector_labels.items())]
+
+    def _writer(self, name: str) -> StatusWriter:
+        if name not in self._writers:
+            self._writers[name] = StatusWriter(self.jobs, name, self.lease.fence)
+        return self._writers[name]
+
+    def _start_worker(self, view: TuningJobView, node: NodeRecord, rebudget: bool) -> None:
+        key = (view.spec.name, node.node_id)
+        with self._lock:
+            w = self._workers.get(key)
+            if w is not None and w.thread.is_alive():
+                return
+            stop = threading.Event()
+            thread = threading.Thread(target=self._work, args=(view.spec, node, stop, rebudget),
+                                      name=f"tune-{view.spec.name}-{node.node_id}", daemon=True)
+            self._workers[key] = _Worker(thread, stop)
+            thread.start()
+
+    def _stop_workers(self, which: Callable[[tuple[str, str]], bool]) -> None:
+        with self._lock:
+            for key, w in self._workers.items():
+                if which(key):
+                    w.stop.set()
+
+    # -- one node ----------------------------------------------------------------------------------
+    def _work(self, spec: TuningJobSpec, node: NodeRecord, stop: threading.Event, rebudget: bool) -> None:
+        writer = self._writer(spec.name)
+        should_stop = lambda: stop.is_set() or self._stop.is_set() or not self.lease.is_leader  # noqa: E731
+        try:
+            self._tune(spec, node, writer, should_stop, rebudget)
+        except (Stopped, NotLeader, LeaseLost):
+            log.info("tuning of %s on %s stopped", spec.name, node.node_id)
+        except Exception as exc:  # the node fails with the reason; the job goes on elsewhere
+            log.exception("tuning of %s on %s failed", spec.name, node.node_id)
+            STEPS.labels("failed").inc()
+            try:
+                reason = str(exc) if isinstance(exc, EdgetuneError | TimeoutError) else f"{type(exc).__name__}: {exc}"
+                writer.update(node.node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed",
+                                                                   reason=reason))
+            except Exception:
+                log.exception("could not record the failure of %s on %s", spec.name, node.node_id)
+
+    def _tune(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter, should_stop: Callable[[], bool],
+              rebudget: bool) -> None:
+        node_id = node.node_id
+        budget = spec.budget_for(node_id, node.power_budget_w)
+
+        def phase(name: str, message: str, **changes: Any) -> None:
+            if should_stop():
+                raise Stopped()
+            STEPS.labels(name.lower()).inc()
+            writer.update(node_id, lambda s: s.with_event(message, phase=name, **changes))
+
+        if budget is None:
+            writer.update(node_id, lambda s: s.with_event("no power budget", phase="Failed",
+                                                          reason="no power budget: the job gives none and the "
+                                                                 "node registered none"))
+            return
+        if self.estimator is None or self.selector is None:
+            writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase="Pending",
+                                                          reason="the coordinator has no --estimator / --optimizer"))
+            return
+        current = writer.update(node_id, lambda s: s)
+        if not rebudget and current.phase == "Verifying" and current.mode is not None \
+                and current.power_budget_w == budget and current.measured_power_w is not None \
+                and current.measured_power_w <= budget:
+            self._publish(spec, node, writer, current, budget)  # the old leader decided: publish that
+            return
+        key = (spec.name, node_id)
+        tuner = self._tuners.get(key)
+        if tuner is None:
+            phase("Profiling", f"tuning for {budget:g} W", power_budget_w=budget, device=node.device_model, reason="")
+            tuner = self._new_tuner(spec, node, budget, writer, should_stop)
+            if tuner is None:
+                return
+            tuner.profile_initial()
+            phase("Estimating", f"{len(tuner.points)} points profiled; transferring {tuner.base.model_id}"
+                  if tuner.base else "estimating")
+            tuner.explore()
+            self._tuners[key] = tuner
+        else:
+            tuner.measurer.on_points = lambda n: None  # type: ignore[attr-defined]
+        phase("Selecting", f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget)
+        decision = tuner.select_and_verify(budget)
+        if not decision.feasible or not decision.within_budget:
+            reason = decision.reason or (decision.notes[-1] if decision.notes else "no verified mode within budget")
+            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed", reason=reason,
+                                                          **_decision_fields(decision)))
+            return
+        decided = writer.update(node_id, lambda s: s.with_event(
+            f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase="Verifying",
+            **_decision_fields(decision)))
+        self._publish(spec, node, writer, decided, budget)
+
+    def _publish(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter, status: NodeStatus,
+                 budget: float) -> None:
+        assert status.mode is not None
+        m = status.mode
+        cfg = NodeConfig(node.node_id, PowerMode(int(m[0]), m[1], m[2], m[3]), status.batch_size,
+                         {"name": spec.workload}, spec.role, round_id=f"tuning/{spec.name}", power_budget_w=budget,
+                         reason=f"tuning job {spec.name}")
+        published = self.configs.publish(cfg, fence=self.lease)
+        STEPS.labels("publish" if published.changed else "publish_unchanged").inc()
+        writer.update(node.node_id, lambda s: s.with_event(
+            f"config revision {published.revision} published", phase="Applied", reason="",
+            config_revision=published.revision))
+
+    def _new_tuner(self, spec: TuningJobSpec, node: NodeRecord, budget: float, writer: StatusWriter,
+                   should_stop: Callable[[], bool]) -> NodeTuner | None:
+        assert self.estimator is not None and self.selector is not None
+        device = node.device_model
+        node_id = node.node_id
+        phases = {"profile": "Profiling", "verify": "Verifying"}
+        profiled = {"n": 0}
+
+        def on_purpose(purpose: str) -> None:
+            if should_stop():
+                raise Stopped()
+            writer.update(node_id, lambda s: s if s.phase == phases[purpose] else
+                          s.with_event(f"{purpose} on the node", phase=phases[purpose]))
+
+        def on_points(n: int) -> None:
+            profiled["n"] += n
+            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured",
+                                                          profiled=profiled["n"]))
+
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
+                                 should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
+                                 timeout_s=self.point_timeout_s)
+        base = self._reference(spec, node)
+        if base is None:
+            reason = (f"no reference model: the job names none and the store holds fewer than "
+                      f"{MIN_REFERENCE_POINTS} measurements of {spec.workload} ({spec.role}) on {device} "
+                      "to fit one")
+            writer.update(node_id, lambda s: s.with_event(reason, phase="Failed", reason=reason))
+            return None
+        candidates = named_grid(get_spec(device), CANDIDATE_GRID).array()
+        return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
+                         candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
+                         workload=spec.workload, role=spec.role, model_id=f"tuning-{spec.name}-{node_id}",
+                         power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
+
+    def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> ModelRef | None:
+        if spec.reference_model_id:
+            return ModelRef(spec.reference_model_id, "", node.device_model, spec.workload)
+        assert self.estimator is not None
+        rows = [m for m in self.store.get_measurements(node.device_model, spec.workload, spec.role)
+                if m.node_id != node.node_id]
+        if len(rows) < MIN_REFERENCE_POINTS:
+            return None
+        STEPS.labels("fit_reference").inc()
+        points = Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float),
+                        np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
+                        np.asarray([r.power_w for r in rows]), node.device_model, spec.workload, spec.role)
+        return self.estimator.fit(points, model_id=f"reference-{node.device_model}-{spec.workload}-{spec.role}",
+                                  method="nn")
+
+
+def _decision_fields(d: Decision) -> dict[str, Any]:
+    return {"mode": None if d.mode is None else tuple(float(v) for v in d.mode), "batch_size": d.batch_size,
+            "predicted_time_ms": d.predicted_time_ms, "predicted_power_w": d.predicted_power_w,
+            "predicted_power_upper_w": d.power_upper_w, "measured_time_ms": d.measured_time_ms,
+            "measured_power_w": d.measured_power_w}

@@ -1,0 +1,176 @@
+"""TuningJobs end to end: Redis, the Estimator (``--no-ray``), the Optimizer, coordinator replicas and
+simulated agents as separate processes on loopback; the leader's reconcile loop drives every node to
+Applied through the agents' job streams, the estimator's Transfer / Predict and the optimizer's Select.
+
+- a job over two nodes reaches Succeeded: each node's config is published once, its measured power
+  within its budget, and the agents apply it;
+- SIGKILL the leader mid-job: the standby finishes it; no point is profiled twice (each point's job
+  id was queued once per node) and each node has one config revision.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from edgetune.coordination.localcluster import LocalCluster
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.v1 import (
+    common_pb2,
+    coordinator_pb2,
+    estimator_pb2,
+    estimator_pb2_grpc,
+    tuning_pb2,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: node id -> (device model, power budget W)
+NODES = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
+APPLIED = tuning_pb2.NODE_PHASE_APPLIED
+
+
+def _fit_references(address: str) -> dict[str, str]:
+    """A ResNet18 reference per device model (the simulator's truth on 80 fulcrum modes), fitted
+    through the Estimator's Fit: what a job's ``reference_model_id`` names."""
+    out = {}
+    with grpc.insecure_channel(address) as channel:
+        stub = estimator_pb2_grpc.EstimatorStub(channel)
+        for device in sorted({m for m, _ in NODES.values()}):
+            grid = named_grid(get_spec(device), "fulcrum").array()
+            rng = np.random.default_rng(7)
+            grid = grid[np.sort(rng.choice(len(grid), min(80, len(grid)), replace=False))]
+            rows = truth_table(device, "resnet18", "train", grid, [16])
+            ms = [common_pb2.Measurement(
+                device=device, workload="resnet18", role=common_pb2.ROLE_TRAIN, batch_size=16,
+                mode=common_pb2.PowerMode(cores=r["cores"], cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"],
+                                          emc_mhz=r["emc_mhz"]),
+                time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
+            model_id = f"ref-{device}"
+            stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload="resnet18",
+                                              role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=100, seed=0),
+                     timeout=120)
+            out[device] = model_id
+    return out
+
+
+def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True) -> tuning_pb2.TuningJobSpec:
+    """A job over the nodes of ``device``; ``budgets``: per-node budgets in the job (else the
+    nodes' registered ones)."""
+    nodes = [n for n, (m, _) in NODES.items() if m == device]
+    return tuning_pb2.TuningJobSpec(
+        name=name, workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_TRAIN),
+        batch_sizes=[16], nodes=nodes, profiles=12, reference_model_id=refs[device],
+        node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
+
+
+def _wait_job(stub, name: str, timeout_s: float, until=None) -> tuning_pb2.TuningJob:
+    until = until or (lambda job: job.phase in (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED))
+    deadline = time.monotonic() + timeout_s
+    job = None
+    while time.monotonic() < deadline:
+        try:
+            job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=5)
+            if until(job):
+                return job
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        time.sleep(0.3)
+    raise AssertionError(f"job {name} did not get there in {timeout_s:g} s: {job}")
+
+
+def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
+    assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+    for node in job.nodes:
+        assert node.phase == APPLIED, node
+        budget = (budgets or {}).get(node.node_id, NODES[node.node_id][1])
+        assert node.power_budget_w == budget
+        assert node.measured_power_w <= budget, node
+        assert node.profiled >= 3
+        assert node.config_revision >= 1
+        assert cluster.store is not None
+        cfg = cluster.store.get_config(node.node_id)
+        assert cfg is not None and cfg.mode is not None
+        assert (cfg.mode.cores, cfg.mode.cpu_mhz, cfg.mode.gpu_mhz, cfg.mode.emc_mhz) == \
+            (node.mode.cores, node.mode.cpu_mhz, node.mode.gpu_mhz, node.mode.emc_mhz)
+
+
+def test_job_reaches_applied_within_budget(tmp_path):
+    with LocalCluster(tmp_path, tuning=True) as cluster:
+        assert cluster.estimator is not None and cluster.stub is not None
+        cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
+        refs = _fit_references(cluster.estimator.address)
+        stub = cluster.stub
+        # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
+        jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
+        for spec in jobs:
+            submitted = stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
+            assert submitted.spec.name == spec.name
+            again = stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)  # a retry
+            assert again.spec == submitted.spec
+        chosen = {}
+        for spec in jobs:
+            job = _wait_job(stub, spec.name, 90)
+            _check_applied(cluster, job)
+            chosen.update({n.node_id: n.mode for n in job.nodes})
+        listed = stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=10).jobs
+        assert sorted(j.spec.name for j in listed) == sorted(s.name for s in jobs)
+        # the agents follow their published configs
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            nodes = {n.node_id: n for n in stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=5).nodes}
+            if all(nodes[n].current_mode == chosen[n] for n in NODES):
+                break
+            time.sleep(0.3)
+        assert {n: nodes[n].current_mode for n in NODES} == chosen
+
+        # A budget change on a node of an Applied job: selected again from the stored predictions
+        # (no profiling), verified, and published within the new budget.
+        changed_at = time.time()
+        orin = next(n for n, (m, _) in NODES.items() if m == "orin-agx")
+        new_budget = 18.0
+        stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+            node_id=orin, budgets=common_pb2.Budgets(power_budget_w=new_budget)), timeout=10)
+        job = _wait_job(stub, "mnv3-orin-agx", 60, lambda j: j.nodes[0].power_budget_w == new_budget and
+                        j.nodes[0].phase in (APPLIED, tuning_pb2.NODE_PHASE_FAILED))
+        _check_applied(cluster, job, {orin: new_budget})
+        later = [e.message for e in job.nodes[0].events if e.at.ToNanoseconds() / 1e9 > changed_at]
+        assert later and not any(m.startswith("profile") for m in later), later
+
+
+def test_leader_killed_mid_job_standby_finishes(tmp_path):
+    with LocalCluster(tmp_path, tuning=True) as cluster:
+        assert cluster.estimator is not None and cluster.stub is not None and cluster.coordinator is not None
+        standby = cluster.spawn_coordinator("standby", "coordinator-standby")
+        assert cluster.supervisor is not None
+        cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")
+        cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
+        refs = _fit_references(cluster.estimator.address)
+        target = f"ipv4:127.0.0.1:{cluster.coordinator.address.rsplit(':', 1)[1]}," \
+                 f"127.0.0.1:{standby.address.rsplit(':', 1)[1]}"
+        with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
+            from edgetune.proto.v1 import coordinator_pb2_grpc
+
+            stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+            spec = _spec("mnv3-kill", refs, "orin-agx")
+            stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
+            _wait_job(stub, spec.name, 60, lambda j: any(n.profiled >= 3 for n in j.nodes))
+            cluster.coordinator.proc.send_signal(signal.SIGKILL)
+            job = _wait_job(stub, spec.name, 90)
+        _check_applied(cluster, job)
+        assert cluster.store is not None
+        for node in job.nodes:
+            assert cluster.store.config_revisions([node.node_id])[node.node_id] == 1
+            # every point has one deterministic job id, so the new leader's replay measured nothing again:
+            # at most the profiling budget plus the verification attempts are stored
+            stored = cluster.store.get_measurements(node.device, "mobilenetv3", "train", node.node_id)
+            assert len(stored) <= spec.profiles + 5, len(stored)
+            events = [e.message for e in node.events]
+            assert any("published" in e for e in events), events

@@ -1,0 +1,55 @@
+"""``edgetune up``: ``--nodes`` parsing, node ids and budgets, bad input exits 2 before any
+process starts (the running suite: tests/integration/test_up_jobs.py)."""
+
+import pytest
+
+from edgetune.cli import main
+from edgetune.coordination.controlplane import NodeRequest, default_budget_w, local_nodes, parse_nodes
+from edgetune.errors import InvalidArgument
+
+
+def test_issue_example_ids_and_default_budgets():
+    nodes = local_nodes(parse_nodes("orin-agx:2,xavier-agx,nano"))
+    assert [(n.node_id, n.device, n.budget_w) for n in nodes] == [
+        ("orin-agx-1", "orin-agx", 34.0), ("orin-agx-2", "orin-agx", 34.0),
+        ("xavier-agx-1", "xavier-agx", 29.0), ("nano-1", "nano", 6.0)]
+
+
+def test_budget_syntax_and_numbering_across_items():
+    assert parse_nodes(" orin-agx:2@20 , orin-agx@45.5,orin-nano") == [
+        NodeRequest("orin-agx", 2, 20.0), NodeRequest("orin-agx", 1, 45.5), NodeRequest("orin-nano", 1, None)]
+    nodes = local_nodes(parse_nodes("orin-agx:2@20,orin-agx@45.5,orin-nano"))
+    assert [(n.node_id, n.budget_w) for n in nodes] == [
+        ("orin-agx-1", 20.0), ("orin-agx-2", 20.0), ("orin-agx-3", 45.5), ("orin-nano-1", default_budget_w("orin-nano"))]
+    assert default_budget_w("orin-nano") == 10.0
+
+
+@pytest.mark.parametrize(("text", "field", "says"), [
+    ("", "--nodes", "no nodes"),
+    ("orin-agx,", "--nodes[1]", "empty item"),
+    ("orin-agz", "--nodes[0]", "unknown device 'orin-agz'"),
+    ("nano:two", "--nodes[0]", "not an integer"),
+    ("nano:0", "--nodes[0]", "out of range"),
+    ("nano@0", "--nodes[0]", "0 is not > 0"),
+    ("nano@hot", "--nodes[0]", "not a number"),
+    ("nano:40,orin-agx:40", "--nodes", "80 nodes"),
+])
+def test_bad_nodes_named(text, field, says):
+    with pytest.raises(InvalidArgument) as err:
+        parse_nodes(text)
+    assert err.value.field == field
+    assert says in err.value.message or says in str(err.value)
+
+
+def test_unknown_device_lists_the_known_ones():
+    with pytest.raises(InvalidArgument) as err:
+        parse_nodes("orin-agz")
+    assert "orin-agx" in (err.value.allowed or "") and "nano" in (err.value.allowed or "")
+
+
+def test_cli_bad_nodes_exit_2_without_starting(tmp_path, capsys):
+    code = main(["up", "--nodes", "orin-agx:2,jetson-tx9", "--log-dir", str(tmp_path / "logs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--nodes[1]: unknown device 'jetson-tx9'" in err
+    assert not (tmp_path / "logs").exists()  # nothing was started

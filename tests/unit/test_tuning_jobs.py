@@ -1,0 +1,166 @@
+"""TuningJob records and the reconcile loop's parts on MemoryStore: spec checks, desired state vs the
+leader's fenced status, watching a job, the job-stream measurer's replay, the profiling schedule."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from edgetune.coordination.jobs import JobQueue
+from edgetune.coordination.leader import LeaderLease
+from edgetune.coordination.reconcile import QueueMeasurer, point_job_id, policy_for
+from edgetune.coordination.store import LeaseLost, MeasurementRecord, MemoryStore
+from edgetune.coordination.tuningjobs import (
+    MAX_EVENTS,
+    NodeStatus,
+    StatusWriter,
+    TuningJobs,
+    TuningJobSpec,
+    TuningJobStatus,
+)
+from edgetune.errors import InvalidArgument, NotFound
+from edgetune.powermodes.mode import PowerMode
+from edgetune.profiling.protocol import measurement_id
+
+
+def _spec(**kw) -> TuningJobSpec:
+    base = {"name": "mnv3-train", "workload": "mobilenetv3", "nodes": ("a", "b"), "profiles": 12,
+            "node_power_budget_w": {"a": 20.0}}
+    return TuningJobSpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"name": "Bad_Name"}, "spec.name"),
+    ({"nodes": ("a", "b", "a")}, "spec.nodes[2]"),
+    ({"nodes": ("a", "")}, "spec.nodes[1]"),
+    ({"nodes": ()}, "spec.nodes"),
+    ({"selector_device": "orin-agx"}, "spec.nodes"),
+    ({"objective": "min-energy"}, "spec.time_budget_ms"),
+    ({"risk": 0.9}, "spec.risk"),
+    ({"profiles": 1}, "spec.profiles"),
+    ({"node_power_budget_w": {"a": -1.0}}, "spec.node_power_budget_w[a]"),
+    ({"batch_sizes": (0,)}, "spec.batch_sizes[0]"),
+])
+def test_spec_errors_name_the_field(changes, field):
+    with pytest.raises(InvalidArgument) as err:
+        _spec(**changes).check()
+    assert err.value.field == field
+
+
+def test_budget_for_node_then_job_then_registered():
+    spec = _spec(power_budget_w=15.0)
+    assert spec.budget_for("a", 30.0) == 20.0
+    assert spec.budget_for("b", 30.0) == 15.0
+    assert _spec().budget_for("b", 30.0) == 30.0
+    assert _spec().budget_for("b", None) is None
+
+
+def test_submit_is_idempotent_and_a_different_spec_is_refused():
+    jobs = TuningJobs(MemoryStore())
+    first = jobs.submit(_spec())
+    assert jobs.submit(_spec()).revision == first.revision  # a retried call changes nothing
+    with pytest.raises(InvalidArgument) as err:
+        jobs.submit(_spec(profiles=20))
+    assert err.value.field == "spec.name"
+    assert first.phase == "Pending" and [v.spec.name for v in jobs.list()] == ["mnv3-train"]
+    assert jobs.cancel("mnv3-train").phase == "Cancelled"
+    with pytest.raises(NotFound):
+        jobs.get("ghost")
+
+
+def test_status_is_written_by_the_lease_holder_only():
+    store = MemoryStore()
+    jobs = TuningJobs(store)
+    jobs.submit(_spec())
+    leader = LeaderLease(store, "coordinator", holder_id="r0", lease_ms=5000)
+    assert leader.try_acquire()
+    writer = StatusWriter(jobs, "mnv3-train", leader.fence)
+    status = writer.ensure(["a", "b"], {"a": "orin-agx", "b": "orin-nano"})
+    assert set(status.nodes) == {"a", "b"} and status.nodes["a"].device == "orin-agx"
+    writer.update("a", lambda s: s.with_event("profiling", phase="Profiling"))
+    assert jobs.get("mnv3-train").phase == "Running"
+    deposed = StatusWriter(jobs, "mnv3-train", LeaderLease(store, "coordinator", holder_id="r1").fence)
+    with pytest.raises(LeaseLost):
+        deposed.update("a", lambda s: s.with_event("late write", phase="Failed"))
+    for phase in ("Applied", "Applied"):
+        writer.update("a", lambda s, p=phase: s.with_event(p, phase=p))
+    writer.update("b", lambda s: s.with_event("applied", phase="Applied"))
+    assert jobs.get("mnv3-train").phase == "Succeeded"
+    writer.update("b", lambda s: s.with_event("failed", phase="Failed", reason="no mode fits"))
+    assert jobs.get("mnv3-train").phase == "Failed"
+
+
+def test_events_are_bounded_and_records_round_trip():
+    st = NodeStatus("a")
+    for i in range(MAX_EVENTS + 5):
+        st = st.with_event(f"e{i}", profiled=i)
+    assert len(st.events) == MAX_EVENTS and st.events[-1].message == f"e{MAX_EVENTS + 4}"
+    status = TuningJobStatus("j", {"a": st})
+    assert TuningJobStatus.from_dict(status.to_dict()) == status
+    assert TuningJobSpec.from_dict(_spec().to_dict()) == _spec()
+
+
+def test_wait_returns_on_a_change():
+    jobs = TuningJobs(MemoryStore())
+    view = jobs.submit(_spec())
+    assert jobs.wait("mnv3-train", view.revision, timeout_s=0.2) is None
+    threading.Timer(0.2, lambda: jobs.cancel("mnv3-train")).start()
+    changed = jobs.wait("mnv3-train", view.revision, timeout_s=5.0)
+    assert changed is not None and changed.phase == "Cancelled"
+
+
+def _agent(store: MemoryStore, node_id: str, stop: threading.Event, ran: list[str]) -> None:
+    """A simulated agent: claims the node's jobs, writes the measurement under the id the real agent
+    would (run key = job id), power = cores + GHz of the GPU, acknowledges."""
+    queue = JobQueue(store)
+    while not stop.is_set():
+        for job in queue.claim(node_id, "agent", block_ms=50):
+            ran.append(job.job_id)
+            m = job.payload["modes"][0]
+            mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
+            b = job.payload["batch_sizes"][0]
+            mid = measurement_id("orin-agx", node_id, "mobilenetv3", "train", mode, b, job.job_id)
+            queue.complete(job, [MeasurementRecord(mid, "orin-agx", "mobilenetv3", "train", mode, b,
+                                                   100.0 / mode.cores, mode.cores + mode.gpu_mhz / 1000,
+                                                   node_id)])
+
+
+def test_queue_measurer_replays_stored_points_without_profiling_again():
+    store = MemoryStore()
+    stop, ran = threading.Event(), []
+    agent = threading.Thread(target=_agent, args=(store, "a", stop, ran), daemon=True)
+    agent.start()
+    try:
+        counts: list[int] = []
+
+        def measurer() -> QueueMeasurer:
+            return QueueMeasurer(store, JobQueue(store), "job", "a", "orin-agx", "mobilenetv3", "train",
+                                 should_stop=lambda: False, on_purpose=lambda p: None, on_points=counts.append,
+                                 timeout_s=10, poll_s=0.02)
+
+        modes = np.array([[4, 1000, 500, 2000], [8, 2000, 900, 3000]], dtype=float)
+        first = measurer()
+        got = first.measure(modes, 16)
+        assert first.queued == 2 and len(ran) == 2
+        assert np.allclose(got.modes, modes) and np.allclose(got.power_w, [4.5, 8.9])
+        again = measurer()  # a new leader re-running the tuner
+        replay = again.measure(modes, 16)
+        assert again.queued == 0 and len(ran) == 2  # nothing profiled twice
+        assert np.allclose(replay.time_ms, got.time_ms)
+        verify = measurer().measure(modes[:1], 16, purpose="verify")  # another purpose: its own job
+        assert len(verify) == 1 and len(ran) == 3
+        assert counts == [2, 2, 1]
+        assert point_job_id("job", "a", modes[0], 16, "profile") != point_job_id("job", "a", modes[0], 16, "verify")
+    finally:
+        stop.set()
+        agent.join(2)
+
+
+def test_policy_follows_the_profiling_budget():
+    small = policy_for(_spec(profiles=12, risk=0.1))
+    assert small.profiles == 12 and small.risk == 0.1 and small.objective == "time"
+    assert policy_for(_spec(profiles=50)).profiles == 50
+    rand = policy_for(_spec(profiles=20, method="random"))
+    assert rand.rounds == 0 and rand.n_initial == 20
