@@ -25,10 +25,16 @@ Setup (reuses ``powertrain_mape.py``'s helpers and noise model):
                       held-out power mean from the same 10 folds, 64 budgets over the observed
                       powers) exceeds its budget (observed power) in at most a fraction r of the
                       choices; ``select1w`` counts only excesses > 1 W (the issue's tolerance).
-* Frontier sampling (``edgetune.optimization.frontier``): the same 50 profiles, chosen as 10 random
-  modes then 8 rounds of 5 on the front predicted by the current nn+gp transfer (predicted power
-  within 15-51 W, spread by power); each mode measured once with the same noise model. Then
-  ``frontier mean`` / ``frontier ucb r`` / ``frontier cv10 r`` as the nn+gp rows above.
+* Frontier sampling through the library's node-tuning workflow (:class:`edgetune.tuning.NodeTuner`,
+  what ``edgetune tune`` and the demo run): the same 50 profiles, chosen as 10 random modes then 8
+  rounds of 5 on the front predicted by the current nn+gp transfer (predicted power within 15-51 W,
+  spread by power); each mode measured once with the same noise model. Then ``frontier mean`` /
+  ``frontier ucb r`` / ``frontier cv10 r`` as the nn+gp rows above (selection only), and
+  ``workflow r``: the workflow's own calibrated safe selection at risk r *verified on the device*
+  (the chosen mode's power measured once with the noise model; over budget → the mode and every
+  mode dominating it dropped below that power, the error widened, selected again; at most
+  ``max_attempts`` = 5 choices). A budget the workflow gives up on (no verified choice) is counted
+  with its last choice, so it can only add to the over-budget rate.
 * Evaluation with the simulator's noise-free truth (time, power) of the chosen mode; the true
   optimum is the least true time with true power <= budget. Also: the exceed rate when the chosen
   mode's power is *measured* once with the profiling noise (what a power meter would report).
@@ -49,15 +55,18 @@ import warnings
 import numpy as np
 import torch
 
+from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.gp import conformal_scale
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
-from edgetune.optimization.frontier import FrontierSampler
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.select import Candidates, MinTime, selection_margin, z_score
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import write_table
+from edgetune.tuning import NodeTuner, Points, TuningPolicy
+from edgetune.tuning.local import LibraryEstimator, LibrarySelector
+from edgetune.tuning.records import mode_key
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from powertrain_mape import RESULTS, TARGETS, noisy, truth  # noqa: E402
@@ -75,20 +84,51 @@ def method_names() -> list[str]:
             + [f"nn+gp cv{CAL_FOLDS} {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS]
             + [f"nn+gp select {r:g}" for r in RISKS] + [f"nn+gp select1w {r:g}" for r in RISKS]
             + ["frontier mean"] + [f"frontier ucb {r:g}" for r in RISKS]
-            + [f"frontier cv{CAL_FOLDS} {r:g}" for r in RISKS])
+            + [f"frontier cv{CAL_FOLDS} {r:g}" for r in RISKS] + [f"workflow {r:g}" for r in RISKS])
 
 
-def frontier_profiles(reference: dict, orin: np.ndarray, y_meas: np.ndarray, seed: int) -> np.ndarray:
-    """The modes frontier sampling profiles (10 random + 8 rounds of 5 on the front predicted by
-    the current nn+gp transfer, budgets 17-50 W); ``y_meas`` holds one noisy measurement per mode."""
-    sampler = FrontierSampler(len(orin), power_range_w=(BUDGETS[0], BUDGETS[-1]), seed=seed)
-    sampler.ask()
-    while not sampler.done:
-        idx = np.asarray(sampler.profiled)
-        pred = [adapt(reference[tg], "nn+gp", orin[idx], y_meas[idx, j]).predict(orin)[0]
-                for j, tg in enumerate(TARGETS)]
-        sampler.ask(*pred)
-    return np.asarray(sampler.profiled)
+class NoisyDevice:
+    """The experiment's device for the workflow (a :class:`edgetune.tuning.Measurer`): a profiled mode
+    reads ``profiled`` (one noisy measurement per mode), a verified choice ``verified`` (another)."""
+
+    def __init__(self, orin: np.ndarray, profiled: np.ndarray, verified: np.ndarray) -> None:
+        self.at = {mode_key(m): i for i, m in enumerate(orin)}
+        self.profiled, self.verified = profiled, verified
+
+    def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
+        idx = [self.at[mode_key(m)] for m in modes]
+        y = (self.verified if purpose == "verify" else self.profiled)[idx]
+        return Points(modes, np.full(len(idx), batch_size), y[:, 0], y[:, 1], ORIN_AGX.name, "workload", "train")
+
+
+def workflow_tuner(reference: dict, orin: np.ndarray, device: NoisyDevice, seed: int) -> NodeTuner:
+    """The library's NodeTuner with the frontier schedule (10 random + 8 rounds of 5, budgets 17-50 W)."""
+    estimator = LibraryEstimator()
+    base = estimator.add(TimePowerModel(dict(reference), ORIN_AGX.name, "resnet18", "train", [16]), "reference")
+    policy = TuningPolicy(transfer_method="nn+gp", held_out=0, seed=seed)
+    return NodeTuner(policy, device, estimator, LibrarySelector(), base=base, candidates=orin, batch_size=16,
+                     device=ORIN_AGX.name, workload="workload", power_range_w=(BUDGETS[0], BUDGETS[-1]))
+
+
+def evaluate_decisions(name: str, decisions: list, pred, y_true: np.ndarray, opt: list[int | None],
+                       meas_pow: np.ndarray) -> list[dict]:
+    """Rows like :func:`evaluate` for the workflow's verified decisions (a refused budget: its last choice,
+    else the least predicted power)."""
+    rows = []
+    for b, d, o in zip(BUDGETS, decisions, opt, strict=True):
+        i = d.index if d.index is not None else int(np.argmin(pred.power_w))
+        t, p = y_true[i]
+        rows.append({"method": name, "budget_w": b, "feasible": int(d.feasible and d.within_budget),
+                     "mode_index": int(i), "pred_time_ms": round(float(pred.time_ms[i]), 3),
+                     "pred_power_w": round(float(pred.power_w[i]), 3),
+                     "pred_power_bound_w": round(float(d.power_upper_w if d.power_upper_w is not None
+                                                       else pred.power_w[i]), 3),
+                     "true_time_ms": round(float(t), 3), "true_power_w": round(float(p), 3),
+                     "measured_power_w": round(float(meas_pow[i]), 3), "excess_w": round(float(p - b), 3),
+                     "attempts": d.attempts,
+                     "time_penalty_pct": (round(100.0 * (t / y_true[o, 0] - 1.0), 3) if o is not None
+                                          else float("nan"))})
+    return rows
 
 
 def conformal_quantile(values: np.ndarray, risk: float) -> float:
@@ -205,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                 out += sel
             # frontier sampling: the same number of profiles, chosen along the predicted front
             f_meas = noisy(y_true, np.random.default_rng(2000 + rep))
-            f_idx = frontier_profiles(reference, orin, f_meas, seed=3000 + rep)
+            device = NoisyDevice(orin, f_meas, noisy(y_true, np.random.default_rng(5000 + rep)))
+            tuner = workflow_tuner(reference, orin, device, seed=3000 + rep)
+            f_pred = tuner.explore()
+            f_idx = np.asarray([device.at[mode_key(m)] for m in tuner.points.modes])
             f_x, f_y = orin[f_idx], f_meas[f_idx]
             f_t = adapt(reference["time_ms"], "nn+gp", f_x, f_y[:, 0]).predict(orin)[0]
             f_cal = adapt(reference["power_w"], "nn+gp", f_x, f_y[:, 1], calibration="cv",
@@ -219,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             for r in RISKS:
                 scaled = Candidates(c_f.time_ms, c_f.power_w, None, f_sd * conformal_scale(f_cal.calibration_scores, r))
                 out += evaluate(f"frontier cv{CAL_FOLDS} {r:g}", scaled, r, y_true, opt, meas_pow)
+            for r in RISKS:  # the workflow's own selection, each choice verified on the (noisy) device
+                decisions = tuner.with_policy(tuner.policy.with_(risk=r)).tune(BUDGETS)
+                out += evaluate_decisions(f"workflow {r:g}", decisions, f_pred, y_true, opt, meas_pow)
             f_val = np.setdiff1d(np.arange(len(orin)), f_idx)
             calib[-1]["frontier_true_resid_rms_w"] = round(float(np.sqrt(np.mean((y_true[f_val, 1] - f_mu[f_val]) ** 2))), 3)
             front = pareto_front(y_true[:, 0], y_true[:, 1])

@@ -24,6 +24,7 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
 from edgetune.powermodes.mode import MODE_FIELDS
@@ -31,17 +32,15 @@ from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import GRID, mode_from_proto, role_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2
+from edgetune.tables import Table
 
 #: Store blob kind of estimator models.
 BLOB_KIND = "estimator-model"
 DEFAULT_FIT_METHOD = "nn"
-#: Best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
-DEFAULT_TRANSFER_METHOD = "nn+gp"
 #: Proto-level kind names that mean one of the library's methods.
 KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
 #: Methods whose predictor is (or wraps) the PowerTrain MLP.
 NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
-DEFAULT_VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_FRACTION = 0.5
 DEFAULT_CHUNK_ROWS = 8192
 #: A columnar row is at most ~66 bytes (two std columns): a chunk stays near 2 MB, under gRPC's 4 MiB.
@@ -224,21 +223,14 @@ class Rows:
     def batch_sizes(self) -> list[int]:
         return sorted({int(b) for b in self.batch_size})
 
-    def features(self, columns: Sequence[str]) -> np.ndarray:
-        cols = [self.modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else self.batch_size.astype(float)
-                for c in columns]
-        return np.column_stack(cols).astype(float)
-
-    def target(self, name: str) -> np.ndarray:
-        return self.time_ms if name == "time_ms" else self.power_w
-
-    def subset(self, index: np.ndarray) -> Rows:
-        return Rows(self.modes[index], self.batch_size[index], self.time_ms[index], self.power_w[index], self.source)
-
-
-def feature_columns(rows: Rows) -> tuple[str, ...]:
-    """The mode columns, plus batch_size when the rows hold several batch sizes (as the library does)."""
-    return (*MODE_FIELDS, BATCH_FEATURE) if len(rows.batch_sizes) > 1 else MODE_FIELDS
+    def table(self, device: str, workload: str, role: str) -> Table:
+        """The rows as the profile table the estimation pipeline learns from."""
+        cols = [*MODE_FIELDS, BATCH_FEATURE, "time_ms", "power_w", "device", "workload", "role"]
+        return Table(cols, [{**dict(zip(MODE_FIELDS, (int(m[0]), *map(float, m[1:])), strict=True)),
+                             BATCH_FEATURE: int(b), "time_ms": float(t), "power_w": float(p), "device": device,
+                             "workload": workload, "role": role}
+                            for m, b, t, p in zip(self.modes, self.batch_size, self.time_ms, self.power_w,
+                                                  strict=True)])
 
 
 def rows_from_measurements(msgs: Sequence[common_pb2.Measurement], spec: DeviceSpec, workload: str, role: str,
@@ -317,16 +309,13 @@ def min_fit_rows(validation_fraction: float, min_train_rows: int) -> int:
     return n
 
 
-def held_out_count(n: int, validation_fraction: float) -> int:
-    return max(1, int(round(validation_fraction * n)))
-
-
-def validation_fraction(value: float) -> float:
+def validation_fraction(value: float, default: float) -> float:
+    """The request's held-out fraction; 0: ``default`` (the tuning policy's)."""
     if value == 0:
-        return DEFAULT_VALIDATION_FRACTION
+        return default
     if not (math.isfinite(value) and 0 < value <= MAX_VALIDATION_FRACTION):
         raise InvalidArgument("validation_fraction", f"{value!r} is out of range",
-                              f"0 (default {DEFAULT_VALIDATION_FRACTION}) or (0, {MAX_VALIDATION_FRACTION}]")
+                              f"0 (default {default}) or (0, {MAX_VALIDATION_FRACTION}]")
     return float(value)
 
 

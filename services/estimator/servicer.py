@@ -15,12 +15,12 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.features import BATCH_FEATURE
+from edgetune.estimation.features import BATCH_FEATURE, mode_features
 from edgetune.estimation.parallel import single_threaded
 from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
+from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto, optional_value
 from edgetune.proto.tables import PredictionArrays, table_to_proto
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
@@ -28,13 +28,13 @@ from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics
 from edgetune.services.estimator.convert import (
     DEFAULT_FIT_METHOD,
-    DEFAULT_TRANSFER_METHOD,
     NN_METHODS,
     ModelRef,
     Rows,
 )
-from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_models, transfer_model
+from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
 from edgetune.services.estimator.models import ModelRepository
+from edgetune.tuning.policy import TuningPolicy, default_policy
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,17 @@ BE_MAX_PASSES = 20
 
 
 class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
-    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None
-                 ) -> None:
+    def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: energy.EnergyEstimator | None = None,
+                 policy: TuningPolicy | None = None) -> None:
         self.models = models
         self.runner = runner
+        self._policy = policy
         self.energy = energy_estimator or energy.EnergyEstimator()
+
+    @property
+    def policy(self) -> TuningPolicy:
+        """The tuning policy whose defaults an empty field takes (the library's, read per request)."""
+        return self._policy or default_policy()
 
     # -- measurements: inline, else the store's ----------------------------------------------------
     def _rows(self, msgs, spec, workload: str, role: str, need: int, what: str) -> Rows:
@@ -75,14 +81,14 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         role = convert.role_name(request.role)
         ref = convert.parse_model_id(request.model_id or convert.default_model_id(spec.name, workload, role, method),
                                      allow_version=False)
-        fraction = convert.validation_fraction(request.validation_fraction)
+        fraction = convert.validation_fraction(request.validation_fraction, self.policy.validation_fraction)
         kw = convert.predictor_params(method, request.epochs, request.params)
         need = convert.min_fit_rows(fraction, MIN_FIT_ROWS)
         rows = self._rows(request.measurements, spec, workload, role, need,
                           f"fitting {method} (with {fraction:g} held out)")
         seed = int(optional_value(request, "seed") or 0)
         job = FitJob(spec.name, workload, role, method, rows, seed, kw, fraction)
-        trained = fit_models([job], self.runner)[0]
+        trained = fit_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
         metrics.MODELS_STORED.labels("Fit", method).inc()
         log.info("fitted", extra={"model_id": saved.versioned_id, "rows": len(rows), **trained.meta["metrics"]})
@@ -92,7 +98,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     @map_errors
     def Transfer(self, request, context):
         base = self.models.load(convert.parse_model_id(request.base_model_id, "base_model_id"), "base_model_id")
-        method = convert.method_from_kind(request.params.get("method", ""), DEFAULT_TRANSFER_METHOD, "params.method")
+        method = convert.method_from_kind(request.params.get("method", ""), self.policy.transfer_method,
+                                         "params.method")
         if method in TRANSFER_METHODS and base.meta.get("kind") not in NN_METHODS:
             raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.get('kind')!r} model; "
                                   f"{method!r} fine-tunes an NN reference", "a model fitted with " + ", ".join(NN_METHODS))
@@ -141,8 +148,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         # Rows mode-major, then batch size (the proto's order).
         x_modes = np.repeat(modes, len(sizes), axis=0)
         x_batch = np.tile(np.asarray(sizes, dtype=np.int64), len(modes))
-        x = np.column_stack([x_modes[:, MODE_FIELDS.index(c)] if c in MODE_FIELDS else x_batch.astype(float)
-                             for c in model.columns])
+        x = mode_features(x_modes, x_batch, model.columns)
         out = self.models.predict(loaded, x, cache_key)
         rows = PredictionArrays(x_modes, x_batch, out["time_ms"], out["power_w"], out.get("time_std_ms"),
                                 out.get("power_std_w"))

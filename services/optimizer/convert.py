@@ -67,17 +67,19 @@ _BUDGET_RULES: dict[str, tuple[Callable[[object, str], float], str]] = {
 }
 
 
-def optional_budget(budgets: common_pb2.Budgets, name: str, *, required: bool = False) -> float | None:
-    """``budgets.<name>`` by its :mod:`edgetune.validation` rule (> 0); absent is None (or an error
-    when ``required``)."""
-    rule, allowed = _BUDGET_RULES[name]
+def optional_budget(budgets: common_pb2.Budgets, name: str) -> float | None:
+    """``budgets.<name>`` by its :mod:`edgetune.validation` rule (> 0); absent is None."""
+    rule, _ = _BUDGET_RULES[name]
     value = optional_value(budgets, name)
-    field = f"budgets.{name}"
+    return None if value is None else rule(value, f"budgets.{name}")
+
+
+def required_budget(budgets: common_pb2.Budgets, name: str) -> float:
+    """:func:`optional_budget` that must be present."""
+    value = optional_budget(budgets, name)
     if value is None:
-        if required:
-            raise InvalidArgument(field, "is required", allowed)
-        return None
-    return rule(value, field)
+        raise InvalidArgument(f"budgets.{name}", "is required", _BUDGET_RULES[name][1])
+    return value
 
 
 # --- candidate tables -------------------------------------------------------------------------------
@@ -131,6 +133,8 @@ def selection_to_proto(rows: Rows, sel: Selection, risk: float | None) -> common
     if not sel.feasible or sel.index is None:
         return common_pb2.Decision(feasible=False, reason=sel.reason or "nothing is feasible", budgets=budgets)
     i = sel.index
+    # a feasible selection carries its values
+    assert sel.time_ms is not None and sel.power_w is not None and sel.energy_j is not None
     msg = common_pb2.Decision(feasible=True, mode=mode_to_proto(rows.mode(i)), batch_size=int(rows.batch_size[i]),
                               time_ms=float(sel.time_ms), power_w=float(sel.power_w),
                               energy_j=float(sel.energy_j), budgets=budgets)
@@ -206,9 +210,9 @@ def concurrent_from_proto(
             raise InvalidArgument(f"{name}.table.batch_size[{i}]", "is not set", ">= 1")
     b = request.budgets
     problem = P.ConcurrentProblem(
-        optional_budget(b, "power_budget_w", required=True),
-        optional_budget(b, "latency_budget_ms", required=True),
-        optional_budget(b, "arrival_rps", required=True),
+        required_budget(b, "power_budget_w"),
+        required_budget(b, "latency_budget_ms"),
+        required_budget(b, "arrival_rps"),
         train_batch_size=train_sizes[0])
     obs = P.Observations()
     for role, name, rows in ((P.ROLE_TRAIN, "train", train), (P.ROLE_INFER, "infer", infer)):
@@ -323,12 +327,12 @@ def search_from_proto(request: optimizer_pb2.StartSearchRequest) -> SearchSpec:
     infer_sizes = _batch_sizes(request.infer_batch_sizes, "infer_batch_sizes") or list(P.INFER_BATCH_SIZES)
 
     budgets = request.budgets
-    power = optional_budget(budgets, "power_budget_w", required=True)
+    power = required_budget(budgets, "power_budget_w")
     if kind == "train":
         problem: P.Problem = P.TrainProblem(power, train_bs, request.train_workload or None)
     else:
-        latency = optional_budget(budgets, "latency_budget_ms", required=True)
-        rate = optional_budget(budgets, "arrival_rps", required=True)
+        latency = required_budget(budgets, "latency_budget_ms")
+        rate = required_budget(budgets, "arrival_rps")
         if kind == "infer":
             problem = P.InferProblem(power, latency, rate, request.infer_workload or None)
         else:

@@ -234,3 +234,10 @@ def test_select_reads_estimate_predicts_output_without_batch_size(tmp_path):
         "power_upper_w": pytest.approx(20.0 + 0.8416212 * 1.0)}  # z(0.8) = 0.84: the bound checked
     r = run("frontier", "--table", path, "--profiled", path, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["modes"] == []  # every mode is profiled
+
+
+def test_rows_are_named_one_way_on_success_and_when_infeasible(table):
+    r = run("select", "--table", table, "--power-budget", "30")
+    assert r.exit_code == 0 and "row 0 (line 2 of" in r.stdout, r.output
+    r = run("select", "--table", table, "--power-budget", "10")
+    assert r.exit_code == 0 and "closest is row 2 (0-based)" in r.stdout and "row 2 (line 4 of" in r.stdout, r.output

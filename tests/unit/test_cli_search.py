@@ -158,3 +158,16 @@ def test_gmd_searches_a_sparse_table(sparse_csv, budget_w):
     assert gmd["feasible"] and gmd["power_w"] <= budget_w
     assert 5 <= gmd["profiled"] <= 10
     assert gmd["time_ms"] <= 1.10 * best["time_ms"]
+
+
+def test_a_budget_sweep_runs_one_search_per_budget(truth_csv):
+    """The one budget syntax of every command: A:B[:STEP] (default step 1) gives a JSON list."""
+    r = _search("--strategy", "exhaustive", "--replay", truth_csv, "--problem", "train", "--power-budget", "24:26",
+                "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [o["power_budget_w"] for o in out] == [24.0, 25.0, 26.0]
+    for o in out:
+        single = _search("--strategy", "exhaustive", "--replay", truth_csv, "--problem", "train", "--power-budget",
+                         f"{o['power_budget_w']:g}", "--json")
+        assert json.loads(single.stdout) == {k: v for k, v in o.items() if k != "power_budget_w"}

@@ -58,7 +58,20 @@ def test_select_matches_brute_force(objective):
         assert sel.index == want
         assert sel.feasible == (want is not None)
         if not sel.feasible:
-            assert sel.reason and sel.closest == brute("power", c.time_ms, c.power_w, c.power_w)
+            assert sel.reason and sel.closest == brute_closest(c.time_ms, c.power_w, pb, tb)
+
+
+def brute_closest(t, p, pb, tb):
+    """The closest option by its definition, one option at a time: least summed relative excess over
+    the budgets given, then least time, then first row."""
+    def excess(i):
+        e = 0.0
+        if pb is not None:
+            e += max(p[i] - pb, 0.0) / pb
+        if tb is not None:
+            e += max(t[i] - tb, 0.0) / tb
+        return e if (pb is not None or tb is not None) else p[i]
+    return min(range(len(t)), key=lambda i: (excess(i), t[i], i))
 
 
 @pytest.mark.parametrize("objective", ["time", "power", "energy"])
@@ -172,3 +185,15 @@ def test_speed_orin_full_space():
         sweep = (time.perf_counter() - t0) / 3
         # targets: < 5 ms and < 20 ms; a loaded shared CI box gets 4× slack
         assert one < 0.02 and sweep < 0.08, (obj, one, sweep)
+
+
+def test_closest_option_is_closest_to_the_budget_that_failed():
+    # time, power: a time budget of 50 ms fails for every option; the closest is the fastest
+    # (60 ms), not the least-power one (500 ms at 5 W) that used to be named
+    c = Candidates(np.array([500.0, 60.0, 200.0]), np.array([5.0, 40.0, 12.0]))
+    sel = MinPower().select(c, None, 50.0)
+    assert not sel.feasible and sel.closest == 1 and "closest is row 1 (0-based)" in sel.reason
+    # a power budget alone: the least power
+    assert MinTime().select(c, 4.0).closest == 0
+    # both: the least summed relative excess (row 2 misses 10 W by 20 % and 150 ms by 33 %)
+    assert MinTime().select(c, 10.0, 150.0).closest == 2

@@ -78,22 +78,12 @@ def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str,
 
     base = TimePowerModel.load(base_path)
     table = read_profile_table(profiles_path)
-    kw = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
+    settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
     with progress_display("epochs") as show, _warnings_to_stderr():
-        model = _set_and_transfer(base, table, method, show, kw)
+        model = base.transfer_table(table, method=method, progress=show, nn_settings=settings)
     model.save(out_path)
     click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "
                f"wrote {out_path}")
-
-
-def _set_and_transfer(base, table, method, show, kw):
-    # fine-tuning settings live on the reference predictors: set them before adapting
-    for pred in base.predictors.values():
-        nn = getattr(pred, "nn", pred)
-        for key, value in kw.items():
-            if hasattr(nn, key):
-                setattr(nn, key, value)
-    return base.transfer_table(table, method=method, progress=show)
 
 
 @command.command("predict")

@@ -94,24 +94,36 @@ def emit_selection(table, power_budget: str | None, time_budget_ms: float | None
     selector = make_selector(objective, risk)
     bounded = risk is not None and cands.power_std_w is not None
     if power_budget is not None and budgets is not None and validation.is_sweep(power_budget):
-        results = selector.sweep(cands, budgets, time_budget_ms)
+        emit_selections(table, budgets, selector.sweep(cands, budgets, time_budget_ms), objective, as_json, True,
+                        bounded)
+        return
+    sel = selector.select(cands, None if budgets is None else budgets[0], time_budget_ms)
+    emit_selections(table, budgets or [], [sel], objective, as_json, False, bounded)
+
+
+def emit_selections(table, budgets: list[float], results: list[Selection], objective: str, as_json: bool,
+                    sweep: bool, bounded: bool) -> None:
+    """Print selections made elsewhere (``edgetune tune``'s verified ones) as ``emit_selection`` does;
+    ``bounded``: the selections checked an upper power bound (its ``power_upper_w`` is reported)."""
+    if sweep:
         if as_json:
             emit_json([{"power_budget_w": b, **_selection_json(table, s, bounded)}
                        for b, s in zip(budgets, results, strict=True)])
         else:
             _print_sweep(table, budgets, results, objective)
         return
-    sel = selector.select(cands, None if budgets is None else budgets[0], time_budget_ms)
     if as_json:
-        emit_json(_selection_json(table, sel, bounded))
+        emit_json(_selection_json(table, results[0], bounded))
     else:
-        _print_selection(table, sel, objective)
+        _print_selection(table, results[0], objective)
 
 
 def _print_selection(table, sel: Selection, objective: str) -> None:
     console = Console()
     if not sel.feasible or sel.index is None:  # a feasible selection has its row
         console.print(f"[bold red]infeasible[/]: {sel.reason}")
+        if sel.closest is not None:
+            console.print(f"closest: {_row_name(table, sel.closest)}")
         return
     row = table.rows[sel.index]
     grid = RichTable(title=f"least {objective}", show_header=False)
@@ -125,8 +137,13 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
         grid.add_row("power bound", f"{sel.power_bound_w:g} W")
     if sel.power_budget_w is not None:
         grid.add_row("power budget", f"{sel.power_budget_w:g} W")
-    grid.add_row("table row", str(sel.index + 2))
+    grid.add_row("row", _row_name(table, sel.index))
     console.print(grid)
+
+
+def _row_name(table, index: int) -> str:
+    """One way to name a row everywhere: the 0-based row of the data and the file's line (header = line 1)."""
+    return f"row {index} (line {index + 2} of {table.path or 'the table'})"
 
 
 def _print_sweep(table, budgets, results, objective: str) -> None:

@@ -48,15 +48,19 @@ def _workload(device: ReplayDevice, role: str, given: str | None, option: str) -
                           ", ".join(names))
 
 
+def _required(value: float | None, option: str, kind: str) -> float:
+    if value is None:
+        raise InvalidArgument(option, f"is required for --problem {kind}", "a number > 0")
+    return value
+
+
 def _problem(kind: str, device: ReplayDevice, power: float, latency: float | None, rate: float | None,
              train_w: str | None, infer_w: str | None, train_bs: int | None) -> Problem:
-    if kind in ("infer", "concurrent"):
-        for value, option in ((latency, "--latency-budget-ms"), (rate, "--arrival-rps")):
-            if value is None:
-                raise InvalidArgument(option, f"is required for --problem {kind}", "a number > 0")
     with options_named(_OPTION_OF):
         if kind == "train":
             return TrainProblem(power, train_bs, _workload(device, "train", train_w, "--train-workload"))
+        latency = _required(latency, "--latency-budget-ms", kind)
+        rate = _required(rate, "--arrival-rps", kind)
         if kind == "infer":
             return InferProblem(power, latency, rate, _workload(device, "infer", infer_w, "--infer-workload"))
         return ConcurrentProblem(power, latency, rate, _workload(device, "train", train_w, "--train-workload"),
@@ -86,8 +90,8 @@ def _summary(payload: dict, strategy: str, kind: str) -> str:
 @click.option("--replay", "replay_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Profile table to replay (with workload and role columns).")
 @click.option("--problem", "kind", required=True, type=click.Choice(["train", "infer", "concurrent"]))
-@click.option("--power-budget", "power", required=True, type=float, metavar="W", help="Power budget in W.",
-              callback=checked(validation.power_budget_w))
+@click.option("--power-budget", "power_spec", required=True, metavar="W|A:B[:STEP]",
+              help="Power budget in W, or a sweep A:B[:STEP] (one search per budget; JSON: a list).")
 @click.option("--latency-budget-ms", "latency", type=float, default=None, metavar="L",
               callback=checked(validation.latency_budget_ms),
               help="Peak inference latency budget (infer, concurrent).")
@@ -103,21 +107,29 @@ def _summary(payload: dict, strategy: str, kind: str) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, callback=checked(validation.seed))
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
 @reports_errors
-def command(strategy: str, replay_path: Path, kind: str, power: float, latency: float | None, rate: float | None,
-            train_w: str | None, infer_w: str | None, train_bs: int | None, max_profiles: int | None, seed: int,
-            as_json: bool) -> None:
+def command(strategy: str, replay_path: Path, kind: str, power_spec: str, latency: float | None,
+            rate: float | None, train_w: str | None, infer_w: str | None, train_bs: int | None,
+            max_profiles: int | None, seed: int, as_json: bool) -> None:
     """Search power modes and batch sizes on a replayed table."""
+    budgets = validation.budget_sweep(power_spec, "--power-budget")
     device = ReplayDevice(str(replay_path))
-    problem = _problem(kind, device, power, latency, rate, train_w, infer_w, train_bs)
-    with options_named(_OPTION_OF):
-        space, problem = search_space(device, problem)
-        budget = max_profiles if strategy in ("random", "nn") else None
-        if strategy == "nn" and budget is not None:
-            budget = max(2, budget)  # N − 1 random configurations and the predicted pick
-        strat = make_strategy(strategy, problem, space, budget=budget, seed=seed)
-    result = run_search(strat, device, problem, max_profiles=max_profiles)
-    payload = result.as_json()
+    payloads = []
+    for power in budgets:  # a sweep is one independent search per budget, each with its own profiles
+        problem = _problem(kind, device, power, latency, rate, train_w, infer_w, train_bs)
+        with options_named(_OPTION_OF):
+            space, problem = search_space(device, problem)
+            budget = max_profiles if strategy in ("random", "nn") else None
+            if strategy == "nn" and budget is not None:
+                budget = max(2, budget)  # N − 1 random configurations and the predicted pick
+            strat = make_strategy(strategy, problem, space, budget=budget, seed=seed)
+        payloads.append(run_search(strat, device, problem, max_profiles=max_profiles).as_json())
+    if not validation.is_sweep(power_spec):
+        if as_json:
+            click.echo(json.dumps(payloads[0]))
+        else:
+            click.echo(_summary(payloads[0], strategy, kind))
+        return
     if as_json:
-        click.echo(json.dumps(payload))
+        click.echo(json.dumps([{"power_budget_w": b, **p} for b, p in zip(budgets, payloads, strict=True)]))
     else:
-        click.echo(_summary(payload, strategy, kind))
+        click.echo("\n".join(f"{b:g} W: {_summary(p, strategy, kind)}" for b, p in zip(budgets, payloads, strict=True)))

@@ -1,4 +1,4 @@
-"""``edgetune tune``: profile, transfer and select on one node in one command.
+"""``edgetune tune``: profile, transfer, select and verify on one node in one command.
 
     edgetune tune --device sim:orin-agx --workload mobilenetv3 --base ref.model
                   --modes powertrain.csv --power-budget 17:50:1 [--risk 0.2] [--json]
@@ -6,15 +6,19 @@
                   [--batch-size 16] [--role train] [--seed 0]
                   [--profiles-out new.csv] [--model-out new.model] [--predictions-out pred.csv]
 
-The README's frontier-sampling recipe as one loop (:func:`edgetune.optimization.frontier.
-run_frontier_sampling`): profile ``--initial`` random modes of ``--modes`` with the measurement
-protocol, transfer ``--base`` to them, predict every mode, profile ``--per-round`` modes on the
-predicted front within the budget range, and so on for ``--rounds``; then select on the last
-predictions with the power bound at ``--risk`` (CONTRACT.md's ``optimize select`` JSON).
-Defaults are the ones ``experiments/safe_selection.py`` measured: 50 profiles, nn+gp, risk 0.2.
+The library's node-tuning workflow (:class:`edgetune.tuning.NodeTuner`) on a local device:
+profile ``--initial`` random modes of ``--modes`` with the measurement protocol, transfer
+``--base`` to them, predict every mode, profile ``--per-round`` modes on the predicted front
+within the budget range, and so on for ``--rounds``; then, per budget, select on the last
+predictions with the power bound at ``--risk`` and **measure the chosen mode on the device**: a
+choice measured over its budget is dropped with every mode at or above its clocks, the error term
+widened, and the selection repeated (at most the policy's ``max_attempts`` choices). Prints
+CONTRACT.md's ``optimize select`` JSON (predicted values); the measured power of each verified
+choice goes to stderr. Defaults not given here are the :class:`~edgetune.tuning.TuningPolicy`'s;
+``--risk`` defaults to 0.2, what ``experiments/safe_selection.py`` measured for this loop.
 
 The device ends in the mode it started in; the chosen mode is advice, not applied. What was
-profiled is written to ``--profiles-out`` after every round, so a stop part-way loses nothing.
+profiled is written to ``--profiles-out`` after every measurement run, so a stop part-way loses nothing.
 """
 
 from __future__ import annotations
@@ -24,21 +28,15 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.cli.errors import reports_errors
-from edgetune.cli.optimize import emit_selection
+from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.frontier import (
-    N_INITIAL,
-    PER_ROUND,
-    ROUNDS,
-    FrontierSampler,
-    run_frontier_sampling,
-)
+from edgetune.optimization.select import Selection
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
 PREDICTED = ("time_ms", "power_w", "time_std_ms", "power_std_w")
-DEFAULT_METHOD, DEFAULT_RISK = "nn+gp", 0.2
+DEFAULT_RISK = 0.2
 
 
 def _candidate_modes(device, modes_path: str) -> list[PowerMode]:
@@ -53,11 +51,6 @@ def _candidate_modes(device, modes_path: str) -> list[PowerMode]:
     if not modes:
         raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
     return list(modes)
-
-
-def _power_range(spec: str) -> tuple[float, float]:
-    budgets = validation.budget_sweep(spec, "--power-budget")
-    return min(budgets), max(budgets)
 
 
 def _log(text: str) -> None:
@@ -77,12 +70,13 @@ def _log(text: str) -> None:
               help="Power budget W, or a sweep A:B:STEP; its range is where the front is sampled.")
 @click.option("--risk", type=float, default=DEFAULT_RISK, show_default=True,
               help="Select with power_w + z(1-risk)·power_std_w within the budget.")
-@click.option("--method", default=DEFAULT_METHOD, show_default=True,
-              help="Transfer method (edgetune estimate transfer --method); nn+gp gives the std --risk uses.")
-@click.option("--initial", "n_initial", type=click.IntRange(min=1), default=N_INITIAL, show_default=True,
-              help="Random modes profiled first.")
-@click.option("--rounds", type=click.IntRange(min=0), default=ROUNDS, show_default=True)
-@click.option("--per-round", type=click.IntRange(min=1), default=PER_ROUND, show_default=True)
+@click.option("--method", default=None,
+              help="Transfer method (edgetune estimate transfer --method) [default: the policy's, nn+gp]; "
+                   "nn+gp gives the std --risk uses.")
+@click.option("--initial", "n_initial", type=click.IntRange(min=1), default=None,
+              help="Random modes profiled first [default: the policy's, 10].")
+@click.option("--rounds", type=click.IntRange(min=0), default=None, help="[default: the policy's, 8]")
+@click.option("--per-round", type=click.IntRange(min=1), default=None, help="[default: the policy's, 5]")
 @click.option("--seed", type=int, default=0, show_default=True, help="Initial modes' draw (and the simulator's).")
 @click.option("--profiles-out", default=None, type=click.Path(dir_okay=False), help="Write the profiled rows here.")
 @click.option("--model-out", default=None, type=click.Path(dir_okay=False), help="Write the last model here.")
@@ -92,62 +86,85 @@ def _log(text: str) -> None:
 @reports_errors
 def command(device_name, workload, role, batch_size, base_path, modes_path, power_budget, risk, method, n_initial,
             rounds, per_round, seed, profiles_out, model_out, predictions_out, as_json) -> None:
-    """Profile modes on the predicted front, transfer, and select: the safe budget selection in one go."""
+    """Profile modes on the predicted front, transfer, select and verify on the device: safe budgets in one go."""
     from edgetune.devices.factory import open_device
     from edgetune.estimation.bundle import TimePowerModel
     from edgetune.estimation.registry import METHODS
-    from edgetune.profiling.protocol import ROW_COLUMNS, ProfileConfig, Profiler, ProgressEvent
+    from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler
+    from edgetune.tuning import NodeTuner, default_policy
+    from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
 
-    if method not in METHODS:
+    if method is not None and method not in METHODS:
         raise InvalidArgument("--method", f"unknown method {method!r}", ", ".join(METHODS))
     validation.risk(risk, "--risk")
-    power_range_w = _power_range(power_budget)  # every input is checked before the device is touched
+    base_policy = default_policy()
+    changes = {"risk": risk, "seed": seed, "transfer_method": method, "n_initial": n_initial, "rounds": rounds,
+               "per_round": per_round}
+    try:
+        policy = base_policy.with_(**{k: v for k, v in changes.items() if v is not None})
+    except InvalidArgument as exc:
+        raise exc.renamed(f"--{exc.field.replace('_', '-')}") from None
+    budgets = validation.budget_sweep(power_budget, "--power-budget")  # every input is checked before the device
     base = TimePowerModel.load(base_path)
     device = open_backend(open_device, device_name, seed)
     with device:
         check_workload(device, workload)
         modes = _candidate_modes(device, modes_path)
-        if n_initial > len(modes):
-            raise InvalidArgument("--initial", f"{n_initial} random modes of the {len(modes)} in {modes_path}",
+        if policy.n_initial > len(modes):
+            raise InvalidArgument("--initial", f"{policy.n_initial} random modes of the {len(modes)} in {modes_path}",
                                   f"<= {len(modes)}")
-        mode_table = Table(list(MODE_FIELDS) + ["batch_size"],
-                           [{**m.as_dict(), "batch_size": batch_size} for m in modes])
-        sampler = FrontierSampler(len(modes), n_initial=n_initial, rounds=rounds, per_round=per_round,
-                                  power_range_w=power_range_w, seed=seed)
-        profiler = Profiler(device, ProfileConfig())
         rows: list[dict] = []
-        model = None  # the last transfer
 
-        def keep(event: ProgressEvent) -> None:
-            if event.measurement is not None:
-                rows.append(event.measurement.to_row())
-
-        def measure(picks: np.ndarray) -> None:
-            try:
-                profiler.profile_points([(modes[i], batch_size) for i in picks], workload, role, progress=keep)
-            finally:  # a stop part-way keeps every point measured before it
-                if profiles_out and rows:
+        def keep(m: Measurement, purpose: str) -> None:
+            if purpose == "profile":  # verification runs are reported, not written as profiles
+                rows.append(m.to_row())
+                if profiles_out:  # a stop part-way keeps every point measured before it
                     write_table(rows, profiles_out, ROW_COLUMNS)
 
-        def refit() -> dict[str, np.ndarray]:
-            nonlocal model
-            model = base.transfer_table(Table(list(ROW_COLUMNS), list(rows)), method=method)
-            return model.predict_table(mode_table)
-
-        def on_round(k: int, picks: np.ndarray) -> None:
-            _log(f"round {k} of {rounds}: profiled {len(picks)} mode(s), {len(rows)} in all; transferred")
-
+        estimator = LibraryEstimator()
+        tuner = NodeTuner(policy, DeviceMeasurer(Profiler(device, ProfileConfig()), workload, role, keep),
+                          estimator, LibrarySelector(), base=estimator.add(base, "base"),
+                          candidates=np.asarray([m.as_tuple() for m in modes], dtype=float), batch_size=batch_size,
+                          device=device.spec.name, workload=workload, role=role,
+                          power_range_w=(min(budgets), max(budgets)),
+                          on_round=lambda k, n, total: _log(f"round {k} of {policy.rounds}: profiled {n} mode(s), "
+                                                            f"{total} in all; transferred"))
         _log(f"tuning {workload} ({role}, batch size {batch_size}) on {device.spec.name}: {len(modes)} modes, "
-             f"up to {sampler.budget} profiles, budgets {power_range_w[0]:g}–{power_range_w[1]:g} W")
-        pred = run_frontier_sampling(sampler, measure, refit, on_round)
+             f"up to {tuner.sampler.budget} profiles, budgets {min(budgets):g}–{max(budgets):g} W")
+        try:
+            tuner.profile_initial()
+            pred = tuner.explore()
+            model = estimator.models[tuner.model.model_id]  # type: ignore[union-attr]
+            if not model.gives_std:
+                _log(f"warning: {policy.transfer_method} gives no power std, so --risk {risk:g} selects on the mean")
+            _log(f"profiled {len(tuner.points)} of {len(modes)} modes; selecting on the predictions of "
+                 f"{model.describe()} and measuring each choice")
+            decisions = tuner.tune(budgets)
+        finally:
+            if profiles_out and rows:
+                write_table(rows, profiles_out, ROW_COLUMNS)
     if model_out:
         model.save(model_out)
-    if not model.gives_std:
-        _log(f"warning: {method} gives no power std, so --risk {risk:g} selects on the mean")
-    columns = [*mode_table.columns, *(c for c in PREDICTED if c in pred)]
-    table = Table(columns, [{**row, **{c: float(pred[c][i]) for c in PREDICTED if c in pred}}
+    mode_table = Table([*MODE_FIELDS, "batch_size"], [{**m.as_dict(), "batch_size": batch_size} for m in modes])
+    values = {"time_ms": pred.time_ms, "power_w": pred.power_w, "time_std_ms": pred.time_std_ms,
+              "power_std_w": pred.power_std_w}
+    columns = [*mode_table.columns, *(c for c in PREDICTED if values[c] is not None)]
+    table = Table(columns, [{**row, **{c: float(values[c][i]) for c in PREDICTED if values[c] is not None}}
                             for i, row in enumerate(mode_table.rows)])
     if predictions_out:
         write_table(table.rows, predictions_out, columns)
-    _log(f"profiled {len(rows)} of {len(modes)} modes; selecting on the predictions of {model.describe()}")
-    emit_selection(table, power_budget, None, "time", risk, as_json)
+    verified = {d.index: d for d in decisions if d.feasible}
+    over = [d for d in decisions if d.feasible and not d.within_budget]
+    _log(f"verified {len(verified)} chosen mode(s) on the device; {len(decisions) - len(over)} of {len(decisions)} "
+         f"budget(s) measured within budget" + (f", retried after a miss: "
+                                                f"{sum(d.attempts > 1 for d in decisions)}" if over or any(
+                                                    d.attempts > 1 for d in decisions) else ""))
+    for d in decisions:
+        for note in d.notes:
+            _log(f"{d.budget_w:g} W: {note}")
+    results = [Selection(True, d.index, d.predicted_time_ms, d.predicted_power_w, d.power_upper_w,
+                         power_budget_w=d.budget_w) if d.feasible and d.within_budget
+               else Selection(False, None, reason=d.reason or "; ".join(d.notes) or "measured over budget",
+                              power_budget_w=d.budget_w)
+               for d in decisions]
+    emit_selections(table, budgets, results, policy.objective, as_json, validation.is_sweep(power_budget), model.gives_std)

@@ -5,7 +5,9 @@ agent per simulated Jetson as processes on loopback; then, through their gRPC AP
 the devices, profiles each node, transfers a reference predictor to every node and predicts all
 its modes, builds Pareto fronts, picks a mode per node under its power budget and verifies it
 on the agent, plans a federated round, changes one budget mid-way, and tunes concurrent
-training + inference on one node. Writes a report folder; shuts everything down; exit 0.
+training + inference on one node. Each node is tuned by the library's ``NodeTuner``
+(:mod:`edgetune.tuning`) through gRPC adapters: the same workflow and policy ``edgetune tune``
+runs on a local device. Writes a report folder; shuts everything down; exit 0.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rich.table import Table
 
 from edgetune.coordination.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
 from edgetune.demo import concurrent, rounds, steps
-from edgetune.demo.story import RISK, RISK_Z, ROUND_NOTE, Options, Story, Tick
+from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick
 from edgetune.demo.suite import FLEET, start_suite
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
@@ -172,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                     bars={"fit": "fit reference models", "transfer": "transfer + predict per node"})
         _table(console, "Predictors", steps.estimation_rows(story))
         runner.step("Pareto fronts of the predicted modes (Optimizer.ParetoFront)", steps.pareto, story)
-        runner.step(f"Safe selection under each budget (Optimizer.Select, power + {RISK_Z:.3f} σ ≤ budget, risk {RISK:g}, σ "
+        runner.step(f"Safe selection under each budget (Optimizer.Select, power + {story.tuning.z:.3f} σ ≤ budget, risk {story.tuning.risk:g}, σ "
                     "widened by the held-out error), "
-                    "verified on the agent", steps.select_and_verify, story,
+                    f"verified on the agent (at most {story.tuning.max_attempts} choices)", steps.select_and_verify, story,
                     bars={n.node_id: f"verify {n.node_id}" for n in fleet})
         summary_rows = steps.summary_rows(story)
         from edgetune.demo import report  # matplotlib only once there is something to draw

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from edgetune.demo.steps import held_out_pairs  # noqa: E402
-from edgetune.demo.story import RISK_Z, Story, label, mape_pct  # noqa: E402
+from edgetune.demo.story import Story, label, mape_pct  # noqa: E402
 
 DEVICE_COLORS = {"orin-agx": "tab:blue", "xavier-agx": "tab:orange", "orin-nano": "tab:green", "nano": "tab:red"}
 PLAN_COLORS = {"makespan": "tab:blue", "energy": "tab:green", "energy, after budget change": "tab:purple"}
@@ -106,7 +106,7 @@ def plot_accuracy(story: Story, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Transfer accuracy on held-out modes (dots); ★ chosen modes (predicted vs measured; "
-                 f"power bar: mean to mean + {RISK_Z:.3f} σ)", fontsize=10)
+                 f"power bar: mean to mean + {story.tuning.z:.3f} σ)", fontsize=10)
     return _save(fig, path)
 
 

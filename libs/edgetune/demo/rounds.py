@@ -9,15 +9,12 @@ import time
 import grpc
 
 from edgetune.demo.story import (
-    RISK_Z,
     RPC_TIMEOUT_S,
     NodeResult,
     RoundResult,
     Story,
-    calibrated,
     key,
     label,
-    learn_from_miss,
     parallel,
     profile,
 )
@@ -26,17 +23,17 @@ from edgetune.proto.v1 import (
     coordinator_pb2,
     profiler_pb2,
 )
+from edgetune.tuning.remote import mode_msg
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
 def round_options(res: NodeResult) -> list[common_pb2.Prediction]:
-    """The node's predicted modes for the planner, with the safe (mean + 1.645 σ, calibrated) power."""
-    out = []
-    for p in calibrated(res):
-        q = common_pb2.Prediction(mode=p.mode, batch_size=p.batch_size, time_ms=p.time_ms,
-                                  power_w=p.power_w + RISK_Z * (p.power_std_w if p.HasField("power_std_w") else 0.0))
-        out.append(q)
-    return out
+    """The node's option table for the planner: modes not ruled out, with the safe (mean + z(1 − risk) σ,
+    calibrated) power (the tuner's :meth:`~edgetune.tuning.NodeTuner.option_table`)."""
+    assert res.tuner is not None
+    table = res.tuner.option_table()
+    return [common_pb2.Prediction(mode=mode_msg(m), batch_size=int(b), time_ms=float(t), power_w=float(p))
+            for m, b, t, p in zip(table.modes, table.batch_size, table.time_ms, table.safe_power_w, strict=True)]
 
 
 def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:
@@ -138,9 +135,9 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
                                       "agent_applied": current is not None and key(current) == key(cfg.mode),
                                       "power_w": power, "time_ms": rows[0].time_ms if rows else None,
                                       "budget_w": budgets[node_id], "within_budget": ok})
-            if not ok:
-                predicted = res.predicted().get(key(cfg.mode))
-                learn_from_miss(res, cfg.mode, predicted.power_w if predicted else power, rows[0] if rows else None)
+            if not ok and res.tuner is not None:
+                res.tuner.learn_from_miss_at((cfg.mode.cores, cfg.mode.cpu_mhz, cfg.mode.gpu_mhz, cfg.mode.emc_mhz),
+                                             rows[0].power_w if rows else None)
             return ok
 
         over = [n for n, ok in zip(node_ids, parallel(node_ids, check, workers=3), strict=True) if not ok]

@@ -15,19 +15,14 @@ import numpy as np
 
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
-    RISK,
     RPC_TIMEOUT_S,
-    TRAIN,
     NodeResult,
     Story,
     Tick,
-    calibrate,
-    calibrated,
     candidates,
     energy_j,
     key,
     label,
-    learn_from_miss,
     mape_pct,
     maxn_mode,
     operator_preset,
@@ -42,10 +37,12 @@ from edgetune.powermodes.specs import get_spec
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
-    estimator_pb2,
     optimizer_pb2,
     profiler_pb2,
 )
+from edgetune.tuning import Decision, NodeTuner, Points
+from edgetune.tuning.records import mode_key
+from edgetune.tuning.remote import AgentMeasurer, OptimizerSelector, mode_msg, prediction_msgs
 
 
 # --- 1. discovery -----------------------------------------------------------------------------------
@@ -89,19 +86,28 @@ def discovery_rows(story: Story) -> list[dict]:
 
 # --- 2. profiling -----------------------------------------------------------------------------------
 def profile_fleet(story: Story, tick: Tick) -> str:
-    """Each agent profiles ``modes + held_out`` random PowerTrain-grid modes (one Profile stream);
-    the first ``modes`` train the transfer, the rest are held out to check the predictions."""
+    """Each node's :class:`~edgetune.tuning.NodeTuner` (the agent's Profile stream, the estimator, the
+    optimizer's Select) profiles ``modes + held_out`` random PowerTrain-grid modes in one stream;
+    the first ``modes`` train the transfer, the rest are held out to calibrate and check it."""
     o = story.options
-    n_total = o.modes + o.held_out
 
     def run(i_node: tuple[int, NodeSpec]) -> None:
         i, node = i_node
-        request = profiler_pb2.ProfileRequest(workload=story.workload(), random_modes=n_total,
-                                              random_grid=common_pb2.GRID_POWERTRAIN, batch_sizes=[o.batch_size],
-                                              seed=o.seed * 1000 + i)
-        rows = profile(story.agent(node.node_id), request, lambda done, total: tick(node.node_id, done, total))
         res = story.nodes[node.node_id]
-        res.profiled, res.held_out = rows[:o.modes], rows[o.modes:]
+        measurer = AgentMeasurer(story.agent(node.node_id).stub, node.device, o.workload, "train",
+                                 lambda done, total: tick(node.node_id, done, total), RPC_TIMEOUT_S)
+        res.tuner = NodeTuner(story.tuning.with_(seed=o.seed * 1000 + i), measurer, story.suite.estimator,
+                              OptimizerSelector(story.suite.optimizer, RPC_TIMEOUT_S), base=None,
+                              candidates=named_grid(get_spec(node.device), "powertrain").array(),
+                              batch_size=o.batch_size, device=node.device, workload=o.workload,
+                              model_id=f"demo-{node.node_id}-{o.workload}",
+                              transfer_epochs=o.transfer_epochs or None,
+                              transfer_params={"restarts": str(o.gp_restarts)} if o.gp_restarts else None)
+        res.tuner.profile_initial()
+        held = {mode_key(m) for m in res.tuner.held_out.modes}
+        msgs = [m for _, m in measurer.measured]
+        res.profiled = [m for m in msgs if key(m.mode) not in held]
+        res.held_out = [m for m in msgs if key(m.mode) in held]
         res.stored = len(story.suite.store.get_measurements(node.device, o.workload, "train", node.node_id))
 
     parallel(enumerate(story.fleet), run, workers=len(story.fleet))
@@ -112,7 +118,7 @@ def profile_fleet(story: Story, tick: Tick) -> str:
 
 
 # --- 3. estimation ----------------------------------------------------------------------------------
-def reference_measurements(device: str, n_modes: int, batch_size: int, seed: int) -> list[common_pb2.Measurement]:
+def reference_points(device: str, n_modes: int, batch_size: int, seed: int) -> Points:
     """A large reference table: ResNet18 training on (a sample of) the device's PowerTrain grid, from the
     simulator's truth plus measurement noise (3 % time, 1.5 % power)."""
     spec = get_spec(device)
@@ -121,43 +127,37 @@ def reference_measurements(device: str, n_modes: int, batch_size: int, seed: int
     if n_modes < len(grid):
         grid = grid[np.sort(rng.choice(len(grid), n_modes, replace=False))]
     rows = truth_table(spec, REFERENCE_WORKLOAD, "train", grid, [batch_size])
-    out = []
-    for r in rows:
-        out.append(common_pb2.Measurement(
-            device=device, workload=REFERENCE_WORKLOAD, role=TRAIN, batch_size=batch_size,
-            mode=common_pb2.PowerMode(cores=r["cores"], cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"], emc_mhz=r["emc_mhz"]),
-            time_ms=r["time_ms"] * float(rng.normal(1.0, 0.03)), power_w=r["power_w"] * float(rng.normal(1.0, 0.015))))
-    return out
+    time_ms = [r["time_ms"] * float(rng.normal(1.0, 0.03)) for r in rows]
+    power_w = [r["power_w"] * float(rng.normal(1.0, 0.015)) for r in rows]
+    return Points(np.asarray([[r["cores"], r["cpu_mhz"], r["gpu_mhz"], r["emc_mhz"]] for r in rows], dtype=float),
+                  np.full(len(rows), batch_size), np.asarray(time_ms), np.asarray(power_w), device,
+                  REFERENCE_WORKLOAD, "train")
 
 
 def estimate(story: Story, tick: Tick) -> str:
-    """Fit a ResNet18 reference per device model, transfer it to each node's workload from its profiled
-    modes, and predict every PowerTrain-grid mode of the node's device (Fit / Transfer / Predict)."""
+    """Fit a ResNet18 reference per device model, then each node's tuner transfers it to the node's
+    workload from its profiled modes, predicts every PowerTrain-grid mode of the node's device and
+    calibrates σ by the held-out modes (Fit / Transfer / Predict)."""
     o, est = story.options, story.suite.estimator
     devices = sorted({n.device for n in story.fleet})
     done = {"fit": 0, "transfer": 0}
     lock = threading.Lock()
 
     def fit(device: str) -> None:
-        rows = reference_measurements(device, o.reference_modes, o.batch_size, o.seed + 17)
-        info = est.fit(estimator_pb2.FitRequest(model_id=f"demo-reference-{device}", kind="nn", device=device,
-                                                workload=REFERENCE_WORKLOAD, role=TRAIN, measurements=rows,
-                                                epochs=o.reference_epochs, seed=o.seed))
-        story.references[device] = info
+        story.references[device] = est.fit(reference_points(device, o.reference_modes, o.batch_size, o.seed + 17),
+                                           model_id=f"demo-reference-{device}", method="nn", seed=o.seed,
+                                           epochs=o.reference_epochs)
         with lock:
             done["fit"] += 1
             tick("fit", done["fit"], len(devices))
 
     def transfer(node: NodeSpec) -> None:
         res = story.nodes[node.node_id]
-        base = story.references[node.device]
-        res.model = est.transfer(estimator_pb2.TransferRequest(
-            base_model_id=base.model_id, model_id=f"demo-{node.node_id}-{o.workload}", device=node.device,
-            workload=o.workload, role=TRAIN, measurements=res.profiled, seed=o.seed, epochs=o.transfer_epochs,
-            params={"restarts": str(o.gp_restarts)} if o.gp_restarts else {}))
-        res.predictions = est.predict(estimator_pb2.PredictRequest(
-            model_id=res.model.model_id, grid=common_pb2.GRID_POWERTRAIN, device=node.device,
-            batch_sizes=[o.batch_size]))
+        assert res.tuner is not None
+        res.tuner.base = story.references[node.device]
+        pred = res.tuner.explore()
+        res.model = res.tuner.model
+        res.predictions = prediction_msgs(pred)
         with lock:
             done["transfer"] += 1
             tick("transfer", done["transfer"], len(story.fleet))
@@ -166,8 +166,6 @@ def estimate(story: Story, tick: Tick) -> str:
     tick("transfer", 0, len(story.fleet))
     parallel(devices, fit, workers=2)
     parallel(story.fleet, transfer, workers=2)
-    for res in story.nodes.values():
-        calibrate(res)
     acc = accuracy(story)
     n_pred = sum(len(r.predictions) for r in story.nodes.values())
     return (f"{len(devices)} reference models fitted, {len(story.fleet)} transfers; {n_pred:,} modes predicted; "
@@ -213,58 +211,57 @@ def pareto(story: Story) -> str:
 
 
 # --- 5. selection and verification ------------------------------------------------------------------
-def select_and_verify(story: Story, tick: Tick, max_attempts: int = 5) -> str:
-    """Safe selection (least predicted time with power + 1.645 σ within the budget, σ widened by the
-    held-out relative power error), then the chosen
-    mode is measured on the agent, together with MAXN and the operator's preset (same protocol). A
-    choice measured over budget is dropped from the candidates, with every mode that has at least its
-    cores and clocks (they draw at least its power), and the optimizer selects again."""
+def select_and_verify(story: Story, tick: Tick) -> str:
+    """Each node's tuner selects safely (Optimizer.Select: least predicted time with power + z(1 − risk) σ
+    within the budget, σ widened by the held-out relative power error) and measures the choice on the
+    agent; a choice measured over budget is dropped with every mode at or above its clocks, the error
+    widened, and the optimizer selects again (the policy's ``max_attempts``). MAXN and the operator's
+    preset are measured on the agent with the same protocol."""
     o = story.options
 
     def run(res: NodeResult) -> None:
         node, agent = res.node, story.agent(res.node.node_id)
+        assert res.tuner is not None
         baselines = [maxn_mode(res.spec)]
         preset = operator_preset(res.spec, node.budget_w)
         if preset is not None:
             res.preset_name = preset.name
             baselines.append(preset_mode(preset))
-        for attempt in range(1, max_attempts + 1):
-            pool = calibrated(res)
-            res.attempts = attempt
-            reply = story.suite.optimizer.Select(optimizer_pb2.SelectRequest(
-                candidates=candidates(pool), objective=optimizer_pb2.OBJECTIVE_MIN_TIME,
-                budgets=common_pb2.Budgets(power_budget_w=node.budget_w), risk=RISK), timeout=RPC_TIMEOUT_S)
-            res.decision = reply.decisions[0]
-            if not res.decision.feasible:
-                res.notes.append(f"no predicted mode fits {node.budget_w:g} W: {res.decision.reason}")
-                res.verified = None
-                return
-            modes = [res.decision.mode] + (baselines if attempt == 1 else [])
-            rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=modes,
-                                                              batch_sizes=[o.batch_size], seed=o.seed + 99 + attempt))
-            byk = {key(m.mode): m for m in rows}
-            res.verified = byk.get(key(res.decision.mode))
-            if attempt == 1:
-                res.maxn = byk.get(key(baselines[0]))
-                res.preset = byk.get(key(baselines[1])) if len(baselines) > 1 else None
-            tick(node.node_id, attempt, attempt)
-            if res.verified is not None and res.verified.power_w <= node.budget_w:
-                return
-            before = len(pool)
-            learn_from_miss(res, res.decision.mode, res.decision.power_w, res.verified)
-            pool = calibrated(res)
-            got = f"{res.verified.power_w:.2f} W" if res.verified is not None else "nothing (skipped)"
-            res.notes.append(f"attempt {attempt}: {label(res.decision.mode)} predicted {res.decision.power_w:.2f} W "
-                             f"(≤ {res.decision.power_upper_w:.2f} W), measured {got} > {node.budget_w:g} W; "
-                             f"dropped it and {before - len(pool) - 1} modes at or above its clocks; error term now "
-                             f"{100 * res.power_rel_err:.1f} %")
-        res.notes.append(f"no mode verified within budget after {max_attempts} attempts")
+        rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=baselines,
+                                                          batch_sizes=[o.batch_size], seed=o.seed + 99))
+        byk = {key(m.mode): m for m in rows}
+        res.maxn = byk.get(key(baselines[0]))
+        res.preset = byk.get(key(baselines[1])) if len(baselines) > 1 else None
+        d = res.tuner.select_and_verify(node.budget_w)
+        res.attempts, res.decision = d.attempts, decision_msg(d)
+        res.notes += list(d.notes)
+        if not d.feasible:
+            res.notes.append(f"no predicted mode fits {node.budget_w:g} W: {d.reason}")
+            res.verified = None
+        else:
+            measurer = res.tuner.measurer
+            assert isinstance(measurer, AgentMeasurer)
+            res.verified = next((m for purpose, m in reversed(measurer.measured)
+                                 if purpose == "verify" and mode_key(d.mode or ()) == key(m.mode)), None)
+        tick(node.node_id, d.attempts, d.attempts)
 
     parallel(story.nodes.values(), run, workers=3)
     ok = sum(r.within_budget for r in story.nodes.values())
     retried = sum(r.attempts > 1 for r in story.nodes.values())
     return (f"{ok}/{len(story.nodes)} chosen modes measured within budget"
             + (f" ({retried} selected again after a first choice measured over)" if retried else " on the first try"))
+
+
+def decision_msg(d: Decision) -> common_pb2.Decision:
+    """The tuner's decision as the API's message (what the report and summary read)."""
+    msg = common_pb2.Decision(feasible=d.feasible, reason=d.reason, batch_size=d.batch_size)
+    if d.feasible and d.mode is not None:
+        msg.mode.CopyFrom(mode_msg(d.mode))
+        msg.time_ms, msg.power_w = d.predicted_time_ms or 0.0, d.predicted_power_w or 0.0
+        msg.energy_j = energy_j(msg.time_ms, msg.power_w)
+        if d.power_upper_w is not None:
+            msg.power_upper_w = d.power_upper_w
+    return msg
 
 
 def summary_rows(story: Story) -> list[dict]:

@@ -1,6 +1,8 @@
 """The demo's shared state and helpers: what the story learns about each node as the steps run
 (:class:`Story`, :class:`NodeResult`), how much work it does (:class:`Options`), and the small
-helpers every step uses (profiling on an agent, mode keys, baselines, the calibrated predictions)."""
+helpers every step uses (profiling on an agent, mode keys, baselines). Each node is tuned by the
+library's :class:`~edgetune.tuning.NodeTuner` under the story's :class:`~edgetune.tuning.TuningPolicy`
+(:func:`demo_policy`): the safety rules live there, not here."""
 
 from __future__ import annotations
 
@@ -12,25 +14,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgetune.demo.suite import Agent, NodeSpec, Suite
-from edgetune.optimization.select import z_score
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
-    estimator_pb2,
     optimizer_pb2,
     profiler_pb2,
 )
+from edgetune.tuning import ModelRef, NodeTuner, TuningPolicy, default_policy
 
 TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER
-#: Safe selection: the probability that a chosen mode's power exceeds its budget (as ``--risk`` and
-#: ``SelectRequest.risk``); a mode fits when predicted power + RISK_Z × its std does.
-RISK = 0.05
-RISK_Z = z_score(RISK)  # 1.645
 RPC_TIMEOUT_S = 300.0
 ROUND_NOTE = ("Round time = ceil(samples / batch) × predicted minibatch time; plans use the safe power (mean + "
-              "1.645 σ). On these simulated Jetsons the fastest mode within a budget is nearly the least-energy "
-              "one (race to idle), so the energy objective saves little: it slows only nodes off the critical "
-              "path.")
+              "z(1 − risk) σ, calibrated). On these simulated Jetsons the fastest mode within a budget is nearly the "
+              "least-energy one (race to idle), so the energy objective saves little: it slows only nodes off the "
+              "critical path.")
 REFERENCE_WORKLOAD = "resnet18"
 
 ModeKey = tuple[int, float, float, float]
@@ -68,6 +65,12 @@ class Options:
     infer_workload: str = "resnet18"
 
 
+def demo_policy(options: Options) -> TuningPolicy:
+    """The library's policy with the demo's schedule: ``modes`` random modes (no frontier rounds) and
+    ``held_out`` more to calibrate; risk, verification attempts and transfer method as the policy has them."""
+    return default_policy().with_(n_initial=options.modes, rounds=0, held_out=options.held_out, seed=options.seed)
+
+
 @dataclass
 class NodeResult:
     node: NodeSpec
@@ -78,7 +81,8 @@ class NodeResult:
     profiled: list[common_pb2.Measurement] = field(default_factory=list)
     held_out: list[common_pb2.Measurement] = field(default_factory=list)
     stored: int = 0
-    model: estimator_pb2.ModelInfo | None = None
+    tuner: NodeTuner | None = None
+    model: ModelRef | None = None
     predictions: list[common_pb2.Prediction] = field(default_factory=list)
     front: list[common_pb2.Prediction] = field(default_factory=list)
     decision: common_pb2.Decision | None = None
@@ -88,12 +92,13 @@ class NodeResult:
     preset: common_pb2.Measurement | None = None
     preset_name: str = ""
     notes: list[str] = field(default_factory=list)
-    #: Relative power error on the held-out modes, added to the predicted std (see calibrate()).
-    power_rel_err: float = 0.0
-    #: Modes measured over the node's budget (and those at or above their clocks): never planned again.
-    excluded: set[ModeKey] = field(default_factory=set)
     #: Each applied round config measured on the agent: revision, mode, power, budget.
     config_checks: list[dict] = field(default_factory=list)
+
+    @property
+    def power_rel_err(self) -> float:
+        """The tuner's error term (held-out calibration, widened by misses)."""
+        return self.tuner.safety.power_rel_err if self.tuner is not None else 0.0
 
     def predicted(self) -> dict[ModeKey, common_pb2.Prediction]:
         return {key(p.mode): p for p in self.predictions}
@@ -119,7 +124,7 @@ class Story:
     options: Options
     fleet: tuple[NodeSpec, ...]
     nodes: dict[str, NodeResult] = field(default_factory=dict)
-    references: dict[str, estimator_pb2.ModelInfo] = field(default_factory=dict)
+    references: dict[str, ModelRef] = field(default_factory=dict)
     rounds: list[RoundResult] = field(default_factory=list)
     budget_change: dict = field(default_factory=dict)
     concurrent: dict = field(default_factory=dict)
@@ -127,8 +132,17 @@ class Story:
     #: Each node's power budget now (the budget change updates it).
     budgets: dict[str, float] = field(default_factory=dict)
 
+    #: How every node is tuned (:func:`demo_policy`).
+    policy: TuningPolicy | None = None
+
     def __post_init__(self) -> None:
         self.budgets = self.budgets or {n.node_id: n.budget_w for n in self.fleet}
+        self.policy = self.policy or demo_policy(self.options)
+
+    @property
+    def tuning(self) -> TuningPolicy:
+        assert self.policy is not None
+        return self.policy
 
     def workload(self, role: int = TRAIN, name: str | None = None, batch: int | None = None) -> common_pb2.Workload:
         return common_pb2.Workload(name=name or self.options.workload, role=role,
@@ -180,45 +194,3 @@ def mape_pct(pred: np.ndarray, true: np.ndarray) -> float:
 
 def candidates(rows: list[common_pb2.Prediction]) -> optimizer_pb2.Candidates:
     return optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=rows))
-
-
-def dominates(a: common_pb2.PowerMode, b: common_pb2.PowerMode) -> bool:
-    """``a`` has at least ``b``'s cores and every clock: it draws at least ``b``'s power."""
-    return (a.cores >= b.cores and a.cpu_mhz >= b.cpu_mhz and a.gpu_mhz >= b.gpu_mhz
-            and a.emc_mhz >= b.emc_mhz)
-
-
-def calibrate(res: NodeResult) -> float:
-    """The held-out modes' relative power error (RMS of (measured − predicted) / predicted), added in
-    quadrature to every predicted power std: σ' = √(σ² + (rel × power)²). A model overconfident away
-    from its training modes (the GP's σ can be a tenth of its real error there) then selects with an
-    honest margin that scales with the power, as the errors do."""
-    pred = res.predicted()
-    err = [(m.power_w - pred[key(m.mode)].power_w) / pred[key(m.mode)].power_w
-           for m in res.held_out if key(m.mode) in pred]
-    res.power_rel_err = float(np.sqrt(np.mean(np.square(err)))) if err else 0.0
-    return res.power_rel_err
-
-
-def learn_from_miss(res: NodeResult, mode: common_pb2.PowerMode, predicted_w: float,
-                    measured: common_pb2.Measurement | None) -> None:
-    """A mode measured over budget: drop it and every mode at or above its clocks (they draw at least
-    its power), and widen the node's error term so that the safety margin (RISK_Z × error × power)
-    covers the relative miss seen there (the model under-predicts in that region)."""
-    res.excluded |= {key(p.mode) for p in res.predictions if dominates(p.mode, mode)}
-    if measured is not None and predicted_w > 0:
-        res.power_rel_err = max(res.power_rel_err, (measured.power_w - predicted_w) / predicted_w / RISK_Z)
-
-
-def calibrated(res: NodeResult) -> list[common_pb2.Prediction]:
-    """The node's predictions with the calibrated power std, minus the excluded modes."""
-    out = []
-    for p in res.predictions:
-        if key(p.mode) in res.excluded:
-            continue
-        q = common_pb2.Prediction()
-        q.CopyFrom(p)
-        q.power_std_w = math.hypot(p.power_std_w if p.HasField("power_std_w") else 0.0,
-                                   res.power_rel_err * p.power_w)
-        out.append(q)
-    return out

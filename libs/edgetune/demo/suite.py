@@ -4,6 +4,7 @@ profiler agent per simulated Jetson — a :class:`LocalCluster` under the demo's
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 import grpc
@@ -11,13 +12,11 @@ import grpc
 from edgetune.coordination.localcluster import LocalCluster
 from edgetune.coordination.processes import Child, Supervisor
 from edgetune.coordination.store import Store
-from edgetune.demo.estimation import (
-    Estimator,
-    LocalEstimator,
-    ServiceEstimator,
-    service_available,
-)
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
+from edgetune.tuning.protocols import Estimator
+from edgetune.tuning.remote import ServiceEstimator
+
+ESTIMATOR_MODULE = "edgetune.services.estimator.server"
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -88,6 +87,14 @@ class Suite:
         self.cluster.close()
 
 
+def service_available() -> bool:
+    """True when the estimator service is installed (``edgetune serve estimator``)."""
+    try:
+        return importlib.util.find_spec(ESTIMATOR_MODULE) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
     ch = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
     suite_channels.append(ch)
@@ -126,8 +133,11 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
         on_started("estimator", est_child)
         estimator: Estimator = ServiceEstimator(_channel(channels, est_child.address), est_child.address,
                                                 "local Ray" if ray else "no Ray")
-    else:
-        estimator = LocalEstimator()
+    else:  # the same pipeline in this process, through the same protocol
+        from edgetune.tuning.local import LibraryEstimator
+
+        estimator = LibraryEstimator()
+        estimator.where = "estimation library in-process (no estimator service in this checkout)"
     coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 

@@ -18,7 +18,7 @@ import json
 import os
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from edgetune import __version__
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor, check_header
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
+from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.tables import Table
 
@@ -38,6 +39,9 @@ SUPPORTED_MODEL_VERSIONS = (1,)
 IDENTITY_COLUMNS = ("device", "workload", "role")
 
 ProgressFn = Callable[[str, int, int], None]
+#: Runs ``fn(**shared, **task)`` for every task and returns the results in order: :func:`run_in_order`,
+#: or the estimator service's Ray runner (``services/estimator/jobs.py``).
+TaskRunner = Callable[[Callable[..., Any], Sequence[Mapping[str, Any]], Mapping[str, Any] | None], list[Any]]
 
 
 @dataclass
@@ -51,27 +55,50 @@ class TimePowerModel:
     batch_sizes: list[int] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
 
-    # -- construction --------------------------------------------------------------------------
+    # -- construction: the one fit / transfer pipeline ---------------------------------------------
     @classmethod
-    def fit_table(cls, table: Table, method: str = "nn", seed: int = 0, progress: ProgressFn | None = None,
+    def fit_table(cls, table: Table, method: str = "nn", seed: int = 0, progress: ProgressFn | None = None, *,
+                  runner: TaskRunner | None = None, validation_fraction: float = 0.0, source: str | None = None,
                   **kw: Any) -> TimePowerModel:
-        """Fit both targets of a (large, reference) profile table with ``method``."""
+        """Fit both targets of a (large, reference) profile table with ``method``, one task per target.
+
+        ``validation_fraction`` > 0 holds that fraction of the rows out (seeded) and records each
+        target's MAPE on them in the fit's history event. ``runner`` runs the per-target tasks
+        (:data:`TaskRunner`; default: in order, in this process — the estimator service passes
+        its Ray runner); ``progress`` reaches the predictors only in this process.
+        """
         ident = _identity(table)
         columns = feature_columns(table)
         x = table_features(table, columns)
-        predictors: dict[str, Predictor] = {}
-        for target in TARGETS:
-            pred = make_predictor(method, target, seed=seed, **_for_target(kw, target))
-            _attach(pred, progress)
-            predictors[target] = pred.fit(x, table.column(target), columns=columns)
-            _attach(pred, None)
-        model = cls(predictors, batch_sizes=_batch_sizes(table), **ident)
-        model.history.append(_event("fit", method, table, ident))
+        train, held = split(len(table), validation_fraction, seed) if validation_fraction > 0 else (
+            np.arange(len(table)), np.arange(0))
+        tasks = [{"y": table.column(t)[train], "target": t, "kw": _for_target(kw, t)} for t in TARGETS]
+        shared: dict[str, Any] = {"x": x[train], "columns": columns, "method": method, "seed": seed}
+        if progress is not None:
+            shared["progress"] = progress
+        files = (runner or run_in_order)(fit_target, tasks, shared)
+        predictors = {t: Predictor.from_bytes(f) for t, f in zip(TARGETS, files, strict=True)}
+        model = cls(predictors, ident.get("device", ""), ident.get("workload", ""), ident.get("role", ""),
+                    _batch_sizes(table))
+        event = _event("fit", method, table, ident, len(train), source)
+        if len(held):
+            pred = model.predict(x[held])
+            event.update(metrics={f"{t.split('_')[0]}_mape": mape_pct(pred[t], table.column(t)[held])
+                                  for t in TARGETS},
+                         held_out_rows=len(held), validation_fraction=validation_fraction, seed=seed)
+        model.history.append(event)
         return model
 
-    def transfer_table(self, table: Table, method: str = "transfer", progress: ProgressFn | None = None,
-                       **kw: Any) -> TimePowerModel:
-        """A new model for ``table`` (a small profile table of a new workload or device); self is kept."""
+    def transfer_table(self, table: Table, method: str = "transfer", progress: ProgressFn | None = None, *,
+                       runner: TaskRunner | None = None, nn_settings: Mapping[str, Any] | None = None,
+                       source: str | None = None, **kw: Any) -> TimePowerModel:
+        """A new model for ``table`` (a small profile table of a new workload or device); self is kept.
+
+        ``nn_settings`` (``transfer_epochs``, ``transfer_lr``, ``transfer_mode``, ``seed``) configure
+        the fine-tuning of the reference MLP (the only place they are set); ``kw`` go to
+        :func:`~edgetune.estimation.registry.adapt` (per target as in :meth:`fit_table`). The
+        history event records the in-sample MAPE: a ~50-row table is too small to hold rows out.
+        """
         ident = _identity(table)
         columns = self.columns
         if BATCH_FEATURE not in columns and len(_batch_sizes(table)) > 1:
@@ -80,15 +107,26 @@ class TimePowerModel:
                               f"for one ({_fmt(self.batch_sizes)}); fit a reference on several batch sizes",
                 "a single batch size")
         x = table_features(table, columns)
-        predictors: dict[str, Predictor] = {}
-        for target in TARGETS:
-            predictors[target] = adapt(self.predictors[target], method, x, table.column(target), progress=progress,
-                                       **_for_target(kw, target))
+        tasks = [{"base": self.predictors[t].to_bytes(), "y": table.column(t), "kw": _for_target(kw, t)}
+                 for t in TARGETS]
+        shared: dict[str, Any] = {"x": x, "method": method, "nn_settings": dict(nn_settings or {})}
+        if progress is not None:
+            shared["progress"] = progress
+        files = (runner or run_in_order)(transfer_target, tasks, shared)
+        predictors = {t: Predictor.from_bytes(f) for t, f in zip(TARGETS, files, strict=True)}
         merged = {k: ident.get(k) or getattr(self, k) for k in IDENTITY_COLUMNS}
         model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(self.batch_sizes),
                                history=list(self.history), **merged)
-        model.history.append(_event("transfer", method, table, ident))
+        pred = model.predict(x)
+        event = _event("transfer", method, table, ident, len(table), source)
+        event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
+        model.history.append(event)
         return model
+
+    @property
+    def last_event(self) -> dict[str, Any]:
+        """The history event of the fit or transfer that made this model."""
+        return self.history[-1] if self.history else {}
 
     # -- prediction ----------------------------------------------------------------------------
     @property
@@ -124,19 +162,20 @@ class TimePowerModel:
 
     # -- file format ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        header = {
+        members = {t: f"{t}.predictor" for t in self.predictors}
+        header: dict[str, Any] = {
             "format": MODEL_FORMAT, "version": MODEL_VERSION, "edgetune": __version__,
             "device": self.device, "workload": self.workload, "role": self.role,
             "batch_sizes": list(self.batch_sizes), "columns": list(self.columns),
             "methods": {t: p.method for t, p in self.predictors.items()},
-            "members": {t: f"{t}.predictor" for t in self.predictors},
+            "members": members,
             "history": self.history,
         }
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:  # members are zips already
             zf.writestr("header.json", json.dumps(header, indent=1))
             for target, pred in self.predictors.items():
-                zf.writestr(header["members"][target], pred.to_bytes())
+                zf.writestr(members[target], pred.to_bytes())
         return buf.getvalue()
 
     @classmethod
@@ -157,7 +196,7 @@ class TimePowerModel:
         return cls(predictors, header.get("device", ""), header.get("workload", ""), header.get("role", ""),
                    list(header.get("batch_sizes", [])), list(header.get("history", [])))
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         parent = os.path.dirname(os.fspath(path))
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -165,7 +204,7 @@ class TimePowerModel:
             fh.write(self.to_bytes())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> TimePowerModel:
+    def load(cls, path: str | os.PathLike[str]) -> TimePowerModel:
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
@@ -214,11 +253,53 @@ def _for_target(kw: dict[str, Any], target: str) -> dict[str, Any]:
     return {**common, **kw.get(target, {})}
 
 
-def _attach(pred: Predictor, progress: ProgressFn | None) -> None:
-    if hasattr(pred, "progress"):
-        pred.progress = progress  # type: ignore[attr-defined]
-
-
-def _event(kind: str, method: str, table: Table, ident: dict[str, str]) -> dict[str, Any]:
-    return {"event": kind, "method": method, "rows": len(table), "source": os.path.basename(table.path or ""),
+def _event(kind: str, method: str, table: Table, ident: dict[str, str], n_train: int,
+           source: str | None) -> dict[str, Any]:
+    return {"event": kind, "method": method, "rows": len(table), "n_train": n_train,
+            "source": source if source is not None else os.path.basename(table.path or ""),
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **ident}
+
+
+def held_out_count(n: int, validation_fraction: float) -> int:
+    """Rows a fit holds out: at least one."""
+    return max(1, int(round(validation_fraction * n)))
+
+
+def split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) row indices, each in table order; seeded."""
+    perm = np.random.default_rng(seed).permutation(n)
+    n_val = held_out_count(n, fraction)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+# -- the per-target tasks (top-level: Ray workers import them by name) --------------------------
+def fit_target(*, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], method: str, target: str, seed: int,
+               kw: Mapping[str, Any], progress: ProgressFn | None = None) -> bytes:
+    """One target's predictor fitted on (x, y), as its file."""
+    pred = make_predictor(method, target, seed=seed, **kw)
+    if progress is not None and hasattr(pred, "progress"):
+        pred.progress = progress
+    try:
+        return pred.fit(x, y, columns=columns).to_bytes()
+    finally:
+        if hasattr(pred, "progress"):
+            pred.progress = None
+
+
+def transfer_target(*, base: bytes, x: np.ndarray, y: np.ndarray, method: str, kw: Mapping[str, Any],
+                    nn_settings: Mapping[str, Any], progress: ProgressFn | None = None) -> bytes:
+    """One target's reference predictor adapted to (x, y) with ``method``, as its file."""
+    ref = Predictor.from_bytes(base)
+    nn = getattr(ref, "nn", ref)  # fine-tuning settings live on the reference MLP
+    for key, value in nn_settings.items():
+        if not hasattr(nn, key):
+            raise InvalidArgument(f"nn_settings.{key}", f"not a fine-tuning setting of {ref.method!r}",
+                                  "transfer_epochs, transfer_lr, transfer_mode, seed")
+        setattr(nn, key, value)
+    return adapt(ref, method, x, y, progress=progress, **kw).to_bytes()
+
+
+def run_in_order(fn: Callable[..., Any], tasks: Sequence[Mapping[str, Any]],
+                 shared: Mapping[str, Any] | None = None) -> list[Any]:
+    """The default :data:`TaskRunner`: every task in this process, in order (errors raised as they are)."""
+    return [fn(**(shared or {}), **task) for task in tasks]

@@ -37,6 +37,20 @@ def feature_columns(table: Table) -> tuple[str, ...]:
     return MODE_FIELDS
 
 
+def mode_features(modes: np.ndarray, batch_size: np.ndarray | None, columns: Sequence[str]) -> np.ndarray:
+    """``(n, len(columns))`` float array from an ``(n, 4)`` mode array and ``(n,)`` batch sizes."""
+    modes = np.asarray(modes, dtype=float).reshape(-1, len(MODE_FIELDS))
+    cols = []
+    for c in columns:
+        if c in MODE_FIELDS:
+            cols.append(modes[:, MODE_FIELDS.index(c)])
+        elif c == BATCH_FEATURE and batch_size is not None:
+            cols.append(np.asarray(batch_size, dtype=float).reshape(-1))
+        else:
+            raise InvalidArgument(c, "is not a feature the modes provide", ",".join((*MODE_FIELDS, BATCH_FEATURE)))
+    return np.column_stack(cols).astype(float) if cols else np.empty((len(modes), 0))
+
+
 def table_features(table: Table, columns: Sequence[str]) -> np.ndarray:
     """``(n, len(columns))`` float array of ``table``; a missing column is an error naming it."""
     where = table.path or "table"

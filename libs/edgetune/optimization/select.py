@@ -27,8 +27,9 @@ the buckets, O(n log k) with no full sort — the answers are the points of the
 
 Ties are broken deterministically: lower (bounded) power, then table order (for
 :class:`MinPower`: lower time, then table order). Nothing feasible gives a
-:class:`Selection` with ``feasible=False``, a reason, and the closest option: the one with
-the least (bounded) power overall.
+:class:`Selection` with ``feasible=False``, a reason, and the closest option: the one nearest
+to meeting the budgets that failed (least summed relative excess; a power budget alone: the
+least bounded power; a time budget alone: the least time).
 """
 
 from __future__ import annotations
@@ -225,14 +226,14 @@ class Selector(ABC):
                          float(p_bound[i]), power_budget_w=power_budget_w, time_budget_ms=time_budget_ms)
 
     def _infeasible(self, cands, p_bound, power_budget_w, time_budget_ms) -> Selection:
-        closest = _lex_argmin(p_bound, cands.time_ms, np.ones(len(cands), dtype=bool))
+        closest = _closest(cands, p_bound, power_budget_w, time_budget_ms)
         what = "power upper bound" if (self.risk is not None and cands.power_std_w is not None) else "power"
         parts = []
         if power_budget_w is not None:
             parts.append(f"{what} <= {power_budget_w:g} W")
         if time_budget_ms is not None:
             parts.append(f"time <= {time_budget_ms:g} ms")
-        reason = (f"no option has {' and '.join(parts)}; closest is option {closest} (0-based row) with "
+        reason = (f"no option has {' and '.join(parts)}; closest is row {closest} (0-based) with "
                   f"{cands.time_ms[closest]:g} ms at {cands.power_w[closest]:g} W")
         if what != "power":
             reason += f" (bound {p_bound[closest]:g} W at risk {self.risk:g})"
@@ -368,6 +369,20 @@ def selection_margin(time_ms, power_pred_w, power_obs_w, risk: float, *, toleran
 
 
 # --------------------------------------------------------------------------- numpy kernels
+
+
+def _closest(cands: Candidates, p_bound: np.ndarray, power_budget_w: float | None,
+             time_budget_ms: float | None) -> int:
+    """The option nearest to meeting the budgets that failed: least summed relative excess over them
+    (a power budget alone: least bounded power; a time budget alone: least time); ties by time, then row."""
+    excess = np.zeros(len(cands))
+    if power_budget_w is not None:
+        excess += np.maximum(p_bound - power_budget_w, 0.0) / power_budget_w
+    if time_budget_ms is not None:
+        excess += np.maximum(cands.time_ms - time_budget_ms, 0.0) / time_budget_ms
+    if power_budget_w is None and time_budget_ms is None:
+        excess = p_bound
+    return _lex_argmin(excess, cands.time_ms, np.ones(len(cands), dtype=bool))
 
 
 def _lex_argmin(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int:

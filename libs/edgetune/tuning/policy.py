@@ -1,0 +1,82 @@
+"""The tuning policy: every knob of the node-tuning workflow in one object.
+
+``edgetune tune``, the demo and the estimator service read their defaults from
+:data:`DEFAULT_POLICY` when they run (:func:`default_policy`), so a change here changes all three.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from edgetune.errors import InvalidArgument
+from edgetune.estimation.registry import METHODS
+from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
+from edgetune.optimization.select import SELECTORS, z_score
+
+
+@dataclass(frozen=True)
+class TuningPolicy:
+    """How a node is tuned: what is profiled, how predictors are learned, how a choice is made safe."""
+
+    #: Probability that a chosen configuration's power exceeds its budget (one-sided): a choice fits
+    #: when ``power_w + z(1 - risk) · σ`` does, σ the calibrated power std. 0.05 is z = 1.645.
+    risk: float = 0.05
+    #: Objective of the selection: ``time`` (least time within the power budget), ``power`` or ``energy``.
+    objective: str = "time"
+    #: Choices measured on the device per budget; a miss (over budget) is learned from and the
+    #: selection repeated, at most this many times in all.
+    max_attempts: int = 5
+    #: Extra random modes profiled only to measure the predictions' relative power error, which
+    #: widens every predicted σ (0: no held-out calibration).
+    held_out: int = 0
+    #: Frontier schedule: random modes first, then rounds × per_round on the predicted front.
+    n_initial: int = N_INITIAL
+    rounds: int = ROUNDS
+    per_round: int = PER_ROUND
+    #: How a reference model is adapted to a node's profiles (the estimator service's default too);
+    #: nn+gp: the best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
+    transfer_method: str = "nn+gp"
+    #: Fraction of a reference fit's rows held out to score it (the estimator service's default).
+    validation_fraction: float = 0.1
+    #: Seed of the random draws (initial and held-out modes).
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.risk, (int, float)) or not 0 < self.risk <= 0.5:
+            raise InvalidArgument("risk", f"{self.risk!r} is not a probability", "0 < risk <= 0.5, e.g. 0.05")
+        if self.objective not in SELECTORS:
+            raise InvalidArgument("objective", f"unknown objective {self.objective!r}", ", ".join(SELECTORS))
+        for name, least in (("max_attempts", 1), ("held_out", 0), ("n_initial", 1), ("rounds", 0),
+                            ("per_round", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidArgument(name, f"{value!r} is not an integer >= {least}", f">= {least}")
+        if self.transfer_method not in METHODS:
+            raise InvalidArgument("transfer_method", f"unknown method {self.transfer_method!r}", ", ".join(METHODS))
+        if not (math.isfinite(self.validation_fraction) and 0 <= self.validation_fraction < 1):
+            raise InvalidArgument("validation_fraction", f"{self.validation_fraction!r}", "0 <= fraction < 1")
+
+    @property
+    def z(self) -> float:
+        """The std multiplier of :attr:`risk`: z(1 - risk) of the standard normal."""
+        return z_score(self.risk)
+
+    @property
+    def profiles(self) -> int:
+        """Profiles the frontier schedule spends at most (held-out ones not counted)."""
+        return self.n_initial + self.rounds * self.per_round
+
+    def with_(self, **changes: Any) -> TuningPolicy:
+        """A copy with ``changes`` (checked like a new policy)."""
+        return replace(self, **changes)
+
+
+#: The policy every entry point starts from; they read it when they run (tests may replace it).
+DEFAULT_POLICY = TuningPolicy()
+
+
+def default_policy() -> TuningPolicy:
+    """:data:`DEFAULT_POLICY` as it is now."""
+    return DEFAULT_POLICY

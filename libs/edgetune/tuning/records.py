@@ -1,0 +1,177 @@
+"""Typed records of the tuning workflow: measured points, predictions, decisions, the option table.
+
+Plain numpy-backed dataclasses (no protobuf): the gRPC adapters (:mod:`.remote`) convert at the
+edge. Modes are ``(n, 4)`` float arrays of ``cores, cpu_mhz, gpu_mhz, emc_mhz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgetune.powermodes.mode import MODE_FIELDS
+from edgetune.tables import Table
+
+ModeKey = tuple[int, float, float, float]
+
+
+def mode_key(mode: Sequence[float] | np.ndarray) -> ModeKey:
+    """A hashable key of one mode (clocks rounded to the kHz)."""
+    return (int(mode[0]), round(float(mode[1]), 3), round(float(mode[2]), 3), round(float(mode[3]), 3))
+
+
+def mode_label(mode: Sequence[float] | np.ndarray) -> str:
+    return f"{int(mode[0])}c/{float(mode[1]):g}/{float(mode[2]):g}/{float(mode[3]):g}"
+
+
+def _modes(a: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    return np.asarray(a, dtype=float).reshape(-1, len(MODE_FIELDS))
+
+
+@dataclass(frozen=True)
+class Points:
+    """Measured points of one (device, workload, role): a mode, batch size, time and power each."""
+
+    modes: np.ndarray
+    batch_size: np.ndarray
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    device: str = ""
+    workload: str = ""
+    role: str = "train"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modes", _modes(self.modes))
+        n = len(self.modes)
+        for name, dtype in (("batch_size", np.int64), ("time_ms", float), ("power_w", float)):
+            arr = np.asarray(getattr(self, name), dtype=dtype).reshape(-1)
+            if arr.size != n:
+                raise ValueError(f"{name} has {arr.size} values for {n} modes")
+            object.__setattr__(self, name, arr)
+
+    def __len__(self) -> int:
+        return int(len(self.modes))
+
+    @classmethod
+    def empty(cls, device: str = "", workload: str = "", role: str = "train") -> Points:
+        return cls(np.empty((0, 4)), np.empty(0), np.empty(0), np.empty(0), device, workload, role)
+
+    def __add__(self, other: Points) -> Points:
+        return Points(np.vstack([self.modes, other.modes]), np.concatenate([self.batch_size, other.batch_size]),
+                      np.concatenate([self.time_ms, other.time_ms]), np.concatenate([self.power_w, other.power_w]),
+                      self.device or other.device, self.workload or other.workload, self.role)
+
+    def subset(self, index: np.ndarray | Sequence[int]) -> Points:
+        i = np.asarray(index, dtype=int)
+        return Points(self.modes[i], self.batch_size[i], self.time_ms[i], self.power_w[i], self.device,
+                      self.workload, self.role)
+
+    def by_key(self) -> dict[ModeKey, int]:
+        """Row of each mode (the last one when a mode was measured twice)."""
+        return {mode_key(m): i for i, m in enumerate(self.modes)}
+
+    def table(self) -> Table:
+        """The profile table the estimation pipeline learns from."""
+        cols = [*MODE_FIELDS, "batch_size", "time_ms", "power_w", "device", "workload", "role"]
+        return Table(cols, [{"cores": int(m[0]), "cpu_mhz": float(m[1]), "gpu_mhz": float(m[2]),
+                             "emc_mhz": float(m[3]), "batch_size": int(b), "time_ms": float(t),
+                             "power_w": float(p), "device": self.device, "workload": self.workload,
+                             "role": self.role}
+                            for m, b, t, p in zip(self.modes, self.batch_size, self.time_ms, self.power_w,
+                                                  strict=True)])
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Predicted time and power of candidate options (a mode and a batch size each), stds optional."""
+
+    modes: np.ndarray
+    batch_size: np.ndarray
+    time_ms: np.ndarray
+    power_w: np.ndarray
+    time_std_ms: np.ndarray | None = None
+    power_std_w: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modes", _modes(self.modes))
+        n = len(self.modes)
+        for name in ("batch_size", "time_ms", "power_w", "time_std_ms", "power_std_w"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            arr = np.asarray(value, dtype=np.int64 if name == "batch_size" else float).reshape(-1)
+            if arr.size != n:
+                raise ValueError(f"{name} has {arr.size} values for {n} options")
+            object.__setattr__(self, name, arr)
+
+    def __len__(self) -> int:
+        return int(len(self.modes))
+
+    def subset(self, index: np.ndarray) -> Predictions:
+        i = np.asarray(index, dtype=int)
+        return Predictions(self.modes[i], self.batch_size[i], self.time_ms[i], self.power_w[i],
+                           None if self.time_std_ms is None else self.time_std_ms[i],
+                           None if self.power_std_w is None else self.power_std_w[i])
+
+    def with_power_std(self, power_std_w: np.ndarray) -> Predictions:
+        return Predictions(self.modes, self.batch_size, self.time_ms, self.power_w, self.time_std_ms, power_std_w)
+
+    def power_at(self, points: Points) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted, measured) power of the measured points whose mode is predicted here."""
+        at = {mode_key(m): i for i, m in enumerate(self.modes)}
+        pairs = [(at[mode_key(m)], j) for j, m in enumerate(points.modes) if mode_key(m) in at]
+        return (np.asarray([self.power_w[i] for i, _ in pairs], dtype=float),
+                np.asarray([points.power_w[j] for _, j in pairs], dtype=float))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A selector's answer over a pool of options: the row chosen, or why none fits."""
+
+    feasible: bool
+    index: int | None = None
+    power_bound_w: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The workflow's answer for one budget: the configuration chosen and what the device measured."""
+
+    budget_w: float
+    feasible: bool
+    index: int | None = None  # row of the node's candidate modes
+    mode: tuple[float, ...] | None = None
+    batch_size: int = 0
+    predicted_time_ms: float | None = None
+    predicted_power_w: float | None = None
+    power_upper_w: float | None = None
+    measured_time_ms: float | None = None
+    measured_power_w: float | None = None
+    attempts: int = 0
+    reason: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def verified(self) -> bool:
+        """Measured on the device."""
+        return self.measured_power_w is not None
+
+    @property
+    def within_budget(self) -> bool:
+        return self.measured_power_w is not None and self.measured_power_w <= self.budget_w
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """A node's options for round planning: every mode not ruled out, with its safe power."""
+
+    modes: np.ndarray
+    batch_size: np.ndarray
+    time_ms: np.ndarray
+    safe_power_w: np.ndarray  # mean + z(1 - risk) · calibrated σ
+
+    def __len__(self) -> int:
+        return int(len(self.modes))

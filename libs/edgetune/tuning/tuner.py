@@ -1,0 +1,217 @@
+"""NodeTuner: one node's workload and budgets in, verified configurations and its option table out.
+
+The workflow, against the narrow interfaces of :mod:`.protocols`:
+
+1. **profile** ``policy.n_initial`` random candidate modes (and ``policy.held_out`` more, kept
+   out of training to calibrate the predictions);
+2. **explore**: transfer the reference to what was profiled, predict every candidate, and for
+   ``policy.rounds`` rounds profile ``policy.per_round`` modes on the predicted front within the
+   budget range (:class:`~edgetune.optimization.frontier.FrontierSampler`), transferring again
+   after each; then calibrate σ by the held-out relative power error (:mod:`.safety`);
+3. **select and verify** per budget: the selector chooses from the calibrated predictions at
+   ``policy.risk``; the choice is measured on the device; over budget → learn from the miss
+   (drop it and every mode dominating it, widen the error) and select again, at most
+   ``policy.max_attempts`` choices;
+4. **option table**: the modes not ruled out with their safe power, for round planning.
+
+``edgetune tune`` (a local device), the demo (the services over gRPC) and the tests run this
+class; the estimator service runs the same fit / transfer pipeline.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edgetune.optimization.frontier import FrontierSampler
+from edgetune.tuning.policy import TuningPolicy
+from edgetune.tuning.protocols import Estimator, Measurer, ModelRef, Selector
+from edgetune.tuning.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
+from edgetune.tuning.safety import SafetyState, held_out_power_error
+
+#: ``on_round(round, picks, profiled so far)`` after each transfer (round 0: the initial modes).
+RoundFn = Callable[[int, int, int], None]
+
+
+class NodeTuner:
+    """Tunes one node (module docstring). Stages may be called one by one (the demo's steps) or
+    all at once with :meth:`tune`. ``base`` (the reference to transfer) may be set after profiling."""
+
+    def __init__(self, policy: TuningPolicy, measurer: Measurer, estimator: Estimator, selector: Selector, *,
+                 base: ModelRef | None, candidates: np.ndarray, batch_size: int, device: str, workload: str,
+                 role: str = "train", model_id: str = "", power_range_w: Sequence[float] | None = None,
+                 transfer_epochs: int | None = None, transfer_params: dict[str, str] | None = None,
+                 on_round: RoundFn | None = None) -> None:
+        self.policy = policy
+        self.measurer, self.estimator, self.selector = measurer, estimator, selector
+        self.base = base
+        self.candidates = np.asarray(candidates, dtype=float).reshape(-1, 4)
+        self.batch_size = int(batch_size)
+        self.device, self.workload, self.role = device, workload, role
+        self.model_id = model_id or f"{device}/{workload}/{role}/{policy.transfer_method}"
+        self.transfer_epochs, self.transfer_params = transfer_epochs, dict(transfer_params or {})
+        self.on_round = on_round
+        self.sampler = FrontierSampler(len(self.candidates), n_initial=policy.n_initial, rounds=policy.rounds,
+                                       per_round=policy.per_round, power_range_w=power_range_w, seed=policy.seed)
+        self.points = Points.empty(device, workload, role)  # what the transfer learns from
+        self.held_out = Points.empty(device, workload, role)  # measured only to calibrate
+        self.model: ModelRef | None = None
+        self.predictions: Predictions | None = None
+        self.safety = SafetyState()
+        self.decisions: list[Decision] = []
+        self._verified: dict[ModeKey, tuple[float, float]] = {}  # mode -> measured (time, power)
+        self._index = {mode_key(m): i for i, m in enumerate(self.candidates)}
+
+    # -- 1. profile ---------------------------------------------------------------------------------
+    def profile_initial(self) -> Points:
+        """The initial random modes and the held-out ones, in one measurement run."""
+        picks = self.sampler.ask()
+        rest = np.setdiff1d(np.arange(len(self.candidates)), picks)
+        n_held = min(self.policy.held_out, rest.size)
+        held = np.sort(np.random.default_rng(self.policy.seed + 1).choice(rest, n_held, replace=False))
+        measured = self.measurer.measure(self.candidates[np.concatenate([picks, held])], self.batch_size,
+                                         seed=self.policy.seed, purpose="profile")
+        held_keys = {mode_key(self.candidates[i]) for i in held}
+        is_held = np.array([mode_key(m) in held_keys for m in measured.modes], dtype=bool)
+        self.points = self.points + measured.subset(np.flatnonzero(~is_held))
+        self.held_out = self.held_out + measured.subset(np.flatnonzero(is_held))
+        return measured
+
+    # -- 2. explore ---------------------------------------------------------------------------------
+    def explore(self) -> Predictions:
+        """Transfer, then the frontier rounds (each profiles, then transfers again); then calibrate."""
+        if not len(self.points):
+            self.profile_initial()
+        pred = self._refit(len(self.points))
+        while not self.sampler.done:
+            picks = self.sampler.ask(pred.time_ms, pred.power_w)
+            if picks.size == 0:  # nothing left on the front: the predictions cannot change
+                break
+            self.points = self.points + self.measurer.measure(self.candidates[picks], self.batch_size,
+                                                              seed=self.policy.seed + self.sampler.rounds_done,
+                                                              purpose="profile")
+            pred = self._refit(picks.size)
+        self.calibrate()
+        return pred
+
+    def _refit(self, n_picks: int) -> Predictions:
+        if self.base is None:
+            raise RuntimeError("the tuner has no reference model to transfer yet (set base)")
+        self.model = self.estimator.transfer(self.base, self.points, model_id=self.model_id,
+                                             method=self.policy.transfer_method, seed=self.policy.seed,
+                                             transfer_epochs=self.transfer_epochs, params=self.transfer_params)
+        self.predictions = self.estimator.predict(self.model, self.candidates, self.batch_size)
+        if self.on_round is not None:
+            self.on_round(self.sampler.rounds_done, n_picks, len(self.points))
+        return self.predictions
+
+    def calibrate(self) -> float:
+        """Set the error term to the held-out relative power error (0 without held-out modes)."""
+        self.safety.power_rel_err = self.held_out_error()
+        return self.safety.power_rel_err
+
+    def held_out_error(self) -> float:
+        """RMS relative power error of the predictions on the held-out modes."""
+        pred = self._pred()
+        trained = {mode_key(m) for m in self.points.modes}  # a held-out mode later profiled is not held out
+        held = self.held_out.subset([i for i, m in enumerate(self.held_out.modes) if mode_key(m) not in trained])
+        return held_out_power_error(*pred.power_at(held))
+
+    def with_policy(self, policy: TuningPolicy) -> NodeTuner:
+        """A tuner that shares this one's profiles, model, predictions and calibration but selects
+        afresh under ``policy`` (another risk or retry limit): no misses, no decisions yet."""
+        other = copy.copy(self)
+        other.policy = policy
+        other.safety = SafetyState(power_rel_err=self.held_out_error() if self.predictions is not None else 0.0)
+        other.decisions = []
+        other._verified = dict(self._verified)  # what the device measured stays measured
+        return other
+
+    # -- 3. select and verify -----------------------------------------------------------------------
+    def select_and_verify(self, budget_w: float, *, keep_error: bool = True) -> Decision:
+        """The safe choice for ``budget_w``, measured on the device; a miss is learned from and the
+        selection repeated, at most ``policy.max_attempts`` choices (module docstring).
+
+        ``keep_error=False`` (a sweep of what-if budgets) keeps the error term a miss widened for
+        this budget's attempts only; the modes it ruled out stay ruled out below the measured power.
+        """
+        pred = self._pred()
+        error_before = self.safety.power_rel_err
+        notes: list[str] = []
+        decision = Decision(budget_w, False, reason="no attempt")
+        for attempt in range(1, self.policy.max_attempts + 1):
+            allowed = self.safety.allowed(len(pred), budget_w)
+            pool = pred.with_power_std(self.safety.power_std_w(pred)).subset(allowed)
+            choice = self.selector.select(pool, budget_w, risk=self.policy.risk, objective=self.policy.objective)
+            if not choice.feasible or choice.index is None:
+                decision = Decision(budget_w, False, attempts=attempt, notes=tuple(notes),
+                                    reason=choice.reason or f"no predicted mode fits {budget_w:g} W")
+                break
+            i = int(allowed[choice.index])
+            mode = self.candidates[i]
+            measured = self._measure_choice(mode, attempt)
+            decision = Decision(budget_w, True, i, tuple(float(v) for v in mode), int(pred.batch_size[i]),
+                                float(pred.time_ms[i]), float(pred.power_w[i]), choice.power_bound_w,
+                                None if measured is None else measured[0], None if measured is None else measured[1],
+                                attempt, choice.reason, tuple(notes))
+            if decision.within_budget:
+                break
+            dropped = self.learn_from_miss(i, decision.measured_power_w)
+            got = f"{decision.measured_power_w:.2f} W" if measured is not None else "nothing (skipped)"
+            upper = f" (≤ {choice.power_bound_w:.2f} W)" if choice.power_bound_w is not None else ""
+            notes.append(f"attempt {attempt}: {mode_label(mode)} predicted {pred.power_w[i]:.2f} W{upper}, "
+                         f"measured {got} > {budget_w:g} W; dropped it and {dropped - 1} modes at or above its "
+                         f"clocks; error term now {100 * self.safety.power_rel_err:.1f} %")
+            if attempt == self.policy.max_attempts:
+                notes.append(f"no mode verified within budget after {attempt} attempts")
+            decision = dataclasses.replace(decision, notes=tuple(notes))
+        if not keep_error:
+            self.safety.power_rel_err = error_before
+        self.decisions.append(decision)
+        return decision
+
+    def _measure_choice(self, mode: np.ndarray, attempt: int) -> tuple[float, float] | None:
+        key = mode_key(mode)
+        if key not in self._verified:
+            got = self.measurer.measure(mode.reshape(1, 4), self.batch_size, seed=self.policy.seed + 99 + attempt,
+                                        purpose="verify")
+            if not len(got):
+                return None
+            self._verified[key] = (float(got.time_ms[0]), float(got.power_w[0]))
+        return self._verified[key]
+
+    def learn_from_miss(self, index: int, measured_w: float | None) -> int:
+        """Candidate ``index`` measured over its budget (:meth:`SafetyState.learn_from_miss`)."""
+        pred = self._pred()
+        return self.safety.learn_from_miss(self.candidates, index, float(pred.power_w[index]), measured_w,
+                                           self.policy.z)
+
+    def learn_from_miss_at(self, mode: Sequence[float], measured_w: float | None) -> int:
+        """The same for a mode given by its clocks (e.g. a round's config measured over budget)."""
+        i = self._index.get(mode_key(mode))
+        return 0 if i is None else self.learn_from_miss(i, measured_w)
+
+    # -- 4. the node's options ----------------------------------------------------------------------
+    def option_table(self) -> OptionTable:
+        """Every mode not ruled out, with its safe power (mean + z(1 - risk) · calibrated σ)."""
+        return self.safety.option_table(self._pred(), self.policy.z)
+
+    # -- all of it -----------------------------------------------------------------------------------
+    def tune(self, budgets_w: Sequence[float]) -> list[Decision]:
+        """Profile, explore, and a verified decision per budget (in the order given). Budgets are tried
+        lowest first; with several, each is a what-if: a miss's widened error holds for its own
+        budget's attempts, the modes it ruled out for every budget below the measured power."""
+        if self.predictions is None:
+            self.explore()
+        order = sorted(range(len(budgets_w)), key=lambda j: budgets_w[j])
+        keep = len(budgets_w) == 1
+        out: dict[int, Decision] = {j: self.select_and_verify(float(budgets_w[j]), keep_error=keep) for j in order}
+        return [out[j] for j in range(len(budgets_w))]
+
+    def _pred(self) -> Predictions:
+        if self.predictions is None:
+            raise RuntimeError("explore() first: there are no predictions yet")
+        return self.predictions
