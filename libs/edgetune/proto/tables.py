@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,24 @@ _RULES: dict[str, tuple[str, str]] = {
     "time_std_ms": ("nonneg", "a finite std in ms >= 0"),
     "power_std_w": ("nonneg", "a finite std in W >= 0"),
 }
+
+
+class PredictionColumns(Protocol):
+    """What :func:`table_to_proto` reads: :class:`PredictionArrays`, or any record with the same
+    columns (``edgetune.tuning.records.Predictions``)."""
+
+    @property
+    def modes(self) -> np.ndarray: ...
+    @property
+    def batch_size(self) -> np.ndarray: ...
+    @property
+    def time_ms(self) -> np.ndarray: ...
+    @property
+    def power_w(self) -> np.ndarray: ...
+    @property
+    def time_std_ms(self) -> np.ndarray | None: ...
+    @property
+    def power_std_w(self) -> np.ndarray | None: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +125,7 @@ class PredictionArrays:
                                 std("time_std_ms"), std("power_std_w"))
 
 
-def table_to_proto(rows: PredictionArrays) -> common_pb2.PredictionTable:
+def table_to_proto(rows: PredictionColumns) -> common_pb2.PredictionTable:
     """The columnar message of ``rows`` (std columns only where ``rows`` has them)."""
     msg = common_pb2.PredictionTable()
     modes = np.asarray(rows.modes, dtype=float).reshape(-1, 4)
