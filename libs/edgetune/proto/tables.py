@@ -15,7 +15,7 @@ the column and the row, e.g. ``candidates.table.time_ms[3]``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -160,25 +160,39 @@ def table_from_proto(msg: common_pb2.PredictionTable, field: str = "table", *,
         if got not in (0, n):
             raise InvalidArgument(f"{field}.{name}", f"has {got} values for {n} rows",
                                   "empty (no std) or one value per row")
-        stds[name] = np.array(getattr(msg, name), dtype=float) if got else None
-    cores = np.array(msg.cores, dtype=np.int64)
+        stds[name] = _column(getattr(msg, name), float, n) if got else None
+    cores = _column(msg.cores, np.int64, n)
     _check_int(cores, f"{field}.cores", least=1, allowed="an integer >= 1")
-    batch = np.array(msg.batch_size, dtype=np.int64)
+    batch = _column(msg.batch_size, np.int64, n)
     _check_int(batch, f"{field}.batch_size", least=0, allowed=">= 1, or 0 when not applicable")
     modes = np.empty((n, 4))
     modes[:, 0] = cores
     columns: dict[str, np.ndarray] = {}
     for j, name in enumerate(MODE_COLUMNS[1:], start=1):
-        modes[:, j] = np.array(getattr(msg, name), dtype=float)
+        modes[:, j] = _column(getattr(msg, name), float, n)
         _check_real(modes[:, j], field, name)
     for name in ("time_ms", "power_w"):
-        columns[name] = np.array(getattr(msg, name), dtype=float)
+        columns[name] = _column(getattr(msg, name), float, n)
         _check_real(columns[name], field, name)
     for name, values in stds.items():
         if values is not None:
             _check_real(values, field, name)
     return PredictionArrays(modes, batch, columns["time_ms"], columns["power_w"],
                             stds["time_std_ms"], stds["power_std_w"])
+
+
+def _column(values: Iterable[float], dtype: Any, n: int) -> np.ndarray:
+    # fromiter with a known count is the fastest copy out of a repeated field (about twice np.array's speed).
+    return np.fromiter(values, dtype, n)
+
+
+def merge_tables(tables: Iterable[common_pb2.PredictionTable]) -> common_pb2.PredictionTable:
+    """One table of ``tables`` in order (Predict's chunks -> Select's candidates) without decoding:
+    merging appends every repeated column in protobuf's C code. Unchecked: the receiver checks."""
+    out = common_pb2.PredictionTable()
+    for t in tables:
+        out.MergeFrom(t)
+    return out
 
 
 def _check_int(values: np.ndarray, field: str, *, least: int, allowed: str) -> None:
