@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -170,12 +170,11 @@ def select_throughput() -> dict[str, Any]:
             request = optimizer_pb2.SelectRequest(
                 candidates=optimizer_pb2.Candidates(table=table_to_proto(rows)),
                 objective=optimizer_pb2.OBJECTIVE_MIN_TIME, budgets=common_pb2.Budgets(power_budget_w=30.0))
-            call: Callable[[], Any] = lambda r=request: optimizer.Select(r)  # noqa: E731
-            call()
+            optimizer.Select(request)
             latency = []
             for _ in range(20):
                 t0 = time.perf_counter()
-                call()
+                optimizer.Select(request)
                 latency.append(time.perf_counter() - t0)
             rps = _throughput(address, request, CLIENTS, THROUGHPUT_S)
             before = BEFORE_PER_ROW["select_8_clients"][str(n)]
