@@ -152,7 +152,7 @@ def joint_to_proto(lut_rows: Sequence[optimizer_pb2.LutRow], choice: JointChoice
         return common_pb2.Decision(feasible=False, reason=choice.reason or "nothing is feasible", budgets=budgets)
     row = lut_rows[choice.index]
     msg = common_pb2.Decision(feasible=True, batch_size=int(choice.batch_size or 0), mode_id=str(choice.mode),
-                              power_w=float(choice.power_w or 0.0), time_to_target_s=float(choice.time_to_target_s),
+                              power_w=float(choice.power_w or 0.0), time_to_target_s=float(choice.time_to_target_s or 0.0),
                               budgets=budgets)
     if row.HasField("mode") and row.mode.cores:
         msg.mode.CopyFrom(row.mode)

@@ -35,7 +35,6 @@ from edgetune.optimization.select import Selection
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
-PREDICTED = ("time_ms", "power_w", "time_std_ms", "power_std_w")
 DEFAULT_RISK = 0.2
 
 
@@ -146,10 +145,10 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
     if model_out:
         model.save(model_out)
     mode_table = Table([*MODE_FIELDS, "batch_size"], [{**m.as_dict(), "batch_size": batch_size} for m in modes])
-    values = {"time_ms": pred.time_ms, "power_w": pred.power_w, "time_std_ms": pred.time_std_ms,
-              "power_std_w": pred.power_std_w}
-    columns = [*mode_table.columns, *(c for c in PREDICTED if values[c] is not None)]
-    table = Table(columns, [{**row, **{c: float(values[c][i]) for c in PREDICTED if values[c] is not None}}
+    given = {c: v for c, v in (("time_ms", pred.time_ms), ("power_w", pred.power_w),
+                                ("time_std_ms", pred.time_std_ms), ("power_std_w", pred.power_std_w)) if v is not None}
+    columns = [*mode_table.columns, *given]
+    table = Table(columns, [{**row, **{c: float(v[i]) for c, v in given.items()}}
                             for i, row in enumerate(mode_table.rows)])
     if predictions_out:
         write_table(table.rows, predictions_out, columns)
