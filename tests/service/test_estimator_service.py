@@ -317,6 +317,8 @@ def test_bad_inputs_name_the_field(estimator, fitted, reference_rows):
          grpc.StatusCode.INVALID_ARGUMENT, "batch_sizes[0]", "16"),
         (lambda: estimator.Predict(estimator_pb2.PredictRequest(model_id=ref.model_id, chunk_size=-1)),
          grpc.StatusCode.INVALID_ARGUMENT, "chunk_size", ""),
+        (lambda: estimator.Predict(estimator_pb2.PredictRequest(model_id=ref.model_id, chunk_size=32_769)),
+         grpc.StatusCode.INVALID_ARGUMENT, "chunk_size", "32768"),
         (lambda: estimator.EstimateBatchEfficiency(estimator_pb2.EstimateBatchEfficiencyRequest(
             observed=[common_pb2.BatchEfficiency(batch_size=0, passes_to_target=3)])),
          grpc.StatusCode.INVALID_ARGUMENT, "observed[0].batch_size", ""),

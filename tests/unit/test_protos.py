@@ -286,6 +286,14 @@ def test_prediction_table_refuses_ragged_columns_and_empty():
     assert len(tables.table_from_proto(common_pb2.PredictionTable(), "t", allow_empty=True)) == 0
 
 
+def test_merge_tables_appends_every_column_in_order():
+    rows = _arrays(7)
+    chunks = [tables.table_to_proto(rows.slice(i, min(i + 3, 7))) for i in range(0, 7, 3)]
+    merged = tables.merge_tables(chunks)
+    assert merged == tables.table_to_proto(rows)
+    np.testing.assert_array_equal(tables.table_from_proto(merged).modes, rows.modes)
+
+
 def test_prediction_table_from_rows():
     rows = [{"cores": 4, "cpu_mhz": 422.4, "gpu_mhz": 114.75, "emc_mhz": 665.0, "batch_size": 16, "time_ms": 490.0,
              "power_w": 14.7, "power_std_w": 0.3}]
