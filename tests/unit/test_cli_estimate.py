@@ -131,3 +131,32 @@ def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp
     code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
                        str(tmp_path / "y.model"), "--method", "gp")
     assert code == 0, err
+
+
+def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, capsys):
+    # issue 16: an Orin AGX model answered a Nano's 1-core, 102 MHz mode at 11.7 W, exit 0
+    write_table([{"cores": 1, "cpu_mhz": 102.0, "gpu_mhz": 76.8, "emc_mhz": 204.0}], files / "nano.csv")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "nano.csv"),
+                       "--out", str(files / "nano-pred.csv"))
+    assert code == 2 and "nano" in err and "orin-agx" in err, err
+    rows = [{"device": "xavier-agx", "cores": 2, "cpu_mhz": 729.6, "gpu_mhz": 318.75, "emc_mhz": 665.6}]
+    write_table(rows, files / "xavier.csv")
+    code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "xavier.csv"),
+                       "--out", str(files / "xavier-pred.csv"))
+    assert code == 2 and "xavier-agx" in err and "orin-agx" in err, err
+
+
+def test_ref_gp_transfer_prints_and_stores_its_cross_validated_mape(files, capsys, tmp_path):
+    # issue 16: a transfer says how good it is, from held-out folds of the profiled rows
+    write_table(read_profile_table(files / "ref.csv").rows[::8], tmp_path / "ref-small.csv")  # a GP fit stays quick
+    code, _, err = run(capsys, "fit", "--profiles", str(tmp_path / "ref-small.csv"), "--out",
+                       str(tmp_path / "gp.model"), "--method", "gp")
+    assert code == 0, err
+    code, out, err = run(capsys, "transfer", "--base", str(tmp_path / "gp.model"), "--profiles",
+                         str(files / "new.csv"), "--out", str(tmp_path / "new.model"), "--method", "ref+gp")
+    assert code == 0, err
+    assert "cross-validated MAPE: time" in out
+    from edgetune.estimation.bundle import TimePowerModel
+
+    metrics = TimePowerModel.load(tmp_path / "new.model").last_event["metrics"]
+    assert 0 < metrics["time_mape_cv"] < 100 and 0 < metrics["power_mape_cv"] < 100

@@ -36,6 +36,7 @@ FAST = {
     "nn-asym": {"epochs": 150, "batch_size": 16},
     "nn+gp": {"nn_params": {"epochs": 150, "batch_size": 16}, "restarts": 1},
     "gp": {"restarts": 1},
+    "ref+gp": {"restarts": 0},
     "linear": {},
     "rf": {"n_estimators": 50},
 }

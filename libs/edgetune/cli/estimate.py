@@ -69,7 +69,8 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
               help="Small profile table of the new workload / device (~50 rows).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
 @click.option("--method", type=click.Choice(METHODS), default="transfer", show_default=True,
-              help="transfer / nn / nn-asym / nn+gp adapt the reference NN; gp, linear, rf fit the new table alone.")
+              help="transfer / nn / nn-asym / nn+gp adapt the reference NN; ref+gp puts a GP around the "
+                   "reference's predictions (chosen by CV); gp, linear, rf fit the new table alone.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
 def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
@@ -84,6 +85,9 @@ def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str,
     model.save(out_path)
     click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "
                f"wrote {out_path}")
+    metrics = model.last_event.get("metrics", {})
+    if "time_mape_cv" in metrics and "power_mape_cv" in metrics:
+        click.echo(f"cross-validated MAPE: time {metrics['time_mape_cv']:.1f} %, power {metrics['power_mape_cv']:.1f} %")
 
 
 @command.command("predict")
@@ -100,11 +104,6 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     table = read_mode_table(modes_path)
     if len(table) == 0:
         raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
-    if model.device and table.has("device"):
-        others = sorted({str(r["device"]) for r in table.rows} - {model.device, ""})
-        if others:
-            click.echo(f"warning: {modes_path} has modes of {', '.join(others)} but the model is for "
-                       f"{model.device}", err=True)
     with _warnings_to_stderr():
         pred = model.predict_table(table)
     added = [c for c in ("time_ms", "power_w", "time_std_ms", "power_std_w") if c in pred]

@@ -27,6 +27,7 @@ import numpy as np
 from edgetune import __version__
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor, check_header
+from edgetune.estimation.devices import check_modes_device, model_devices
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.registry import adapt, make_predictor
@@ -120,6 +121,10 @@ class TimePowerModel:
         pred = model.predict(x)
         event = _event("transfer", method, table, ident, len(table), source)
         event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
+        for t in TARGETS:  # methods that choose by cross-validation (ref+gp) report the winner's held-out MAPE
+            info = (predictors[t].meta.get("transfers") or [{}])[-1]
+            if "cv_mape_pct" in info and info.get("choice") in info["cv_mape_pct"]:
+                event["metrics"][f"{t.split('_')[0]}_mape_cv"] = info["cv_mape_pct"][info["choice"]]
         model.history.append(event)
         return model
 
@@ -158,7 +163,12 @@ class TimePowerModel:
         return out
 
     def predict_table(self, table: Table) -> dict[str, np.ndarray]:
-        return self.predict(self.features(table))
+        """Predictions for a mode table; modes of a device the model does not know are refused (``devices.py``)."""
+        x = self.features(table)
+        out = self.predict(x)  # first: its range check names a wrong unit (kHz for MHz) as such
+        named = {str(r["device"]) for r in table.rows} if table.has("device") else set()
+        check_modes_device(model_devices(self.device, self.history), x, self.columns, named, table.path or "modes")
+        return out
 
     # -- file format ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:

@@ -8,13 +8,15 @@ Names (``METHODS``):
 ``nn-asym`` the MLP with Fulcrum's asymmetric MAPE loss (under-prediction ×4)
 ``gp``      Gaussian process, Matérn 2.5 ARD + white noise (std)
 ``nn+gp``   transfer NN plus a GP on its residuals (std)
+``ref+gp``  GP with the reference's prediction as prior mean or input, or none, chosen by CV (std; ``prior.py``)
 ``linear``  least squares
 ``rf``      random forest
 ==========  =====================================================================
 
 :func:`adapt` is what ``edgetune estimate transfer`` does with a reference predictor and a
 new table for each method: ``transfer`` (and ``nn``, ``nn-asym``) fine-tune a clone of the
-reference MLP; ``nn+gp`` does that and adds the residual GP; ``gp``, ``linear`` and ``rf``
+reference MLP; ``nn+gp`` does that and adds the residual GP; ``ref+gp`` keeps any fitted
+reference as it is and fits a GP around its predictions (``prior.py``); ``gp``, ``linear`` and ``rf``
 cannot transfer and are fitted on the new table alone (the reference only lends its feature
 columns).
 """
@@ -30,8 +32,9 @@ from edgetune.estimation.base import Predictor
 from edgetune.estimation.baselines import LinearPredictor, RandomForestPredictor
 from edgetune.estimation.gp import GPPredictor, NNGPPredictor
 from edgetune.estimation.nn import NNPredictor
+from edgetune.estimation.prior import RefGPPredictor
 
-METHODS: tuple[str, ...] = ("nn", "transfer", "nn-asym", "gp", "nn+gp", "linear", "rf")
+METHODS: tuple[str, ...] = ("nn", "transfer", "nn-asym", "gp", "nn+gp", "ref+gp", "linear", "rf")
 #: Methods that adapt a fitted NN reference (the rest fit the new table from scratch).
 TRANSFER_METHODS: tuple[str, ...] = ("transfer", "nn", "nn-asym", "nn+gp")
 
@@ -49,6 +52,8 @@ def make_predictor(method: str, target: str = "time_ms", **kw: Any) -> Predictor
         return GPPredictor(target, **kw)
     if method == "nn+gp":
         return NNGPPredictor(target, **kw)
+    if method == "ref+gp":
+        return RefGPPredictor(target, **kw)
     if method == "linear":
         return LinearPredictor(target, **kw)
     if method == "rf":
@@ -63,6 +68,10 @@ def adapt(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, progress: 
     """
     if method not in METHODS:
         raise InvalidArgument("method", f"unknown method {method!r}", ", ".join(METHODS))
+    if method == "ref+gp":
+        # any fitted reference serves (it is only asked for predictions); a ref+gp base lends its own
+        ref = base.reference if isinstance(base, RefGPPredictor) and base.reference is not None else base
+        return RefGPPredictor.from_reference(ref, **kw).transfer(x, y)
     if method in TRANSFER_METHODS:
         nn = _reference_nn(base, method)
         if method == "nn-asym":

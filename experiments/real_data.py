@@ -1,0 +1,287 @@
+"""Issue 16: predictors against a GP fitted from scratch, on real GPU measurements.
+
+Data: ``experiments/data/real/`` (ml-energy/zeus, Apache-2.0; its README gives provenance).
+
+Tasks (each: a reference table, fully measured, and a target table sampled at n points):
+
+* ``zeus-workloads``: one GPU, reference workload ShuffleNetV2/CIFAR-100 (Adadelta), targets
+  the other workloads on the same GPU (A40 and V100; all four GPUs with ``--all``). Features: power limit (W),
+  log2 batch size. Time: seconds per epoch; power: average W.
+* ``zeus-gpus``: one workload, reference GPU V100, targets A40, P100, RTX6000.
+* ``perseus-gpus``: pipeline stage 0 (stages 0 and 4 with ``--all``), forward and backward, of BLOOM or
+  GPT-3 175B, reference A40 (60 frequencies), target A100 SXM (38). Feature: frequency (MHz).
+  Time: seconds; power: energy / time.
+* ``perseus-models``: on the A40, BLOOM's stage as reference for GPT-3's same stage.
+
+For every task, n ∈ {10, 20, 50} points (where the target has at least n + 5 rows) and
+``--draws`` random draws, each method is built on the *same* n points and scored on all the
+target's other rows: MAPE of time and power, and the share of held-out rows inside the 90 %
+interval ``μ ± 1.645 σ`` (methods with a std). Methods:
+
+* ``gp``: the baseline, a Matérn-2.5 ARD GP from scratch on the n points (``estimation.gp``);
+* ``ref+gp``: the reference GP's predictions as prior mean / GP input / nothing, chosen per
+  target by 5-fold CV on the n points, std conformally calibrated (``estimation.prior``);
+* ``ref+gp:prior`` (``--ablation``): the prior-mean combination forced (what the CV choice buys);
+* ``nn+gp``, ``transfer`` (``--nn``): an MLP reference fitted on the reference table and
+  fine-tuned (the estimator's older methods; slower).
+
+Every row reports the method's MAPE as a ratio to ``gp``'s on the same draw. Writes
+``experiments/results/real_data.{csv,md,png}``.
+
+    python experiments/real_data.py [--draws 3] [--nn] [--ablation] [--all] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgetune.estimation.metrics import mape_pct
+from edgetune.estimation.registry import adapt, make_predictor
+from edgetune.estimation.validation import ExtrapolationWarning
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "real")
+RESULTS = os.path.join(HERE, "results")
+TARGETS = ("time_ms", "power_w")
+Z90 = 1.6448536269514722
+SIZES = (10, 20, 50)
+ZEUS_GPUS = ("a40", "p100", "rtx6000", "v100")
+#: GPUs whose workloads transfer among themselves (all four with ``--all``; two keep the default run short).
+ZEUS_WORKLOAD_GPUS = ("a40", "v100")
+PERSEUS_STAGES = ("0/forward", "0/backward")
+ZEUS_REF_WORKLOAD = "cifar100/shufflenetv2/adadelta"
+ZEUS_REF_GPU = "v100"
+
+
+@dataclass
+class Measured:
+    """One measured table: features (columns named) and time (ms) / power (W) per row."""
+
+    name: str
+    columns: tuple[str, ...]
+    x: np.ndarray
+    time_ms: np.ndarray
+    power_w: np.ndarray
+
+    def y(self, target: str) -> np.ndarray:
+        return self.time_ms if target == "time_ms" else self.power_w
+
+
+@dataclass
+class Task:
+    kind: str
+    reference: Measured
+    target: Measured
+
+
+def load_zeus(gpu: str) -> dict[str, Measured]:
+    """Workload key ``dataset/network/optimizer`` → its power-limit × batch-size table on ``gpu``."""
+    rows: dict[str, list] = defaultdict(list)
+    with open(os.path.join(DATA, "zeus_nsdi23", f"summary_power_{gpu}.csv"), newline="") as fh:
+        for r in csv.DictReader(fh):
+            rows[f"{r['dataset']}/{r['network']}/{r['optimizer']}"].append(
+                (float(r["power_limit"]), np.log2(float(r["batch_size"])), 1000.0 * float(r["time_per_epoch"]),
+                 float(r["average_power"])))
+    out = {}
+    for key, vals in rows.items():
+        a = np.asarray(vals, float)
+        out[key] = Measured(f"{gpu}:{key}", ("power_limit_w", "log2_batch_size"), a[:, :2], a[:, 2], a[:, 3])
+    return out
+
+
+def load_perseus(model: str, gpu: str) -> dict[str, Measured]:
+    """``stage/instruction`` → its frequency sweep (time per instruction, power = energy / time)."""
+    rows: dict[str, list] = defaultdict(list)
+    with open(os.path.join(DATA, "perseus_sosp24", f"{model}+{gpu}_bf16.csv"), newline="") as fh:
+        for r in csv.DictReader(fh):
+            t = float(r["time"])
+            rows[f"{r['stage']}/{r['instruction']}"].append((float(r["frequency"]), 1000.0 * t, float(r["energy"]) / t))
+    out = {}
+    for key, vals in rows.items():
+        a = np.asarray(sorted(vals), float)
+        out[key] = Measured(f"{model}+{gpu}:{key}", ("gpu_mhz",), a[:, :1], a[:, 1], a[:, 2])
+    return out
+
+
+def tasks(quick: bool = False, everything: bool = False) -> list[Task]:
+    out: list[Task] = []
+    zeus = {g: load_zeus(g) for g in ZEUS_GPUS}
+    for gpu in ZEUS_GPUS if everything else ZEUS_WORKLOAD_GPUS:
+        ref = zeus[gpu][ZEUS_REF_WORKLOAD]
+        out += [Task("zeus-workloads", ref, m) for k, m in sorted(zeus[gpu].items()) if k != ZEUS_REF_WORKLOAD]
+    for key, ref in sorted(zeus[ZEUS_REF_GPU].items()):
+        out += [Task("zeus-gpus", ref, zeus[g][key]) for g in ZEUS_GPUS if g != ZEUS_REF_GPU and key in zeus[g]]
+    stages = ("0/forward", "0/backward", "4/forward", "4/backward") if everything else PERSEUS_STAGES
+    for model in ("bloom", "gpt3-175b"):
+        a40, a100 = load_perseus(model, "a40"), load_perseus(model, "a100_sxm")
+        out += [Task("perseus-gpus", a40[s], a100[s]) for s in stages]
+    bloom, gpt3 = load_perseus("bloom", "a40"), load_perseus("gpt3-175b", "a40")
+    out += [Task("perseus-models", bloom[s], gpt3[s]) for s in stages]
+    if quick:  # one task per kind
+        seen: set[str] = set()
+        out = [t for t in out if not (t.kind in seen or seen.add(t.kind))]
+    return out
+
+
+def score(pred, x_val: np.ndarray, y_val: np.ndarray) -> tuple[float, float]:
+    mu, sd = pred.predict(x_val, check_ranges=False)
+    cover = float("nan") if sd is None else float(np.mean(np.abs(y_val - mu) <= Z90 * sd))
+    return mape_pct(mu, y_val), cover
+
+
+def build(method: str, refs: dict, target: str, x: np.ndarray, y: np.ndarray, columns, seed: int):
+    if method == "gp":
+        return make_predictor("gp", target, seed=seed).fit(x, y, columns=columns)
+    if method == "ref+gp":
+        return adapt(refs["gp"][target], "ref+gp", x, y)
+    if method == "ref+gp:prior":
+        return adapt(refs["gp"][target], "ref+gp", x, y, candidates=("prior",))
+    return adapt(refs["nn"][target], method, x, y)  # nn+gp, transfer
+
+
+def run(draws: int, with_nn: bool, quick: bool, ablation: bool = False, everything: bool = False,
+        log=print) -> list[dict]:
+    methods = (["gp", "ref+gp"] + (["ref+gp:prior"] if ablation else [])
+               + (["nn+gp", "transfer"] if with_nn else []))
+    rows: list[dict] = []
+    for ti, task in enumerate(tasks(quick, everything)):
+        ref, tgt = task.reference, task.target
+        refs: dict[str, dict] = {"gp": {}, "nn": {}}
+        for target in TARGETS:
+            refs["gp"][target] = make_predictor("gp", target).fit(ref.x, ref.y(target), columns=ref.columns)
+            if with_nn:
+                refs["nn"][target] = make_predictor("nn", target, epochs=200, batch_size=16).fit(
+                    ref.x, ref.y(target), columns=ref.columns)
+        for n in SIZES:
+            if len(tgt.x) < n + 5:
+                continue
+            for draw in range(draws):
+                rng = np.random.default_rng(10_000 * ti + 100 * n + draw)
+                idx = rng.choice(len(tgt.x), n, replace=False)
+                val = np.setdiff1d(np.arange(len(tgt.x)), idx)
+                base: dict[str, float] = {}
+                for method in methods:
+                    t0 = time.perf_counter()
+                    rec = {"kind": task.kind, "reference": ref.name, "target": tgt.name, "n": n, "draw": draw,
+                           "method": method}
+                    for target in TARGETS:
+                        pred = build(method, refs, target, tgt.x[idx], tgt.y(target)[idx], tgt.columns, draw)
+                        mape, cover = score(pred, tgt.x[val], tgt.y(target)[val])
+                        short = target.split("_")[0]
+                        rec[f"{short}_mape_pct"] = round(mape, 4)
+                        rec[f"{short}_coverage"] = round(cover, 4)
+                        if method == "gp":
+                            base[short] = mape
+                        rec[f"{short}_ratio"] = round(mape / base[short], 4)
+                        choice = getattr(pred, "choice", "")
+                        rec[f"{short}_choice"] = choice if method.startswith("ref+gp") else ""
+                    rec["seconds"] = round(time.perf_counter() - t0, 2)
+                    rows.append(rec)
+                    log(f"{task.kind:14s} {tgt.name:42s} n={n:2d} d={draw} {method:13s} "
+                        f"time {rec['time_mape_pct']:6.2f}% ({rec['time_ratio']:.2f}x) "
+                        f"power {rec['power_mape_pct']:6.2f}% ({rec['power_ratio']:.2f}x) "
+                        f"cover {rec['time_coverage']:.2f}/{rec['power_coverage']:.2f}")
+    return rows
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per (kind, n, method): mean MAPE, the ratio of mean MAPEs to gp's, median per-draw ratio, coverage."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["kind"], r["n"], r["method"])].append(r)
+    out = []
+    for (kind, n, method), rs in sorted(groups.items()):
+        gp = groups[(kind, n, "gp")]
+        rec = {"kind": kind, "n": n, "method": method, "draws": len(rs)}
+        for short in ("time", "power"):
+            mean = float(np.mean([r[f"{short}_mape_pct"] for r in rs]))
+            rec[f"{short}_mape_pct"] = round(mean, 3)
+            rec[f"{short}_ratio_of_means"] = round(mean / float(np.mean([r[f"{short}_mape_pct"] for r in gp])), 3)
+            rec[f"{short}_median_ratio"] = round(float(np.median([r[f"{short}_ratio"] for r in rs])), 3)
+            covs = [r[f"{short}_coverage"] for r in rs if not np.isnan(r[f"{short}_coverage"])]
+            rec[f"{short}_coverage"] = round(float(np.mean(covs)), 3) if covs else float("nan")
+        out.append(rec)
+    return out
+
+
+def write_markdown(summary: list[dict], path: str, draws: int) -> None:
+    lines = ["# Real measurements: every method vs a GP from scratch on the same points", "",
+             f"Generated by `experiments/real_data.py` ({draws} draws per task and size). MAPE is the mean over "
+             "the kind's tasks and draws; *ratio* is that mean over the GP's mean on the same draws "
+             "(target: ≤ 0.70 for time and power); coverage is the share of held-out rows inside μ ± 1.645 σ "
+             "(target 0.85–0.95).", "",
+             "| kind | n | method | time MAPE % | time ratio | power MAPE % | power ratio | coverage time / power |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        lines.append(f"| {s['kind']} | {s['n']} | {s['method']} | {s['time_mape_pct']:.2f} | "
+                     f"{s['time_ratio_of_means']:.2f} | {s['power_mape_pct']:.2f} | {s['power_ratio_of_means']:.2f} | "
+                     f"{s['time_coverage']:.2f} / {s['power_coverage']:.2f} |")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def plot(summary: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({s["kind"] for s in summary})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.6), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        for method in sorted({s["method"] for s in summary if s["kind"] == kind and s["method"] != "gp"}):
+            ss = [s for s in summary if s["kind"] == kind and s["method"] == method]
+            ax.plot([s["n"] for s in ss], [s["time_ratio_of_means"] for s in ss], marker="o", label=f"{method} time")
+            ax.plot([s["n"] for s in ss], [s["power_ratio_of_means"] for s in ss], marker="s", ls="--",
+                    label=f"{method} power")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(0.7, color="r", lw=0.8, ls=":")
+        ax.set_title(kind)
+        ax.set_xlabel("profiled points")
+        ax.set_ylabel("MAPE / GP-from-scratch MAPE")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--draws", type=int, default=3, help="random draws of the profiled points per task and size")
+    ap.add_argument("--nn", action="store_true", help="also the MLP methods (transfer, nn+gp); several times slower")
+    ap.add_argument("--quick", action="store_true", help="one task per kind, one draw (smoke run)")
+    ap.add_argument("--ablation", action="store_true", help="also ref+gp with the prior-mean combination forced")
+    ap.add_argument("--all", dest="everything", action="store_true",
+                    help="workload transfer on all four Zeus GPUs and four Perseus stage/instructions (long)")
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", ExtrapolationWarning)
+    draws = 1 if args.quick else args.draws
+    if args.nn:
+        import torch
+
+        torch.set_num_threads(1)
+    rows = run(draws, args.nn, args.quick, args.ablation, args.everything)
+    summary = summarise(rows)
+    os.makedirs(args.out, exist_ok=True)
+    from edgetune.tables import write_table
+
+    write_table(rows, os.path.join(args.out, "real_data.csv"))
+    write_table(summary, os.path.join(args.out, "real_data_summary.csv"))
+    write_markdown(summary, os.path.join(args.out, "real_data.md"), draws)
+    plot(summary, os.path.join(args.out, "real_data.png"))
+    print(f"wrote {args.out}/real_data.csv, real_data_summary.csv, .md, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

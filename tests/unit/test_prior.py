@@ -1,0 +1,98 @@
+"""``ref+gp`` (issue 16): a reference's predictions as GP prior mean / input, chosen by CV; calibrated std."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgetune.devices.simulated import truth_table
+from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.estimation.base import Predictor
+from edgetune.estimation.metrics import mape_pct
+from edgetune.estimation.prior import RefGPPredictor
+from edgetune.estimation.registry import adapt, make_predictor
+from edgetune.powermodes.grids import modes_array
+from edgetune.powermodes.specs import ORIN_AGX
+
+
+def truth(workload: str, modes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rows = truth_table(ORIN_AGX, workload, "train", modes, [16])
+    return np.array([r["time_ms"] for r in rows]), np.array([r["power_w"] for r in rows])
+
+
+@pytest.fixture(scope="module")
+def fulcrum() -> np.ndarray:
+    return modes_array(ORIN_AGX, "fulcrum")  # 441 modes
+
+
+@pytest.fixture(scope="module")
+def reference(fulcrum):
+    """ResNet18 GP references on 200 modes of the Fulcrum grid."""
+    idx = np.random.default_rng(0).choice(len(fulcrum), 200, replace=False)
+    t, p = truth("resnet18", fulcrum[idx])
+    return {"time_ms": make_predictor("gp", "time_ms", restarts=0).fit(fulcrum[idx], t),
+            "power_w": make_predictor("gp", "power_w", restarts=0).fit(fulcrum[idx], p)}
+
+
+def test_a_related_workload_uses_the_reference_and_beats_the_scratch_gp(reference, fulcrum):
+    # MobileNetV3 behaves like ResNet18 scaled: the reference carries the shape 20 points cannot show
+    idx = np.random.default_rng(4).choice(len(fulcrum), 20, replace=False)
+    rest = np.setdiff1d(np.arange(len(fulcrum)), idx)
+    t, _ = truth("mobilenetv3", fulcrum)
+    pred = adapt(reference["time_ms"], "ref+gp", fulcrum[idx], t[idx], restarts=0)
+    scratch = make_predictor("gp", "time_ms", restarts=0).fit(fulcrum[idx], t[idx])
+    info = pred.meta["transfers"][-1]
+    assert info["choice"] in ("prior", "stacked") and set(info["cv_mape_pct"]) == {"scratch", "prior", "stacked"}
+    assert info["cv_mape_pct"][info["choice"]] == min(info["cv_mape_pct"].values())
+    ours, base = mape_pct(pred.predict(fulcrum[rest])[0], t[rest]), mape_pct(scratch.predict(fulcrum[rest])[0], t[rest])
+    assert ours < base, (ours, base)
+
+
+def test_std_is_scaled_to_the_cv_interval_and_the_file_round_trips(reference, fulcrum):
+    idx = np.random.default_rng(5).choice(len(fulcrum), 30, replace=False)
+    _, p = truth("yolov8n", fulcrum)
+    pred = adapt(reference["power_w"], "ref+gp", fulcrum[idx], p[idx], restarts=0)
+    assert pred.std_scale == pytest.approx(pred.meta["transfers"][-1]["std_scale"], rel=1e-3)
+    again = Predictor.from_bytes(pred.to_bytes())
+    assert isinstance(again, RefGPPredictor) and again.choice == pred.choice and again.reference is not None
+    a, sa = pred.predict(fulcrum)
+    b, sb = again.predict(fulcrum)
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    np.testing.assert_allclose(sa, sb, rtol=1e-6)
+
+
+def test_the_reference_is_left_untouched_and_a_ref_gp_base_lends_its_reference(reference, fulcrum):
+    before = reference["time_ms"].predict(fulcrum[:5])[0]
+    idx = np.random.default_rng(6).choice(len(fulcrum), 15, replace=False)
+    t, _ = truth("lstm", fulcrum)
+    first = adapt(reference["time_ms"], "ref+gp", fulcrum[idx], t[idx], restarts=0)
+    second = adapt(first, "ref+gp", fulcrum[idx], t[idx], restarts=0)
+    assert second.reference is reference["time_ms"]
+    np.testing.assert_allclose(reference["time_ms"].predict(fulcrum[:5])[0], before)
+
+
+def test_bad_settings_and_transfer_without_a_reference_are_refused(fulcrum):
+    with pytest.raises(InvalidArgument) as exc:
+        RefGPPredictor(candidates=("prior", "magic"))
+    assert exc.value.field == "candidates"
+    with pytest.raises(InvalidArgument):
+        RefGPPredictor(coverage=1.0)
+    t, _ = truth("tiny", fulcrum)
+    alone = make_predictor("ref+gp", "time_ms", restarts=0).fit(fulcrum[:40], t[:40])
+    assert alone.choice == "scratch"
+    with pytest.raises(FailedPrecondition):
+        alone.transfer(fulcrum[40:60], t[40:60])
+
+
+def test_devices_a_model_knows_and_modes_of_others():
+    from edgetune.estimation.devices import check_modes_device, model_devices
+    from edgetune.powermodes.mode import MODE_FIELDS
+
+    devices = model_devices("xavier-agx", [{"device": "orin-agx"}, {"device": "xavier-agx"}, {}])
+    assert devices == ["xavier-agx", "orin-agx"]
+    orin_mode = np.array([[12, 2201.6, 1300.5, 3199.0]])
+    check_modes_device(devices, orin_mode, MODE_FIELDS)  # a device it was fitted for: fine
+    with pytest.raises(InvalidArgument) as exc:
+        check_modes_device(["orin-agx"], np.array([[1, 102.0, 76.8, 204.0]]), MODE_FIELDS)
+    assert "a mode of nano" in exc.value.message and "orin-agx" in exc.value.message
+    check_modes_device(["my-board"], np.array([[1, 102.0, 76.8, 204.0]]), MODE_FIELDS)  # unknown spec: trusted
