@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 from google.protobuf import json_format, timestamp_pb2
 
 from edgetune import validation
@@ -35,6 +34,7 @@ from edgetune.proto.convert import (
     spec_from_proto,
     spec_to_proto,
 )
+from edgetune.proto.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, profiler_pb2, tuning_pb2
 
 
@@ -90,7 +90,7 @@ def workload_to_dict(msg: common_pb2.Workload) -> dict:
 def round_request_from_proto(msg: coordinator_pb2.PlanRoundRequest) -> RoundRequest:
     nodes = []
     for i, n in enumerate(msg.nodes):
-        options = _options_from_proto(n.options, f"nodes[{i}].options") if n.options else None
+        options = _options_from_proto(n.options, f"nodes[{i}].options")
         nodes.append(RoundNode(n.node_id, int(n.samples), optional_value(n, "power_budget_w"), options,
                                _batch_sizes(n.batch_sizes), _efficiency(n.batch_efficiency)))
     budgets = msg.budgets
@@ -112,17 +112,12 @@ def _efficiency(values) -> dict[int, float] | None:
     return {int(b): float(r) for b, r in values.items()} or None
 
 
-def _options_from_proto(options: Sequence[common_pb2.Prediction], at: str) -> OptionTable:
-    """Columns straight from the messages (thousands per node); bad values named by index."""
-    table = np.asarray([(m.cores, m.cpu_mhz, m.gpu_mhz, m.emc_mhz, p.batch_size, p.time_ms, p.power_w)
-                        for p in options for m in (p.mode,)], dtype=float).reshape(len(options), 7)
-    modes = table[:, :4]
-    bad = np.flatnonzero(~np.all(np.isfinite(modes) & (modes > 0), axis=1))
-    if bad.size:  # the per-field check names the exact knob
-        j = int(bad[0])
-        mode_from_proto(options[j].mode, f"{at}[{j}].mode")
-    return OptionTable(batch_size=table[:, 4].astype(np.int64), time_ms=table[:, 5].copy(),
-                       power_w=table[:, 6].copy(), modes=modes.copy())
+def _options_from_proto(options: common_pb2.PredictionTable, at: str) -> OptionTable | None:
+    """The node's options (None: no rows, use the stored ones); std columns are not planned on."""
+    rows = table_from_proto(options, at, allow_empty=True)
+    if not len(rows):
+        return None
+    return OptionTable(batch_size=rows.batch_size, time_ms=rows.time_ms, power_w=rows.power_w, modes=rows.modes)
 
 
 def round_outcome_to_proto(outcome: RoundOutcome) -> coordinator_pb2.PlanRoundResponse:

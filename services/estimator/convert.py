@@ -42,8 +42,9 @@ KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
 #: Methods whose predictor is (or wraps) the PowerTrain MLP.
 NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
 MAX_VALIDATION_FRACTION = 0.5
-DEFAULT_CHUNK_ROWS = 2048
-MAX_CHUNK_ROWS = 65_536
+DEFAULT_CHUNK_ROWS = 8192
+#: A columnar row is at most ~66 bytes (two std columns): a chunk stays near 2 MB, under gRPC's 4 MiB.
+MAX_CHUNK_ROWS = 32_768
 
 _ID_PART = re.compile(r"^[A-Za-z0-9._+\-]+$")
 
@@ -352,25 +353,6 @@ def model_info(meta: Mapping[str, Any], version: int) -> estimator_pb2.ModelInfo
         seconds = math.floor(created)
         msg.created.FromNanoseconds(seconds * 10**9 + round((created - seconds) * 1e9))
     return msg
-
-
-def prediction_chunk(modes: np.ndarray, batch_size: np.ndarray, out: Mapping[str, np.ndarray], start: int,
-                     stop: int) -> list[common_pb2.Prediction]:
-    """Prediction messages of rows ``start:stop`` (std fields only where the model gives them)."""
-    m = modes[start:stop].tolist()
-    b = batch_size[start:stop].tolist()
-    t = out["time_ms"][start:stop].tolist()
-    p = out["power_w"][start:stop].tolist()
-    Pm, Pr = common_pb2.PowerMode, common_pb2.Prediction
-    if "time_std_ms" in out or "power_std_w" in out:
-        n = stop - start
-        ts = out["time_std_ms"][start:stop].tolist() if "time_std_ms" in out else [None] * n
-        ps = out["power_std_w"][start:stop].tolist() if "power_std_w" in out else [None] * n
-        return [Pr(mode=Pm(cores=int(c), cpu_mhz=f1, gpu_mhz=f2, emc_mhz=f3), batch_size=bs, time_ms=tt, power_w=pp,
-                   time_std_ms=tsd, power_std_w=psd)
-                for (c, f1, f2, f3), bs, tt, pp, tsd, psd in zip(m, b, t, p, ts, ps, strict=True)]
-    return [Pr(mode=Pm(cores=int(c), cpu_mhz=f1, gpu_mhz=f2, emc_mhz=f3), batch_size=bs, time_ms=tt, power_w=pp)
-            for (c, f1, f2, f3), bs, tt, pp in zip(m, b, t, p, strict=True)]
 
 
 def efficiency_to_proto(passes_by_batch: Mapping[int, float],

@@ -22,6 +22,7 @@ from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto, optional_value
+from edgetune.proto.tables import PredictionArrays, table_to_proto
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics
@@ -149,12 +150,14 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         x_batch = np.tile(np.asarray(sizes, dtype=np.int64), len(modes))
         x = mode_features(x_modes, x_batch, model.columns)
         out = self.models.predict(loaded, x, cache_key)
-        total = len(x)
+        rows = PredictionArrays(x_modes, x_batch, out["time_ms"], out["power_w"], out.get("time_std_ms"),
+                                out.get("power_std_w"))
+        total = len(rows)
         metrics.PREDICTED_ROWS.inc(total)
         for start in range(0, total, chunk):
             stop = min(start + chunk, total)
-            yield estimator_pb2.PredictResponse(
-                predictions=convert.prediction_chunk(x_modes, x_batch, out, start, stop), offset=start, total=total)
+            yield estimator_pb2.PredictResponse(table=table_to_proto(rows.slice(start, stop)), offset=start,
+                                                total=total)
 
     @staticmethod
     def _batch_sizes(requested, model) -> list[int]:

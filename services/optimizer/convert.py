@@ -2,7 +2,7 @@
 
 Every reader validates what the library would otherwise reject without a row number, and
 raises :class:`~edgetune.errors.InvalidArgument` naming the request field
-(``candidates.table.rows[3].power_w``, ``budgets.arrival_rps``, ``lut[2].mode_id``).
+(``candidates.table.power_w[3]``, ``budgets.arrival_rps``, ``lut[2].mode_id``).
 
 ``risk`` means what it means in the library and on the CLI: the probability that the chosen
 row's power exceeds the budget under the predictive distribution (0 on the wire: means only).
@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -34,12 +33,13 @@ from edgetune.proto.convert import (
     optional_value,
     role_from_proto,
 )
+from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2
 from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.sessions import Told, space_ref
 
 ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator service, which this optimizer "
-                     "is not connected to; send the candidate rows inline (candidates.table.rows)")
+                     "is not connected to; send the candidates inline (candidates.table)")
 
 
 # --- scalars ----------------------------------------------------------------------------------------
@@ -85,68 +85,42 @@ def required_budget(budgets: common_pb2.Budgets, name: str) -> float:
 # --- candidate tables -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rows:
-    """Inline candidate rows, checked: the messages (echoed back by ParetoFront) and library arrays."""
+    """Inline candidate rows, checked: the table's arrays (echoed back by ParetoFront and
+    NextProfiles) and the library's candidates."""
 
-    messages: list[common_pb2.Prediction]
-    mode_array: np.ndarray  # (n, 4): cores, cpu_mhz, gpu_mhz, emc_mhz
-    batch_size: np.ndarray
+    arrays: PredictionArrays
     cands: Candidates
 
+    @property
+    def mode_array(self) -> np.ndarray:
+        """(n, 4): cores, cpu_mhz, gpu_mhz, emc_mhz."""
+        return self.arrays.modes
+
+    @property
+    def batch_size(self) -> np.ndarray:
+        return self.arrays.batch_size
+
     def mode(self, i: int) -> PowerMode:
-        c, cpu, gpu, emc = self.mode_array[i]
-        return PowerMode(int(c), float(cpu), float(gpu), float(emc))
+        return self.arrays.mode(i)
 
-    def modes(self) -> list[PowerMode]:
-        return [self.mode(i) for i in range(len(self.messages))]
-
-
-def _column(rows: Sequence[Any], get: Any, dtype: Any = float) -> np.ndarray:
-    return np.fromiter((get(r) for r in rows), dtype, len(rows))
-
-
-def _first(bad: np.ndarray) -> int | None:
-    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+    def table(self, index: Sequence[int] | np.ndarray) -> common_pb2.PredictionTable:
+        """The rows at ``index`` (in that order) as a table message."""
+        return table_to_proto(self.arrays.take(index))
 
 
 def rows_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Rows:
-    """The inline rows of ``candidates``; a model reference is FAILED_PRECONDITION (no estimator).
+    """The inline table of ``candidates``; a model reference is FAILED_PRECONDITION (no estimator).
 
-    Checked column-wise (a full grid is tens of thousands of rows); the first bad row is then
-    re-checked alone, which raises the error naming it.
+    Checked column-wise by :func:`edgetune.proto.tables.table_from_proto`, which names the bad
+    column and row (``candidates.table.time_ms[3]``). Rows without a std use their mean.
     """
     source = candidates.WhichOneof("source")
     if source is None:
-        raise InvalidArgument(field, "no candidates given", f"{field}.table.rows, or {field}.model")
+        raise InvalidArgument(field, "no candidates given", f"{field}.table, or {field}.model")
     if source == "model":
         raise FailedPrecondition(f"{field}.model: {ESTIMATOR_MISSING}")
-    rows = list(candidates.table.rows)
-    prefix = f"{field}.table.rows"
-    if not rows:
-        raise InvalidArgument(prefix, "is empty", "at least one row")
-    modes = np.array([(r.mode.cores, r.mode.cpu_mhz, r.mode.gpu_mhz, r.mode.emc_mhz) for r in rows], dtype=float)
-    i = _first((modes[:, 0] < 1) | ~(np.isfinite(modes[:, 1:]) & (modes[:, 1:] > 0)).all(axis=1))
-    if i is not None:
-        mode_from_proto(rows[i].mode, f"{prefix}[{i}].mode")
-    batch = _column(rows, lambda r: r.batch_size, np.int64)
-    i = _first(batch < 0)
-    if i is not None:
-        raise InvalidArgument(f"{prefix}[{i}].batch_size", f"{batch[i]} is negative", ">= 1, or 0 when not applicable")
-    columns: dict[str, np.ndarray | None] = {}
-    # Rows without a std use their mean (std 0), as the proto says.
-    for name, allowed, positive, optional in (("time_ms", "> 0 ms", True, False), ("power_w", ">= 0 W", False, False),
-                                              ("time_std_ms", ">= 0 ms", False, True),
-                                              ("power_std_w", ">= 0 W", False, True)):
-        if optional and not any(r.HasField(name) for r in rows):
-            columns[name] = None
-            continue
-        values = _column(rows, lambda r, n=name: getattr(r, n))
-        i = _first(~(np.isfinite(values) & ((values > 0) if positive else (values >= 0))))
-        if i is not None:
-            finite(values[i], f"{prefix}[{i}].{name}", allowed, positive=positive)
-        columns[name] = values
-    cands = Candidates(columns["time_ms"], columns["power_w"], columns["time_std_ms"],  # type: ignore[arg-type]
-                       columns["power_std_w"])
-    return Rows(rows, modes, batch, cands)
+    arrays = table_from_proto(candidates.table, f"{field}.table")
+    return Rows(arrays, Candidates(arrays.time_ms, arrays.power_w, arrays.time_std_ms, arrays.power_std_w))
 
 
 # --- decisions --------------------------------------------------------------------------------------
@@ -228,12 +202,12 @@ def concurrent_from_proto(
     train_sizes = sorted({int(b) for b in train.batch_size})
     if len(train_sizes) > 1:
         sizes = ", ".join(map(str, train_sizes))
-        raise InvalidArgument("train.table.rows", f"several training batch sizes ({sizes}); the training "
+        raise InvalidArgument("train.table.batch_size", f"several training batch sizes ({sizes}); the training "
                               "minibatch size is the user's, not tuned", "one batch size")
     for name, rows in (("train", train), ("infer", infer)):
         if (rows.batch_size <= 0).any():
             i = int(np.flatnonzero(rows.batch_size <= 0)[0])
-            raise InvalidArgument(f"{name}.table.rows[{i}].batch_size", "is not set", ">= 1")
+            raise InvalidArgument(f"{name}.table.batch_size[{i}]", "is not set", ">= 1")
     b = request.budgets
     problem = P.ConcurrentProblem(
         required_budget(b, "power_budget_w"),
@@ -243,15 +217,17 @@ def concurrent_from_proto(
     obs = P.Observations()
     for role, name, rows in ((P.ROLE_TRAIN, "train", train), (P.ROLE_INFER, "infer", infer)):
         seen: dict[tuple, int] = {}
-        for i, (mode, bs, msg) in enumerate(zip(rows.modes(), rows.batch_size, rows.messages, strict=True)):
-            key = (mode.as_tuple(), int(bs))
+        a = rows.arrays
+        for i, (mode, bs, t, p) in enumerate(zip(a.modes.tolist(), a.batch_size.tolist(), a.time_ms.tolist(),
+                                                  a.power_w.tolist(), strict=True)):
+            key = (tuple(mode), int(bs))
             if key in seen:
-                raise InvalidArgument(f"{name}.table.rows[{i}]", f"repeats {name}.table.rows[{seen[key]}] "
+                raise InvalidArgument(f"{name}.table[{i}]", f"repeats {name}.table[{seen[key]}] "
                                       "(same mode and batch size)", "one row per (mode, batch size)")
             seen[key] = i
-            obs.add(mode, role, int(bs), P.Point(msg.time_ms, msg.power_w))
-    if not {m.as_tuple() for m in train.modes()} & {m.as_tuple() for m in infer.modes()}:
-        raise InvalidArgument("infer.table.rows", "no mode appears in both the training and the inference rows",
+            obs.add(a.mode(i), role, int(bs), P.Point(t, p))
+    if not {tuple(m) for m in train.mode_array.tolist()} & {tuple(m) for m in infer.mode_array.tolist()}:
+        raise InvalidArgument("infer.table", "no mode appears in both the training and the inference rows",
                               "rows of the same modes in train and infer")
     return problem, obs
 

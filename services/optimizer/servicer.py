@@ -48,8 +48,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         time_ms = c.time_ms + z * c.time_std_ms if (z and c.time_std_ms is not None) else c.time_ms
         power_w = c.power_bound_w(risk)
         order = pareto_front(time_ms, power_w)[::-1]  # by ascending power (descending time)
-        return optimizer_pb2.ParetoFrontResponse(front=[rows.messages[i] for i in order],
-                                                 indices=[int(i) for i in order])
+        return optimizer_pb2.ParetoFrontResponse(front=rows.table(order), indices=[int(i) for i in order])
 
     @map_errors
     def Select(self, request, context):
@@ -95,7 +94,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     def NextProfiles(self, request, context):
         rows = convert.rows_from_proto(request.candidates)
         if len(set(rows.batch_size.tolist())) > 1:
-            raise InvalidArgument("candidates.table.rows", "hold several batch sizes",
+            raise InvalidArgument("candidates.table.batch_size", "holds several batch sizes",
                                   "the predictions of one batch size")
         where = {tuple(m): i for i, m in enumerate(rows.mode_array.tolist())}
         done = [where[k] for k in {(m.cores, m.cpu_mhz, m.gpu_mhz, m.emc_mhz) for m in request.profiled}
@@ -108,8 +107,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
         except InvalidArgument as exc:  # name the request's fields
             fields = {"k": "count", "power_range_w": "power_low_w, power_high_w"}
             raise exc.renamed(fields.get(exc.field, exc.field)) from None
-        return optimizer_pb2.NextProfilesResponse(picks=[rows.messages[i] for i in picks],
-                                                  indices=[int(i) for i in picks])
+        return optimizer_pb2.NextProfilesResponse(picks=rows.table(picks), indices=[int(i) for i in picks])
 
     # -- search sessions --------------------------------------------------------------------------------
     @map_errors

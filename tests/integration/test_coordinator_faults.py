@@ -27,10 +27,9 @@ from edgetune.services.coordinator.server import create_coordinator, start
 
 pytestmark = pytest.mark.integration
 
-OPTIONS = [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=12, cpu_mhz=2201.6, gpu_mhz=1300.5, emc_mhz=3199.0),
-                                 batch_size=32, time_ms=100.0, power_w=42.0),
-           common_pb2.Prediction(mode=common_pb2.PowerMode(cores=8, cpu_mhz=1728.0, gpu_mhz=930.75, emc_mhz=3199.0),
-                                 batch_size=32, time_ms=150.0, power_w=30.0)]
+OPTIONS = common_pb2.PredictionTable(cores=[12, 8], cpu_mhz=[2201.6, 1728.0], gpu_mhz=[1300.5, 930.75],
+                                     emc_mhz=[3199.0, 3199.0], batch_size=[32, 32], time_ms=[100.0, 150.0],
+                                     power_w=[42.0, 30.0])
 
 
 def _plan(ids) -> coordinator_pb2.PlanRoundRequest:

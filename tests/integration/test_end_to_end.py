@@ -33,6 +33,7 @@ from edgetune.coordination.localcluster import LocalCluster
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto
+from edgetune.proto.tables import PredictionArrays, table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -119,13 +120,11 @@ def _optimizer_makespan(address: str, options, budgets_w) -> float:
     with grpc.insecure_channel(address) as channel:
         stub = optimizer_pb2_grpc.OptimizerStub(channel)
         for node_id, table in options.items():
-            rows = [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=m[0], cpu_mhz=m[1], gpu_mhz=m[2],
-                                                                    emc_mhz=m[3]),
-                                          batch_size=b, time_ms=1000 * _round_time_s(options, node_id, (m, b)),
-                                          power_w=p)
+            rows = [{"cores": m[0], "cpu_mhz": m[1], "gpu_mhz": m[2], "emc_mhz": m[3], "batch_size": b,
+                     "time_ms": 1000 * _round_time_s(options, node_id, (m, b)), "power_w": p}
                     for (m, b), (_t, p) in table.items()]
             reply = stub.Select(optimizer_pb2.SelectRequest(
-                candidates=optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=rows)),
+                candidates=optimizer_pb2.Candidates(table=table_to_proto(PredictionArrays.from_rows(rows))),
                 objective=optimizer_pb2.OBJECTIVE_MIN_TIME,
                 budgets=common_pb2.Budgets(power_budget_w=budgets_w[node_id])), timeout=30)
             decision = reply.decisions[0]

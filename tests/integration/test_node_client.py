@@ -36,11 +36,10 @@ NPM = shutil.which("npm")
 if NODE is None or NPM is None:
     pytest.skip("node and npm are needed to test the Node.js client (clients/node)", allow_module_level=True)
 
-M, P = common_pb2.PowerMode, common_pb2.Prediction
-# orin-agx table values: under the node's 25 W budget only the second option fits.
-FAST = P(mode=M(cores=12, cpu_mhz=2201.6, gpu_mhz=1300.5, emc_mhz=3199.0), batch_size=32, time_ms=100.0, power_w=42.0)
-FRUGAL = P(mode=M(cores=4, cpu_mhz=1190.4, gpu_mhz=624.75, emc_mhz=2133.0), batch_size=16, time_ms=180.0,
-           power_w=19.5)
+# orin-agx table values, one column each (FAST, FRUGAL): under the node's 25 W budget only FRUGAL fits.
+OPTIONS = common_pb2.PredictionTable(cores=[12, 4], cpu_mhz=[2201.6, 1190.4], gpu_mhz=[1300.5, 624.75],
+                                     emc_mhz=[3199.0, 2133.0], batch_size=[32, 16], time_ms=[100.0, 180.0],
+                                     power_w=[42.0, 19.5])
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +146,7 @@ def test_register_plan_then_read_and_watch_the_config(coordinator):
     # Plan a one-node round with inline options; the 25 W budget registered by Node rules out FAST.
     plan = stub.PlanRound(coordinator_pb2.PlanRoundRequest(
         round_id="node-r1", apply=True, workload=common_pb2.Workload(name="resnet18", role=common_pb2.ROLE_TRAIN),
-        nodes=[coordinator_pb2.NodeRound(node_id="jetson-7", samples=320, options=[FAST, FRUGAL])]), timeout=30)
+        nodes=[coordinator_pb2.NodeRound(node_id="jetson-7", samples=320, options=OPTIONS)]), timeout=30)
     assert plan.feasible, plan.reason
 
     cfg = ok_json(node_cli(address, "config", "--node-id", "jetson-7"))

@@ -29,10 +29,11 @@ TIMES_MS = [100.0, 150.0, 260.0]
 POWERS_W = [42.0, 30.0, 16.0]  # the middle point costs more energy than the fast one
 
 
-def _options(scale: float = 1.0) -> list[common_pb2.Prediction]:
-    return [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=c, cpu_mhz=cpu, gpu_mhz=gpu, emc_mhz=emc),
-                                  batch_size=32, time_ms=t * scale, power_w=p)
-            for (c, cpu, gpu, emc), t, p in zip(MODES, TIMES_MS, POWERS_W, strict=True)]
+def _options(scale: float = 1.0) -> common_pb2.PredictionTable:
+    return common_pb2.PredictionTable(cores=[m[0] for m in MODES], cpu_mhz=[m[1] for m in MODES],
+                                      gpu_mhz=[m[2] for m in MODES], emc_mhz=[m[3] for m in MODES],
+                                      batch_size=[32] * len(MODES), time_ms=[t * scale for t in TIMES_MS],
+                                      power_w=POWERS_W)
 
 
 @pytest.fixture
@@ -185,9 +186,13 @@ def test_errors_name_the_field(leader):
     assert code == grpc.StatusCode.NOT_FOUND and "nodes[1].node_id" in details
 
     bad = _plan_request(["a"])
-    bad.nodes[0].options[1].mode.gpu_mhz = 700.0
+    bad.nodes[0].options.gpu_mhz[1] = 700.0
     code, details = _code(stub.PlanRound, bad)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].options[1].mode.gpu_mhz" in details
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].options.gpu_mhz[1]" in details
+    bad = _plan_request(["a"])
+    bad.nodes[0].options.power_w[2] = float("nan")
+    code, details = _code(stub.PlanRound, bad)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].options.power_w[2]" in details
 
     bad = _plan_request(["a"])
     bad.nodes[0].samples = 0
@@ -195,7 +200,7 @@ def test_errors_name_the_field(leader):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "nodes[0].samples" in details
 
     no_options = _plan_request(["a"])
-    del no_options.nodes[0].options[:]
+    no_options.nodes[0].ClearField("options")
     code, details = _code(stub.PlanRound, no_options)
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "nodes[0].options" in details
 
@@ -224,7 +229,7 @@ def test_plan_from_stored_measurements(leader):
             for i, ((c, cpu, gpu, emc), t, p) in enumerate(zip(MODES, TIMES_MS, POWERS_W, strict=True))]
     coordinator.store.put_measurements([MeasurementRecord.from_row(r) for r in rows])
     req = _plan_request(["a"], apply=False)
-    del req.nodes[0].options[:]
+    req.nodes[0].ClearField("options")
     plan = stub.PlanRound(req)
     assert plan.feasible and plan.nodes[0].mode.cores == 8  # the fastest option within 30 W
     code, _ = _code(stub.GetNodeConfig, coordinator_pb2.GetNodeConfigRequest(node_id="a"))
@@ -283,10 +288,11 @@ def test_plan_round_batch_sizes_efficiency_and_energy_saved(leader):
     coordinator, stub = leader
     ids = [_register(stub, n) for n in ("a", "b")]
     req = _plan_request(ids, apply=False)
-    fast = _options()[0]
-    small = common_pb2.Prediction(mode=fast.mode, batch_size=8, time_ms=30.0, power_w=42.0)
-    for n in req.nodes:
-        n.options.append(small)  # b=8: 400 × 30 ms = 12 s, slower than b=32's 10 s ...
+    fast = MODES[0]
+    for n in req.nodes:  # b=8: 400 × 30 ms = 12 s, slower than b=32's 10 s ...
+        for column, value in zip(("cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size", "time_ms", "power_w"),
+                                 (*fast, 8, 30.0, 42.0), strict=True):
+            getattr(n.options, column).append(value)
     req.batch_efficiency.update({8: 0.5, 32: 1.0})  # ... unless b=8 needs half the samples: 6 s
     req.nodes[1].batch_sizes.append(32)  # b is fixed at 32 by the FL job
     plan = stub.PlanRound(req)

@@ -25,6 +25,7 @@ from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
+from edgetune.proto.tables import PredictionArrays, table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server
@@ -93,7 +94,7 @@ def fitted(estimator, reference_rows, small_rows):
 
 def _predict(stub, **kw):
     chunks = list(stub.Predict(estimator_pb2.PredictRequest(**kw)))
-    return chunks, [p for c in chunks for p in c.predictions]
+    return chunks, PredictionArrays.concat([table_from_proto(c.table, f"chunk[{i}]") for i, c in enumerate(chunks)])
 
 
 def _library_model(store, model_id: str) -> TimePowerModel:
@@ -136,16 +137,15 @@ def test_predict_fulcrum_grid_streams_in_order_and_matches_library(estimator, st
     chunks, preds = _predict(estimator, model_id=new.model_id, grid=common_pb2.GRID_FULCRUM, chunk_size=100)
     assert len(FULCRUM) == 441 and len(preds) == 441
     assert [c.offset for c in chunks] == list(range(0, 441, 100)) and all(c.total == 441 for c in chunks)
-    assert [len(c.predictions) for c in chunks] == [100, 100, 100, 100, 41]
-    got_modes = np.array([(p.mode.cores, p.mode.cpu_mhz, p.mode.gpu_mhz, p.mode.emc_mhz) for p in preds])
-    np.testing.assert_array_equal(got_modes, FULCRUM.array())
-    assert all(p.batch_size == 16 for p in preds)
-    assert all(p.HasField("time_std_ms") and p.HasField("power_std_w") for p in preds)
+    assert [len(c.table.time_ms) for c in chunks] == [100, 100, 100, 100, 41]
+    np.testing.assert_array_equal(preds.modes, FULCRUM.array())
+    assert (preds.batch_size == 16).all()
+    assert preds.time_std_ms is not None and preds.power_std_w is not None  # std columns: the model has std
     want = _grid_predictions(_library_model(store, new.model_id))
-    np.testing.assert_allclose([p.time_ms for p in preds], want["time_ms"], rtol=1e-12)
-    np.testing.assert_allclose([p.power_w for p in preds], want["power_w"], rtol=1e-12)
-    np.testing.assert_allclose([p.time_std_ms for p in preds], want["time_std_ms"], rtol=1e-12)
-    np.testing.assert_allclose([p.power_std_w for p in preds], want["power_std_w"], rtol=1e-12)
+    np.testing.assert_allclose(preds.time_ms, want["time_ms"], rtol=1e-12)
+    np.testing.assert_allclose(preds.power_w, want["power_w"], rtol=1e-12)
+    np.testing.assert_allclose(preds.time_std_ms, want["time_std_ms"], rtol=1e-12)
+    np.testing.assert_allclose(preds.power_std_w, want["power_std_w"], rtol=1e-12)
 
 
 def test_predict_explicit_modes_and_latest_version(estimator, store, fitted):
@@ -154,17 +154,18 @@ def test_predict_explicit_modes_and_latest_version(estimator, store, fitted):
     bare_id = ref.model_id.split("@")[0]  # no version: the latest
     _, preds = _predict(estimator, model_id=bare_id, modes=[common_pb2.PowerMode(
         cores=m.cores, cpu_mhz=m.cpu_mhz, gpu_mhz=m.gpu_mhz, emc_mhz=m.emc_mhz) for m in modes[::-1]])
-    assert [p.mode.cpu_mhz for p in preds] == [m.cpu_mhz for m in modes[::-1]]
-    assert not any(p.HasField("time_std_ms") for p in preds)
+    assert preds.modes[:, 1].tolist() == [m.cpu_mhz for m in modes[::-1]]
+    assert preds.time_std_ms is None and preds.power_std_w is None  # no std: empty std columns
     want = _library_model(store, ref.model_id).predict(np.array([m.as_tuple() for m in modes[::-1]]))
-    np.testing.assert_allclose([p.time_ms for p in preds], want["time_ms"], rtol=1e-12)
+    np.testing.assert_allclose(preds.time_ms, want["time_ms"], rtol=1e-12)
 
 
 def test_predict_full_grid_default_chunks(estimator, fitted):
     ref, _ = fitted
     chunks, preds = _predict(estimator, model_id=ref.model_id)  # GRID_UNSPECIFIED = full
     assert len(preds) == 18_096 and chunks[0].total == 18_096
-    assert len(chunks) == math.ceil(18_096 / 2048)
+    assert len(chunks) == math.ceil(18_096 / 8192)
+    assert max(c.ByteSize() for c in chunks) < 1 << 20  # columnar: 8,192 rows in well under gRPC's 4 MiB
 
 
 def test_fit_from_store_measurements(estimator, store, small_rows):
@@ -183,7 +184,7 @@ def test_restart_keeps_models(store, fitted):
         stub = estimator_pb2_grpc.EstimatorStub(channel)
         _, preds = _predict(stub, model_id=new.model_id, grid=common_pb2.GRID_FULCRUM)
         want = _grid_predictions(_library_model(store, new.model_id))
-        np.testing.assert_allclose([p.time_ms for p in preds], want["time_ms"], rtol=1e-12)
+        np.testing.assert_allclose(preds.time_ms, want["time_ms"], rtol=1e-12)
         listed = {m.model_id for m in stub.ListModels(estimator_pb2.ListModelsRequest()).models}
         assert {ref.model_id, new.model_id} <= listed
     finally:
@@ -316,6 +317,8 @@ def test_bad_inputs_name_the_field(estimator, fitted, reference_rows):
          grpc.StatusCode.INVALID_ARGUMENT, "batch_sizes[0]", "16"),
         (lambda: estimator.Predict(estimator_pb2.PredictRequest(model_id=ref.model_id, chunk_size=-1)),
          grpc.StatusCode.INVALID_ARGUMENT, "chunk_size", ""),
+        (lambda: estimator.Predict(estimator_pb2.PredictRequest(model_id=ref.model_id, chunk_size=32_769)),
+         grpc.StatusCode.INVALID_ARGUMENT, "chunk_size", "32768"),
         (lambda: estimator.EstimateBatchEfficiency(estimator_pb2.EstimateBatchEfficiencyRequest(
             observed=[common_pb2.BatchEfficiency(batch_size=0, passes_to_target=3)])),
          grpc.StatusCode.INVALID_ARGUMENT, "observed[0].batch_size", ""),

@@ -9,6 +9,7 @@ driven by a client that profiles the asked points on a ReplayDevice of a simulat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -37,7 +38,8 @@ from edgetune.optimization.strategies import SearchSpace, make_strategy, run_sea
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_from_proto, mode_to_proto, prediction_to_proto
+from edgetune.proto.convert import mode_from_proto, mode_to_proto
+from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.optimizer.metrics import REVISION_CONFLICTS
 from edgetune.services.optimizer.server import create_server
@@ -84,16 +86,11 @@ def truth():
     return ReplayDevice(Table(list(COLUMNS), train + infer)), train, infer
 
 
-def _rows(rows, power_std=None):
-    out = []
-    for i, r in enumerate(rows):
-        out.append(prediction_to_proto(PowerMode.from_mapping(r), r["batch_size"], r["time_ms"], r["power_w"],
-                                       power_std_w=None if power_std is None else float(power_std[i])))
-    return out
-
-
 def _table(rows, power_std=None) -> optimizer_pb2.Candidates:
-    return optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=_rows(rows, power_std)))
+    arrays = PredictionArrays.from_rows(rows)
+    if power_std is not None:
+        arrays = dataclasses.replace(arrays, power_std_w=np.asarray(power_std, dtype=float))
+    return optimizer_pb2.Candidates(table=table_to_proto(arrays))
 
 
 def _cands(rows, power_std=None) -> Candidates:
@@ -140,10 +137,12 @@ def test_pareto_front_equals_the_library(optimizer, truth):
     got = optimizer.ParetoFront(optimizer_pb2.ParetoFrontRequest(candidates=_table(rows)))
     want = pareto_front([r["time_ms"] for r in rows], [r["power_w"] for r in rows])[::-1]
     assert list(got.indices) == list(want) and len(want) > 5
-    assert [f.power_w for f in got.front] == sorted(f.power_w for f in got.front)  # ascending power
-    for msg, i in zip(got.front, got.indices, strict=True):
-        assert (msg.time_ms, msg.power_w, msg.batch_size) == (rows[i]["time_ms"], rows[i]["power_w"],
-                                                              rows[i]["batch_size"])
+    front = table_from_proto(got.front)
+    assert list(front.power_w) == sorted(front.power_w)  # ascending power
+    for j, i in enumerate(got.indices):
+        assert (front.time_ms[j], front.power_w[j], front.batch_size[j]) == (rows[i]["time_ms"], rows[i]["power_w"],
+                                                                             rows[i]["batch_size"])
+        assert front.mode(j) == PowerMode.from_mapping(rows[i])
     # std-aware: the front of the upper bounds
     std = np.linspace(0.0, 3.0, len(rows))
     got = optimizer.ParetoFront(optimizer_pb2.ParetoFrontRequest(candidates=_table(rows, std), risk=0.05))
@@ -161,10 +160,11 @@ def test_next_profiles_equals_the_library_and_names_bad_fields(optimizer):
     want = next_frontier_modes([r["time_ms"] for r in rows], [r["power_w"] for r in rows], list(range(0, len(rows), 30)),
                                4, power_range_w=(20, 40))
     assert list(got.indices) == list(want) and len(want) == 4
-    assert [mode_from_proto(p.mode) for p in got.picks] == [PowerMode.from_mapping(rows[i]) for i in want]
-    assert not {mode_from_proto(p.mode) for p in got.picks} & set(profiled)
+    picks = table_from_proto(got.picks)
+    assert [picks.mode(j) for j in range(len(picks))] == [PowerMode.from_mapping(rows[i]) for i in want]
+    assert not {picks.mode(j) for j in range(len(picks))} & set(profiled)
     # defaults: count 0 -> 5, no range -> any power
-    assert len(optimizer.NextProfiles(optimizer_pb2.NextProfilesRequest(candidates=_table(rows))).picks) == 5
+    assert len(optimizer.NextProfiles(optimizer_pb2.NextProfilesRequest(candidates=_table(rows))).picks.time_ms) == 5
     bad = optimizer_pb2.NextProfilesRequest(candidates=_table(rows), count=-1)
     _code(optimizer.NextProfiles, bad, grpc.StatusCode.INVALID_ARGUMENT, "count")
     bad = optimizer_pb2.NextProfilesRequest(candidates=_table(rows), power_low_w=40, power_high_w=20)
@@ -262,10 +262,13 @@ def test_risk_means_the_same_on_the_cli_and_over_grpc(optimizer, tmp_path):
                                             "--risk", "0.05", "--json"])
     assert cli.exit_code == 0, cli.output
     by_cli = json.loads(cli.stdout)
-    msgs = [common_pb2.Prediction(mode=common_pb2.PowerMode(cores=m[0], cpu_mhz=m[1], gpu_mhz=m[2], emc_mhz=m[3]),
-                                  batch_size=16, time_ms=t, power_w=p, power_std_w=s) for m, t, p, s in rows]
+    # The columns written out by hand: what a client in any language sends.
+    table = common_pb2.PredictionTable(cores=[m[0] for m, *_ in rows], cpu_mhz=[m[1] for m, *_ in rows],
+                                       gpu_mhz=[m[2] for m, *_ in rows], emc_mhz=[m[3] for m, *_ in rows],
+                                       batch_size=[16, 16], time_ms=[r[1] for r in rows],
+                                       power_w=[r[2] for r in rows], power_std_w=[r[3] for r in rows])
     d = optimizer.Select(optimizer_pb2.SelectRequest(
-        candidates=optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=msgs)),
+        candidates=optimizer_pb2.Candidates(table=table),
         budgets=common_pb2.Budgets(power_budget_w=21.5), risk=0.05)).decisions[0]
     assert by_cli["power_w"] == d.power_w == 12.0  # not the 21 W mode a multiplier of 0.05 would allow
     assert by_cli["mode"] == mode_from_proto(d.mode).as_dict()
@@ -685,14 +688,20 @@ def test_bad_input_names_the_field(optimizer, truth):
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, budgets=common_pb2.Budgets(time_budget_ms=float("nan"))),
           INVALID, "budgets.time_budget_ms")
     _code(sel, optimizer_pb2.SelectRequest(), INVALID, "candidates: no candidates given")
-    _code(sel, optimizer_pb2.SelectRequest(candidates=optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable())),
-          INVALID, "candidates.table.rows: is empty")
+    _code(sel, optimizer_pb2.SelectRequest(candidates=optimizer_pb2.Candidates(table=common_pb2.PredictionTable())),
+          INVALID, "candidates.table: is empty")
     bad = _table(train[:3])
-    bad.table.rows[1].time_ms = -5
-    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.rows[1].time_ms")
+    bad.table.time_ms[1] = -5
+    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.time_ms[1]")
     bad = _table(train[:3])
-    bad.table.rows[2].mode.cores = 0
-    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.rows[2].mode.cores")
+    bad.table.power_w[0] = float("nan")
+    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.power_w[0]")
+    bad = _table(train[:3])
+    bad.table.cores[2] = 0
+    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.cores[2]")
+    bad = _table(train[:3])
+    del bad.table.gpu_mhz[2]
+    _code(sel, optimizer_pb2.SelectRequest(candidates=bad), INVALID, "candidates.table.gpu_mhz: has 2 values")
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=-1), INVALID, "risk")
     # risk is a probability: the old multiplier (1.645) and anything past 0.5 are refused
     _code(sel, optimizer_pb2.SelectRequest(candidates=rows, risk=1.645), INVALID, "risk")
@@ -722,7 +731,7 @@ def test_bad_input_names_the_field(optimizer, truth):
     req = _concurrent_request(tr, inf)
     req.budgets.ClearField("latency_budget_ms")
     _code(conc, req, INVALID, "budgets.latency_budget_ms: is required")
-    _code(conc, _concurrent_request(tr + tr[:1], inf), INVALID, f"train.table.rows[{len(tr)}]")
+    _code(conc, _concurrent_request(tr + tr[:1], inf), INVALID, f"train.table[{len(tr)}]")
 
     start = optimizer.StartSearch
     good = _start_request("gmd-infer")

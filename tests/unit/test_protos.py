@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import shutil
 
+import numpy as np
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
@@ -13,7 +14,7 @@ from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
-from edgetune.proto import convert, generate
+from edgetune.proto import convert, generate, tables
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -104,9 +105,12 @@ def test_streamed_responses_carry_what_clients_need():
     profile_event = profiler_pb2.ProfileEvent.DESCRIPTOR
     assert {f.name for f in profile_event.oneofs_by_name["event"].fields} == {"progress", "measurement", "skipped"}
     predict = estimator_pb2.PredictResponse.DESCRIPTOR.fields_by_name
-    assert {"predictions", "offset", "total"} <= set(predict)
-    row = common_pb2.Prediction.DESCRIPTOR.fields_by_name
-    assert row["time_std_ms"].has_presence and row["power_std_w"].has_presence
+    assert {"table", "offset", "total"} <= set(predict) and predict["table"].message_type.name == "PredictionTable"
+    # Columnar: every column a packed repeated scalar (no per-row messages anywhere a table crosses the wire).
+    columns = common_pb2.PredictionTable.DESCRIPTOR.fields
+    assert all(f.is_repeated and f.type != FieldDescriptor.TYPE_MESSAGE
+               and f.is_packed for f in columns)
+    assert "Prediction" not in common_pb2.DESCRIPTOR.message_types_by_name
     watch = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].methods_by_name["WatchConfig"]
     assert watch.output_type.name == "NodeConfig"
     assert {"node_id", "revision", "mode", "batch_size", "workload", "valid_from"} <= set(
@@ -222,9 +226,80 @@ def test_budgets_and_optional_values():
     assert values["power_budget_w"] == 0.0 and values["deadline_s"] is None
 
 
-def test_prediction_leaves_missing_std_absent():
-    p = convert.prediction_to_proto(PowerMode(4, 422.4, 114.75, 665.0), 16, 490.0, 14.7, math.nan, 0.3)
-    assert not p.HasField("time_std_ms") and p.power_std_w == 0.3
+def _arrays(n: int = 5, std: bool = True) -> tables.PredictionArrays:
+    rng = np.random.default_rng(0)
+    modes = np.column_stack([rng.integers(1, 13, n), rng.uniform(100, 2200, n), rng.uniform(100, 1300, n),
+                             rng.uniform(200, 3200, n)])
+    return tables.PredictionArrays(modes, rng.integers(0, 65, n), rng.uniform(1, 500, n), rng.uniform(0, 60, n),
+                                   rng.uniform(0, 5, n) if std else None, rng.uniform(0, 2, n) if std else None)
+
+
+@pytest.mark.parametrize("std", [True, False])
+def test_prediction_table_round_trips_columns(std):
+    rows = _arrays(std=std)
+    msg = tables.table_to_proto(rows)
+    # Columnar on the wire: one packed repeated field per column, not a message per row.
+    assert list(msg.cores) == rows.modes[:, 0].astype(int).tolist() and len(msg.time_ms) == 5
+    back = tables.table_from_proto(common_pb2.PredictionTable.FromString(msg.SerializeToString()))
+    for name in ("modes", "batch_size", "time_ms", "power_w", "time_std_ms", "power_std_w"):
+        want, got = getattr(rows, name), getattr(back, name)
+        assert (got is None) == (not std and name.endswith(("std_ms", "std_w")))
+        if want is not None:
+            np.testing.assert_array_equal(got, want)
+    assert back.mode(2) == PowerMode(int(rows.modes[2, 0]), *map(float, rows.modes[2, 1:]))
+    assert len(back.take([4, 0])) == 2 and back.take([4, 0]).time_ms[0] == rows.time_ms[4]
+    joined = tables.PredictionArrays.concat([back.slice(0, 2), back.slice(2, 5)])
+    np.testing.assert_array_equal(joined.power_w, rows.power_w)
+
+
+@pytest.mark.parametrize(("column", "value", "field"), [
+    ("time_ms", math.nan, "cands.time_ms[3]"),
+    ("time_ms", 0.0, "cands.time_ms[3]"),
+    ("power_w", -1.0, "cands.power_w[3]"),
+    ("power_std_w", math.inf, "cands.power_std_w[3]"),
+    ("time_std_ms", -0.5, "cands.time_std_ms[3]"),
+    ("gpu_mhz", math.nan, "cands.gpu_mhz[3]"),
+    ("cores", 0, "cands.cores[3]"),
+    ("batch_size", -2, "cands.batch_size[3]"),
+])
+def test_prediction_table_refuses_bad_values_naming_column_and_row(column, value, field):
+    msg = tables.table_to_proto(_arrays())
+    getattr(msg, column)[3] = value
+    with pytest.raises(InvalidArgument) as info:
+        tables.table_from_proto(msg, "cands")
+    assert info.value.field == field
+
+
+def test_prediction_table_refuses_ragged_columns_and_empty():
+    msg = tables.table_to_proto(_arrays())
+    del msg.power_w[-1]
+    with pytest.raises(InvalidArgument) as info:
+        tables.table_from_proto(msg, "t")
+    assert info.value.field == "t.power_w" and "4 values" in info.value.message
+    msg = tables.table_to_proto(_arrays())
+    del msg.time_std_ms[0]
+    with pytest.raises(InvalidArgument) as info:
+        tables.table_from_proto(msg, "t")
+    assert info.value.field == "t.time_std_ms"
+    with pytest.raises(InvalidArgument, match="is empty"):
+        tables.table_from_proto(common_pb2.PredictionTable(), "t")
+    assert len(tables.table_from_proto(common_pb2.PredictionTable(), "t", allow_empty=True)) == 0
+
+
+def test_merge_tables_appends_every_column_in_order():
+    rows = _arrays(7)
+    chunks = [tables.table_to_proto(rows.slice(i, min(i + 3, 7))) for i in range(0, 7, 3)]
+    merged = tables.merge_tables(chunks)
+    assert merged == tables.table_to_proto(rows)
+    np.testing.assert_array_equal(tables.table_from_proto(merged).modes, rows.modes)
+
+
+def test_prediction_table_from_rows():
+    rows = [{"cores": 4, "cpu_mhz": 422.4, "gpu_mhz": 114.75, "emc_mhz": 665.0, "batch_size": 16, "time_ms": 490.0,
+             "power_w": 14.7, "power_std_w": 0.3}]
+    got = tables.PredictionArrays.from_rows(rows)
+    assert got.mode(0) == PowerMode(4, 422.4, 114.75, 665.0) and got.time_std_ms is None
+    assert got.power_std_w is not None and got.power_std_w.tolist() == [0.3]
 
 
 def test_decision_round_trips_the_contract_json():

@@ -95,7 +95,7 @@ def test_standby_and_bad_requests(setup):
         rounds.plan(_request("a", objective="fastest"))
     with pytest.raises(InvalidArgument, match=r"nodes\[1\].node_id"):
         rounds.plan(_request("aa"))
-    with pytest.raises(InvalidArgument, match=r"nodes\[0\].options\[1\].power_w"):
+    with pytest.raises(InvalidArgument, match=r"nodes\[0\].options.power_w\[1\]"):
         rounds.plan(_request("a", options=OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, -1.0)])))
     rounds.lease.release()
     with pytest.raises(NotLeader):

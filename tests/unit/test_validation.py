@@ -152,9 +152,9 @@ def test_prefixed_keeps_message_and_allowed():
 
 
 def test_service_field_prefix_nests_a_library_error():
-    with pytest.raises(InvalidArgument) as info, field_prefix("candidates.table.rows[2].mode"):
+    with pytest.raises(InvalidArgument) as info, field_prefix("modes[2]"):
         ORIN.validate(PowerMode(99, 2201.6, 1300.5, 3199.0))
-    assert info.value.field == "candidates.table.rows[2].mode.cores"
+    assert info.value.field == "modes[2].cores"
     assert info.value.allowed and "(allowed:" not in info.value.message  # not re-wrapped through its text
 
 
@@ -207,11 +207,9 @@ def optimizer():
 
 
 def _candidates() -> optimizer_pb2.Candidates:
-    rows = [common_pb2.Prediction(mode=mode_to_proto(PowerMode(12, 2201.6, 1300.5, 3199.0)), batch_size=16,
-                                  time_ms=60.0, power_w=51.1),
-            common_pb2.Prediction(mode=mode_to_proto(PowerMode(8, 1344.0, 727.0, 2133.0)), batch_size=16,
-                                  time_ms=100.0, power_w=20.0)]
-    return optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=rows))
+    return optimizer_pb2.Candidates(table=common_pb2.PredictionTable(
+        cores=[12, 8], cpu_mhz=[2201.6, 1344.0], gpu_mhz=[1300.5, 727.0], emc_mhz=[3199.0, 2133.0], batch_size=[16, 16],
+        time_ms=[60.0, 100.0], power_w=[51.1, 20.0]))
 
 
 @pytest.mark.parametrize("budget", [0.0, -3.0, NAN])

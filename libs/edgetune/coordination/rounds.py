@@ -488,15 +488,16 @@ def _positive(value: float, field_name: str) -> float:
 
 
 def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
-    """Options must be positive numbers and, when the node registered its tables, valid modes."""
+    """Options must be positive numbers and, when the node registered its tables, valid modes.
+    Errors name the column and row, as on the wire's PredictionTable (``nodes[0].options.power_w[1]``)."""
     for name in ("time_ms", "power_w"):
         values = getattr(options, name)
         bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
         if bad.size:
-            raise InvalidArgument(f"{at}.options[{int(bad[0])}].{name}", f"{values[bad[0]]!r}", "> 0")
+            raise InvalidArgument(f"{at}.options.{name}[{int(bad[0])}]", f"{values[bad[0]]!r}", "> 0")
     bad = np.flatnonzero(options.batch_size <= 0)
     if bad.size:
-        raise InvalidArgument(f"{at}.options[{int(bad[0])}].batch_size", f"{options.batch_size[bad[0]]}", ">= 1")
+        raise InvalidArgument(f"{at}.options.batch_size[{int(bad[0])}]", f"{options.batch_size[bad[0]]}", ">= 1")
     spec = record.spec
     if spec is None:
         return
@@ -506,7 +507,7 @@ def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
         try:
             spec.validate(PowerMode(int(row[0]), float(row[1]), float(row[2]), float(row[3])))
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{at}.options[{int(j)}].mode.{exc.field}",
+            raise InvalidArgument(f"{at}.options.{exc.field}[{int(j)}]",
                                   f"{exc.message} of node {record.node_id!r}", exc.allowed) from None
 
 

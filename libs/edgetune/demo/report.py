@@ -35,11 +35,11 @@ def plot_pareto(story: Story, path: Path) -> Path:
     rows = math.ceil(len(nodes) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, 4.4 * rows), squeeze=False)
     for ax, r in zip(axes.flat, nodes, strict=False):
-        p = np.array([x.power_w for x in r.predictions])
-        t = np.array([x.time_ms for x in r.predictions])
+        p = r.predictions.power_w if r.predictions is not None else np.empty(0)
+        t = r.predictions.time_ms if r.predictions is not None else np.empty(0)
         ax.scatter(p, t, s=2, c="0.82", label=f"predicted, all {len(p):,} grid modes")
-        fp = [x.power_w for x in r.front]
-        ft = [x.time_ms for x in r.front]
+        fp = r.front.power_w if r.front is not None else np.empty(0)
+        ft = r.front.time_ms if r.front is not None else np.empty(0)
         ax.plot(fp, ft, "-", c="tab:blue", lw=1.4, label=f"predicted Pareto front ({len(fp)})")
         ax.scatter([m.power_w for m in r.profiled], [m.time_ms for m in r.profiled], s=10, c="k", alpha=0.6,
                    label=f"measured, transfer set ({len(r.profiled)})")

@@ -7,6 +7,7 @@ import math
 import time
 
 import grpc
+import numpy as np
 
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
@@ -18,22 +19,22 @@ from edgetune.demo.story import (
     parallel,
     profile,
 )
+from edgetune.proto.tables import table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
     profiler_pb2,
 )
-from edgetune.tuning.remote import mode_msg
+from edgetune.tuning.records import Predictions
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
-def round_options(res: NodeResult) -> list[common_pb2.Prediction]:
+def round_options(res: NodeResult) -> Predictions:
     """The node's option table for the planner: modes not ruled out, with the safe (mean + z(1 − risk) σ,
-    calibrated) power (the tuner's :meth:`~edgetune.tuning.NodeTuner.option_table`)."""
+    calibrated) power as their power (the tuner's :meth:`~edgetune.tuning.NodeTuner.option_table`)."""
     assert res.tuner is not None
     table = res.tuner.option_table()
-    return [common_pb2.Prediction(mode=mode_msg(m), batch_size=int(b), time_ms=float(t), power_w=float(p))
-            for m, b, t, p in zip(table.modes, table.batch_size, table.time_ms, table.safe_power_w, strict=True)]
+    return Predictions(table.modes, table.batch_size, table.time_ms, table.safe_power_w)
 
 
 def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:
@@ -42,12 +43,13 @@ def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -
     for r in story.nodes.values():
         if only is not None and r.node.node_id != only:
             continue
-        opts = [p for p in round_options(r) if p.power_w <= budgets[r.node.node_id]]
-        if not opts:
+        opts = round_options(r)
+        fits = np.flatnonzero(opts.power_w <= budgets[r.node.node_id])
+        if not fits.size:
             continue
-        best = min(opts, key=lambda p: (p.time_ms, p.power_w))
-        t_s = math.ceil(r.node.samples / best.batch_size) * best.time_ms / 1000.0
-        total_e += t_s * best.power_w
+        best = int(fits[np.lexsort((opts.power_w[fits], opts.time_ms[fits]))[0]])  # least time, then power
+        t_s = math.ceil(r.node.samples / int(opts.batch_size[best])) * float(opts.time_ms[best]) / 1000.0
+        total_e += t_s * float(opts.power_w[best])
         makespan = max(makespan, t_s)
     return total_e, makespan
 
@@ -59,12 +61,13 @@ def plan(story: Story, objective: int, *, deadline_s: float | None = None, apply
     nodes = []
     for r in story.nodes.values():
         options = round_options(r)
-        if not any(o.power_w <= story.budgets[r.node.node_id] for o in options):  # nothing safe: planned around
+        if not (options.power_w <= story.budgets[r.node.node_id]).any():  # nothing safe: planned around
             note = f"left out of the round: no predicted mode fits {story.budgets[r.node.node_id]:g} W safely"
             if note not in r.notes:
                 r.notes.append(note)
             continue
-        nodes.append(coordinator_pb2.NodeRound(node_id=r.node.node_id, samples=r.node.samples, options=options))
+        nodes.append(coordinator_pb2.NodeRound(node_id=r.node.node_id, samples=r.node.samples,
+                                               options=table_to_proto(options)))
     budgets = common_pb2.Budgets()
     if deadline_s is not None:
         budgets.deadline_s = deadline_s

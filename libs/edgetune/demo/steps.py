@@ -19,7 +19,6 @@ from edgetune.demo.story import (
     NodeResult,
     Story,
     Tick,
-    candidates,
     energy_j,
     key,
     label,
@@ -42,7 +41,7 @@ from edgetune.proto.v1 import (
 )
 from edgetune.tuning import Decision, NodeTuner, Points
 from edgetune.tuning.records import mode_key
-from edgetune.tuning.remote import AgentMeasurer, OptimizerSelector, mode_msg, prediction_msgs
+from edgetune.tuning.remote import AgentMeasurer, OptimizerSelector, candidates, mode_msg, predictions
 
 
 # --- 1. discovery -----------------------------------------------------------------------------------
@@ -157,7 +156,7 @@ def estimate(story: Story, tick: Tick) -> str:
         res.tuner.base = story.references[node.device]
         pred = res.tuner.explore()
         res.model = res.tuner.model
-        res.predictions = prediction_msgs(pred)
+        res.predictions = pred
         with lock:
             done["transfer"] += 1
             tick("transfer", done["transfer"], len(story.fleet))
@@ -167,17 +166,20 @@ def estimate(story: Story, tick: Tick) -> str:
     parallel(devices, fit, workers=2)
     parallel(story.fleet, transfer, workers=2)
     acc = accuracy(story)
-    n_pred = sum(len(r.predictions) for r in story.nodes.values())
+    n_pred = sum(len(r.predictions or ()) for r in story.nodes.values())
     return (f"{len(devices)} reference models fitted, {len(story.fleet)} transfers; {n_pred:,} modes predicted; "
             f"held-out MAPE time {acc['time_mape']:.1f} %, power {acc['power_mape']:.1f} %")
 
 
 def held_out_pairs(res: NodeResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(predicted time, measured time, predicted power, measured power) over the held-out modes."""
-    pred = res.predicted()
-    pairs = [(pred[key(m.mode)], m) for m in res.held_out if key(m.mode) in pred]
-    return (np.array([p.time_ms for p, _ in pairs]), np.array([m.time_ms for _, m in pairs]),
-            np.array([p.power_w for p, _ in pairs]), np.array([m.power_w for _, m in pairs]))
+    at, pred = res.predicted(), res.predictions
+    pairs = [(at[key(m.mode)], m) for m in res.held_out if key(m.mode) in at]
+    if pred is None or not pairs:
+        return np.empty(0), np.empty(0), np.empty(0), np.empty(0)
+    rows = np.array([i for i, _ in pairs], dtype=np.int64)
+    return (pred.time_ms[rows], np.array([m.time_ms for _, m in pairs]),
+            pred.power_w[rows], np.array([m.power_w for _, m in pairs]))
 
 
 def accuracy(story: Story) -> dict[str, float]:
@@ -191,7 +193,7 @@ def estimation_rows(story: Story) -> list[dict]:
         pt, mt, pp, mp = held_out_pairs(r)
         rows.append({"node": r.node.node_id, "reference": story.references[r.node.device].model_id,
                      "model": r.model.model_id, "kind": r.model.kind or "?", "trained on": len(r.profiled),
-                     "predicted modes": len(r.predictions), "std": "yes" if r.model.has_std else "no",
+                     "predicted modes": len(r.predictions or ()), "std": "yes" if r.model.has_std else "no",
                      "time MAPE %": f"{mape_pct(pt, mt):.1f}", "power MAPE %": f"{mape_pct(pp, mp):.1f}",
                      "held-out power error (RMS) %": f"{100 * r.power_rel_err:.1f}"})
     return rows
@@ -201,12 +203,13 @@ def estimation_rows(story: Story) -> list[dict]:
 def pareto(story: Story) -> str:
     """The optimizer's time-power Pareto front of each node's predicted modes."""
     def run(res: NodeResult) -> None:
+        assert res.predictions is not None
         reply = story.suite.optimizer.ParetoFront(
             optimizer_pb2.ParetoFrontRequest(candidates=candidates(res.predictions)), timeout=RPC_TIMEOUT_S)
-        res.front = list(reply.front)
+        res.front = predictions(reply.front, "front")
 
     parallel(story.nodes.values(), run, workers=3)
-    sizes = ", ".join(f"{r.node.node_id} {len(r.front)}" for r in story.nodes.values())
+    sizes = ", ".join(f"{r.node.node_id} {len(r.front or ())}" for r in story.nodes.values())
     return f"Pareto-optimal modes out of each node's predicted grid: {sizes}"
 
 

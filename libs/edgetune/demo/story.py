@@ -17,10 +17,10 @@ from edgetune.demo.suite import Agent, NodeSpec, Suite
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
-    optimizer_pb2,
     profiler_pb2,
 )
 from edgetune.tuning import ModelRef, NodeTuner, TuningPolicy, default_policy
+from edgetune.tuning.records import Predictions, mode_key
 
 TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER
 RPC_TIMEOUT_S = 300.0
@@ -83,8 +83,10 @@ class NodeResult:
     stored: int = 0
     tuner: NodeTuner | None = None
     model: ModelRef | None = None
-    predictions: list[common_pb2.Prediction] = field(default_factory=list)
-    front: list[common_pb2.Prediction] = field(default_factory=list)
+    #: The transferred model's predictions of every grid mode, and the optimizer's front of them
+    #: (columns, as the columnar tables cross the wire).
+    predictions: Predictions | None = None
+    front: Predictions | None = None
     decision: common_pb2.Decision | None = None
     verified: common_pb2.Measurement | None = None
     attempts: int = 0
@@ -100,8 +102,10 @@ class NodeResult:
         """The tuner's error term (held-out calibration, widened by misses)."""
         return self.tuner.safety.power_rel_err if self.tuner is not None else 0.0
 
-    def predicted(self) -> dict[ModeKey, common_pb2.Prediction]:
-        return {key(p.mode): p for p in self.predictions}
+    def predicted(self) -> dict[ModeKey, int]:
+        """Each predicted mode's row in :attr:`predictions`."""
+        modes = self.predictions.modes if self.predictions is not None else np.empty((0, 4))
+        return {mode_key(m): i for i, m in enumerate(modes.tolist())}
 
     @property
     def within_budget(self) -> bool:
@@ -190,7 +194,3 @@ def preset_mode(preset: common_pb2.Preset) -> common_pb2.PowerMode:
 
 def mape_pct(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / np.abs(true)) * 100.0) if len(true) else math.nan
-
-
-def candidates(rows: list[common_pb2.Prediction]) -> optimizer_pb2.Candidates:
-    return optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=rows))

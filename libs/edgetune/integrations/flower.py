@@ -125,7 +125,7 @@ class PowerAwareStrategy(Strategy):
 
     ``workload``: the workload name the nodes' options are stored under (or a ``Workload``
     message); options come from the coordinator's stored measurements unless ``options``
-    (node id → ``Prediction`` messages) is given. ``objective``: ``makespan`` or ``energy``;
+    (node id → a ``PredictionTable``, e.g. ``edgetune.proto.tables.table_to_proto``) is given. ``objective``: ``makespan`` or ``energy``;
     ``deadline_s`` / ``site_power_budget_w``: the round's budgets (absent: the site's standing
     ones). ``node_ids`` (cid → node id) and ``samples`` (node id → samples this round)
     override what the clients report as properties.
@@ -135,7 +135,7 @@ class PowerAwareStrategy(Strategy):
                  role: Role | str = Role.TRAIN, objective: str = "makespan", deadline_s: float | None = None,
                  site_power_budget_w: float | None = None, node_ids: Mapping[str, str] | None = None,
                  samples: Mapping[str, int] | None = None,
-                 options: Callable[[str], Sequence[common_pb2.Prediction]] | None = None,
+                 options: Callable[[str], common_pb2.PredictionTable] | None = None,
                  round_prefix: str = "flower", timeout_s: float = RPC_TIMEOUT_S) -> None:
         super().__init__()
         self.strategy = strategy
@@ -230,7 +230,7 @@ class PowerAwareStrategy(Strategy):
         for c in clients:
             node = coordinator_pb2.NodeRound(node_id=c.node_id, samples=c.samples)
             if self.options is not None:
-                node.options.extend(self.options(c.node_id))
+                node.options.CopyFrom(self.options(c.node_id))
             nodes.append(node)
         request = coordinator_pb2.PlanRoundRequest(
             round_id=f"{self.round_prefix}-{server_round}", objective=self.objective, budgets=self.budgets,

@@ -3,7 +3,7 @@
 Services use these at their edges (request -> library call -> response) so that servicers
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
 (role, grid, strategy, problem, objective) to and from the library's string names,
-predictions and CONTRACT-style decision dicts to messages, profiling measurements to
+CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.tables`), profiling measurements to
 messages and back to profile-table rows, and a reader for ``optional`` scalars. Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
@@ -209,19 +209,6 @@ def budgets_to_dict(msg: common_pb2.Budgets) -> dict[str, float | None]:
 def budgets_from_dict(values: Mapping[str, float | None]) -> common_pb2.Budgets:
     """Budgets from a dict of field names; ``None`` values are left unset."""
     return common_pb2.Budgets(**{k: float(v) for k, v in values.items() if v is not None})
-
-
-def prediction_to_proto(mode: PowerMode, batch_size: int, time_ms: float, power_w: float,
-                        time_std_ms: float | None = None,
-                        power_std_w: float | None = None) -> common_pb2.Prediction:
-    msg = common_pb2.Prediction(mode=mode_to_proto(mode), batch_size=int(batch_size),
-                                time_ms=float(time_ms), power_w=float(power_w))
-    # NaN std means "no uncertainty" in numpy predictors: leave the field absent.
-    if time_std_ms is not None and math.isfinite(time_std_ms):
-        msg.time_std_ms = float(time_std_ms)
-    if power_std_w is not None and math.isfinite(power_std_w):
-        msg.power_std_w = float(power_std_w)
-    return msg
 
 
 def decision_from_dict(d: Mapping[str, Any]) -> common_pb2.Decision:

@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 
 from edgetune.proto.convert import ROLE
+from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     estimator_pb2,
@@ -56,17 +57,15 @@ def points(msgs: list[common_pb2.Measurement], device: str, workload: str, role:
                   np.asarray([m.time_ms for m in msgs]), np.asarray([m.power_w for m in msgs]), device, workload, role)
 
 
-def prediction_msgs(pool: Predictions) -> list[common_pb2.Prediction]:
-    out = []
-    for i, m in enumerate(pool.modes):
-        p = common_pb2.Prediction(mode=mode_msg(m), batch_size=int(pool.batch_size[i]),
-                                  time_ms=float(pool.time_ms[i]), power_w=float(pool.power_w[i]))
-        if pool.time_std_ms is not None:
-            p.time_std_ms = float(pool.time_std_ms[i])
-        if pool.power_std_w is not None:
-            p.power_std_w = float(pool.power_std_w[i])
-        out.append(p)
-    return out
+def candidates(pool: Predictions) -> optimizer_pb2.Candidates:
+    """``pool`` as inline candidates (a columnar table: :mod:`edgetune.proto.tables`)."""
+    return optimizer_pb2.Candidates(table=table_to_proto(pool))
+
+
+def predictions(table: common_pb2.PredictionTable, field: str = "table") -> Predictions:
+    """A table (a Predict chunk, a front) as the tuning workflow's predictions; checked."""
+    a = table_from_proto(table, field, allow_empty=True)
+    return Predictions(a.modes, a.batch_size, a.time_ms, a.power_w, a.time_std_ms, a.power_std_w)
 
 
 class AgentMeasurer:
@@ -135,15 +134,10 @@ class ServiceEstimator:
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
         request = estimator_pb2.PredictRequest(model_id=model.model_id, device=model.device,
                                                modes=[mode_msg(m) for m in modes], batch_sizes=[int(batch_size)])
-        rows: list[common_pb2.Prediction] = []
-        for chunk in self.stub.Predict(request, timeout=self.timeout_s):
-            rows.extend(chunk.predictions)
-        has_t = bool(rows) and rows[0].HasField("time_std_ms")
-        has_p = bool(rows) and rows[0].HasField("power_std_w")
-        return Predictions(mode_array(r.mode for r in rows), np.asarray([r.batch_size for r in rows]),
-                           np.asarray([r.time_ms for r in rows]), np.asarray([r.power_w for r in rows]),
-                           np.asarray([r.time_std_ms for r in rows]) if has_t else None,
-                           np.asarray([r.power_std_w for r in rows]) if has_p else None)
+        chunks = [table_from_proto(c.table, f"Predict chunk {c.offset}", allow_empty=True)
+                  for c in self.stub.Predict(request, timeout=self.timeout_s)]
+        a = PredictionArrays.concat(chunks)
+        return Predictions(a.modes, a.batch_size, a.time_ms, a.power_w, a.time_std_ms, a.power_std_w)
 
 
 class OptimizerSelector:
@@ -154,7 +148,7 @@ class OptimizerSelector:
 
     def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
         request = optimizer_pb2.SelectRequest(
-            candidates=optimizer_pb2.Candidates(table=optimizer_pb2.CandidateTable(rows=prediction_msgs(pool))),
+            candidates=candidates(pool),
             objective=OBJECTIVES[objective], budgets=common_pb2.Budgets(power_budget_w=power_budget_w), risk=risk)
         decision = self.stub.Select(request, timeout=self.timeout_s).decisions[0]
         if not decision.feasible:

@@ -425,49 +425,67 @@ class Budgets(_message.Message):
 Global___Budgets: _TypeAlias = Budgets  # noqa: Y015
 
 @_typing.final
-class Prediction(_message.Message):
-    """A predicted (or observed) operating point: one candidate for the optimizer."""
+class PredictionTable(_message.Message):
+    """Predicted (or observed) operating points, one column per quantity: row i is
+    (cores[i], cpu_mhz[i], gpu_mhz[i], emc_mhz[i], batch_size[i], time_ms[i], power_w[i]) and,
+    when the std columns are given, time_std_ms[i] / power_std_w[i]. Every given column has
+    the same length; an empty std column means "no std" (the predictor has no uncertainty).
+    Columnar (packed repeated scalars) because tables are large: all 18,096 Orin AGX modes
+    decode as nine arrays, not 18,096 nested messages. Readers refuse columns of unequal
+    length and NaN / negative values, naming the column and row (`time_ms[3]`).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    MODE_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    CPU_MHZ_FIELD_NUMBER: _builtins.int
+    GPU_MHZ_FIELD_NUMBER: _builtins.int
+    EMC_MHZ_FIELD_NUMBER: _builtins.int
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     TIME_MS_FIELD_NUMBER: _builtins.int
     POWER_W_FIELD_NUMBER: _builtins.int
     TIME_STD_MS_FIELD_NUMBER: _builtins.int
     POWER_STD_W_FIELD_NUMBER: _builtins.int
-    batch_size: _builtins.int
-    time_ms: _builtins.float
-    power_w: _builtins.float
-    time_std_ms: _builtins.float
-    """Predictive standard deviations, present when the predictor has uncertainty."""
-    power_std_w: _builtins.float
     @_builtins.property
-    def mode(self) -> Global___PowerMode: ...
+    def cores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def cpu_mhz(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def gpu_mhz(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def emc_mhz(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def batch_size(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def time_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def power_w(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def time_std_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Predictive standard deviations: empty, or one per row."""
+
+    @_builtins.property
+    def power_std_w(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
         self,
         *,
-        mode: Global___PowerMode | None = ...,
-        batch_size: _builtins.int = ...,
-        time_ms: _builtins.float = ...,
-        power_w: _builtins.float = ...,
-        time_std_ms: _builtins.float | None = ...,
-        power_std_w: _builtins.float | None = ...,
+        cores: _abc.Iterable[_builtins.int] | None = ...,
+        cpu_mhz: _abc.Iterable[_builtins.float] | None = ...,
+        gpu_mhz: _abc.Iterable[_builtins.float] | None = ...,
+        emc_mhz: _abc.Iterable[_builtins.float] | None = ...,
+        batch_size: _abc.Iterable[_builtins.int] | None = ...,
+        time_ms: _abc.Iterable[_builtins.float] | None = ...,
+        power_w: _abc.Iterable[_builtins.float] | None = ...,
+        time_std_ms: _abc.Iterable[_builtins.float] | None = ...,
+        power_std_w: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_power_std_w", b"_power_std_w", "_time_std_ms", b"_time_std_ms", "mode", b"mode", "power_std_w", b"power_std_w", "time_std_ms", b"time_std_ms"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_std_w", b"_power_std_w", "_time_std_ms", b"_time_std_ms", "batch_size", b"batch_size", "mode", b"mode", "power_std_w", b"power_std_w", "power_w", b"power_w", "time_ms", b"time_ms", "time_std_ms", b"time_std_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "cores", b"cores", "cpu_mhz", b"cpu_mhz", "emc_mhz", b"emc_mhz", "gpu_mhz", b"gpu_mhz", "power_std_w", b"power_std_w", "power_w", b"power_w", "time_ms", b"time_ms", "time_std_ms", b"time_std_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__power_std_w: _TypeAlias = _typing.Literal["power_std_w"]  # noqa: Y015
-    _WhichOneofArgType__power_std_w: _TypeAlias = _typing.Literal["_power_std_w", b"_power_std_w"]  # noqa: Y015
-    _WhichOneofReturnType__time_std_ms: _TypeAlias = _typing.Literal["time_std_ms"]  # noqa: Y015
-    _WhichOneofArgType__time_std_ms: _TypeAlias = _typing.Literal["_time_std_ms", b"_time_std_ms"]  # noqa: Y015
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__power_std_w) -> _WhichOneofReturnType__power_std_w | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_std_ms) -> _WhichOneofReturnType__time_std_ms | None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Prediction: _TypeAlias = Prediction  # noqa: Y015
+Global___PredictionTable: _TypeAlias = PredictionTable  # noqa: Y015
 
 @_typing.final
 class Decision(_message.Message):

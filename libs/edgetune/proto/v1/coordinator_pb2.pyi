@@ -295,9 +295,9 @@ class NodeRound(_message.Message):
     power_budget_w: _builtins.float
     """Overrides the node's registered budget."""
     @_builtins.property
-    def options(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]:
-        """The node's options (mode x batch size with time_ms, power_w); empty: the coordinator
-        uses its stored profiles / predictions for the node and workload.
+    def options(self) -> _common_pb2.PredictionTable:
+        """The node's options (mode x batch size with time_ms, power_w; std columns are ignored);
+        no rows: the coordinator uses its stored profiles / predictions for the node and workload.
         """
 
     @_builtins.property
@@ -317,11 +317,11 @@ class NodeRound(_message.Message):
         node_id: _builtins.str = ...,
         samples: _builtins.int = ...,
         power_budget_w: _builtins.float | None = ...,
-        options: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        options: _common_pb2.PredictionTable | None = ...,
         batch_sizes: _abc.Iterable[_builtins.int] | None = ...,
         batch_efficiency: _abc.Mapping[_builtins.int, _builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "power_budget_w", b"power_budget_w"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "options", b"options", "power_budget_w", b"power_budget_w"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "batch_efficiency", b"batch_efficiency", "batch_sizes", b"batch_sizes", "node_id", b"node_id", "options", b"options", "power_budget_w", b"power_budget_w", "samples", b"samples"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...

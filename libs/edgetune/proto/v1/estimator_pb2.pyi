@@ -301,7 +301,10 @@ class PredictRequest(_message.Message):
     """
     device: _builtins.str
     chunk_size: _builtins.int
-    """Rows per streamed chunk (0: server default, 2048)."""
+    """Rows per streamed chunk (0: server default, 8192). At most 32768: a table row is at
+    most ~66 bytes (seven columns and two std columns), so a chunk stays near 2 MB, under
+    gRPC's default 4 MiB message limit.
+    """
     @_builtins.property
     def modes(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PowerMode]:
         """Modes to predict, in this order ..."""
@@ -332,26 +335,28 @@ Global___PredictRequest: _TypeAlias = PredictRequest  # noqa: Y015
 class PredictResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    PREDICTIONS_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """Index of this chunk's first row in the whole result, and the total row count."""
     total: _builtins.int
     @_builtins.property
-    def predictions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]:
-        """Rows in request order (mode-major, then batch size), continuing the previous chunk."""
+    def table(self) -> _common_pb2.PredictionTable:
+        """Rows in request order (mode-major, then batch size), continuing the previous chunk;
+        std columns only when the model has std (ModelInfo.has_std).
+        """
 
     def __init__(
         self,
         *,
-        predictions: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        table: _common_pb2.PredictionTable | None = ...,
         offset: _builtins.int = ...,
         total: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["table", b"table"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "predictions", b"predictions", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "table", b"table", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -99,28 +99,6 @@ PROBLEM_CONCURRENT: Problem.ValueType  # 3
 Global___Problem: _TypeAlias = Problem  # noqa: Y015
 
 @_typing.final
-class CandidateTable(_message.Message):
-    """Candidates given inline."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ROWS_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def rows(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]: ...
-    def __init__(
-        self,
-        *,
-        rows: _abc.Iterable[_common_pb2.Prediction] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___CandidateTable: _TypeAlias = CandidateTable  # noqa: Y015
-
-@_typing.final
 class ModelCandidates(_message.Message):
     """Candidates the optimizer fetches from the estimator: model predictions on a grid."""
 
@@ -158,13 +136,15 @@ class Candidates(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def table(self) -> Global___CandidateTable: ...
+    def table(self) -> _common_pb2.PredictionTable:
+        """Candidates given inline, one column per quantity."""
+
     @_builtins.property
     def model(self) -> Global___ModelCandidates: ...
     def __init__(
         self,
         *,
-        table: Global___CandidateTable | None = ...,
+        table: _common_pb2.PredictionTable | None = ...,
         model: Global___ModelCandidates | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "source", b"source", "table", b"table"]  # noqa: Y015
@@ -241,7 +221,7 @@ class ParetoFrontResponse(_message.Message):
     FRONT_FIELD_NUMBER: _builtins.int
     INDICES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def front(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]:
+    def front(self) -> _common_pb2.PredictionTable:
         """Non-dominated rows by ascending power (descending time)."""
 
     @_builtins.property
@@ -251,10 +231,10 @@ class ParetoFrontResponse(_message.Message):
     def __init__(
         self,
         *,
-        front: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        front: _common_pb2.PredictionTable | None = ...,
         indices: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["front", b"front"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["front", b"front", "indices", b"indices"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -790,7 +770,7 @@ class NextProfilesRequest(_message.Message):
     power_high_w: _builtins.float
     @_builtins.property
     def candidates(self) -> Global___Candidates:
-        """The current predictions of every mode (inline rows, one batch size)."""
+        """The current predictions of every mode (an inline table, one batch size)."""
 
     @_builtins.property
     def profiled(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PowerMode]:
@@ -820,7 +800,7 @@ class NextProfilesResponse(_message.Message):
     PICKS_FIELD_NUMBER: _builtins.int
     INDICES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def picks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Prediction]:
+    def picks(self) -> _common_pb2.PredictionTable:
         """The picked rows in pick order, and their indices in the candidate table."""
 
     @_builtins.property
@@ -828,10 +808,10 @@ class NextProfilesResponse(_message.Message):
     def __init__(
         self,
         *,
-        picks: _abc.Iterable[_common_pb2.Prediction] | None = ...,
+        picks: _common_pb2.PredictionTable | None = ...,
         indices: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["picks", b"picks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["indices", b"indices", "picks", b"picks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
