@@ -326,7 +326,7 @@ def estimator_transfer_vs_gp() -> dict:
                 base: dict[str, float] = {}
                 for method, model in models.items():
                     pred = model.predict(x_val)
-                    case = {"workload": workload, "n": n, "method": method}
+                    case: dict[str, str | int | float] = {"workload": workload, "n": n, "method": method}
                     for target, std in (("time_ms", "time_std_ms"), ("power_w", "power_std_w")):
                         y = truth.column(target, float)
                         mape = mape_pct(pred[target], y)

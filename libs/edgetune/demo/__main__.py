@@ -27,6 +27,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -80,7 +81,7 @@ def _progress(console: Console) -> Progress:
 
 
 def _ticker(progress: Progress, labels: dict[str, str]) -> Tick:
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def tick(name: str, done: int, total: int) -> None:
         if name not in tasks:
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[RUN_ENV] = sup.run_id
     restore_signals = install_signal_handlers()
     suite = story = None
+    page: Path | None = None  # the report, once this run wrote it
     rc, failure = 0, ""
     runner = Runner(console)
     summary: dict = {"args": vars(args), "run_id": sup.run_id, "fleet": [vars(n) for n in fleet]}
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"estimation by the {suite.estimator.where}")
 
         runner.step("Start the suite", start)
+        assert suite is not None  # start() set it or raised
         _table(console, "Processes", suite.rows())
         story = Story(suite, options, fleet)
         runner.step("Discovery: GetDevice per agent, ListNodes on the coordinator", steps.discover, story)
@@ -286,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         from edgetune.demo import report
 
         report.write_json(out / "summary.json", summary)
-    console.print(f"{'Done' if rc == 0 else 'Stopped'} in {total:.0f} s. Report: {out.resolve() / 'index.html'}")
+    # Say what this run wrote, not where a report would be: a stop before the report step writes none.
+    if page is not None:
+        console.print(f"{'Done' if rc == 0 else 'Stopped'} in {total:.0f} s. Report: {page.resolve()}")
+    else:
+        console.print(f"Stopped in {total:.0f} s before the report was written; the services' logs are in "
+                      f"{sup.log_dir.resolve()}")
     return rc
 
 

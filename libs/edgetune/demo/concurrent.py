@@ -35,7 +35,7 @@ def concurrent_search(story: Story, tick: Tick) -> str:
         asked = opt.Ask(optimizer_pb2.AskRequest(session_id=session.session_id), timeout=RPC_TIMEOUT_S)
         if asked.done or not asked.points:
             break
-        groups: dict[tuple[int, str, int], list[common_pb2.PowerMode]] = {}
+        groups: dict[tuple[common_pb2.Role.ValueType, str, int], list[common_pb2.PowerMode]] = {}
         for p in asked.points:
             groups.setdefault((p.role, p.workload, p.batch_size), []).append(p.mode)
         told = []

@@ -191,11 +191,28 @@ def write_json(path: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+def cell(value: Any) -> str:
+    """A value as people read it: yes / no, numbers rounded to 4 significant digits, lists as comma-separated
+    text, nested records as key: value pairs, nothing as a dash."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(cell(v) for v in value) or "–"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {cell(v)}" for k, v in value.items()) or "–"
+    return str(value)
+
+
 def _table(rows: list[dict]) -> str:
     if not rows:
         return "<p>none</p>"
     head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in r.values()) + "</tr>"
+                   for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

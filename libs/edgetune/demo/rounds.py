@@ -54,8 +54,8 @@ def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -
     return total_e, makespan
 
 
-def plan(story: Story, objective: int, *, deadline_s: float | None = None, apply: bool = False,
-         round_id: str = "", must: bool = True) -> coordinator_pb2.PlanRoundResponse:
+def plan(story: Story, objective: coordinator_pb2.RoundObjective.ValueType, *, deadline_s: float | None = None,
+         apply: bool = False, round_id: str = "", must: bool = True) -> coordinator_pb2.PlanRoundResponse:
     """PlanRound with every node's samples and predicted options. Re-planning an applied round under
     its own ``round_id`` changes only the configs whose mode or batch size changed."""
     nodes = []

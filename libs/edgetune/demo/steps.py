@@ -75,9 +75,10 @@ def discovery_rows(story: Story) -> list[dict]:
     rows = []
     for r in story.nodes.values():
         info = listed.get(r.node.node_id)
-        rows.append({"node": r.node.node_id, "device": r.spec.display_name, "backend": r.backend,
-                     "address": r.address, "cores": max(r.spec.core_counts),
-                     "clocks (cpu/gpu/emc)": f"{len(r.spec.cpu_mhz)}/{len(r.spec.gpu_mhz)}/{len(r.spec.emc_mhz)}",
+        spec = r.device_spec
+        rows.append({"node": r.node.node_id, "device": spec.display_name, "backend": r.backend,
+                     "address": r.address, "cores": max(spec.core_counts),
+                     "clocks (cpu/gpu/emc)": f"{len(spec.cpu_mhz)}/{len(spec.gpu_mhz)}/{len(spec.emc_mhz)}",
                      "PowerTrain modes": r.grid_modes, "budget W": f"{r.node.budget_w:g}",
                      "state": info.state if info else "?"})
     return rows
@@ -192,8 +193,8 @@ def estimation_rows(story: Story) -> list[dict]:
     for r in story.nodes.values():
         pt, mt, pp, mp = held_out_pairs(r)
         rows.append({"node": r.node.node_id, "reference": story.references[r.node.device].model_id,
-                     "model": r.model.model_id, "kind": r.model.kind or "?", "trained on": len(r.profiled),
-                     "predicted modes": len(r.predictions or ()), "std": "yes" if r.model.has_std else "no",
+                     "model": r.model_ref.model_id, "kind": r.model_ref.kind or "?", "trained on": len(r.profiled),
+                     "predicted modes": len(r.predictions or ()), "std": "yes" if r.model_ref.has_std else "no",
                      "time MAPE %": f"{mape_pct(pt, mt):.1f}", "power MAPE %": f"{mape_pct(pp, mp):.1f}",
                      "held-out power error (RMS) %": f"{100 * r.power_rel_err:.1f}"})
     return rows
@@ -225,8 +226,8 @@ def select_and_verify(story: Story, tick: Tick) -> str:
     def run(res: NodeResult) -> None:
         node, agent = res.node, story.agent(res.node.node_id)
         assert res.tuner is not None
-        baselines = [maxn_mode(res.spec)]
-        preset = operator_preset(res.spec, node.budget_w)
+        baselines = [maxn_mode(res.device_spec)]
+        preset = operator_preset(res.device_spec, node.budget_w)
         if preset is not None:
             res.preset_name = preset.name
             baselines.append(preset_mode(preset))

@@ -98,6 +98,20 @@ class NodeResult:
     config_checks: list[dict] = field(default_factory=list)
 
     @property
+    def device_spec(self) -> common_pb2.DeviceSpec:
+        """The spec discovery found (GetDevice); the later steps need it."""
+        if self.spec is None:
+            raise RuntimeError(f"{self.node.node_id}: no device spec (discovery did not run)")
+        return self.spec
+
+    @property
+    def model_ref(self) -> ModelRef:
+        """The transferred model; the steps after estimation need it."""
+        if self.model is None:
+            raise RuntimeError(f"{self.node.node_id}: no model (estimation did not run)")
+        return self.model
+
+    @property
     def power_rel_err(self) -> float:
         """The tuner's error term (held-out calibration, widened by misses)."""
         return self.tuner.safety.power_rel_err if self.tuner is not None else 0.0
@@ -148,7 +162,7 @@ class Story:
         assert self.policy is not None
         return self.policy
 
-    def workload(self, role: int = TRAIN, name: str | None = None, batch: int | None = None) -> common_pb2.Workload:
+    def workload(self, role: common_pb2.Role.ValueType = TRAIN, name: str | None = None, batch: int | None = None) -> common_pb2.Workload:
         return common_pb2.Workload(name=name or self.options.workload, role=role,
                                    batch_size=batch or self.options.batch_size)
 

@@ -65,10 +65,14 @@ class Suite:
 
     @property
     def supervisor(self) -> Supervisor:
+        if self.cluster.supervisor is None:
+            raise RuntimeError("the demo's cluster is not started")
         return self.cluster.supervisor
 
     @property
     def store(self) -> Store:
+        if self.cluster.store is None:
+            raise RuntimeError("the demo's cluster is not started")
         return self.cluster.store
 
     def rows(self) -> list[dict]:
@@ -138,6 +142,8 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
 
         estimator = LibraryEstimator()
         estimator.where = "estimation library in-process (no estimator service in this checkout)"
+    if cluster.coordinator is None:
+        raise RuntimeError("the demo's cluster started no coordinator")
     coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 
