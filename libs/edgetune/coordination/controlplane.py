@@ -37,6 +37,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import SPECS, get_spec
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
+from edgetune.tuning.protocols import reference_model_id
 
 NODES_ALLOWED = "DEVICE[:COUNT][@WATTS] items separated by commas, e.g. orin-agx:2,xavier-agx@20,nano"
 #: The reference workload and how many of its modes a reference is fitted on.
@@ -119,11 +120,6 @@ def local_nodes(requests: Sequence[NodeRequest]) -> list[LocalNode]:
             seen[request.device] = seen.get(request.device, 0) + 1
             out.append(LocalNode(f"{request.device}-{seen[request.device]}", request.device, budget))
     return out
-
-
-def reference_model_id(device: str, role: str = "train") -> str:
-    """The id :func:`fit_references` gives the reference of ``device`` (``reference-orin-agx-train``)."""
-    return f"reference-{device}-{role}"
 
 
 def fit_references(estimator_address: str, devices: Sequence[str], *, workload: str = REFERENCE_WORKLOAD,

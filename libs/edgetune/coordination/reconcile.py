@@ -65,6 +65,7 @@ from edgetune.tuning import (
     TuningPolicy,
 )
 from edgetune.tuning.policy import default_policy
+from edgetune.tuning.protocols import reference_model_id
 
 log = logging.getLogger("edgetune.reconcile")
 T = TypeVar("T")
@@ -199,6 +200,9 @@ class CountedEstimator:
 
     def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
         return _counted("estimator", "Predict", lambda: self.inner.predict(model, modes, batch_size))
+
+    def find(self, model_id: str) -> ModelRef | None:
+        return _counted("estimator", "ListModels", lambda: self.inner.find(model_id))
 
 
 class CountedSelector:
@@ -462,6 +466,10 @@ class Reconciler:
         if spec.reference_model_id:
             return ModelRef(spec.reference_model_id, "", node.device_model, spec.workload)
         assert self.estimator is not None
+        # the estimator's reference for the node's device and role (edgetune up fits one per device)
+        shipped = self.estimator.find(reference_model_id(node.device_model, spec.role))
+        if shipped is not None:
+            return shipped
         rows = [m for m in self.store.get_measurements(node.device_model, spec.workload, spec.role)
                 if m.node_id != node.node_id]
         if len(rows) < MIN_REFERENCE_POINTS:

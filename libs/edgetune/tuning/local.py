@@ -61,6 +61,14 @@ class LibraryEstimator:
         """Hold an existing model (e.g. a reference read from a file)."""
         model_id = model_id or f"model-{next(self._ids)}"
         self.models[model_id] = model
+        return self._ref(model_id, model)
+
+    def find(self, model_id: str) -> ModelRef | None:
+        model = self.models.get(model_id)
+        return None if model is None else self._ref(model_id, model)
+
+    @staticmethod
+    def _ref(model_id: str, model: TimePowerModel) -> ModelRef:
         event = model.last_event
         return ModelRef(model_id, str(event.get("method", "")), model.device, model.workload, model.gives_std,
                         int(event.get("n_train", event.get("rows", 0))))

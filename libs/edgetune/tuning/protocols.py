@@ -50,6 +50,16 @@ class Estimator(Protocol):
 
     def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions: ...
 
+    def find(self, model_id: str) -> ModelRef | None:
+        """The model of that id, or None when the estimator holds none."""
+        ...
+
+
+def reference_model_id(device: str, role: str = "train") -> str:
+    """The id of a device model's reference (``reference-orin-agx-train``): what ``edgetune up`` fits and
+    what a tuning job without a reference model transfers from."""
+    return f"reference-{device}-{role}"
+
 
 class Selector(Protocol):
     """Chooses one option of a pool under a power budget at a risk (a probability)."""

@@ -130,6 +130,10 @@ class ServiceEstimator:
             epochs=transfer_epochs or 0, params={**(params or {}), "method": method})
         return self._ref(self._call(self.stub.Transfer, request).model)
 
+    def find(self, model_id: str) -> ModelRef | None:
+        listed = self._call(self.stub.ListModels, estimator_pb2.ListModelsRequest()).models
+        return next((self._ref(m) for m in listed if m.model_id == model_id), None)
+
     def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
         request = estimator_pb2.PredictRequest(model_id=model.model_id, device=model.device,
