@@ -132,7 +132,8 @@ class ServiceEstimator:
 
     def find(self, model_id: str) -> ModelRef | None:
         listed = self._call(self.stub.ListModels, estimator_pb2.ListModelsRequest()).models
-        return next((self._ref(m) for m in listed if m.model_id == model_id), None)
+        # listed as ID@VERSION (the latest); a plain id names the latest version
+        return next((self._ref(m) for m in listed if model_id in (m.model_id, m.model_id.rsplit("@", 1)[0])), None)
 
     def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
