@@ -1,6 +1,6 @@
 """Seed 000's Tables 2–4 on digits, stdlib text and simulated Jetsons: batch efficiency r, then joint (b, f).
 
-Setup (REFERENCE.md, seed 000, scaled to a laptop):
+Setup (docs/papers.md, Ahmed et al., scaled to a laptop):
 
 * Tables (``BENCHES``): Table 2 = ResNet18 and MobileNetV2 on the Nano (4.5 W, 7 W, none);
   Table 3 = the character transformer on the Nano (same limits); Table 4 = ResNet18 on the
@@ -9,7 +9,7 @@ Setup (REFERENCE.md, seed 000, scaled to a laptop):
   range) with the baselines' frequencies set by the paper's rule
   (``edgetune.optimization.joint.baseline_mode``: the fastest GPU frequency at which every
   model and b fits). The report sets the paper's B2 / B1 and ours / B1 ratios beside ours
-  (``seed000_paper.py``) and plots them (``batch_efficiency_tables.png``).
+  (``batch_efficiency_paper.py``) and plots them (``batch_efficiency_tables.png``).
 * Models: ``resnet-slim`` (ResNet18's BasicBlocks, batch sizes 4…128, the paper's ResNet18)
   and ``mobilenetv3-slim`` (MobileNetV3's inverted residuals, 4…64, the paper's MobileNetV2)
   at 8×8 px, from one pre-trained checkpoint each (:mod:`edgetune.estimation.proxy`);
@@ -66,8 +66,8 @@ accuracy curve (``batch_efficiency_curves.csv``; the proxy's over the whole budg
         [--proxy digits-noisy-proxy|digits] [--target-eval-draws 8] [--proxy-target plateau|fixed|matched]
         [--plateau-fraction 0.8] [--fit none|noise-scale] [--fresh-head] [--proxy-samples N] [--target-samples N]
 
-Files: this runner (training, device LUTs, the methods' choices); ``seed000_setup.py`` (models,
-data sets, budgets, benches); ``seed000_report.py`` (tables, verdict, plots); ``seed000_paper.py``
+Files: this runner (training, device LUTs, the methods' choices); ``batch_efficiency_setup.py`` (models,
+data sets, budgets, benches); ``batch_efficiency_report.py`` (tables, verdict, plots); ``batch_efficiency_paper.py``
 (the paper's Tables 2–4).
 
 ``--fresh-head`` (ablation, image models): start from the checkpoint with its classifier layer
@@ -106,8 +106,8 @@ from edgetune.optimization.joint import (
 )
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed000_report import markdown, plot, plot_tables  # noqa: E402
-from seed000_setup import (  # noqa: E402
+from batch_efficiency_report import markdown, plot, plot_tables  # noqa: E402
+from batch_efficiency_setup import (  # noqa: E402
     BENCHES,
     DEFAULT_MODELS,
     DEFAULT_PROXY,

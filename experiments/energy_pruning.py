@@ -1,4 +1,4 @@
-"""Energy-aware pruning (seed 003 §4.3): where THOR-guided and FLOPs-guided pruning land.
+"""Energy-aware pruning (THOR §4.3): where THOR-guided and FLOPs-guided pruning land.
 
 Setup: the 5-layer CNN on 64×64 CelebA-like input (the paper's gender-identification case)
 and the MobileNet-ish model, Xavier AGX MAXN, training, batch 16. Budget: 50 % of the
@@ -65,7 +65,7 @@ def main() -> int:
                   flush=True)
 
     RESULTS.mkdir(exist_ok=True)
-    lines = ["# Energy-aware pruning to a 50 % budget (seed 003 §4.3)", "",
+    lines = ["# Energy-aware pruning to a 50 % budget (THOR §4.3)", "",
              f"Random channel pruning guided by each estimate until it reports ≤ 50 % of the original; true "
              f"(simulated) energy per iteration of the pruned model relative to the original, {args.seeds} seeds, "
              "Xavier AGX MAXN, batch 16.", "",

@@ -1,4 +1,4 @@
-"""Fulcrum (seed 004) §7.4–7.5: dynamic arrival rates and two concurrent inferences.
+"""Fulcrum (Fulcrum) §7.4–7.5: dynamic arrival rates and two concurrent inferences.
 
 On the simulator's 441-mode Fulcrum grid of the Orin AGX (noise-free truth tables replayed
 through :class:`~edgetune.devices.replay.ReplayDevice`):

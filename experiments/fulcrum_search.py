@@ -1,4 +1,4 @@
-"""Fulcrum (seed 004) Figs. 9–11: search strategies' excess over optimal on sampled budgets.
+"""Fulcrum (Fulcrum) Figs. 9–11: search strategies' excess over optimal on sampled budgets.
 
 On the simulator's 441-mode Fulcrum grid of the Orin AGX (noise-free truth tables replayed
 through :class:`~edgetune.devices.replay.ReplayDevice`), for each problem configuration:
@@ -14,12 +14,12 @@ through :class:`~edgetune.devices.replay.ReplayDevice`), for each problem config
   commits to its predicted best; when that pick, profiled, misses a budget it is "not found"
   and counted as a violation.
 
-Reported as the paper does (seed 004 §7): *found* — a feasible decision where an optimum
+Reported as the paper does (Fulcrum §7): *found* — a feasible decision where an optimum
 exists, next to the paper's share (GMD11 inference > 85 %, ALS145 > 96 %; GMD15 concurrent
 > 93 %, ALS145 > 95 %; training always) — and *budgets met* — runs whose committed
 configuration, checked against the truth, is within every budget (a run that returns nothing
 commits to nothing and breaks no budget; only NN can commit to a prediction that misses), the
-paper's "> 97 % of runs". The Markdown ends with a verdict per target of issue 5.
+paper's "> 97 % of runs". The Markdown ends with a verdict per target (the project's targets for search).
 
 Excess: training time over optimal (Fig. 9), inference peak latency over optimal (Fig. 10),
 concurrent training-throughput loss (Fig. 11), in %, over the configurations a strategy
@@ -60,7 +60,7 @@ from edgetune.tables import Table
 PAPER_FOUND = {("train", "GMD"): ("=", 100.0), ("train", "GMD-paper"): ("=", 100.0), ("train", "ALS"): ("=", 100.0),
                ("infer", "GMD"): (">", 85.0), ("infer", "ALS"): (">", 96.0),
                ("concurrent", "GMD"): (">", 93.0), ("concurrent", "ALS"): (">", 95.0)}
-#: Issue 5's training targets: (strategy, most median excess %, most profiles).
+#: The project's training targets: (strategy, most median excess %, most profiles).
 TRAIN_TARGETS = (("GMD", 10.0, 10), ("ALS", 4.0, 50))
 BUDGETS_MET_PCT = 97.0
 
@@ -197,7 +197,7 @@ def write_outputs(records: list[dict], summary: list[dict], out_dir: str, elapse
     lines = ["# Fulcrum search strategies on the simulated Orin AGX (441-mode grid)", "",
              f"`python experiments/fulcrum_search.py{' --quick' if args.quick else ''}` — {elapsed_s:.0f} s. "
              "Excess in % over the nominal optimum (exhaustive over the table), over solved configurations; "
-             "*found*: a feasible decision was returned when an optimum exists (*paper*: the share seed 004 "
+             "*found*: a feasible decision was returned when an optimum exists (*paper*: the share Fulcrum "
              "§7.1–7.3 reports); *budgets met*: runs whose committed configuration is within every budget in "
              "truth, over all runs (a run that returns nothing breaks no budget; only NN commits to a "
              "prediction, so only NN can miss). Runs: sampled budget configurations with an optimum "
@@ -233,11 +233,11 @@ def wilson(pct: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def verdict(summary: list[dict], seeds: int) -> list[str]:
-    """Markdown lines: for each target of issue 5 and each paper share, met or not, with the numbers."""
+    """Markdown lines: for each of the project's targets and each paper share, met or not, with the numbers."""
     def yes(ok: bool) -> str:
         return "**met**" if ok else "**not met**"
 
-    out = ["## Verdict (issue 5 targets, seed 004 §7 shares)", ""]
+    out = ["## Verdict (the project's targets, Fulcrum §7 shares)", ""]
     for name, most_excess, most_profiles in TRAIN_TARGETS:
         rows = [s for s in summary if s["kind"] == "train" and s["strategy"] == name]
         if not rows:

@@ -1,4 +1,4 @@
-"""Managed interleaving (seed 004's Fulcrum) against naive time-sharing, and the peak-latency formula.
+"""Managed interleaving (Fulcrum's) against naive time-sharing, and the peak-latency formula.
 
 Part 1 — timed backend with simulator numbers (exact, virtual clock): Orin AGX at MAXN,
 ResNet18 training bs16 and MobileNetV3 inference at β ∈ {1, 4, 16, 32, 64}, for α ∈ {30, 60,
@@ -243,7 +243,7 @@ def report(timed_rows, plans, cpu_rows, profile, budget_ms, pinned, horizon_s, e
     thr_err = max(abs(r["det_train_mb_per_s"] - r["formula_train_mb_per_s"]) / r["formula_train_mb_per_s"]
                   for r in ok if r["formula_train_mb_per_s"] > 0)
     lines = [
-        "# Managed interleaving vs naive time-sharing (seed 004 Fulcrum)", "",
+        "# Managed interleaving vs naive time-sharing (Fulcrum Fulcrum)", "",
         "## 1. Peak-latency formula on the timed backend (simulator, Orin AGX MAXN)", "",
         "ResNet18 training bs16 and MobileNetV3 inference; τ_tr = ⌊(β/α − t_in)/t_tr⌋; "
         "constant arrivals (the paper's assumption) and Poisson arrivals, 120 s each.", "",

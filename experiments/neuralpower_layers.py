@@ -1,8 +1,8 @@
-"""NeuralPower (seed 001): per-layer-type time and power models, like the paper's Table 5.
+"""NeuralPower (NeuralPower): per-layer-type time and power models, like the paper's Table 5.
 
 Setup:
 
-* Random 1-layer networks per type (conv, max-pool, flatten, FC) in seed 001 Table 2's
+* Random 1-layer networks per type (conv, max-pool, flatten, FC) in NeuralPower's Table 2's
   ranges scaled down for a shared laptop CPU (``neuralpower.RANGES``), batch 1/2/4.
 * Time is *real*: each layer is timed on this machine's CPU (one torch thread) with seed
   001's repetition rule over a 15 ms counting window; the median repeat is the measurement.
@@ -133,9 +133,9 @@ def main() -> int:
         out.append("| paper MAPE [%] (train) | " + " | ".join(f"{paper[k]}" for k in NP_KINDS) + " |")
         return out
 
-    lines = ["# NeuralPower per-layer models (seed 001, Table 5)", "",
+    lines = ["# NeuralPower per-layer models (NeuralPower, Table 5)", "",
              f"{n} random 1-layer networks per type, 80 % train / 20 % held-out; time measured on this CPU "
-             f"(1 thread, median of seed 001's repetition count), power from the simulator (Xavier AGX MAXN) "
+             f"(1 thread, median of NeuralPower's repetition count), power from the simulator (Xavier AGX MAXN) "
              f"with 1 % noise. Measuring took {measure_s:.0f} s, fitting the eight models {fit_s:.0f} s.", "",
              "## Execution time", "", *section("time", "ms", PAPER_TIME_MAPE), "",
              "## Power", "", *section("power", "W", PAPER_POWER_MAPE), "",

@@ -1,6 +1,6 @@
-"""PowerTrain (seed 002) on the simulator: MAPE of time and power predictors after transfer.
+"""PowerTrain (PowerTrain) on the simulator: MAPE of time and power predictors after transfer.
 
-Setup (REFERENCE.md, seed 002):
+Setup (docs/papers.md, PowerTrain):
 
 * Orin AGX, the 4,368-mode ``powertrain`` grid, batch size 16, training role.
 * Reference: ResNet18, NN fitted on *all* 4,368 modes (noisy measurements), 100 epochs.
@@ -45,7 +45,7 @@ TARGETS = ("time_ms", "power_w")
 WORKLOADS = ("mobilenetv3", "yolov8n", "lstm", "bert-base")
 METHODS = ("transfer", "nn", "gp", "nn+gp", "linear", "rf")
 SCRATCH_NN = {"epochs": 300, "batch_size": 16}
-PAPER = {  # seed 002, 50 modes: (time %, power %)
+PAPER = {  # PowerTrain, 50 modes: (time %, power %)
     ("orin-agx", "mobilenetv3"): (15.7, 5.2), ("orin-agx", "yolov8n"): (11.7, 4.9),
     ("orin-agx", "lstm"): (12.5, 6.3), ("orin-agx", "bert-base"): (15.6, None),
     ("xavier-agx", "resnet18"): (12.0, 11.0), ("xavier-agx", "mobilenetv3"): (14.0, 9.0),

@@ -1,4 +1,4 @@
-"""Issue 16: predictors against a GP fitted from scratch, on real GPU measurements.
+"""Predictors against a GP fitted from scratch, on real GPU measurements.
 
 Data: ``experiments/data/real/`` (ml-energy/zeus, Apache-2.0; its README gives provenance).
 

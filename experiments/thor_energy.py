@@ -1,6 +1,6 @@
-"""THOR (seed 003) on the simulator: energy MAPE of THOR vs FLOPs + linear regression.
+"""THOR (THOR) on the simulator: energy MAPE of THOR vs FLOPs + linear regression.
 
-Setup (REFERENCE.md, seed 003):
+Setup (docs/papers.md, THOR):
 
 * Xavier AGX at MAXN, training, batch 16; ground truth = the simulator's layer costing
   (``edgetune.estimation.layerwise.costing``), energy above idle per iteration, observed with 2 %
@@ -84,7 +84,7 @@ def write(rows: list[dict], scatters: dict, args) -> None:
     models = list(dict.fromkeys(r["model"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     cell = {(r["model"], r["method"]): r for r in rows}
-    lines = ["# THOR vs FLOPs + linear regression (seed 003)", "",
+    lines = ["# THOR vs FLOPs + linear regression (THOR)", "",
              f"Xavier AGX MAXN, training, batch 16; {args.variants} random-channel variants per model; "
              "MAPE (%) of energy above idle per iteration against noisy (2 %) simulated observations.", "",
              "| method | " + " | ".join(models) + " | mean |", "|---|" + "---|" * (len(models) + 1)]

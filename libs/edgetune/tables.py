@@ -1,4 +1,4 @@
-"""Profile and mode tables: the CSV files of CONTRACT.md, read strictly and written plainly.
+"""Profile and mode tables: the CSV files of docs/contract.md, read strictly and written plainly.
 
 A *profile table* has one measured (or predicted) point per row: the mode columns, the batch
 size, ``time_ms`` and ``power_w``, plus optional columns. A *mode table* has the mode columns
@@ -31,7 +31,7 @@ INT_COLUMNS = frozenset({"cores", "batch_size", "samples"})
 FLOAT_COLUMNS = frozenset({
     "cpu_mhz", "gpu_mhz", "emc_mhz", "time_ms", "power_w", "peak_power_w", "energy_j",
     "time_std_ms", "power_std_w", "idle_power_w", "latency_ms",
-    "time_s",  # seed 000 LUTs (edgetune optimize joint)
+    "time_s",  # Ahmed et al. LUTs (edgetune optimize joint)
 })
 #: Quantities that cannot be negative.
 NON_NEGATIVE = frozenset({"time_ms", "power_w", "peak_power_w", "energy_j", "time_std_ms", "power_std_w",

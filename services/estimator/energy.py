@@ -1,4 +1,4 @@
-"""EstimateEnergy's wiring: a network (a layer-wise zoo name, or the request's layers) -> THOR (seed 003).
+"""EstimateEnergy's wiring: a network (a layer-wise zoo name, or the request's layers) -> THOR (THOR).
 
 The network becomes an ``nn.Sequential`` on the meta device (shapes only), THOR
 (:mod:`edgetune.estimation.layerwise.thor`) plans its variant networks, profiles them on the

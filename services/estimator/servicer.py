@@ -2,7 +2,7 @@
 
 Each RPC checks its request (:mod:`.convert`, errors name the field), calls the estimation
 library — predictors fitted / transferred as parallel tasks (:mod:`.jobs`), THOR
-(:mod:`.energy`), seed 000's batch efficiency — and answers. Models are versioned blobs in the
+(:mod:`.energy`), Ahmed et al.'s batch efficiency — and answers. Models are versioned blobs in the
 store (:mod:`.models`), so a restarted estimator or another replica serves every model.
 """
 
@@ -38,7 +38,7 @@ from edgetune.tuning.policy import TuningPolicy, default_policy
 
 log = logging.getLogger(__name__)
 
-#: EstimateBatchEfficiency defaults: small enough to answer in seconds (seed 000's own runs are larger).
+#: EstimateBatchEfficiency defaults: small enough to answer in seconds (Ahmed et al.'s own runs are larger).
 BE_WORKLOAD = "resnet-slim"
 BE_BATCH_SIZES = (8, 32)
 BE_TARGET_ACCURACY = 0.93

@@ -1,5 +1,5 @@
 """The optimizer (``edgetune.v1.Optimizer``): Pareto fronts, budgeted selection (least time /
-power / energy, safe UCB, budget sweeps), seed 000's joint batch + mode selection, seed 004's
+power / energy, safe UCB, budget sweeps), Ahmed et al.'s joint batch + mode selection, Fulcrum's
 concurrent training + inference decision, and ask/tell search sessions kept in the store so that
 any replica, or a restarted one, continues them. Entry point: ``server.main`` /
 ``edgetune serve optimizer``.

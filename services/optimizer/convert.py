@@ -232,7 +232,7 @@ def concurrent_from_proto(
     return problem, obs
 
 
-# --- seed 000 LUT -------------------------------------------------------------------------------------
+# --- Ahmed et al. LUT -------------------------------------------------------------------------------------
 def lut_from_proto(rows: Sequence[optimizer_pb2.LutRow]) -> JointLUT:
     if not rows:
         raise InvalidArgument("lut", "is empty", "at least one (batch size, mode) row")

@@ -1,7 +1,7 @@
 """OptimizerServicer: the ``edgetune.v1.Optimizer`` RPCs. Wiring only.
 
 Each RPC turns its request into library calls (``edgetune.optimization``: Pareto fronts,
-selectors, seed 000's joint selection, seed 004's problems and search strategies) and the
+selectors, Ahmed et al.'s joint selection, Fulcrum's problems and search strategies) and the
 results into messages; bad input raises InvalidArgument naming the request field and
 :func:`~edgetune.services.common.errors.map_errors` turns it into INVALID_ARGUMENT. Nothing
 feasible is an answer (``Decision.feasible = false`` with the reason and the closest option),

@@ -468,7 +468,7 @@ def test_checkov_findings_are_all_justified(tmp_path: Path) -> None:
         sorted(unjustified))
 
 
-# --------------------------------------------------------------------------- monitoring (issue 18)
+# --------------------------------------------------------------------------- monitoring
 MONITORING = {"metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                           "serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
 DASHBOARD = CHART / "dashboards" / "edgetune-telemetry.json"

@@ -3,7 +3,7 @@ an embedded Redis, and one optimizer as a separate process (``python -m
 edgetune.services.optimizer.server``) sharing an embedded Redis over TCP with the test.
 
 Every answer is checked against the library called directly: Pareto fronts, selections and
-sweeps, seed 000's joint selection, seed 004's concurrent problem, and whole search sessions
+sweeps, Ahmed et al.'s joint selection, Fulcrum's concurrent problem, and whole search sessions
 driven by a client that profiles the asked points on a ReplayDevice of a simulator truth table.
 """
 
@@ -275,7 +275,7 @@ def test_risk_means_the_same_on_the_cli_and_over_grpc(optimizer, tmp_path):
     assert by_cli["power_upper_w"] == pytest.approx(d.power_upper_w) == pytest.approx(12.0 + 1.6448536 * 0.5)
 
 
-# --- joint (seed 000) ---------------------------------------------------------------------------------
+# --- joint (Ahmed et al.) ---------------------------------------------------------------------------------
 ANCHOR_ROWS = [
     (8, "307", 100.0, 4.0), (8, "460", 70.0, 4.4), (8, "614", 55.0, 5.2),
     (32, "153", 150.0, 4.2), (32, "307", 80.0, 4.8), (32, "460", 56.0, 5.6), (32, "614", 35.0, 6.6),
@@ -291,7 +291,7 @@ def _joint(cap=None, passes=((8, 10.0), (32, 15.0)), rows=ANCHOR_ROWS):
     return req
 
 
-def test_select_joint_seed000_b8_at_4_5_w_b32_at_7_w(optimizer):
+def test_select_joint_ahmed_b8_at_4_5_w_b32_at_7_w(optimizer):
     low = optimizer.SelectJoint(_joint(4.5)).decision
     assert (low.feasible, low.batch_size, low.mode_id, low.time_to_target_s, low.power_w) == (True, 8, "460", 700.0, 4.4)
     high = optimizer.SelectJoint(_joint(7.0)).decision
@@ -312,7 +312,7 @@ def test_select_joint_seed000_b8_at_4_5_w_b32_at_7_w(optimizer):
     assert (only8.batch_size, only8.mode_id) == (8, "614")
 
 
-# --- concurrent (seed 004) -----------------------------------------------------------------------------
+# --- concurrent (Fulcrum) -----------------------------------------------------------------------------
 def _small_concurrent(truth, n_modes=40):
     _, train, infer = truth
     keep = {m.as_tuple() for m in FULCRUM.modes()[::max(1, len(FULCRUM.modes()) // n_modes)]}

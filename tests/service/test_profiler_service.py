@@ -431,7 +431,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
     assert _state_files(tmp_path) == []  # the applied mode was restored on SIGTERM
 
 
-# --- continuous telemetry (issue 18) -----------------------------------------------------------
+# --- continuous telemetry -----------------------------------------------------------
 def test_idle_agent_metrics_show_a_growing_energy_counter_and_temperatures(store, tmp_path):
     """A real agent process on the simulator, left idle: two scrapes a few telemetry periods apart."""
     port, metrics_port = _free_port(), _free_port()

@@ -1,4 +1,4 @@
-"""Batch-size efficiency on the digits proxy (seed 000): lr rule, passes to target, r, eff.csv."""
+"""Batch-size efficiency on the digits proxy (Ahmed et al.): lr rule, passes to target, r, eff.csv."""
 
 from __future__ import annotations
 

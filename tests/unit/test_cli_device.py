@@ -85,7 +85,7 @@ def test_bad_device_exits_2_with_the_allowed_values(capsys):
     assert main(["device", "--device", "replay:/nonexistent/truth.csv"]) == 2
 
 
-# --- --watch (issue 18) ------------------------------------------------------------------------
+# --- --watch ------------------------------------------------------------------------
 def test_watch_prints_one_plain_line_per_sample_off_a_terminal():
     res = CliRunner().invoke(command, ["--device", "sim:orin-nx", "--watch", "--count", "3", "--interval", "0.01"])
     assert res.exit_code == 0, res.output

@@ -1,4 +1,4 @@
-"""``edgetune estimate fit | transfer | predict``: the CONTRACT.md commands end to end, and their errors."""
+"""``edgetune estimate fit | transfer | predict``: the docs/contract.md commands end to end, and their errors."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp
 
 
 def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, capsys):
-    # issue 16: an Orin AGX model answered a Nano's 1-core, 102 MHz mode at 11.7 W, exit 0
+    # an Orin AGX model answered a Nano's 1-core, 102 MHz mode at 11.7 W, exit 0
     write_table([{"cores": 1, "cpu_mhz": 102.0, "gpu_mhz": 76.8, "emc_mhz": 204.0}], files / "nano.csv")
     code, _, err = run(capsys, "predict", "--model", str(ref_model), "--modes", str(files / "nano.csv"),
                        "--out", str(files / "nano-pred.csv"))
@@ -149,7 +149,7 @@ def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, c
 
 
 def test_ref_gp_transfer_prints_and_stores_its_cross_validated_mape(files, capsys, tmp_path):
-    # issue 16: a transfer says how good it is, from held-out folds of the profiled rows
+    # a transfer says how good it is, from held-out folds of the profiled rows
     write_table(read_profile_table(files / "ref.csv").rows[::8], tmp_path / "ref-small.csv")  # a GP fit stays quick
     code, _, err = run(capsys, "fit", "--profiles", str(tmp_path / "ref-small.csv"), "--out",
                        str(tmp_path / "gp.model"), "--method", "gp")

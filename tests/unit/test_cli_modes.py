@@ -1,4 +1,4 @@
-"""``edgetune modes`` (libs/edgetune/cli/modes.py): the mode table of CONTRACT.md."""
+"""``edgetune modes`` (libs/edgetune/cli/modes.py): the mode table of docs/contract.md."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_registered_in_the_root_command():
     assert main(["modes", "--device", "nope"]) == 2
 
 
-# --- Orin NX, Orin Nano Super, Thor (issue 18) -------------------------------------------------
+# --- Orin NX, Orin Nano Super, Thor -------------------------------------------------
 @pytest.mark.parametrize("device,cores,sizes,maxima", [
     ("orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0)),
     ("sim:orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0)),

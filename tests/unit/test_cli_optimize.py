@@ -1,4 +1,4 @@
-"""``edgetune optimize select|joint|frontier``: exact JSON (CONTRACT.md), human output, exit codes."""
+"""``edgetune optimize select|joint|frontier``: exact JSON (docs/contract.md), human output, exit codes."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""``edgetune plan --fleet fleet.json``: exact JSON (CONTRACT.md), human output, exit codes."""
+"""``edgetune plan --fleet fleet.json``: exact JSON (docs/contract.md), human output, exit codes."""
 
 import json
 

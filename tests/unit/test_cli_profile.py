@@ -1,4 +1,4 @@
-"""``edgetune profile``: the CONTRACT.md command against the simulated Orin AGX."""
+"""``edgetune profile``: the docs/contract.md command against the simulated Orin AGX."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_random_20_writes_20_plausible_rows_in_contract_format(tmp_path, capsys):
-    # The acceptance check of CONTRACT.md.
+    # The acceptance check of docs/contract.md.
     out = tmp_path / "p.csv"
     code, stdout, err = run(capsys, "--random", "20", "--out", str(out))
     assert code == 0, err
@@ -33,7 +33,7 @@ def test_random_20_writes_20_plausible_rows_in_contract_format(tmp_path, capsys)
     for r in table:
         assert r["device"] == "orin-agx" and r["workload"] == "resnet18" and r["role"] == "train"
         assert r["batch_size"] == 16
-        assert 20.0 < r["time_ms"] < 20_000.0  # MAXN ≈ 60 ms, slowest modes seconds (seed 002)
+        assert 20.0 < r["time_ms"] < 20_000.0  # MAXN ≈ 60 ms, slowest modes seconds (PowerTrain)
         assert ORIN_AGX.idle_power_w * 0.8 < r["power_w"] < 70.0
         assert r["peak_power_w"] >= r["power_w"]
         assert r["samples"] >= 1 and r["time_std_ms"] >= 0

@@ -1,4 +1,4 @@
-"""``edgetune search`` (libs/edgetune/cli/search.py): CONTRACT.md's JSON for each problem, exit codes."""
+"""``edgetune search`` (libs/edgetune/cli/search.py): docs/contract.md's JSON for each problem, exit codes."""
 
 from __future__ import annotations
 

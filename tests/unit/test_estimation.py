@@ -299,7 +299,7 @@ def test_methods_that_cannot_transfer_say_so(fulcrum):
 
 
 def test_nn_gp_cv_calibration_covers_held_out_residuals_better(resnet_reference, powertrain):
-    # issue 5: the raw GP std of a stacked nn+gp is over-confident on unprofiled modes; calibration="cv"
+    # the raw GP std of a stacked nn+gp is over-confident on unprofiled modes; calibration="cv"
     # scales it by the K-fold conformal factor, stored in the file
     rng = np.random.default_rng(11)
     idx = rng.choice(len(powertrain), 40, replace=False)

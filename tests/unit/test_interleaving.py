@@ -1,4 +1,4 @@
-"""Managed interleaving runtime (seed 004 Fulcrum): arrivals, the scheduler on timed and real backends, naive baseline."""
+"""Managed interleaving runtime (Fulcrum Fulcrum): arrivals, the scheduler on timed and real backends, naive baseline."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from edgetune.optimization.interleaving import (
 from edgetune.optimization.interleaving.metrics import IDLE, INFER, TRAIN
 from edgetune.optimization.problems import ConcurrentProblem
 
-# Orin AGX MAXN, simulator: ResNet18 train bs16 and MobileNetV3 inference (seed 002 / 004 anchors)
+# Orin AGX MAXN, simulator: ResNet18 train bs16 and MobileNetV3 inference (PowerTrain / 004 anchors)
 T_TR_MS = 59.34
 T_IN_MS = {1: 18.0, 4: 18.9, 16: 31.07, 32: 54.03, 64: 102.05}
 

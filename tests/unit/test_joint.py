@@ -36,7 +36,7 @@ def nano_lut():
 
 ANCHOR_EFF = BatchEfficiency.from_pairs({4: 9, 8: 10, 16: 13, 32: 15, 64: 22, 128: 40})
 
-# seed 000's anchor shape: N(8)/N(32) = 10/15; b=32 draws more power at a frequency, so a low
+# Ahmed et al.'s anchor shape: N(8)/N(32) = 10/15; b=32 draws more power at a frequency, so a low
 # cap forces it to a slow frequency and b=8 wins; at 7 W both run fast and b=32 wins.
 ANCHOR_ROWS = [
     (8, "307", 100.0, 4.0), (8, "460", 70.0, 4.4), (8, "614", 55.0, 5.2),
@@ -44,7 +44,7 @@ ANCHOR_ROWS = [
 ]
 
 
-def test_seed000_anchor_b8_at_low_cap_b32_at_high_cap():
+def test_ahmed_anchor_b8_at_low_cap_b32_at_high_cap():
     lut = JointLUT.from_rows(ANCHOR_ROWS)
     eff = BatchEfficiency.from_pairs({8: 10, 32: 15})
     low = joint_select(lut, eff, 4.5)

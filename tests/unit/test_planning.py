@@ -208,7 +208,7 @@ def test_bench_1000_nodes_fast():
     assert time.perf_counter() - t0 < 20
 
 
-# -- batch size per node: fixed, a list, the batch-efficiency vector (issue 6) ------------
+# -- batch size per node: fixed, a list, the batch-efficiency vector ------------
 
 # b=8 is fast per sample but (r 0.5 vs 1.0) b=32 needs twice the samples... here the reverse:
 # per 320 samples b=8 takes 40 × 15 ms = 0.6 s at 20 W, b=32 10 × 50 ms = 0.5 s at 25 W.

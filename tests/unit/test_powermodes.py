@@ -263,7 +263,7 @@ def test_conf_core_count_outside_the_spec():
     assert e.value.field.endswith("nvpmodel_t234_orin_agx_custom.conf:6") and "8 cores" in str(e.value)
 
 
-# --- Orin NX, Orin Nano Super, Thor (issue 18) -------------------------------------------------
+# --- Orin NX, Orin Nano Super, Thor -------------------------------------------------
 #: (spec, cores, table sizes, maxima, mode count, cited fixture): sources in powermodes/specs.py.
 NEW_DEVICES = [
     ("orin-nx", 8, (26, 7, 4), (1984.0, 918.0, 3199.0), 5824, "nvpmodel_p3767_0000_orin_nx.conf"),

@@ -1,4 +1,4 @@
-"""``ref+gp`` (issue 16): a reference's predictions as GP prior mean / input, chosen by CV; calibrated std."""
+"""``ref+gp``: a reference's predictions as GP prior mean / input, chosen by CV; calibrated std."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def sim(seed: int = 0) -> Device:
     return simulated.SimulatedJetson("orin-agx", seed=seed)
 
 
-# --- seed 001: repetitions ------------------------------------------------------------------
+# --- NeuralPower: repetitions ------------------------------------------------------------------
 @pytest.mark.parametrize("n, expected", [(37, 40), (99, 100), (120, 200), (5, 6), (9, 10), (1, 2),
                                           (40, 50), (1000, 2000), (0, 1)])
 def test_repetitions_round_up_at_the_leading_digit(n, expected):
@@ -107,7 +107,7 @@ def test_descending_order_of_a_total_order_is_strictly_downward():
 
 
 def _nano_power(batch_size: int, gpu_mhz: float) -> float:
-    # Peak power rising with frequency and batch size (seed 000's premise).
+    # Peak power rising with frequency and batch size (Ahmed et al.'s premise).
     return 1.5 + 6.0 * (gpu_mhz / 921.6) ** 2 * (0.5 + 0.5 * math.log2(batch_size) / 7)
 
 
@@ -167,7 +167,7 @@ def test_settling_is_detected_after_a_mode_change():
     prof.measure(ORIN_MAXN, "resnet18", "train", 16)
     m = prof.measure(ORIN_LOW, "resnet18", "train", 16)
     assert m.settled
-    assert 1.0 <= m.settle_s <= 4.0  # virtual seconds; seed 002 saw 2–3 s on the device
+    assert 1.0 <= m.settle_s <= 4.0  # virtual seconds; PowerTrain saw 2–3 s on the device
 
 
 def test_settling_timeout_is_flagged_not_fatal():
@@ -327,7 +327,7 @@ def test_efficient_order_on_the_simulator_matches_exhaustive():
     assert result.profiled < 2 * len(levels)
 
 
-# --- throttling (issue 18) ---------------------------------------------------------------------
+# --- throttling ---------------------------------------------------------------------
 def test_a_point_measured_on_a_hot_board_is_flagged_and_remeasured_after_a_cool_down():
     cool = Profiler(sim(), ProfileConfig(n_minibatches=10)).measure(ORIN_MAXN, "resnet18", "train", 16)
     dev = sim()

@@ -1,5 +1,5 @@
 """The safe (power-UCB) selector backs off to lower-power modes when the power std is large;
-``selection_margin`` calibrates a power margin on a replayed selection (issue 5)."""
+``selection_margin`` calibrates a power margin on a replayed selection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SimulatedJetson: REFERENCE.md anchors, surface shape, settling, determinism, validation."""
+"""SimulatedJetson: docs/papers.md anchors, surface shape, settling, determinism, validation."""
 
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ def test_truth_table_rows():
     assert {r["device"] for r in rows} == {"orin-agx"} and rows[0]["role"] == "train"
 
 
-# --- Orin NX and Orin Nano Super (issue 18) ----------------------------------------------------
+# --- Orin NX and Orin Nano Super ----------------------------------------------------
 @pytest.mark.parametrize("name", ["orin-nx", "orin-nano-super"])
 def test_new_devices_are_calibrated_to_their_module_envelope(name):
     """The calibration hardware.py states: ResNet-18 training at the top mode near the 25 W module

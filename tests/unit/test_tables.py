@@ -1,4 +1,4 @@
-"""Profile / mode table IO (CONTRACT.md "Tables"): strict reading, errors at FILE:LINE:COLUMN."""
+"""Profile / mode table IO (docs/contract.md "Tables"): strict reading, errors at FILE:LINE:COLUMN."""
 
 from __future__ import annotations
 

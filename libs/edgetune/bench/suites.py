@@ -208,7 +208,7 @@ def ray_speedup() -> dict:
             == [r.accuracy_by_pass for r in par]}
 
 
-# --- estimator (issue 4): predict every mode, transfer, reference fit -----------------------------
+# --- estimator: predict every mode, transfer, reference fit -----------------------------
 def _estimator_tables(grid: str, workload: str, every: int = 1, seed: int | None = None, n: int | None = None):
     """Simulator truth (Orin AGX, training, batch 16) on a grid as a library Table: every ``every``-th
     mode, or ``n`` modes drawn with ``seed``."""
@@ -298,7 +298,7 @@ def estimator_fit() -> dict:
     return {"seconds": time.perf_counter() - t0, "rows": len(table), "epochs": 100}
 
 
-# --- estimator accuracy vs a GP from scratch (issue 16) ---------------------------------------------
+# --- estimator accuracy vs a GP from scratch ---------------------------------------------
 @benchmark("estimator_transfer_vs_gp", "ref+gp transfer MAPE ≤ 0.7 × a GP from scratch on the same 20 / 50 modes "
            "(worst ratio over MobileNetV3, YOLOv8n, LSTM, BERT-base × time, power; simulator)", "worst_ratio", 0.7001)
 def estimator_transfer_vs_gp() -> dict:

@@ -1,4 +1,4 @@
-"""Benchmarks of prediction tables on the wire (issue 14): real estimator and optimizer servers on
+"""Benchmarks of prediction tables on the wire: real estimator and optimizer servers on
 loopback gRPC, columnar ``PredictionTable`` messages.
 
 - ``predict_select_18096_e2e``: ``Estimator.Predict`` of all 18,096 Orin AGX modes (streamed

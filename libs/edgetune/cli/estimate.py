@@ -1,4 +1,4 @@
-"""``edgetune estimate``: fit, transfer and apply time / power predictors (CONTRACT.md).
+"""``edgetune estimate``: fit, transfer and apply time / power predictors (docs/contract.md).
 
     edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S]
     edgetune estimate transfer --base ref.model --profiles new.csv --out new.model [--method transfer|nn+gp|...]

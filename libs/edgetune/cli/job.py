@@ -1,4 +1,4 @@
-"""``edgetune job``: tuning jobs on a coordinator (CONTRACT.md).
+"""``edgetune job``: tuning jobs on a coordinator (docs/contract.md).
 
     edgetune job submit FILE.yaml --coordinator ADDR [--wait] [--json]
     edgetune job get NAME [--json]      edgetune job list [--json]

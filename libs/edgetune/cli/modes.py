@@ -1,4 +1,4 @@
-"""``edgetune modes``: write a device's power modes as a mode table (CONTRACT.md).
+"""``edgetune modes``: write a device's power modes as a mode table (docs/contract.md).
 
     edgetune modes --device NAME [--grid full|powertrain|fulcrum] [--out modes.csv]
     edgetune modes --device NAME --presets [--nvpmodel /etc/nvpmodel.conf]

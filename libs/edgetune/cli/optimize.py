@@ -1,10 +1,10 @@
 """``edgetune optimize``: pick a mode (and batch size) from a table.
 
 - ``select``    least time (or power, or energy) within a power budget or a budget sweep
-- ``joint``     seed 000's joint batch size and mode selection under a power cap
+- ``joint``     Ahmed et al.'s joint batch size and mode selection under a power cap
 - ``frontier``  which modes to profile next so that budget selections hold (frontier sampling)
 
-JSON output is exactly CONTRACT.md's; an infeasible request is an answer
+JSON output is exactly docs/contract.md's; an infeasible request is an answer
 (``{"feasible": false, "reason": …}``, exit 0), bad input exits 2 naming the field.
 """
 
@@ -48,7 +48,7 @@ def command() -> None:
 
 
 def _selection_json(table, sel: Selection, bounded: bool) -> dict:
-    """CONTRACT.md's object; ``power_upper_w`` (the bound the budget was checked against, as
+    """docs/contract.md's object; ``power_upper_w`` (the bound the budget was checked against, as
     ``Optimizer.Select`` reports it) when the selection was std-aware (``bounded``)."""
     if not sel.feasible:
         return {"feasible": False, "reason": sel.reason}
@@ -73,7 +73,7 @@ def _selection_json(table, sel: Selection, bounded: bool) -> dict:
               help="The probability that the choice's power exceeds the budget: power_w + z(1-risk)·power_std_w "
                    "must fit it (0 < risk <= 0.5, e.g. 0.05; needs a power_std_w column). The JSON then "
                    "reports that bound as power_upper_w.")
-@click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print docs/contract.md's JSON.")
 @reports_errors
 def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_json) -> None:
     """Choose the option with the least time whose power fits the budget."""
@@ -85,7 +85,7 @@ def select_cmd(table_path, power_budget, time_budget_ms, objective, risk, as_jso
 
 def emit_selection(table, power_budget: str | None, time_budget_ms: float | None, objective: str,
                    risk: float | None, as_json: bool) -> None:
-    """Select from ``table`` and print the answer: CONTRACT.md's JSON, or a table for people.
+    """Select from ``table`` and print the answer: docs/contract.md's JSON, or a table for people.
 
     ``power_budget``: the option's text (W or a sweep spec; None: no power budget).
     """
@@ -182,10 +182,10 @@ def parse_power_cap(text: str) -> float | None:
 @click.option("--efficiency", "eff_path", required=True, type=click.Path(dir_okay=False),
               help="CSV batch_size,passes_to_target (empty / nan / inf: never reaches the target).")
 @click.option("--power-cap", "power_cap", required=True, help="Power cap W, or 'none'.")
-@click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print docs/contract.md's JSON.")
 @reports_errors
 def joint_cmd(lut_path, eff_path, power_cap, as_json) -> None:
-    """Joint batch size and mode: least time to target accuracy under the power cap (seed 000)."""
+    """Joint batch size and mode: least time to target accuracy under the power cap (Ahmed et al.)."""
     cap = parse_power_cap(power_cap)
     lut = read_lut(lut_path)
     eff = read_efficiency(eff_path)

@@ -1,4 +1,4 @@
-"""``edgetune plan``: plan one federated round from ``fleet.json`` (CONTRACT.md)."""
+"""``edgetune plan``: plan one federated round from ``fleet.json`` (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from edgetune.coordination.planning import RoundPlan, load_fleet, plan_round
 @click.command("plan")
 @click.option("--fleet", "fleet_path", required=True, type=click.Path(dir_okay=False),
               help="fleet.json: objective, deadline_s?, site_power_budget_w?, nodes (tables relative to it).")
-@click.option("--json", "as_json", is_flag=True, help="Print CONTRACT.md's JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print docs/contract.md's JSON.")
 @reports_errors
 def command(fleet_path, as_json) -> None:
     """Choose each node's mode and batch size for the next round (makespan or energy objective)."""

@@ -5,7 +5,7 @@
                      --out profiles.csv
 
 Runs the full measurement protocol (:mod:`edgetune.profiling`) per point and writes the
-CONTRACT.md profile table (with the optional columns and a few protocol extras). A mode
+docs/contract.md profile table (with the optional columns and a few protocol extras). A mode
 table with a ``batch_size`` column gives one point per row unless ``--batch-sizes`` is given.
 ``--random N`` draws N distinct modes of a grid of the device (``--grid``, default the full
 space) with ``--seed``. Progress shows on stderr: a bar on a terminal, else a line with done/total
@@ -126,7 +126,7 @@ def _one_source(modes_path: str | None, n_random: int | None) -> None:
 @click.option("--hard-limit-w", type=float, default=None, callback=checked(validation.power_budget_w),
               help="Abort (restoring the mode) when measured power exceeds this.")
 @click.option("--repeat-short/--no-repeat-short", default=False, show_default=True,
-              help="Repeat minibatches shorter than a few sampler periods (seed 001's n̂).")
+              help="Repeat minibatches shorter than a few sampler periods (NeuralPower's n̂).")
 @click.option("--order", type=click.Choice(["auto", "descending", "as-given"]), default="auto", show_default=True,
               help="descending: step frequencies down (JetPacks that refuse upward changes); "
                    "auto: descending for --random, as given for --modes.")

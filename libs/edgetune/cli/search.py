@@ -1,4 +1,4 @@
-"""``edgetune search``: run a search strategy against a replayed profile table (CONTRACT.md).
+"""``edgetune search``: run a search strategy against a replayed profile table (docs/contract.md).
 
     edgetune search --strategy gmd|als|random|exhaustive|nn|maxn|preset --replay truth.csv
                     --problem train|infer|concurrent --power-budget W

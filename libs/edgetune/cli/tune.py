@@ -13,7 +13,7 @@ within the budget range, and so on for ``--rounds``; then, per budget, select on
 predictions with the power bound at ``--risk`` and **measure the chosen mode on the device**: a
 choice measured over its budget is dropped with every mode at or above its clocks, the error term
 widened, and the selection repeated (at most the policy's ``max_attempts`` choices). Prints
-CONTRACT.md's ``optimize select`` JSON (predicted values); the measured power of each verified
+docs/contract.md's ``optimize select`` JSON (predicted values); the measured power of each verified
 choice goes to stderr. Defaults not given here are the :class:`~edgetune.tuning.TuningPolicy`'s;
 ``--risk`` defaults to 0.2, what ``experiments/safe_selection.py`` measured for this loop.
 
@@ -81,7 +81,7 @@ def _log(text: str) -> None:
 @click.option("--model-out", default=None, type=click.Path(dir_okay=False), help="Write the last model here.")
 @click.option("--predictions-out", default=None, type=click.Path(dir_okay=False),
               help="Write the last predictions of every mode here.")
-@click.option("--json", "as_json", is_flag=True, help="Print optimize select's JSON (CONTRACT.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print optimize select's JSON (docs/contract.md).")
 @reports_errors
 def command(device_name, workload, role, batch_size, base_path, modes_path, power_budget, risk, method, n_initial,
             rounds, per_round, seed, profiles_out, model_out, predictions_out, as_json) -> None:

@@ -1,4 +1,4 @@
-"""``edgetune up``: the whole control plane on this machine, until Ctrl-C / SIGTERM (CONTRACT.md).
+"""``edgetune up``: the whole control plane on this machine, until Ctrl-C / SIGTERM (docs/contract.md).
 
     edgetune up --nodes orin-agx:2,xavier-agx,nano [--redis URL] [--ready-file F]
 

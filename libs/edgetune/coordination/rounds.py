@@ -20,7 +20,7 @@ An inference node is placed on its own (:meth:`update_arrival_rate`, :mod:`.infe
 or power budget moves, and only that node's config is re-published.
 
 Batch size per node: a round (or one node) may fix the batch size or allow a list
-(``batch_sizes``) and give seed 000's batch-efficiency vector (``batch_efficiency``,
+(``batch_sizes``) and give Ahmed et al.'s batch-efficiency vector (``batch_efficiency``,
 r_b or passes_to_target per batch size), which scales the node's work at batch size b to
 ``ceil(samples × r_b)``; a node's own values replace the round's.
 

@@ -1,4 +1,4 @@
-"""open_device: one string names a backend (CONTRACT.md ``--device``).
+"""open_device: one string names a backend (docs/contract.md ``--device``).
 
 - ``sim:<name>``       :class:`~edgetune.devices.simulated.SimulatedJetson` of a built-in spec
 - ``sysfs[:ROOT]``     :class:`~edgetune.devices.sysfs.SysfsJetson` on ``/`` (or a sysroot)

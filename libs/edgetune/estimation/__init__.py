@@ -9,7 +9,7 @@
 * :mod:`.features`, :mod:`.validation` — feature / target handling and input checks;
 * :mod:`.metrics` — MAPE and friends;
 * :mod:`.parallel` — Ray tasks (local, a cluster address, or sequential with the same results);
-* :mod:`.batch_efficiency`, :mod:`.proxy` — seed 000's batch efficiency r on a proxy data set;
+* :mod:`.batch_efficiency`, :mod:`.proxy` — Ahmed et al.'s batch efficiency r on a proxy data set;
 * :mod:`.layerwise` — NeuralPower per-layer models and THOR layer-wise GP energy, pruning.
 
 Import the submodules you need; this package imports nothing heavy (torch) by itself.

@@ -1,4 +1,4 @@
-"""Fulcrum's asymmetric loss (seed 004): MAPE with under-prediction weighted 4×.
+"""Fulcrum's asymmetric loss (Fulcrum): MAPE with under-prediction weighted 4×.
 
 A power predictor that under-predicts picks modes that break the power budget; one that
 over-predicts only costs a little speed. Weighting the relative error of under-predictions

@@ -1,4 +1,4 @@
-"""Batch-size efficiency on a proxy data set: passes to target accuracy and the vector r (seed 000).
+"""Batch-size efficiency on a proxy data set: passes to target accuracy and the vector r (Ahmed et al.).
 
 Seed 000 splits time to accuracy into ``TT(b, f) = T_s(b, f) × N_s_acc(b)``: the device
 profiles ``T_s``, the time to train on **s samples**; a server estimates ``N_s_acc(b)``, how
@@ -46,7 +46,7 @@ make r a sounder measurement (both off unless asked for):
 
 The
 ``eff.csv`` it writes is exactly the ``edgetune optimize joint --efficiency`` table of
-CONTRACT.md: ``batch_size,passes_to_target`` with ``inf`` for never.
+docs/contract.md: ``batch_size,passes_to_target`` with ``inf`` for never.
 """
 
 from __future__ import annotations
@@ -415,7 +415,7 @@ def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: fl
         raise InvalidArgument("target_accuracy", f"{target_accuracy} is not a fraction", "(0, 1]")
     if samples_per_pass < max(batch_sizes):
         raise InvalidArgument("samples_per_pass", f"s={samples_per_pass} is below the largest batch size "
-                              f"{max(batch_sizes)}", f">= {max(batch_sizes)} (seed 000: b_max <= s <= |D|)")
+                              f"{max(batch_sizes)}", f">= {max(batch_sizes)} (Ahmed et al.: b_max <= s <= |D|)")
     if max_passes < 1:
         raise InvalidArgument("max_passes", f"{max_passes} must be positive", ">= 1")
 

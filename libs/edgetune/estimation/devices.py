@@ -1,4 +1,4 @@
-"""Which devices a model may predict for, and the check that refuses modes of any other (issue 16).
+"""Which devices a model may predict for, and the check that refuses modes of any other.
 
 A model is fitted on one device and may be transferred to others; its file records each
 (``TimePowerModel.device`` and the ``device`` of every fit / transfer in its history). A mode

@@ -1,7 +1,7 @@
 """Gaussian-process predictors: a GP on its own, and a GP on a transferred NN's residuals.
 
 ``gp``: scikit-learn's GaussianProcessRegressor with ``C · Matérn(ν=2.5, one length scale per
-feature) + White`` noise (THOR, seed 003, found Matérn 2.5 best), ``normalize_y``, and a few
+feature) + White`` noise (THOR, THOR, found Matérn 2.5 best), ``normalize_y``, and a few
 optimizer restarts, on the standardised features and the standardised (log-time or power)
 target. It gives a predictive std that grows away from the data. Exact GP fitting is cubic in
 the rows, so a table larger than ``max_rows`` (default 800) is subsampled (seeded) for
@@ -24,7 +24,7 @@ On the simulator (50 noisy modes, Orin AGX, ResNet18 reference, 3 draws) "stacke
 target itself is. Out-of-fold residuals were worse still. Before any transfer the predictor
 answers with the NN alone (no std).
 
-Calibration (``calibration="cv"``, issue 5): the GP's std is over-confident on modes it was
+Calibration (``calibration="cv"``): the GP's std is over-confident on modes it was
 not profiled on, mostly because the stacked NN input was fine-tuned on the same rows (a
 leave-one-out check with the fitted hyper-parameters says the std is calibrated, score std
 ≈ 1.0, while on unprofiled modes it is 1.8–3.6× too narrow). With ``calibration="cv"`` the

@@ -1,4 +1,4 @@
-"""PowerTrain's MLP predictor (seed 002) and its transfer to a new workload or device.
+"""PowerTrain's MLP predictor (PowerTrain) and its transfer to a new workload or device.
 
 Network: ``d → 256 → 128 → 64 → 1`` with ReLU, dropout after the first two hidden layers,
 Adam (lr 1e-3), MSE on standardised targets (log time for ``time_ms``), ``epochs`` epochs

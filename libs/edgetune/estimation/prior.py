@@ -1,6 +1,6 @@
 """``ref+gp``: a reference model as a GP's prior mean or input, chosen per target by cross-validation.
 
-Issue 16: a transfer must beat a Matérn GP fitted from scratch on the same profiled points,
+A transfer must beat a Matérn GP fitted from scratch on the same profiled points,
 and fine-tuning the reference MLP (``transfer``, ``nn+gp``) did not, on real measurements.
 This predictor keeps the reference untouched and uses only its *predictions* ``r(x)``
 (in the standardised, log-for-time target space of the new table):

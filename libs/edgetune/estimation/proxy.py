@@ -1,4 +1,4 @@
-"""Proxy data sets, zoo models adapted to them, and the shared pre-trained checkpoint (seed 000).
+"""Proxy data sets, zoo models adapted to them, and the shared pre-trained checkpoint (Ahmed et al.).
 
 Seed 000 estimates batch-size efficiency on a server by fine-tuning the *same pre-trained
 model* with every batch size on a *proxy data set* of the same task type. Offline, that is:
@@ -33,7 +33,7 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
   channels, one block each, ≈ 78 k parameters) and ``"mobilenetv3-slim"`` (MobileNetV3's
   ``InvertedResidual`` blocks with squeeze-excite and hard-swish, 5 blocks up to 40
   channels, ≈ 156 k parameters); ``"mobilenetv2-slim"`` (MobileNetV2's blocks: ReLU6, no
-  squeeze-excite, 16 → 64 channels, ≈ 80 k parameters; the model seed 000 names, kept beside
+  squeeze-excite, 16 → 64 channels, ≈ 80 k parameters; the model Ahmed et al. names, kept beside
   the zoo's MobileNetV3 for that comparison). Any zoo classification workload name (``"resnet18"``,
   ``"mobilenetv3"``) also works: the full model with 10 classes at the given input size.
 

@@ -1,4 +1,4 @@
-"""Character-level text proxy data sets, a slim causal transformer, and its pre-training (seed 000).
+"""Character-level text proxy data sets, a slim causal transformer, and its pre-training (Ahmed et al.).
 
 Seed 000's text experiment (its Table 3) fine-tunes a pre-trained character-level
 transformer with every batch size on a proxy corpus (Tiny Shakespeare) to estimate the

@@ -1,5 +1,5 @@
 """Dynamic arrival rates: re-solve an inference (or concurrent) problem per window as the rate
-moves, reusing every profile taken so far (seed 004, §5.4 "Dynamic Rates" and §7.4).
+moves, reusing every profile taken so far (Fulcrum, §5.4 "Dynamic Rates" and §7.4).
 
 The paper replays rate traces that change every 5 minutes with a fixed power and latency
 budget and re-solves per window:

@@ -1,6 +1,6 @@
-"""Frontier sampling: which modes to profile so that power-budget selections hold (issue 5).
+"""Frontier sampling: which modes to profile so that power-budget selections hold.
 
-PowerTrain (seed 002) profiles 50 *random* modes, transfers its predictors from them and
+PowerTrain (PowerTrain) profiles 50 *random* modes, transfers its predictors from them and
 picks, per budget, the fastest mode whose predicted power fits. That choice singles out the
 modes whose power is under-predicted (the winner's curse), and the modes it chooses from —
 the (time, power) Pareto front within the budget range — are the ones random profiling rarely
@@ -9,7 +9,7 @@ no calibration of the predictive std fixes that without a time penalty above 3 %
 (``experiments/safe_selection.py``).
 
 Frontier sampling spends the same profiles where selections happen, after Fulcrum's ALS
-(seed 004, §5.3) but guided by the *transferred* predictor instead of a network trained from
+(Fulcrum, §5.3) but guided by the *transferred* predictor instead of a network trained from
 scratch: a few random modes, then rounds that predict every mode with the current transfer,
 keep the unprofiled modes on the predicted front whose predicted power lies in the budget range
 (widened by ``below_w`` / ``above_w``: a safe choice sits a little under its budget), and

@@ -1,4 +1,4 @@
-"""Joint batch size and power-mode selection under a power cap (seed 000, Algorithm 1).
+"""Joint batch size and power-mode selection under a power cap (Ahmed et al., Algorithm 1).
 
 Inputs are two small tables:
 
@@ -119,7 +119,7 @@ class JointChoice:
     closest: int | None = None
 
     def to_json(self) -> dict:
-        """The CONTRACT.md object of ``edgetune optimize joint --json``."""
+        """The docs/contract.md object of ``edgetune optimize joint --json``."""
         if not self.feasible:
             return {"feasible": False, "reason": self.reason}
         return {"feasible": True, "batch_size": self.batch_size, "mode": self.mode,
@@ -249,7 +249,7 @@ def baseline_best_r(lut: JointLUT, efficiency: BatchEfficiency, power_cap_w: flo
 
 
 def baseline_mode(luts: Sequence[JointLUT], power_cap_w: float | None) -> str | None:
-    """The baselines' fixed mode under a cap, by seed 000's rule, or None when no mode qualifies.
+    """The baselines' fixed mode under a cap, by Ahmed et al.'s rule, or None when no mode qualifies.
 
     The paper fixes one GPU frequency per power limit, "selecting the frequencies that assure a
     power limit is satisfied irrespective of what model or b is used": here, among the modes

@@ -1,4 +1,4 @@
-"""Reading the two CSV files of ``edgetune optimize joint`` (seed 000) strictly.
+"""Reading the two CSV files of ``edgetune optimize joint`` (Ahmed et al.) strictly.
 
 ``lut.csv``: ``batch_size,mode,time_s,power_w`` (``mode`` an opaque, non-empty id; one row
 per (batch size, mode)). ``eff.csv``: ``batch_size,passes_to_target`` (one row per batch

@@ -1,5 +1,5 @@
 """Two concurrent inferences: an urgent one under a latency deadline, a non-urgent one maximising
-throughput (seed 004, §5.4 "Concurrent Inference" and §7.5).
+throughput (Fulcrum, §5.4 "Concurrent Inference" and §7.5).
 
 The paper extends managed interleaving to an *urgent* inference workload μ_u (requests at α,
 peak-latency budget L̂) and a *non-urgent* one μ_nu (offline batch processing, QoS =

@@ -1,4 +1,4 @@
-"""Fulcrum's three optimisation problems (seed 004, §4) over observed time and power.
+"""Fulcrum's three optimisation problems (Fulcrum, §4) over observed time and power.
 
 A *configuration* is a power mode and a batch size. Each problem evaluates a configuration
 from observed points (:class:`Observations`, keyed by mode, role and batch size) and picks the
@@ -168,7 +168,7 @@ class Decision:
         return self.evaluation.batch_size if self.evaluation else None
 
     def as_json(self, profiled: int | None = None) -> dict[str, Any]:
-        """CONTRACT.md's ``edgetune search`` object."""
+        """docs/contract.md's ``edgetune search`` object."""
         if not self.feasible or self.evaluation is None:
             out: dict[str, Any] = {"feasible": False, "reason": self.reason}
             if profiled is not None:

@@ -11,12 +11,12 @@ Named grids of a :class:`DeviceSpec` (``GRID_NAMES``):
 ``full``
     Every table entry of every dimension (Orin AGX: 12 × 29 × 13 × 4 = 18,096).
 ``powertrain``
-    PowerTrain's profiled subset (seed 002): every GPU and EMC entry; every other core count
+    PowerTrain's profiled subset (PowerTrain): every GPU and EMC entry; every other core count
     counted down from the maximum (12, 10, …, 2); every other CPU entry counted down from the
     highest, over the table without its two slowest entries (Orin: 2201.6, 2112, …, 268.8 = 14 of
     the 27 fastest). Orin AGX: 6 × 14 × 13 × 4 = 4,368.
 ``fulcrum``
-    Fulcrum's grid (seed 004): ``k`` values per dimension at evenly spaced table indices (index
+    Fulcrum's grid (Fulcrum): ``k`` values per dimension at evenly spaced table indices (index
     ``floor(lo + j·(hi−lo)/(k−1) + ½)``), all of a table that has no more than ``k`` entries:
     cores k=3 at ``round(max·j/3)``, j = 1..3 (4, 8, 12); CPU k=7 from the first entry
     ≥ 400 MHz to the top (422.4 … 2201.6: slower CPU clocks starve the input pipeline);
@@ -97,7 +97,7 @@ class ModeGrid:
         """The grid spanned by the distinct values per dimension of a mode table.
 
         ``modes`` is an ``(n, 4)`` array, or PowerModes, or rows with the four mode columns
-        (CONTRACT.md). The grid is the product of those values; it may hold modes the table lacks
+        (docs/contract.md). The grid is the product of those values; it may hold modes the table lacks
         (:meth:`contains_all` tells whether the table is the whole product).
         """
         arr = _as_array(modes)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Column names of a mode in tables (CONTRACT.md), in order.
+#: Column names of a mode in tables (docs/contract.md), in order.
 MODE_FIELDS: tuple[str, ...] = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
 
 

@@ -5,7 +5,7 @@ Tables are those the kernel lists (``scaling_available_frequencies`` for the CPU
 reference for simulation and planning; a real node discovers its own tables (JetPack
 versions differ) through ``SysfsJetson``.
 
-Counts that the papers rely on (REFERENCE.md): Orin AGX 32 GB 12 × 29 × 13 × 4 = 18,096
+Counts that the papers rely on (docs/papers.md): Orin AGX 32 GB 12 × 29 × 13 × 4 = 18,096
 modes; Xavier AGX 8 × 29 × 14 × 9 = 29,232; Nano GPU 76.8 … 921.6 MHz (12 steps).
 
 Presets are written as the caps their nvpmodel.conf sets (CPU in kHz there, GPU / EMC in Hz;
@@ -65,7 +65,7 @@ ORIN_AGX = _with_presets(
 
 # Jetson AGX Xavier (T194). GPU table verbatim from gv11b available_frequencies as recorded in
 # public Xavier scripts (114750000 … 1377000000 Hz, 14 entries); CPU 29 entries as above;
-# EMC 9 rates 204 … 2133 MHz; 29,232 = 8 × 29 × 14 × 9 (REFERENCE seed 002).
+# EMC 9 rates 204 … 2133 MHz; 29,232 = 8 × 29 × 14 × 9 (docs/papers.md, PowerTrain).
 # Presets: nvpmodel_t194.conf (MAXN and MODE_10W / 15W / 30W_ALL / 30W_6CORE / 30W_4CORE /
 # 30W_2CORE, IDs 0-6). Caps from the Jetson Linux table reproduced by JetsonHacks: cores
 # 8/2/4/8/6/4/2, CPU 1200/1200/1200/1450/1780/2100 MHz, GPU 520/670/900 MHz, EMC 1066/1333/1600
@@ -120,7 +120,7 @@ ORIN_NANO = _with_presets(
 # 76800000 … 921600000 Hz) verbatim in several public Nano scripts; EMC max 1600 MHz per
 # jetson_clocks --show. Presets verbatim from nvpmodel_t210_jetson-nano.conf (see
 # tests/fixtures/nvpmodel/): MAXN (the 10 W mode) uncapped; 5W: 2 cores, CPU_A57 MAX_FREQ 918000
-# (-> 825.6 MHz), GPU MAX_FREQ 640000000 (-> 614.4 MHz, the "7 W -> 614" of REFERENCE seed 000),
+# (-> 825.6 MHz), GPU MAX_FREQ 640000000 (-> 614.4 MHz, the "7 W -> 614" of docs/papers.md, Ahmed et al.),
 # EMC MAX_FREQ 1600000000.
 NANO = _with_presets(
     DeviceSpec(

@@ -2,8 +2,8 @@
 
 - ``protocol``  ``ProfileConfig``, ``Profiler`` (measure one point / profile many), ``Measurement``
 - ``settling``  sliding-window detection of power stabilisation after a mode change
-- ``stats``     trapezoid energy, power statistics, seed 001's repetition rule
-- ``order``     descending-frequency order (seed 002) and the power-cap search order (seed 000)
+- ``stats``     trapezoid energy, power statistics, NeuralPower's repetition rule
+- ``order``     descending-frequency order (PowerTrain) and the power-cap search order (Ahmed et al.)
 """
 
 from edgetune.profiling.order import CapSearch, CapSearchResult, descending_order, run_cap_search

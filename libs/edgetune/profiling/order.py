@@ -1,11 +1,11 @@
 """Profiling orders: which point to measure next.
 
-- :func:`descending_order` — seed 002: on some JetPack versions a Jetson accepts only
+- :func:`descending_order` — PowerTrain: on some JetPack versions a Jetson accepts only
   high→low CPU and GPU frequency changes without a reboot. The modes are split into as
   few *chains* as practical (each chain steps down or stays level in every watched
   dimension) and the chains are concatenated, highest first; an upward step (a reboot or
   reset on such devices) happens only between chains.
-- :class:`CapSearch` — seed 000's efficient order under a power cap: largest batch size
+- :class:`CapSearch` — Ahmed et al.'s efficient order under a power cap: largest batch size
   first, frequency upward from the lowest until the measured peak power exceeds the cap;
   the next (smaller) batch size resumes from the previous one's highest feasible
   frequency. It is an ask/tell iterator: each measured peak power decides the next point.
@@ -22,7 +22,7 @@ from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 
-#: Dimensions whose upward changes some JetPack versions refuse (seed 002, footnote 7).
+#: Dimensions whose upward changes some JetPack versions refuse (PowerTrain, footnote 7).
 DOWNWARD_ONLY_DIMS: tuple[str, ...] = ("cpu_mhz", "gpu_mhz")
 _ALL_DIMS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
 
@@ -76,7 +76,7 @@ def upward_steps(order: Sequence[PowerMode], dims: Sequence[str] = DOWNWARD_ONLY
     return sum(1 for a, b in pairwise(order) if not _dominates(_key(a, dims), _key(b, dims)))
 
 
-# --- seed 000: efficient order under a power cap ----------------------------------------------
+# --- Ahmed et al.: efficient order under a power cap ----------------------------------------------
 @dataclass
 class CapSearchResult:
     #: Per batch size, the index into ``levels`` of the highest level under the cap (None: none is).

@@ -1,13 +1,13 @@
 """The measurement protocol: one (mode, workload, role, batch size) point → one Measurement.
 
-Per point (seed 002's protocol, with seed 000's peak power and seed 001's trapezoid rule):
+Per point (PowerTrain's protocol, with Ahmed et al.'s peak power and NeuralPower's trapezoid rule):
 
 1. validate the mode against the device's tables and apply it;
 2. wait for power to settle (sliding-window detection, :mod:`.settling`), giving up after
    a timeout and flagging it; the last settled window is the mode's idle power, or
    ``idle_s`` seconds are sampled explicitly when asked;
 3. run and drop the warm-up minibatch(es) (the first is slow: kernel selection, caches);
-4. optionally repeat very short minibatches (seed 001's n̂) so the sampler sees enough samples;
+4. optionally repeat very short minibatches (NeuralPower's n̂) so the sampler sees enough samples;
 5. run the clean minibatches with the device's power sampler running;
 6. report time mean / std, power mean / std / peak, energy (trapezoid over the run window),
    energy per minibatch, idle power and energy above idle, samples, settling;
@@ -62,13 +62,13 @@ class PowerLimitExceeded(FailedPrecondition):
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """Knobs of the protocol. Defaults follow seed 002 (see the module docstring)."""
+    """Knobs of the protocol. Defaults follow PowerTrain (see the module docstring)."""
 
-    #: Clean minibatches per point (seed 002: ~40).
+    #: Clean minibatches per point (PowerTrain: ~40).
     n_minibatches: int = 40
-    #: Minibatches run and dropped first (seed 002 drops the first: kernel autotuning).
+    #: Minibatches run and dropped first (PowerTrain drops the first: kernel autotuning).
     warmup_minibatches: int = 1
-    #: Power sampler rate during the clean run (jtop / seed 000 / seed 002: 1 Hz).
+    #: Power sampler rate during the clean run (jtop / Ahmed et al. / PowerTrain: 1 Hz).
     sample_rate_hz: float = 1.0
     #: Sliding window for settling; 1 s windows confirm a 2–3 s transient within ~2–4 s.
     settle_window_s: float = 1.0
@@ -120,7 +120,7 @@ class ProfileConfig:
         return self
 
 
-#: Profile-table columns a Measurement writes, in order (CONTRACT.md first, then extras).
+#: Profile-table columns a Measurement writes, in order (docs/contract.md first, then extras).
 ROW_COLUMNS: tuple[str, ...] = (
     "cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size", "time_ms", "power_w",
     "device", "workload", "role", "peak_power_w", "energy_j", "time_std_ms", "power_std_w", "samples",
@@ -171,7 +171,7 @@ class Measurement:
     remeasured: int = 0
 
     def to_row(self) -> dict[str, Any]:
-        """One profile-table row (CONTRACT.md columns first; see :data:`ROW_COLUMNS`)."""
+        """One profile-table row (docs/contract.md columns first; see :data:`ROW_COLUMNS`)."""
         return {
             **self.mode.as_dict(),
             "batch_size": self.batch_size,

@@ -4,7 +4,7 @@
   the sample values held flat out to the window's edges so a 2.4 s run sampled at 0, 1 and
   2 s still counts 2.4 s of energy).
 - :func:`power_stats` gives mean / std / peak power and energy of one window.
-- :func:`repetitions` is seed 001's round-up of a timed count (NeuralPower §4.3.2).
+- :func:`repetitions` is NeuralPower's round-up of a timed count (NeuralPower §4.3.2).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def measurement_to_proto(m: Measurement, node_id: str | None = None,
 
 
 def measurement_from_proto(msg: common_pb2.Measurement) -> dict[str, Any]:
-    """The CONTRACT.md profile-table row of a Measurement message (``Measurement.to_row()`` keys).
+    """The docs/contract.md profile-table row of a Measurement message (``Measurement.to_row()`` keys).
 
     A row, not a library Measurement: the message does not carry the protocol's run details
     (settling, per-minibatch times, power samples, run window). ``energy_j`` is the whole run's energy (per-minibatch

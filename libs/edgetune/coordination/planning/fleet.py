@@ -7,7 +7,7 @@ time) and ``round time × power_w`` joules. :func:`flatten` lays every node's op
 one flat, node-sorted set of arrays for the vectorised planners.
 
 Batch size per node: ``batch_sizes`` (None: any in the table; one entry: fixed by the FL job)
-restricts a node's options to those batch sizes. ``batch_efficiency`` (seed 000's r_b, or
+restricts a node's options to those batch sizes. ``batch_efficiency`` (Ahmed et al.'s r_b, or
 passes_to_target, per batch size) scales the work: at batch size b the node processes
 ``ceil(samples × r_b)`` samples, so a batch size that needs more passes to reach the target
 accuracy costs proportionally more time and energy; a batch size absent from the vector (or

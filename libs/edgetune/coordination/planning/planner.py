@@ -1,4 +1,4 @@
-"""Planning one federated round: the ``makespan`` and ``energy`` objectives of CONTRACT.md.
+"""Planning one federated round: the ``makespan`` and ``energy`` objectives of docs/contract.md.
 
 - ``makespan``: the least round time of the slowest node (exact, :mod:`.makespan`), each
   node within its power budget and the nodes' summed power within the site budget; among
@@ -65,7 +65,7 @@ class RoundPlan:
         return self.fastest_energy_j - self.energy_j
 
     def to_json(self) -> dict:
-        """The CONTRACT.md object of ``edgetune plan --json``."""
+        """The docs/contract.md object of ``edgetune plan --json``."""
         if not self.feasible:
             return {"feasible": False, "reason": self.reason}
         return {"feasible": True, "makespan_s": self.makespan_s, "energy_j": self.energy_j,

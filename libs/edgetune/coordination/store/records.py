@@ -9,7 +9,7 @@ reads. Data written before records had a schema (no ``"schema"`` key) is convert
 a legacy measurement, for instance, may say ``device``/``node`` and carry the knobs flat.
 
 One shape per concept: a measurement says ``device_model`` and ``node_id`` and nests its
-``mode``; the profile-table row shape (``device``, ``node``, flat knobs: CONTRACT.md) is
+``mode``; the profile-table row shape (``device``, ``node``, flat knobs: docs/contract.md) is
 :meth:`MeasurementRecord.to_row`, for the code that reads tables.
 
 A new resource (the coming ``TuningJob``, its per-node status) is a record class here plus a
@@ -31,7 +31,7 @@ from typing import Any, ClassVar, TypeVar
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 
-#: Roles a measurement may have (CONTRACT.md: ``role`` is ``train`` or ``infer``).
+#: Roles a measurement may have (docs/contract.md: ``role`` is ``train`` or ``infer``).
 ROLES: tuple[str, ...] = ("train", "infer")
 
 #: JSON scalars a measurement's extra profile columns may hold.
@@ -193,7 +193,7 @@ class MeasurementRecord(_Record):
         )
 
     def to_row(self) -> dict[str, Any]:
-        """The profile-table row (CONTRACT.md: flat knobs, ``device``, ``node``) with the extras."""
+        """The profile-table row (docs/contract.md: flat knobs, ``device``, ``node``) with the extras."""
         return {**self.mode.as_dict(), "batch_size": self.batch_size, "time_ms": self.time_ms,
                 "power_w": self.power_w, "device": self.device_model, "workload": self.workload,
                 "role": self.role, **self.extra, "node": self.node_id or "", "id": self.id}

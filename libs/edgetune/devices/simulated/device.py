@@ -5,7 +5,7 @@ and advances the virtual clock by each minibatch; the power sensor answers for a
 of that clock from a recorded history of runs and mode switches, so a sampler can produce,
 on ``stop()``, exactly the samples a sensor polled at ``rate_hz`` would have given. Power
 after a mode switch approaches the new level exponentially from the old mode's level
-(seed 002: 2-3 s to stabilise), carries a small ripple within each minibatch (forward /
+(PowerTrain: 2-3 s to stabilise), carries a small ripple within each minibatch (forward /
 backward / data phases) and sensor noise; between runs the device draws its mode's idle
 power. Noise comes from two seeded generators (runs, sensor), so a seed and a call
 sequence always give the same numbers.

@@ -5,7 +5,7 @@ how fast a CPU core is per MHz, how much DRAM bandwidth each EMC MHz buys, and h
 kernel launch costs. The power model needs a voltage / frequency curve and a switched
 capacitance (expressed as watts at the top of the table) for each rail, leakage, and the
 always-on base power. Everything is relative to the Orin AGX, on which the workload
-profiles are calibrated (REFERENCE.md anchors); other devices scale by their public specs:
+profiles are calibrated (docs/papers.md anchors); other devices scale by their public specs:
 
 ==============  ======================  ==============  ======================  ===========
 device          CPU                     GPU             DRAM (max EMC)          cap (W)
@@ -83,7 +83,7 @@ class HardwareModel:
     cpu_idle_frac: float = 0.02
 
 
-_ORIN_AGX = HardwareModel(  # rails fitted to the REFERENCE.md power anchors (model.py table)
+_ORIN_AGX = HardwareModel(  # rails fitted to the docs/papers.md power anchors (model.py table)
     name="orin-agx",
     gpu_gflops_per_mhz=8.0,
     cpu_perf=1.0,
@@ -119,7 +119,7 @@ _ORIN_NANO = HardwareModel(
     active_w=1.0,
 )
 
-_NANO = HardwareModel(  # GPU rail set for seed 000: ResNet18 b=64 fits 5 W up to 460.8 MHz, b=128 4.5 W at 307.2
+_NANO = HardwareModel(  # GPU rail set for Ahmed et al.: ResNet18 b=64 fits 5 W up to 460.8 MHz, b=128 4.5 W at 307.2
     name="nano",
     gpu_gflops_per_mhz=128 * 2 * 0.8 / 1000 * 1.6,  # FP16 on Maxwell: 2x rate, partly usable
     cpu_perf=0.45,

@@ -1,7 +1,7 @@
 """Workload profiles: what one minibatch of a (model, role) asks of the CPU, GPU and DRAM.
 
 A profile is device-independent work; ``model.py`` turns it into time and power on a
-device's clocks. The numbers are calibrated on the Orin AGX so that REFERENCE.md's anchors
+device's clocks. The numbers are calibrated on the Orin AGX so that docs/papers.md's anchors
 hold (see ``tests/unit/test_simulated.py`` and the calibration table in the module docs of
 ``model.py``); the same work then runs slower or faster on other devices by their peak
 compute, per-core CPU speed and DRAM bandwidth (``hardware.py``).
@@ -174,7 +174,7 @@ LSTM = WorkloadProfile(
 # launches for its FLOPs. Text windows are sliced from a tensor in memory: no data pipeline.
 CHAR_TRANSFORMER = WorkloadProfile(
     "char-transformer",
-    "character-level GPT (6 layers, 6 heads, 256 embedding, seq 64, ~4.8 M parameters), seed 000",
+    "character-level GPT (6 layers, 6 heads, 256 embedding, seq 64, ~4.8 M parameters), Ahmed et al.",
     {
         Role.TRAIN: RoleProfile(
             gflop_per_sample=1.92, gpu_eff=0.42, batch_half=16.0, gpu_mb_per_sample=6.0,

@@ -1,4 +1,4 @@
-"""Ground-truth profile tables from the noise-free model (CONTRACT.md profile-table columns).
+"""Ground-truth profile tables from the noise-free model (docs/contract.md profile-table columns).
 
 Experiments and tests build ``ReplayDevice`` tables from these rows: the expectation the
 simulated device's noisy measurements scatter around.
@@ -16,7 +16,7 @@ from edgetune.devices.simulated.profiles import get_profile
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 
-#: Column order of the rows (CONTRACT.md profile table, then the optional identity columns).
+#: Column order of the rows (docs/contract.md profile table, then the optional identity columns).
 COLUMNS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size", "time_ms", "power_w", "device", "workload", "role")
 
 

@@ -1,14 +1,14 @@
-"""Layer-wise time / power / energy estimation (issue 4's layer-wise part).
+"""Layer-wise time / power / energy estimation.
 
 * :mod:`.features` — per-layer records of any torch model (type, shapes, channels, kernel,
   stride, padding, batch, FLOPs, bytes moved) from forward hooks;
-* :mod:`.neuralpower` — seed 001 / NeuralPower: one Lasso polynomial model per layer type
+* :mod:`.neuralpower` — NeuralPower / NeuralPower: one Lasso polynomial model per layer type
   and target (time, power), grid over degree and alpha with 5-fold CV; real CPU layer timing;
 * :mod:`.blocks` — THOR's parsing of a sequential model into input / hidden / output blocks,
   block kinds, and rebuilding a model with other channel counts;
 * :mod:`.zoo` — the channel-parametric models THOR is evaluated on (5-layer CNN, VGG-ish,
   ResNet-ish, MobileNet-ish) and random-channel variants;
-* :mod:`.thor` — seed 003 / THOR: variant-network profiling with subtraction, one GP per layer
+* :mod:`.thor` — THOR / THOR: variant-network profiling with subtraction, one GP per layer
   kind with variance-guided active learning, additive estimates, and the FLOPs + linear
   regression baseline;
 * :mod:`.pruning` — energy-aware random channel pruning guided by an estimator;

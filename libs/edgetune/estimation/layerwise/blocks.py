@@ -1,4 +1,4 @@
-"""THOR's layer parsing (seed 003 §3.2): a sequential model as input / hidden / output blocks.
+"""THOR's layer parsing (THOR §3.2): a sequential model as input / hidden / output blocks.
 
 A *block* is one parametric unit (``Conv2d``, ``Linear``, or a module marked as a THOR unit,
 e.g. a residual block) plus the non-parametric modules that follow it (BN, activation,

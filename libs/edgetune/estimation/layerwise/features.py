@@ -29,7 +29,7 @@ from torch import nn
 # that one forward pass gives shapes and FLOPs together
 from edgetune.workloads.flops import _counter_for
 
-#: NeuralPower's layer types (seed 001, Table 1) plus the catch-all.
+#: NeuralPower's layer types (NeuralPower, Table 1) plus the catch-all.
 LAYER_KINDS = ("conv", "pool", "flatten", "fc", "other")
 
 _POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,

@@ -1,11 +1,11 @@
-"""NeuralPower (seed 001): per-layer-type polynomial Lasso models of time and power.
+"""NeuralPower (NeuralPower): per-layer-type polynomial Lasso models of time and power.
 
 Pieces:
 
 * :func:`sample_configs` / :func:`build_layer` — random 1-layer networks of each type
-  (``conv``, ``pool``, ``flatten``, ``fc``) in ranges scaled down from seed 001's Table 2 so
+  (``conv``, ``pool``, ``flatten``, ``fc``) in ranges scaled down from NeuralPower's Table 2 so
   that a shared laptop CPU measures a few hundred of them in a minute or two;
-* :func:`repetitions` and :func:`measure_time_ms` — seed 001's repetition rule (count the
+* :func:`repetitions` and :func:`measure_time_ms` — NeuralPower's repetition rule (count the
   runs that fit a window, round up to ``(first digit + 1) · 10^(digits - 1)``) and a real
   CPU timing with :func:`edgetune.workloads.time_module` (median of the repeats: the CPU is
   shared, and the median ignores another process's burst);
@@ -38,9 +38,9 @@ from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.features import LayerRecord, extract_layers
 from edgetune.workloads import time_module
 
-#: The four layer types seed 001 models.
+#: The four layer types NeuralPower models.
 NP_KINDS = ("conv", "pool", "flatten", "fc")
-#: Input features per type (seed 001 Table 1, plus batch size, which our layers vary).
+#: Input features per type (NeuralPower's Table 1, plus batch size, which our layers vary).
 FEATURES: dict[str, tuple[str, ...]] = {
     "conv": ("input_size", "channels", "filters", "kernel", "stride", "padding", "batch_size"),
     "pool": ("input_size", "channels", "pool_size", "stride", "padding", "batch_size"),
@@ -212,7 +212,7 @@ class PolyLasso:
 
 @dataclass
 class NeuralPowerModel:
-    """One :class:`PolyLasso` per (layer type, target) — seed 001's eight models."""
+    """One :class:`PolyLasso` per (layer type, target) — NeuralPower's eight models."""
 
     models: dict[tuple[str, str], PolyLasso] = field(default_factory=dict)
     min_time_ms: float = 1e-4  # a polynomial can go negative on tiny layers; time cannot

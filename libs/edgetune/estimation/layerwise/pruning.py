@@ -1,4 +1,4 @@
-"""Energy-aware random channel pruning (seed 003 §4.3) guided by any cost estimate.
+"""Energy-aware random channel pruning (THOR §4.3) guided by any cost estimate.
 
 The loop (random pruning in the manner of Li et al. 2022, as THOR uses it): repeatedly pick
 a random prunable block and remove a random 5–15 % of its channels, until the guide's

@@ -1,4 +1,4 @@
-"""THOR (seed 003): layer-wise training energy from variant networks and one GP per layer kind.
+"""THOR (THOR): layer-wise training energy from variant networks and one GP per layer kind.
 
 How it works, for a sequential model parsed into blocks (:mod:`.blocks`):
 
@@ -46,7 +46,7 @@ from edgetune.powermodes.mode import PowerMode
 KERNELS = ("matern", "rbf", "dotproduct")
 #: Stop when the largest predictive variance is under this share of the profiled data's variance.
 VAR_FRACTION = 0.05
-#: Iterations per profiled point (seed 003 §A5.2) and the set-up of each profiling run (s).
+#: Iterations per profiled point (THOR §A5.2) and the set-up of each profiling run (s).
 PROFILE_ITERATIONS = 500
 PROFILE_SETUP_S = 3.0
 #: Most candidate values per GP input dimension (channel ranges are integer grids).
@@ -124,7 +124,7 @@ class LayerGP:
               strategy: str = "variance", rng: np.random.Generator | None = None) -> LayerGP:
         """Profile the corners, then the max-variance candidate until the cap or the 5 % rule.
 
-        ``strategy="random"`` picks uniformly among unprofiled candidates instead (seed 003's
+        ``strategy="random"`` picks uniformly among unprofiled candidates instead (THOR's
         ablation), still stopping by the same rules.
         """
         if strategy not in ("variance", "random"):
@@ -357,7 +357,7 @@ class Thor:
 
 @dataclass
 class FlopsLinear:
-    """Energy = a + b · FLOPs by least squares (seed 003's proxy baseline)."""
+    """Energy = a + b · FLOPs by least squares (THOR's proxy baseline)."""
 
     model_: LinearRegression | None = None
 

@@ -1,4 +1,4 @@
-"""Managed interleaving of concurrent training and inference (seed 004's Fulcrum runtime).
+"""Managed interleaving of concurrent training and inference (Fulcrum's runtime).
 
 - ``arrivals``  request arrival processes: deterministic, Poisson, dynamic-rate (piecewise),
                 bursty (two-state MMPP / on-off), trace replay

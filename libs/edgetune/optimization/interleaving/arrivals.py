@@ -4,10 +4,10 @@ Every process answers ``times_s(horizon_s)``: the sorted arrival instants in sec
 the start of a run, all in ``[0, horizon_s)``. Seeded processes give the same instants on
 every call, so a managed and a naive run can be fed the identical stream.
 
-- :class:`Deterministic`     one request every 1/α: seed 004's constant arrival rate α, under
+- :class:`Deterministic`     one request every 1/α: Fulcrum's constant arrival rate α, under
                              which the peak-latency formula λ = (β−1)/α + t_in is exact
 - :class:`Poisson`           homogeneous Poisson at α rps (exponential gaps)
-- :class:`PiecewisePoisson`  dynamic rate: Poisson whose rate changes every window (seed 004
+- :class:`PiecewisePoisson`  dynamic rate: Poisson whose rate changes every window (Fulcrum
                              §7.4 replays rate traces that change every 5 minutes)
 - :class:`MMPP`              bursty: a two-state Markov-modulated Poisson process (high / low
                              rate, exponential dwell times); ``MMPP.on_off`` has a silent state
@@ -61,7 +61,7 @@ class ArrivalProcess(ABC):
 
 
 class Deterministic(ArrivalProcess):
-    """A request at ``phase_s + k/α`` for k = 0, 1, ...: seed 004's constant arrival rate."""
+    """A request at ``phase_s + k/α`` for k = 0, 1, ...: Fulcrum's constant arrival rate."""
 
     def __init__(self, rate_rps: float, phase_s: float = 0.0) -> None:
         self.rate_rps = _positive("rate_rps", rate_rps)

@@ -1,9 +1,9 @@
-"""Naive time-sharing: training and inference on one device with no coordination (seed 004's "native").
+"""Naive time-sharing: training and inference on one device with no coordination (Fulcrum's "native").
 
 Two threads share the device: a training loop that runs minibatches back to back until the
 horizon, and an inference server that waits for at least one request and serves whatever is
 queued (up to ``max_batch``) in one minibatch, again and again. Nothing decides who runs
-when: on a Jetson the GPU's time-slicing does (seed 004 §3.1, "native interleaving"); on a
+when: on a Jetson the GPU's time-slicing does (Fulcrum §3.1, "native interleaving"); on a
 CPU the OS scheduler and the interpreter lock do, so the two really contend (pin the process
 to one core to make the CPU a single device). The same :class:`RunResult` is recorded; the
 segments of the two threads overlap.

@@ -1,4 +1,4 @@
-"""τ_tr and β from measured minibatch times and the budgets, the way seed 004 picks them.
+"""τ_tr and β from measured minibatch times and the budgets, the way Fulcrum picks them.
 
 The formulas and the decision rule are :class:`~edgetune.optimization.problems.ConcurrentProblem`'s
 (not re-derived here): peak latency λ = (β−1)/α + t_in(β); keep-up t_in ≤ β/α;
@@ -86,7 +86,7 @@ def plan_interleaving(train_time_ms: float, infer_time_ms: Mapping[int, float], 
                       power_budget_w: float | None = None, train_batch_size: int = TRAIN_BATCH_SIZE) -> InterleavingPlan:
     """The best (τ_tr, β) for measured t_tr and t_in(β) (ms) at arrival rate α and latency budget L̂.
 
-    ``batch_sizes``: the candidate β (default: those in ``infer_time_ms``; seed 004 uses
+    ``batch_sizes``: the candidate β (default: those in ``infer_time_ms``; Fulcrum uses
     {1, 4, 16, 32, 64}). Infeasible → ``feasible=False`` with the reason (τ and β are 0).
     """
     if not infer_time_ms:

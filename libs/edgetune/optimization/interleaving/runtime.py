@@ -1,4 +1,4 @@
-"""The Fulcrum scheduler: managed interleaving of training and inference minibatches (seed 004 §3, §4).
+"""The Fulcrum scheduler: managed interleaving of training and inference minibatches (Fulcrum §3, §4).
 
 One model runs on the device at a time, at minibatch granularity. The loop, until the
 horizon ends:
@@ -37,7 +37,7 @@ overrun into fewer training minibatches instead of a growing queue. Under the pa
 conditions (constant α, exact times) the guard never fires, so the schedule is unchanged.
 
 Without the guard the τ_tr block is never cut short: when the device cannot keep up
-(t_in > β/α, or τ_tr too large for the window) the queue grows, as seed 004's keep-up condition predicts. After the
+(t_in > β/α, or τ_tr too large for the window) the queue grows, as Fulcrum's keep-up condition predicts. After the
 horizon no new work starts but the requests still queued are flushed in minibatches of ≤ β
 (no training, no waiting) for at most ``flush_s``; what is left after that is reported as
 unserved.

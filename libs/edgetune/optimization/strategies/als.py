@@ -1,4 +1,4 @@
-"""ALS: Fulcrum's active-learning based sampling (seed 004, §5.3, Algorithm 2).
+"""ALS: Fulcrum's active-learning based sampling (Fulcrum, §5.3, Algorithm 2).
 
 ALS profiles a set of configurations that serves *every* problem of a workload (any budget,
 latency, rate), guided by an NN but decided on observations only:
@@ -27,9 +27,9 @@ Concurrent (≤ 145 = 25 + 3 rounds × 4 quadrants × 10)
 Extension (``initial=0, rounds=k``, after :meth:`~SearchStrategy.warm_start` with earlier
 samples): no new random phase — the guides are fitted on every earlier observation and k more
 rounds of quadrant picks run over the given (new) rate range; the dynamic-rate solver uses it
-when the arrival rate leaves the range ALS sampled for (seed 004 §5.4).
+when the arrival rate leaves the range ALS sampled for (Fulcrum §5.4).
 
-Departures that decide which problems ALS can solve (issue 5; ``experiments/fulcrum_search.py``):
+Departures that decide which problems ALS can solve (``experiments/fulcrum_search.py``):
 
 - *The least-power mode* (every dimension at its lowest value; power rises along every
   dimension) is one of training's 10 initial modes. Training's only constraint is power, so

@@ -1,4 +1,4 @@
-"""Running a strategy against a replayed device: the offline evaluation loop of seed 004.
+"""Running a strategy against a replayed device: the offline evaluation loop of Fulcrum.
 
 :func:`search_space` reads what a :class:`~edgetune.devices.replay.ReplayDevice` recorded for
 a problem's workloads (modes present for every role the problem needs, inference batch sizes,

@@ -1,4 +1,4 @@
-"""Exhaustive: profile every configuration of the space — the oracle ("optimal" in seed 004)."""
+"""Exhaustive: profile every configuration of the space — the oracle ("optimal" in Fulcrum)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GMD: Fulcrum's gradient-descent based multi-dimensional search (seed 004, §5.1, Algorithm 1).
+"""GMD: Fulcrum's gradient-descent based multi-dimensional search (Fulcrum, §5.1, Algorithm 1).
 
 Training (budget 10)
     Profile the grid's midpoint (Orin fulcrum grid: 8c/1344/727/2133). If it is over the power

@@ -1,6 +1,6 @@
 """The predictor that *guides* ALS and the NN baseline: which configurations to profile next.
 
-Fulcrum's NN (seed 004, §5.2): dense 256-128-64-1, ReLU, Adam, inputs standardised
+Fulcrum's NN (Fulcrum, §5.2): dense 256-128-64-1, ReLU, Adam, inputs standardised
 ([cores, cpu, gpu, emc], plus the inference batch size), a MAPE loss that weighs
 under-prediction 4× (an under-predicted power breaks a budget). One network per target
 (time, power). Departures, for fits that must take a second or two on a shared CPU: 300

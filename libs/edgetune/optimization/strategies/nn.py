@@ -1,4 +1,4 @@
-"""NN-N: seed 004's NN baseline — profile N random configurations, predict the rest, pick the
+"""NN-N: Fulcrum's NN baseline — profile N random configurations, predict the rest, pick the
 predicted best, then profile that pick.
 
 The pick comes from predictions, but the decision is the pick's *observed* evaluation: when

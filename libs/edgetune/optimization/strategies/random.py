@@ -1,4 +1,4 @@
-"""Random-N: profile N configurations drawn uniformly, decide on the observed front (seed 004's RND).
+"""Random-N: profile N configurations drawn uniformly, decide on the observed front (Fulcrum's RND).
 
 Training draws N modes. Inference and concurrent draw whole modes and profile every inference
 batch size of each (the paper's RND150 = 30 modes × 5 batch sizes), ⌈N / |B|⌉ modes cut to N

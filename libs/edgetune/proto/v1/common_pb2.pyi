@@ -532,7 +532,7 @@ class Decision(_message.Message):
     profiled: _builtins.int
     """Search: how many profiles the strategy used."""
     mode_id: _builtins.str
-    """Joint batch+mode selection (seed 000): the LUT's opaque mode id and time to target."""
+    """Joint batch+mode selection (Ahmed et al.): the LUT's opaque mode id and time to target."""
     time_to_target_s: _builtins.float
     time_upper_ms: _builtins.float
     """Conservative values used for the budget check (mean + z(1 - risk) * std), when std-aware."""
@@ -601,7 +601,7 @@ Global___Decision: _TypeAlias = Decision  # noqa: Y015
 
 @_typing.final
 class BatchEfficiency(_message.Message):
-    """Batch efficiency of seed 000: passes over s samples needed to reach the target accuracy."""
+    """Batch efficiency of Ahmed et al.: passes over s samples needed to reach the target accuracy."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -92,14 +92,14 @@ class EstimatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EstimateBatchEfficiency(self, request, context):
-        """Batch efficiency r_b of seed 000 (passes to target accuracy per batch size).
+        """Batch efficiency r_b of Ahmed et al. (passes to target accuracy per batch size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EstimateEnergy(self, request, context):
-        """Layer-wise energy of a network (seed 003, THOR; seed 001 polynomial models).
+        """Layer-wise energy of a network (THOR; NeuralPower polynomial models).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

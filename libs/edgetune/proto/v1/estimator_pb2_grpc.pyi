@@ -42,9 +42,9 @@ class EstimatorStub:
     chunks so that 18k+ modes x batch sizes never make one huge message.
     """
     EstimateBatchEfficiency: _grpc.UnaryUnaryMultiCallable[_estimator_pb2.EstimateBatchEfficiencyRequest, _estimator_pb2.EstimateBatchEfficiencyResponse]
-    """Batch efficiency r_b of seed 000 (passes to target accuracy per batch size)."""
+    """Batch efficiency r_b of Ahmed et al. (passes to target accuracy per batch size)."""
     EstimateEnergy: _grpc.UnaryUnaryMultiCallable[_estimator_pb2.EstimateEnergyRequest, _estimator_pb2.EstimateEnergyResponse]
-    """Layer-wise energy of a network (seed 003, THOR; seed 001 polynomial models)."""
+    """Layer-wise energy of a network (THOR; NeuralPower polynomial models)."""
     ListModels: _grpc.UnaryUnaryMultiCallable[_estimator_pb2.ListModelsRequest, _estimator_pb2.ListModelsResponse]
     """Models the estimator holds."""
 
@@ -60,9 +60,9 @@ class EstimatorAsyncStub(EstimatorStub):
     chunks so that 18k+ modes x batch sizes never make one huge message.
     """
     EstimateBatchEfficiency: _aio.UnaryUnaryMultiCallable[_estimator_pb2.EstimateBatchEfficiencyRequest, _estimator_pb2.EstimateBatchEfficiencyResponse]  # type: ignore[assignment]
-    """Batch efficiency r_b of seed 000 (passes to target accuracy per batch size)."""
+    """Batch efficiency r_b of Ahmed et al. (passes to target accuracy per batch size)."""
     EstimateEnergy: _aio.UnaryUnaryMultiCallable[_estimator_pb2.EstimateEnergyRequest, _estimator_pb2.EstimateEnergyResponse]  # type: ignore[assignment]
-    """Layer-wise energy of a network (seed 003, THOR; seed 001 polynomial models)."""
+    """Layer-wise energy of a network (THOR; NeuralPower polynomial models)."""
     ListModels: _aio.UnaryUnaryMultiCallable[_estimator_pb2.ListModelsRequest, _estimator_pb2.ListModelsResponse]  # type: ignore[assignment]
     """Models the estimator holds."""
 
@@ -99,7 +99,7 @@ class EstimatorServicer(metaclass=_abc_1.ABCMeta):
         request: _estimator_pb2.EstimateBatchEfficiencyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_estimator_pb2.EstimateBatchEfficiencyResponse, _abc.Awaitable[_estimator_pb2.EstimateBatchEfficiencyResponse]]:
-        """Batch efficiency r_b of seed 000 (passes to target accuracy per batch size)."""
+        """Batch efficiency r_b of Ahmed et al. (passes to target accuracy per batch size)."""
 
     @_abc_1.abstractmethod
     def EstimateEnergy(
@@ -107,7 +107,7 @@ class EstimatorServicer(metaclass=_abc_1.ABCMeta):
         request: _estimator_pb2.EstimateEnergyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_estimator_pb2.EstimateEnergyResponse, _abc.Awaitable[_estimator_pb2.EstimateEnergyResponse]]:
-        """Layer-wise energy of a network (seed 003, THOR; seed 001 polynomial models)."""
+        """Layer-wise energy of a network (THOR; NeuralPower polynomial models)."""
 
     @_abc_1.abstractmethod
     def ListModels(

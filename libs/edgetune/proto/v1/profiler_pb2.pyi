@@ -167,7 +167,7 @@ class ProfileRequest(_message.Message):
     """Seed for the random mode draw and simulated noise."""
     descending_order: _builtins.bool
     """Sort modes by descending frequency before profiling (needed on JetPacks that only
-    lower clocks without a reboot; see seed 002).
+    lower clocks without a reboot; see PowerTrain).
     """
     @_builtins.property
     def workload(self) -> _common_pb2.Workload:

@@ -1,4 +1,4 @@
-"""The seed 000 reproduction script end to end at a tiny budget: it trains, selects and reports Tables 2 and 4."""
+"""The Ahmed et al. reproduction script end to end at a tiny budget: it trains, selects and reports Tables 2 and 4."""
 
 import csv
 import sys

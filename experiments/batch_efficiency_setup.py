@@ -1,6 +1,6 @@
-"""What the seed 000 reproduction runs: its models, data sets, budgets and the paper's tables as benches.
+"""What the Ahmed et al. reproduction runs: its models, data sets, budgets and the paper's tables as benches.
 
-Shared by ``batch_efficiency.py`` (the runner) and ``seed000_report.py`` (its tables and plots).
+Shared by ``batch_efficiency.py`` (the runner) and ``batch_efficiency_report.py`` (its tables and plots).
 """
 
 from __future__ import annotations

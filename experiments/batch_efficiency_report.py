@@ -1,12 +1,12 @@
-"""The seed 000 reproduction's report: r and time-to-target tables beside the paper's, the verdict, plots."""
+"""The Ahmed et al. reproduction's report: r and time-to-target tables beside the paper's, the verdict, plots."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from seed000_paper import paper_ratios
-from seed000_setup import METHODS, MODELS, cap_index, paper_model
+from batch_efficiency_paper import paper_ratios
+from batch_efficiency_setup import METHODS, MODELS, cap_index, paper_model
 
 from edgetune.estimation.batch_efficiency import fit_noise_scale
 
