@@ -132,9 +132,16 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         def should_stop() -> bool:
             return self.stopping.is_set() or not context.is_active()
 
-        for cfg in self.configs.watch(request.node_id, request.after_revision, block_ms=self.watch_block_ms,
-                                      should_stop=should_stop):
-            yield convert.config_to_proto(cfg)
+        try:
+            for cfg in self.configs.watch(request.node_id, request.after_revision, block_ms=self.watch_block_ms,
+                                          should_stop=should_stop):
+                yield convert.config_to_proto(cfg)
+        except Exception:
+            # The stream already ended (the agent went away, or the server is stopping and has closed the
+            # store under a blocked read): nobody is left to tell, and a clean stop logs no error.
+            if should_stop():
+                return
+            raise
 
     @map_errors
     def UpdateBudget(self, request, context):

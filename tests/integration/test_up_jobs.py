@@ -107,6 +107,11 @@ def test_up_submit_wait_json_then_sigterm(up) -> None:
     assert proc.wait(60) == 0, (tmp_path / "up.err").read_text()[-3000:]
     assert find_marked(run_id) == []
     assert not ready_path.exists()
+    # a clean stop logs no error (the coordinator used to log one traceback per open WatchConfig stream,
+    # read from a store closed under it, on every rollout)
+    errors = [f"{log.name}: {line[:300]}" for log in sorted((tmp_path / "logs").glob("*.log"))
+              for line in log.read_text().splitlines() if '"level": "error"' in line or '"level": "critical"' in line]
+    assert errors == [], errors
     after = edgetune("job", "get", "mnv3-train", "--coordinator", address, timeout=60)
     assert after.returncode == 1 and f"coordinator {address} unavailable" in after.stderr
 
