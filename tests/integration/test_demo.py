@@ -123,3 +123,20 @@ def test_supervisor_reports_a_child_that_dies_at_start(tmp_path):
         sup.close()
     assert sup.stopped[0][2] == 3
     assert find_marked(sup.run_id) == []
+
+
+def test_ctrl_c_reports_what_was_written_not_a_report_that_never_was(tmp_path):
+    """Ctrl-C part-way used to end with 'Report: …/index.html', a page that was never written."""
+    out = tmp_path / "report"
+    proc = subprocess.Popen([sys.executable, "-m", "edgetune.demo", "--out", str(out), "--modes", "30", "--quick",
+                             "--no-ray"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    deadline = time.monotonic() + 120
+    while not (out / "logs").is_dir() and time.monotonic() < deadline:  # the suite is starting
+        time.sleep(0.2)
+    time.sleep(2.0)
+    proc.send_signal(2)  # SIGINT, as Ctrl-C in its terminal
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
+    assert not (out / "index.html").exists()
+    assert "before the report was written" in stdout and "Report:" not in stdout, stdout[-3000:]
