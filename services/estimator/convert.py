@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
+from edgetune.coordination.store import ModelRecord
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
@@ -337,18 +338,17 @@ def modes_from_request(msgs: Sequence[common_pb2.PowerMode], spec: DeviceSpec, f
 
 
 # --- responses ------------------------------------------------------------------------------------
-def model_info(meta: Mapping[str, Any], version: int) -> estimator_pb2.ModelInfo:
+def model_info(meta: ModelRecord, version: int) -> estimator_pb2.ModelInfo:
     from edgetune.proto.convert import ROLE
 
     msg = estimator_pb2.ModelInfo(
-        model_id=f"{meta['model_id']}@{version}", kind=meta.get("kind", ""), device=meta.get("device", ""),
-        workload=meta.get("workload", ""), base_model_id=meta.get("base_model_id", ""),
-        n_train=int(meta.get("n_train", 0)), has_std=bool(meta.get("has_std", False)),
-        metrics={k: float(v) for k, v in meta.get("metrics", {}).items() if v is not None},
+        model_id=f"{meta.model_id}@{version}", kind=meta.kind, device=meta.device, workload=meta.workload,
+        base_model_id=meta.base_model_id, n_train=meta.n_train, has_std=meta.has_std,
+        metrics={k: float(v) for k, v in meta.metrics.items() if v is not None},
     )
-    if meta.get("role"):
-        msg.role = ROLE.to_proto(meta["role"])  # type: ignore[assignment]
-    created = float(meta.get("created_s", 0.0))
+    if meta.role:
+        msg.role = ROLE.to_proto(meta.role)  # type: ignore[assignment]
+    created = meta.created_s
     if created:
         seconds = math.floor(created)
         msg.created.FromNanoseconds(seconds * 10**9 + round((created - seconds) * 1e9))

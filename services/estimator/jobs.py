@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgetune.coordination.store import ModelRecord
 from edgetune.errors import EdgetuneError
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.parallel import TaskFailed, run_tasks
@@ -78,7 +79,7 @@ class TransferJob:
 @dataclass
 class Trained:
     model: TimePowerModel
-    meta: dict[str, Any]
+    meta: ModelRecord
 
 
 def fit_model(job: FitJob, runner: Runner) -> Trained:
@@ -87,8 +88,7 @@ def fit_model(job: FitJob, runner: Runner) -> Trained:
     table = job.rows.table(job.device, job.workload, job.role)
     model = TimePowerModel.fit_table(table, job.method, job.seed, runner=runner.run,
                                      validation_fraction=job.validation_fraction, source=job.rows.source, **job.kw)
-    meta = _meta(model, job.rows)
-    meta["fit_s"] = round(time.perf_counter() - t0, 3)
+    meta = _meta(model, job.rows, seconds=round(time.perf_counter() - t0, 3))
     metrics.TRAIN_SECONDS.labels("Fit").observe(time.perf_counter() - t0)
     return Trained(model, meta)
 
@@ -99,19 +99,18 @@ def transfer_model(job: TransferJob, runner: Runner) -> Trained:
     table = job.rows.table(job.device, job.workload, job.role)
     model = job.base.transfer_table(table, job.method, runner=runner.run, nn_settings=job.nn_settings,
                                     source=job.rows.source, **job.kw)
-    meta = _meta(model, job.rows)
-    meta.update(base_model_id=job.base_model_id, transfer_s=round(time.perf_counter() - t0, 3))
+    meta = _meta(model, job.rows, seconds=round(time.perf_counter() - t0, 3), base_model_id=job.base_model_id)
     metrics.TRAIN_SECONDS.labels("Transfer").observe(time.perf_counter() - t0)
     return Trained(model, meta)
 
 
-def _meta(model: TimePowerModel, rows: Rows) -> dict[str, Any]:
-    """The repository's metadata: what the pipeline's history event recorded, plus the model's shape."""
+def _meta(model: TimePowerModel, rows: Rows, *, seconds: float, base_model_id: str = "") -> ModelRecord:
+    """The repository's record: what the pipeline's history event recorded, plus the model's shape."""
     event = model.last_event
-    meta = {"kind": event["method"], "device": model.device, "workload": model.workload, "role": model.role,
-            "n_train": event["n_train"], "rows": len(rows), "source": rows.source, "metrics": event["metrics"],
-            "has_std": model.gives_std, "batch_sizes": model.batch_sizes, "columns": list(model.columns)}
-    for key in ("held_out_rows", "validation_fraction", "seed"):
-        if key in event:
-            meta[key] = event[key]
-    return meta
+    return ModelRecord(
+        model_id="", kind=str(event["method"]), device=model.device, workload=model.workload, role=model.role,
+        n_train=int(event["n_train"]), rows=len(rows), has_std=model.gives_std,
+        batch_sizes=tuple(int(b) for b in model.batch_sizes), columns=tuple(model.columns),
+        metrics=dict(event["metrics"]), source=rows.source, base_model_id=base_model_id, seconds=seconds,
+        held_out_rows=event.get("held_out_rows"), validation_fraction=event.get("validation_fraction"),
+        seed=event.get("seed"))

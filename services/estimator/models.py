@@ -18,12 +18,12 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
-from edgetune.coordination.store import Store
+from edgetune.coordination.store import ModelRecord, Store
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.features import STD_COLUMNS, TARGETS
@@ -72,7 +72,7 @@ class LRU:
 @dataclass(frozen=True)
 class Loaded:
     model: TimePowerModel
-    meta: dict[str, Any]
+    meta: ModelRecord
     version: int
     ref: ModelRef
 
@@ -122,10 +122,10 @@ class ModelRepository:
         self._predictions = LRU(prediction_cache_size)
 
     # -- writing -------------------------------------------------------------------------------
-    def save(self, ref: ModelRef, model: TimePowerModel, meta: dict[str, Any]) -> Loaded:
-        """A new version of ``ref``'s model; ``meta`` gets ``model_id`` and ``created_s``."""
-        meta = {**meta, "model_id": ref.model_id, "created_s": time.time()}
-        version = self.store.put_blob(BLOB_KIND, ref.parts, model.to_bytes(), meta)
+    def save(self, ref: ModelRef, model: TimePowerModel, meta: ModelRecord) -> Loaded:
+        """A new version of ``ref``'s model; the record gets ``model_id`` and ``created_s``."""
+        meta = replace(meta, model_id=ref.model_id, created_s=time.time())
+        version = self.store.put_blob(BLOB_KIND, ref.parts, model.to_bytes(), meta.to_dict())
         self._models.put((ref.parts, version), (model, meta))
         return Loaded(model, meta, version, ref)
 
@@ -140,25 +140,25 @@ class ModelRepository:
         """The model ``ref`` names (its latest version when it names none); NOT_FOUND when missing."""
         version = ref.version or self.latest_version(ref, field)
 
-        def fetch() -> tuple[TimePowerModel, dict[str, Any]]:
+        def fetch() -> tuple[TimePowerModel, ModelRecord]:
             try:
                 data, meta, _ = self.store.get_blob(BLOB_KIND, ref.parts, version)
             except NotFound:
                 raise NotFound(f"{field}: model {ref.model_id!r} has no version {version}") from None
             metrics.MODELS_LOADED.inc()
-            return TimePowerModel.from_bytes(data, ref.versioned(version)), meta
+            return TimePowerModel.from_bytes(data, ref.versioned(version)), ModelRecord.from_dict(meta)
 
         model, meta = self._models.get_or_make((ref.parts, version), fetch, metrics.MODEL_CACHE)
         return Loaded(model, meta, version, ref)
 
-    def list(self, device: str = "", workload: str = "") -> list[tuple[dict[str, Any], int]]:
-        """(meta, latest version) of every model, filtered, sorted by id."""
+    def list(self, device: str = "", workload: str = "") -> list[tuple[ModelRecord, int]]:
+        """(record, latest version) of every model, filtered, sorted by id."""
         out = []
         for blob in self.store.list_blobs(BLOB_KIND):
             cached = self._models.get((blob.key_parts, blob.latest_version))
-            meta = cached[1] if cached is not None else self.store.get_blob(BLOB_KIND, blob.key_parts,
-                                                                            blob.latest_version)[1]
-            if (device and meta.get("device") != device) or (workload and meta.get("workload") != workload):
+            meta = cached[1] if cached is not None else ModelRecord.from_dict(
+                self.store.get_blob(BLOB_KIND, blob.key_parts, blob.latest_version)[1])
+            if (device and meta.device != device) or (workload and meta.workload != workload):
                 continue
             out.append((meta, blob.latest_version))
         return out

@@ -91,7 +91,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         trained = fit_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
         metrics.MODELS_STORED.labels("Fit", method).inc()
-        log.info("fitted", extra={"model_id": saved.versioned_id, "rows": len(rows), **trained.meta["metrics"]})
+        log.info("fitted", extra={"model_id": saved.versioned_id, "rows": len(rows), **trained.meta.metrics})
         return estimator_pb2.FitResponse(model=convert.model_info(saved.meta, saved.version))
 
     # -- Transfer -------------------------------------------------------------------------------------
@@ -100,8 +100,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         base = self.models.load(convert.parse_model_id(request.base_model_id, "base_model_id"), "base_model_id")
         method = convert.method_from_kind(request.params.get("method", ""), self.policy.transfer_method,
                                          "params.method")
-        if method in TRANSFER_METHODS and base.meta.get("kind") not in NN_METHODS:
-            raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.get('kind')!r} model; "
+        if method in TRANSFER_METHODS and base.meta.kind not in NN_METHODS:
+            raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.kind!r} model; "
                                   f"{method!r} fine-tunes an NN reference", "a model fitted with " + ", ".join(NN_METHODS))
         params = {k: v for k, v in request.params.items() if k != "method"}
         kw, nn_attrs = convert.transfer_params(method, request.epochs, params)

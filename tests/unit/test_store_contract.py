@@ -584,3 +584,16 @@ def test_records_written_before_schemas_are_read(redis_store):
     c.hset(store.key("config", "n1"), mapping={"config": json.dumps({"node_id": "n1", "batch_size": 8,
                                                                       "revision": 0, "mode": None}), "rev": 3})
     assert store.get_config("n1") == NodeConfig("n1", batch_size=8, revision=3)
+
+
+def test_model_record_round_trips_and_reads_its_old_dict_shape():
+    from edgetune.coordination.store import ModelRecord
+
+    rec = ModelRecord("ref", "nn", "orin-agx", "resnet18", "train", 90, 100, False, (16,),
+                      ("cores", "cpu_mhz"), {"time_mape": 4.2, "power_mape": None}, "ref.csv", "", 1.5, 10.0, 10, 0.1, 0)
+    assert ModelRecord.from_json(rec.to_json()) == rec and rec.to_dict()["schema"] == ModelRecord.SCHEMA_VERSION
+    # blob metadata written before the record had a schema: the same keys, fit_s for the time
+    legacy = {"model_id": "ref", "kind": "nn", "device": "orin-agx", "workload": "resnet18", "role": "train",
+              "n_train": 90, "rows": 100, "has_std": False, "metrics": {"time_mape": 4.2}, "fit_s": 2.0}
+    old = ModelRecord.from_dict(legacy)
+    assert (old.kind, old.n_train, old.seconds, old.metrics) == ("nn", 90, 2.0, {"time_mape": 4.2})

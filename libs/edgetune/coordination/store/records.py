@@ -373,6 +373,64 @@ class SearchSessionRecord(_Record):
         raise UnknownSchema(cls.__name__, None, cls.SCHEMA_VERSION)
 
 
+# -- models ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRecord(_Record):
+    """What the estimator stores beside a model's bytes (blob meta, kind ``model``): ListModels and
+    the checks on a transfer's base read it without loading the model.
+
+    ``metrics`` holds the pipeline's accuracy on held-out (fit) or profiled (transfer) rows, as
+    ``time_mape`` / ``power_mape`` / ... (None where a target has no score); ``seconds`` the time the
+    fit or transfer took.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    model_id: str
+    kind: str
+    device: str
+    workload: str
+    role: str
+    n_train: int
+    rows: int
+    has_std: bool
+    batch_sizes: tuple[int, ...] = ()
+    columns: tuple[str, ...] = ()
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    source: str = ""
+    base_model_id: str = ""
+    seconds: float = 0.0
+    created_s: float = 0.0
+    held_out_rows: int | None = None
+    validation_fraction: float | None = None
+    seed: int | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {"model_id": self.model_id, "kind": self.kind, "device": self.device, "workload": self.workload,
+                "role": self.role, "n_train": self.n_train, "rows": self.rows, "has_std": self.has_std,
+                "batch_sizes": list(self.batch_sizes), "columns": list(self.columns), "metrics": dict(self.metrics),
+                "source": self.source, "base_model_id": self.base_model_id, "seconds": self.seconds,
+                "created_s": self.created_s, "held_out_rows": self.held_out_rows,
+                "validation_fraction": self.validation_fraction, "seed": self.seed}
+
+    @classmethod
+    def _from_fields(cls, doc: Mapping[str, Any]) -> ModelRecord:
+        def opt_int(v: Any) -> int | None:
+            return None if v is None else int(v)
+
+        return cls(str(doc.get("model_id", "")), str(doc.get("kind", "")), str(doc.get("device", "")),
+                   str(doc.get("workload", "")), str(doc.get("role", "")), int(doc.get("n_train", 0)),
+                   int(doc.get("rows", 0)), bool(doc.get("has_std", False)),
+                   tuple(int(b) for b in doc.get("batch_sizes") or ()), tuple(str(c) for c in doc.get("columns") or ()),
+                   {str(k): _opt_float(v) for k, v in (doc.get("metrics") or {}).items()}, str(doc.get("source", "")),
+                   str(doc.get("base_model_id", "")),
+                   float(doc.get("seconds", doc.get("fit_s", doc.get("transfer_s", 0.0))) or 0.0),
+                   float(doc.get("created_s", 0.0)), opt_int(doc.get("held_out_rows")),
+                   _opt_float(doc.get("validation_fraction")), opt_int(doc.get("seed")))
+
+
 # -- jobs -----------------------------------------------------------------------------------------
 
 
