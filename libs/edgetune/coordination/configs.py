@@ -132,8 +132,9 @@ class ConfigWatchHub:
             try:
                 changes = self.store.wait_config_changes(cursor, block_ms=self.block_ms)
                 self.reads += 1
-            except STORE_ERRORS as exc:
-                log.warning("config change feed interrupted; re-reading", extra={"error": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - an outage, or the store closed under the read at shutdown
+                if self.watches:
+                    log.warning("config change feed interrupted; re-reading", extra={"error": str(exc)})
                 time.sleep(self.retry_s)
                 with self._lock:
                     self._cursor = ""  # start again from the tail, and wake everyone to re-read

@@ -76,6 +76,12 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 STORE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
 GROUP = "agents"
+#: Connections a store keeps at most. Every call but two holds one only for one command: the
+#: config change feed (one blocking read per process, however many watches) and job claims
+#: (one per agent process). So a coordinator with thousands of WatchConfig streams needs few.
+DEFAULT_POOL_SIZE = 64
+#: How long a call waits for a free connection before failing (as unavailable: retried).
+DEFAULT_POOL_TIMEOUT_S = 10.0
 T = TypeVar("T")
 ROUND_KEY = ("round", "last")
 #: What a lease without an expiry (never set by this code) reports as its TTL.
@@ -245,6 +251,7 @@ class RedisBase:
         server = self.client.info("server")
         persistence = self.client.info("persistence")
         memory = self.client.info("memory")
+        clients = self.client.info("clients")
         return {
             "backend": self.backend,
             "url": redact_url(self.url),
@@ -253,6 +260,7 @@ class RedisBase:
             "uptime_s": server.get("uptime_in_seconds"),
             "aof_enabled": bool(persistence.get("aof_enabled")),
             "used_memory_bytes": memory.get("used_memory"),
+            "connected_clients": clients.get("connected_clients"),
         }
 
     def close(self) -> None:
@@ -709,6 +717,9 @@ class RedisStore(RedisBase):
     backoff (about 3 s in all with the defaults) so a Redis restart or a pod move does not
     fail callers; idle connections are PINGed every ``health_check_interval_s`` before reuse.
     Keep blocking reads (job claims, config watches) shorter than ``socket_timeout_s``.
+
+    Connections: at most ``pool_size``; a caller finding them all busy waits up to
+    ``pool_timeout_s`` for one instead of failing (see :func:`blocking_pool`).
     """
 
     backend = "redis"
@@ -722,11 +733,13 @@ class RedisStore(RedisBase):
         health_check_interval_s: int = 15,
         socket_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
     ) -> None:
         # Keepalive is a TCP option; redis-py refuses it for unix-socket connections.
         tcp: dict[str, Any] = {} if url.lower().startswith("unix://") else {"socket_keepalive": True}
-        client = redis.Redis.from_url(
-            url,
+        client = blocking_pool(
+            redis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=pool_timeout_s,
             **tcp,
             retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
@@ -734,8 +747,17 @@ class RedisStore(RedisBase):
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s,
             client_name="edgetune",
-        )
+        ))
         super().__init__(client, namespace=namespace, url=url)
+
+
+
+def blocking_pool(pool: redis.ConnectionPool) -> redis.Redis:
+    """A client over ``pool`` (a BlockingConnectionPool: callers wait for a connection rather
+    than fail with "Too many connections" as redis-py's default pool of 100 does)."""
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
 
 
 def wait_for_ping(client: redis.Redis, timeout_s: float, alive: Callable[[], bool] | None = None) -> None:
