@@ -9,7 +9,8 @@ each stream delivering its own.
 
 Before the change each stream held a pooled connection in a blocking read: at about 97
 streams the coordinator's pool (redis-py's default, 100) was exhausted and every RPC failed
-with "Too many connections" (:data:`BEFORE`).
+with "Too many connections" (:data:`BEFORE`). Now one reader of the store's change feed
+serves every stream and the pool is a blocking one of 64.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any
 
 from edgetune.bench.runner import benchmark
 
-#: Main before the change (one blocking Redis read per stream, redis-py's pool of 100), this
-#: machine: Heartbeat answered while < ~97 streams were open; from then on every RPC failed.
-BEFORE: dict[str, Any] = {"streams_before_rpcs_fail": 97,
-                          "error": "redis.exceptions.ConnectionError: Too many connections"}
+#: Main before the change (daa557e: one blocking Redis read per stream, redis-py's pool of 100),
+#: this 2-core machine, 2026-11-26: with 150 open streams 0 of 100 Heartbeats answered, every one
+#: UNAVAILABLE "Too many connections" (RPCs fail from about 97 streams on).
+BEFORE: dict[str, Any] = {"streams": 150, "heartbeats_ok": 0, "heartbeats_failed": 100,
+                          "error": "UNAVAILABLE: Too many connections", "rpcs_fail_from_streams": 97}
 STREAMS = 1000
 CHANNELS = 10
 HEARTBEATS = 300
