@@ -165,12 +165,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if request.node_id:
             change = self.rounds.update_node_budget(request.node_id, convert.node_budget_from_proto(request))
             self._changed()  # a TuningJob on the node without a budget of its own selects again
+            assert change.record is not None
             return coordinator_pb2.UpdateBudgetResponse(
                 budgets=budgets_from_dict({"power_budget_w": change.record.power_budget_w}))
         site = self.rounds.update_site_budgets(
             site_power_budget_w=optional_value(request.budgets, "site_power_budget_w"),
-            deadline_s=optional_value(request.budgets, "deadline_s"))
-        return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(site))
+            deadline_s=optional_value(request.budgets, "deadline_s")).site
+        assert site is not None
+        return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(dict(site)))
 
     # -- tuning jobs: any replica writes the spec (desired state); the leader's loop acts on it -----
     def _changed(self) -> None:

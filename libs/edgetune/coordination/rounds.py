@@ -11,7 +11,7 @@ it (see :mod:`.configs`).
     round (Store.put_round) RoundState: the last *applied* round request, its options (npz) and
                            ``members`` (the round's nodes that were plannable then), for re-planning
 
-Re-planning the last applied round follows a budget change (:meth:`replan_after_budget_change`)
+Re-planning the last applied round follows a budget change (:meth:`update_node_budget`, :meth:`update_site_budgets`)
 and a membership change (:meth:`replan_after_membership_change`: a node of the round lost,
 back, or newly registered). Only nodes whose config changed get a new revision.
 
@@ -212,10 +212,12 @@ class _Writes:
 
 @dataclass(frozen=True)
 class BudgetChange:
-    """What :meth:`RoundCoordinator.update_node_budget` did: the node as now registered, the
-    re-plan of the last round (None: no round with the node) and the inference re-solve (None: none)."""
+    """What a budget change did: the node as now registered (:meth:`RoundCoordinator.update_node_budget`)
+    or the site's effective budgets (:meth:`~RoundCoordinator.update_site_budgets`), the re-plan of
+    the last round (None: no round, or the node is not in it) and the inference re-solve (None: none)."""
 
-    record: NodeRecord
+    record: NodeRecord | None = None
+    site: Mapping[str, float | None] | None = None
     outcome: RoundOutcome | None = None
     placement: InferencePlacement | None = None
 
@@ -248,9 +250,10 @@ class RoundCoordinator:
         return {"site_power_budget_w": stored.site_power_budget_w, "deadline_s": stored.deadline_s}
 
     def update_site_budgets(self, *, site_power_budget_w: float | None = None,
-                            deadline_s: float | None = None) -> dict[str, float | None]:
-        """Set the given site budgets (None: keep) and re-plan the last applied round under them,
-        written together (see module doc); returns the effective budgets."""
+                            deadline_s: float | None = None) -> BudgetChange:
+        """Set the given site budgets (None: keep) and re-plan the last applied round under them
+        (the round's own site values are replaced by the standing ones), written together (see
+        module doc); ``site`` holds the effective budgets."""
         if self.lease is not None:
             self.lease.require()
         current = self.site_budgets()
@@ -262,9 +265,11 @@ class RoundCoordinator:
         site = SiteBudgets(current["site_power_budget_w"], current["deadline_s"])
         with self._replan_lock:
             replanned = self._replan_for_budget(None, _Pending(site=site))
-            writes = replanned[1] if replanned is not None else None
-            self._commit("budget", writes, values=[(SITE_KEY, site.to_dict(), None)])
-        return current
+            outcome, writes = replanned if replanned is not None else (None, None)
+            published = self._commit("budget", writes, values=[(SITE_KEY, site.to_dict(), None)])
+        if outcome is not None and writes is not None:
+            outcome = replace(outcome, published=tuple(published))
+        return BudgetChange(site=current, outcome=outcome)
 
     def update_node_budget(self, node_id: str, power_budget_w: float | None, *, set_budget: bool = True,
                            inference: Mapping[str, Any] | None = None) -> BudgetChange:
@@ -313,7 +318,7 @@ class RoundCoordinator:
                                                                {c.node_id for c in writes.configs}))
                 if placement is not None and placement.config is not None:
                     placement = replace(placement, published=[p for p in published if p.node_id == node_id][-1])
-                return BudgetChange(self.registry.get(node_id), outcome, placement)
+                return BudgetChange(self.registry.get(node_id), outcome=outcome, placement=placement)
         raise FailedPrecondition(f"node {node_id!r} changed {_MAX_CAS_ATTEMPTS} times while updating its budget")
 
     def _commit(self, point: str, writes: _Writes | None, *, docs: Sequence[DocWrite] = (),
@@ -388,28 +393,6 @@ class RoundCoordinator:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         return RoundState(doc, tuple(n.node_id for n in request.nodes), tuple(sorted(members)), buf.getvalue())
-
-    def replan_after_budget_change(self, node_id: str | None = None, *,
-                                   inference: bool = True) -> RoundOutcome | None:
-        """Re-plan the last applied round after a budget update and publish the result.
-
-        ``node_id``: the node whose budget changed (its round override is dropped: the new
-        budget is the operator's latest word); None: the site budgets changed (the round's
-        own site values are replaced by the standing ones). Returns None when there is no
-        applied round or the node is not in it. Configs get new revisions only where they
-        changed; an infeasible re-plan publishes nothing and keeps the previous configs.
-        With ``inference`` (default) a node with an inference placement is re-solved too.
-        """
-        with self._replan_lock:
-            replanned = self._replan_for_budget(node_id, None)
-            outcome = None
-            if replanned is not None:
-                outcome, writes = replanned
-                if writes is not None:
-                    outcome = replace(outcome, published=tuple(self._commit("round", writes)))
-            if inference and node_id is not None and has_placement(self.store, node_id):
-                self._update_arrival_rate(node_id, None, None, None)
-            return outcome
 
     def update_arrival_rate(self, node_id: str, arrival_rps: float | None = None,
                             latency_budget_ms: float | None = None, *,
