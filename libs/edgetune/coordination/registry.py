@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgetune import validation
-from edgetune.coordination.store import Heartbeat, NodeRegistration, RevisionConflict, Store
+from edgetune.coordination.store import DocWrite, Heartbeat, NodeRegistration, RevisionConflict, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.spec import DeviceSpec, Preset
 
@@ -154,9 +154,11 @@ class NodeRegistry:
             old = self._registration(node_id)
             budget = old.power_budget_w if old else None
         record = replace(node, node_id=node_id, power_budget_w=budget, registered_s=self._now_s())
-        self.store.put_doc(DOC_KIND, node_id, record.registration().to_dict())
-        self._beat(node_id, Heartbeat(state=node.state or "ready", current_mode=node.current_mode,
-                                      power_w=node.power_w, applied_revision=node.applied_revision))
+        beat = Heartbeat(state=node.state or "ready", current_mode=node.current_mode, power_w=node.power_w,
+                         applied_revision=node.applied_revision)
+        # The registration and its first beat together: never a registered node that looks lost.
+        self.store.publish_configs([], docs=[DocWrite(DOC_KIND, node_id, record.registration().to_dict())],
+                                   values=self._beat_items(node_id, beat))
         log.info("node registered", extra={"node_id": node_id, "device": record.device_model})
         return self.get(node_id)
 
@@ -179,9 +181,12 @@ class NodeRegistry:
         return True
 
     def _beat(self, node_id: str, beat: Heartbeat) -> None:
+        self.store.set_many(self._beat_items(node_id, beat))
+
+    def _beat_items(self, node_id: str, beat: Heartbeat) -> list[tuple[tuple[str, str], Any, float | None]]:
         doc = replace(beat, ts_s=self._now_s()).to_dict()
         # Both at once: the TTL one says "alive", the other remembers when.
-        self.store.set_many([(("heartbeat", node_id), doc, self.heartbeat_ttl_s), (("last-seen", node_id), doc, None)])
+        return [(("heartbeat", node_id), doc, self.heartbeat_ttl_s), (("last-seen", node_id), doc, None)]
 
     def _registration(self, node_id: str) -> NodeRegistration | None:
         found = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
