@@ -180,7 +180,8 @@ def fleet(request, tmp_path, monkeypatch):
     redis = EmbeddedRedisServer(port=0, dir=tmp_path / "redis", appendfsync="always")
     redis.start()
     # Generous start-up time: each process imports the whole stack (seconds on a busy CI box).
-    cluster = LocalCluster(tmp_path, external_redis=redis.url, lease_ms=1000, heartbeat_ttl_s=3.0,
+    # A 2 s lease: a busy box must not make the leader miss its renewals (a 1 s one flapped).
+    cluster = LocalCluster(tmp_path, external_redis=redis.url, lease_ms=2000, heartbeat_ttl_s=3.0,
                            supervisor=Supervisor(tmp_path, start_timeout_s=180.0))
     f = Fleet(cluster, _free_port(), monkeypatch)
     f.redis = redis
@@ -217,15 +218,15 @@ def test_a_coordinator_killed_around_each_write_leaves_registry_configs_round_an
 
     # A failing UpdateBudget changes nothing (the inference path fails after the budget is checked).
     with pytest.raises(grpc.RpcError) as err:
-        fleet.stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
-            node_id="b", budgets=common_pb2.Budgets(power_budget_w=20.0, arrival_rps=10.0)), timeout=30)
+        fleet.retry(lambda s: s.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
+            node_id="b", budgets=common_pb2.Budgets(power_budget_w=20.0, arrival_rps=10.0)), timeout=30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert fleet.check_consistent("r3", {"a": 35.0, "b": 50.0}) == after
 
 
 def test_after_redis_restarts_with_or_without_its_data_registry_configs_and_agents_agree(fleet):
-    assert fleet.stub.PlanRound(_plan("r3"), timeout=30).feasible
-    fleet.stub.UpdateBudget(_budget("a", 35.0), timeout=30)
+    assert fleet.retry(lambda s: s.PlanRound(_plan("r3"), timeout=30)).feasible
+    fleet.retry(lambda s: s.UpdateBudget(_budget("a", 35.0), timeout=30))
     after = fleet.check_consistent("r3", {"a": 35.0, "b": 50.0})
 
     # -- Redis restarts with its data (AOF): the same epoch, revisions go on, watches stream on ----
