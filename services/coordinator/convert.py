@@ -64,7 +64,9 @@ def node_record_from_proto(msg: coordinator_pb2.NodeInfo) -> NodeRecord:
 
 def node_info_to_proto(record: NodeRecord) -> coordinator_pb2.NodeInfo:
     msg = coordinator_pb2.NodeInfo(node_id=record.node_id, hostname=record.hostname, address=record.address,
-                                   labels=record.labels, state=record.state)
+                                   labels=record.labels, state=record.state, applied_revision=record.applied_revision,
+                                   applied_epoch=record.applied_epoch, refused_revision=record.refused_revision,
+                                   refused_reason=record.refused_reason)
     spec = record.spec
     if spec is not None:
         msg.device.CopyFrom(spec_to_proto(spec))
@@ -141,7 +143,7 @@ def round_outcome_to_proto(outcome: RoundOutcome) -> coordinator_pb2.PlanRoundRe
 
 def config_to_proto(cfg: NodeConfig) -> coordinator_pb2.NodeConfig:
     msg = coordinator_pb2.NodeConfig(node_id=cfg.node_id, revision=cfg.revision, batch_size=cfg.batch_size,
-                                     round_id=cfg.round_id, restore=cfg.restore, reason=cfg.reason)
+                                     round_id=cfg.round_id, restore=cfg.restore, reason=cfg.reason, epoch=cfg.epoch)
     if cfg.mode is not None:
         msg.mode.CopyFrom(mode_to_proto(cfg.mode))
     if cfg.workload or cfg.role:

@@ -55,8 +55,9 @@ log = logging.getLogger("edgetune.coordinator")
 DEFAULT_PORT = 50054
 #: PlanRound with inline options: 4,368 PowerTrain modes are ~0.2 MB a node, past gRPC's 4 MB at ~20 nodes.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
-#: Handler threads: one per open WatchConfig (one per agent) plus headroom for unary RPCs.
-DEFAULT_MAX_WORKERS = 256
+#: Handler threads: one per open WatchConfig (one per agent; a thread waiting on an in-process event,
+#: not a Redis connection) plus headroom for unary RPCs.
+DEFAULT_MAX_WORKERS = 2048
 KUBE_MODES = ("auto", "none", "incluster", "kubeconfig")
 #: In a pod with its ServiceAccount token mounted (the chart's ``coordinator.nodeAccess``).
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"

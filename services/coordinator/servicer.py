@@ -14,8 +14,10 @@ sees FAILED_PRECONDITION because it reached the standby (only while no replica h
 TuningJob writes are **desired state**: any replica stores the spec; the leader's reconcile loop
 acts on it (:mod:`edgetune.coordination.reconcile`).
 
-Each open WatchConfig holds one handler thread (and one blocked Redis read) for its lifetime,
-which is why the coordinator's default ``--max-workers`` is sized for a fleet, not 16.
+Each open WatchConfig holds one handler thread for its lifetime (waiting on an in-process
+event, not on Redis: one reader of the store's change feed serves every stream, see
+:mod:`edgetune.coordination.configs`), which is why the coordinator's default
+``--max-workers`` is sized for a fleet, not 16.
 """
 
 from __future__ import annotations
@@ -78,17 +80,21 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             self.on_register(record)
         return coordinator_pb2.RegisterNodeResponse(node_id=record.node_id,
                                                     heartbeat_interval_s=self.registry.heartbeat_interval_s,
-                                                    config_revision=self.configs.revision(record.node_id))
+                                                    config_revision=self.configs.revision(record.node_id),
+                                                    config_epoch=self.configs.epoch())
 
     @map_errors
     def Heartbeat(self, request, context):
         current = (mode_from_proto(request.current_mode, "current_mode").as_dict()
                    if request.current_mode.cores else None)
         known = self.registry.heartbeat(request.node_id, state=request.state, current_mode=current,
-                                        power_w=request.power_w, applied_revision=request.applied_revision)
+                                        power_w=request.power_w, applied_revision=request.applied_revision,
+                                        applied_epoch=request.applied_epoch, refused_revision=request.refused_revision,
+                                        refused_reason=request.refused_reason)
         if not known:
             return coordinator_pb2.HeartbeatResponse(reregister=True)
-        return coordinator_pb2.HeartbeatResponse(config_revision=self.configs.revision(request.node_id))
+        return coordinator_pb2.HeartbeatResponse(config_revision=self.configs.revision(request.node_id),
+                                                 config_epoch=self.configs.epoch())
 
     @map_errors
     def ListNodes(self, request, context):
@@ -134,7 +140,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
         try:
             for cfg in self.configs.watch(request.node_id, request.after_revision, block_ms=self.watch_block_ms,
-                                          should_stop=should_stop):
+                                          should_stop=should_stop, epoch=request.after_epoch):
                 yield convert.config_to_proto(cfg)
         except Exception:
             # The stream already ended (the agent went away, or the server is stopping and has closed the
@@ -148,25 +154,25 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if not self.lease.is_leader and not self._is_forwarded(context):
             return self._forward("UpdateBudget", request, context)
         self.lease.require()  # a re-plan follows: leader only, so a standby does not half-apply it
+        # Each branch checks and plans first, then writes the budget with its re-plan in one step.
         inference = convert.inference_update_from_proto(request)
         if inference is not None:  # an inference node: re-solve its (mode, β) and publish its config only
             power = optional_value(request.budgets, "power_budget_w")
-            if power is not None:
-                self.registry.update_budget(request.node_id, power)
-                self.rounds.replan_after_budget_change(request.node_id, inference=False)
-            placement = self.rounds.update_arrival_rate(request.node_id, **inference)
-            return convert.placement_to_proto(placement, self.configs.revision(request.node_id))
+            change = self.rounds.update_node_budget(request.node_id, power, set_budget=power is not None,
+                                                    inference=inference)
+            assert change.placement is not None
+            return convert.placement_to_proto(change.placement, self.configs.revision(request.node_id))
         if request.node_id:
-            record = self.registry.update_budget(request.node_id, convert.node_budget_from_proto(request))
-            self.rounds.replan_after_budget_change(record.node_id)
+            change = self.rounds.update_node_budget(request.node_id, convert.node_budget_from_proto(request))
             self._changed()  # a TuningJob on the node without a budget of its own selects again
+            assert change.record is not None
             return coordinator_pb2.UpdateBudgetResponse(
-                budgets=budgets_from_dict({"power_budget_w": record.power_budget_w}))
+                budgets=budgets_from_dict({"power_budget_w": change.record.power_budget_w}))
         site = self.rounds.update_site_budgets(
             site_power_budget_w=optional_value(request.budgets, "site_power_budget_w"),
-            deadline_s=optional_value(request.budgets, "deadline_s"))
-        self.rounds.replan_after_budget_change(None)
-        return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(site))
+            deadline_s=optional_value(request.budgets, "deadline_s")).site
+        assert site is not None
+        return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(dict(site)))
 
     # -- tuning jobs: any replica writes the spec (desired state); the leader's loop acts on it -----
     def _changed(self) -> None:

@@ -14,11 +14,16 @@ Four daemon threads, each retrying with backoff while the coordinator or Redis i
   ack). A payload is a ``ProfileRequest`` as JSON (:func:`profile_job`). A payload that can
   never run (bad field) is acknowledged and logged; a device failure is left pending, so the
   queue re-delivers it and buries it after ``max_deliveries``.
-- **watch**: ``WatchConfig`` from the last revision seen; hands each config to the applier.
+- **watch**: ``WatchConfig`` from the last (epoch, revision) seen; hands each config to the
+  applier. A config of another epoch (the coordinator's store lost its data) starts the count
+  again: its revision may be lower than the last one seen.
 - **apply**: a config's mode is applied at its ``valid_from`` and, with a ``valid_until``,
   restored then; a ``restore`` config restores at once. A newer config supersedes a pending
   one. While a profile holds the device the change waits for it (the profile returns to
-  the config's mode when it ends). The mode is restored on shutdown by the keeper.
+  the config's mode when it ends). The mode is restored on shutdown by the keeper. A config
+  the device refuses (a mode it does not have) is not applied: it is reported as refused,
+  with the reason, in a heartbeat sent at once (``refused_revision`` / ``refused_reason``),
+  and ``applied_revision`` stays on the last config applied.
 
 A Flower client on the node brackets its local training with ApplyPowerMode /
 RestorePowerMode as well (:mod:`edgetune.integrations.flower`); both paths go through the
@@ -110,8 +115,12 @@ class CoordinatorLink:
         self.node_id = node_id or servicer.node_id
         self.labels = dict(labels or {})
         self.heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
-        #: Revision of the last config applied (or superseded while pending): reported in heartbeats.
+        #: Revision (and epoch) of the last config applied (or superseded while pending): reported in heartbeats.
         self.applied_revision = 0
+        self.applied_epoch = 0
+        #: The last config refused (0: none since one was applied) and why: reported in heartbeats.
+        self.refused_revision = 0
+        self.refused_reason = ""
         self._channel = grpc.insecure_channel(coordinator)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._jobs = JobQueue(servicer.store) if servicer.store is not None else None
@@ -122,6 +131,9 @@ class CoordinatorLink:
         self._watch_call: Any = None
         self._configs: queue.Queue[coordinator_pb2.NodeConfig] = queue.Queue()
         self._seen_revision = 0
+        self._seen_epoch = 0
+        #: Set to send a heartbeat now (a config was refused) rather than at the next interval.
+        self._beat_now = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- life cycle ----------------------------------------------------------------------
@@ -140,6 +152,7 @@ class CoordinatorLink:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the threads (a running job is cancelled and left for re-delivery); the keeper restores."""
         self._stop.set()
+        self._beat_now.set()
         call = self._watch_call
         if call is not None:
             call.cancel()
@@ -186,15 +199,17 @@ class CoordinatorLink:
                 if not self._registered.is_set():
                     self._register()
                 else:
+                    self._beat_now.clear()
                     reply = self._stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                         node_id=self.node_id, current_mode=mode_to_proto(self.servicer.device.current_mode()),
-                        power_w=self._power_w(), state=self._state(), applied_revision=self.applied_revision),
-                        timeout=RPC_TIMEOUT_S)
+                        power_w=self._power_w(), state=self._state(), applied_revision=self.applied_revision,
+                        applied_epoch=self.applied_epoch, refused_revision=self.refused_revision,
+                        refused_reason=self.refused_reason), timeout=RPC_TIMEOUT_S)
                     if reply.reregister:
                         log.warning("the coordinator forgot this node: registering again")
                         self._register()
                 backoff.reset()
-                self._stop.wait(self.heartbeat_interval_s)
+                self._beat_now.wait(self.heartbeat_interval_s)
             except grpc.RpcError as exc:
                 log.warning("coordinator unreachable", extra={"coordinator": self.coordinator,
                                                               "code": exc.code().name, "error": exc.details()})
@@ -208,11 +223,13 @@ class CoordinatorLink:
                 continue
             try:
                 self._watch_call = self._stub.WatchConfig(coordinator_pb2.WatchConfigRequest(
-                    node_id=self.node_id, after_revision=self._seen_revision))
+                    node_id=self.node_id, after_revision=self._seen_revision, after_epoch=self._seen_epoch))
                 if self._stop.is_set():  # stop() ran before the call existed: nothing cancelled it
                     self._watch_call.cancel()
                 for config in self._watch_call:
                     backoff.reset()
+                    if config.epoch != self._seen_epoch:  # the store lost its data: revisions count anew
+                        self._seen_epoch, self._seen_revision = config.epoch, config.revision
                     self._seen_revision = max(self._seen_revision, config.revision)
                     self._configs.put(config)
             except grpc.RpcError as exc:
@@ -243,21 +260,22 @@ class CoordinatorLink:
         """Apply one config; returns a newer config that superseded it (None when done)."""
         if config.restore or not config.HasField("mode"):
             self._until_done(self.servicer.restore_mode)
-            self.applied_revision = config.revision
+            self._applied(config)
             log.info("config applied: mode restored", extra={"revision": config.revision})
             return None
         newer = self._wait_until(config.valid_from.ToNanoseconds() / 1e9 if config.HasField("valid_from") else 0.0)
         if newer is not None:
-            self.applied_revision = config.revision
+            self._applied(config)
             return newer
         try:
             mode = mode_from_proto(config.mode, "config.mode")
             applied = self._until_done(lambda: self.servicer.apply_mode(mode))
-        except EdgetuneError as exc:  # a mode this device refuses: keep the current one, say why
-            log.error("config not applied", extra={"revision": config.revision, "error": str(exc)})
-            self.applied_revision = config.revision
+        except EdgetuneError as exc:  # a mode this device refuses: keep the current one, tell the coordinator why
+            log.error("config refused", extra={"revision": config.revision, "error": str(exc)})
+            self.refused_revision, self.refused_reason = config.revision, str(exc)
+            self._beat_now.set()
             return None
-        self.applied_revision = config.revision
+        self._applied(config)
         if config.HasField("power_budget_w"):
             metrics.CONFIG_POWER_BUDGET_W.set(config.power_budget_w)
         if applied is not None:
@@ -271,6 +289,10 @@ class CoordinatorLink:
                 self._until_done(self.servicer.restore_mode)
                 log.info("config expired: mode restored", extra={"revision": config.revision})
         return None
+
+    def _applied(self, config: coordinator_pb2.NodeConfig) -> None:
+        self.applied_revision, self.applied_epoch = config.revision, config.epoch
+        self.refused_revision, self.refused_reason = 0, ""
 
     def _wait_until(self, epoch_s: float) -> coordinator_pb2.NodeConfig | None:
         """Sleep until ``epoch_s``; a newer config arriving first is returned (None: time reached or stop)."""

@@ -106,3 +106,37 @@ def test_watch_stops_when_asked_and_checks_arguments(store):
 def test_restore_config_round_trips():
     cfg = NodeConfig("n1", restore=True, reason="round over", revision=4)
     assert NodeConfig.from_json(cfg.to_json()).with_revision(4) == cfg  # the revision is the store's
+
+
+def test_many_watches_share_one_feed_reader_and_wake_only_for_their_node(store):
+    configs = ConfigStore(store)
+    stop = threading.Event()
+    seen: dict[str, list[int]] = {f"n{i}": [] for i in range(50)}
+
+    def follow(node_id: str) -> None:
+        for cfg in configs.watch(node_id, 0, block_ms=50, should_stop=stop.is_set):
+            seen[node_id].append(cfg.revision)
+
+    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in seen]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while configs.hub.watches < len(seen):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    configs.publish_many([_cfg("n3"), _cfg("n7")])
+    configs.publish(_cfg("n3", batch_size=64))
+    deadline = time.monotonic() + 5
+    while seen["n3"] != [1, 2] or seen["n7"] != [1]:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.01)
+    reads = configs.hub.reads
+    assert all(not revs for n, revs in seen.items() if n not in ("n3", "n7"))
+    assert reads <= 10  # one reader for 50 watches: a few feed reads, not one per watch
+    stop.set()
+    for t in threads:
+        t.join(2)
+    deadline = time.monotonic() + 3
+    while configs.hub.watches:  # every watch unsubscribed on the way out
+        assert time.monotonic() < deadline
+        time.sleep(0.01)

@@ -93,8 +93,8 @@ def test_infeasible_rate_keeps_the_config_and_budget_change_resolves(setup):
     # Back to 200 rps (the same decision: no new revision); then a lower power budget
     # re-solves the placement at the standing rate: β=4 at a slower mode within 25 W.
     assert not rounds.update_arrival_rate("inf", 200.0).published.changed
-    registry.update_budget("inf", 25.0)
-    assert rounds.replan_after_budget_change("inf") is None  # "inf" is in no training round
+    change = rounds.update_node_budget("inf", 25.0)
+    assert change.outcome is None and change.placement is not None  # in no training round; re-solved
     cfg = rounds.configs.get("inf")
     assert cfg.power_budget_w == 25.0 and rounds.configs.revision("inf") == 2 and cfg.mode != first.decision.mode
     placement = rounds.update_arrival_rate("inf", 200.0)

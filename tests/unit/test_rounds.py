@@ -62,15 +62,18 @@ def test_budget_precedence_and_replan_revisions(setup):
     over = rounds.plan(RoundRequest((RoundNode("a", 3200, 35.0, OPTIONS),), workload={"name": "resnet18"}))
     assert over.plan.nodes[0].mode == MID and not over.published  # apply=False
     # ... and a budget update re-plans the last applied round: only "b" changes.
-    registry.update_budget("b", 35.0)
-    re = rounds.replan_after_budget_change("b")
+    change = rounds.update_node_budget("b", 35.0)
+    re = change.outcome
+    assert change.record.power_budget_w == 35.0 and registry.get("b").power_budget_w == 35.0
     assert {p.node_id: (p.revision, p.changed) for p in re.published} == {
         "a": (1, False), "b": (2, True), "c": (1, False)}
     # The standing site budget applies to the re-plan: 42 + 30 + 42 W no longer fits 100 W.
-    rounds.update_site_budgets(site_power_budget_w=100.0)
-    site = rounds.replan_after_budget_change(None)
-    assert site.plan.feasible and site.plan.total_power_w <= 100.0
-    assert rounds.replan_after_budget_change("not-in-the-round") is None
+    site = rounds.update_site_budgets(site_power_budget_w=100.0)
+    assert site.site["site_power_budget_w"] == 100.0 and rounds.site_budgets()["site_power_budget_w"] == 100.0
+    assert site.outcome.plan.feasible and site.outcome.plan.total_power_w <= 100.0
+    registry.register(NodeRecord("d", device=spec_to_dict(get_spec("orin-agx"))))
+    assert rounds.update_node_budget("d", 20.0).outcome is None  # not in the round: only its budget
+    assert registry.get("d").power_budget_w == 20.0
 
 
 def test_lost_nodes_are_planned_around_and_come_back(expiring):
@@ -82,8 +85,7 @@ def test_lost_nodes_are_planned_around_and_come_back(expiring):
     out = rounds.plan(req)
     assert [p.id for p in out.plan.nodes] == ["a", "b"] and "c (lost" in out.reason
     registry.heartbeat("c")  # c comes back, still without options: the re-plan plans around it
-    registry.update_budget("a", 35.0)
-    re = rounds.replan_after_budget_change("a")
+    re = rounds.update_node_budget("a", 35.0).outcome
     assert re.plan.feasible and [p.id for p in re.plan.nodes] == ["a", "b"] and "c (no options" in re.reason
     with pytest.raises(FailedPrecondition, match=r"nodes\[2\].options"):
         rounds.plan(req)  # a fresh request is strict
@@ -159,8 +161,7 @@ def test_batch_constraints_survive_the_replan(setup):
     assert out.plan.nodes[1].time_s == pytest.approx(6.0)
     last = rounds.last_round()
     assert last.batch_efficiency == {8: 0.5, 32: 1.0} and last.nodes[0].batch_sizes == (32,)
-    registry.update_budget("b", 35.0)  # b drops to MID: only b=32 is there
-    re = rounds.replan_after_budget_change("b")
+    re = rounds.update_node_budget("b", 35.0).outcome  # b drops to MID: only b=32 is there
     assert [(p.id, p.batch_size) for p in re.plan.nodes] == [("a", 32), ("b", 32)]
     with pytest.raises(InvalidArgument, match=r"nodes\[0\].batch_sizes\[0\]"):
         rounds.plan(replace(req, nodes=(RoundNode("a", 3200, options=options, batch_sizes=(0,)),)))

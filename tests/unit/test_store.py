@@ -55,7 +55,7 @@ def _m(mid: str, **kw) -> MeasurementRecord:
 # -- embedded server life cycle and persistence --------------------------------------------
 
 
-def _write_everything(s: Store) -> tuple[int, int]:
+def _write_everything(s: Store) -> tuple[int, int, int]:
     assert s.put_measurement(_m("m1", time_ms=12.5))
     version = s.put_blob("predictor", ("orin-agx", "resnet50"), b"\x00model", {"r2": 0.9})
     rev = s.put_doc("node", "n1", {"budget_w": 30})
@@ -64,10 +64,10 @@ def _write_everything(s: Store) -> tuple[int, int]:
     assert s.read_jobs("n1", "agent-1", count=1, block_ms=0)  # delivered, never acknowledged
     s.publish_configs([NodeConfig("n1", batch_size=16)])
     s.put_round(RoundState({"round_id": "r1", "nodes": []}, ("n1",), ("n1",), b"npz"))
-    return version, rev
+    return version, rev, s.config_epoch()
 
 
-def _check_everything(s: Store, version: int, rev: int) -> None:
+def _check_everything(s: Store, version: int, rev: int, epoch: int) -> None:
     assert s.get_measurements("orin-agx", "resnet50", "train") == [_m("m1", time_ms=12.5)]
     assert not s.put_measurement(_m("m1"))  # still idempotent after the restart
     assert s.get_blob("predictor", ("orin-agx", "resnet50")) == (b"\x00model", {"r2": 0.9}, version)
@@ -77,7 +77,7 @@ def _check_everything(s: Store, version: int, rev: int) -> None:
     # The job a dead agent held is still pending and re-delivered; its config and round are there.
     assert s.pending_jobs("n1") == 1 and s.submit_job("n1", "j1", {}, max_len=100)  # still idempotent
     assert [j.job_id for j in s.reclaim_jobs("n1", "agent-2", idle_ms=1, count=1)] == ["j1"]
-    assert s.get_config("n1") == NodeConfig("n1", batch_size=16, revision=1)
+    assert epoch > 0 and s.get_config("n1") == NodeConfig("n1", batch_size=16, revision=1, epoch=epoch)
     assert s.get_round() == RoundState({"round_id": "r1", "nodes": []}, ("n1",), ("n1",), b"npz")
 
 
@@ -85,12 +85,12 @@ def test_embedded_store_persists_across_restart(tmp_path):
     data = tmp_path / "state"
     with EmbeddedStore(data) as s:
         assert s.info()["aof_enabled"] and s.info()["persistent_dir"] == str(data)
-        version, rev = _write_everything(s)
+        version, rev, epoch = _write_everything(s)
         pid = s.server.pid
     assert not alive(pid)
     assert (data / "appendonly.aof").stat().st_size > 0
     with EmbeddedStore(data) as s:
-        _check_everything(s, version, rev)
+        _check_everything(s, version, rev, epoch)
 
 
 @pytest.mark.parametrize(
@@ -102,9 +102,9 @@ def test_tcp_server_persists_across_restart(tmp_path, binary):
     with EmbeddedRedisServer(port=0, dir=tmp_path, appendonly=True, executable=exe) as server:
         assert server.url.startswith("redis://127.0.0.1:")
         with open_store(server.url) as s:
-            version, rev = _write_everything(s)
+            version, rev, epoch = _write_everything(s)
     with EmbeddedRedisServer(port=0, dir=tmp_path, executable=exe) as server, open_store(server.url) as s:
-        _check_everything(s, version, rev)
+        _check_everything(s, version, rev, epoch)
 
 
 def test_in_memory_embedded_store_leaves_nothing(tmp_path):

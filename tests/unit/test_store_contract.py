@@ -25,6 +25,7 @@ from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS, redis_children
 
 from edgetune.coordination.store import (
     DeadJob,
+    DocWrite,
     EmbeddedRedisServer,
     EmbeddedStore,
     Fence,
@@ -366,8 +367,10 @@ def test_config_revisions_bump_only_on_change(store):
     assert (same.revision, same.changed) == (1, False)
     out = store.publish_configs([_cfg("n1", 64), _cfg("n2"), _cfg("n3", restore=True, mode=None)])
     assert [(x.node_id, x.revision, x.changed) for x in out] == [("n1", 2, True), ("n2", 1, True), ("n3", 1, True)]
-    assert store.get_config("n1") == _cfg("n1", 64, revision=2)
-    assert store.get_config("n3") == _cfg("n3", restore=True, mode=None, revision=1)
+    epoch = store.config_epoch()
+    assert abs(epoch / 1000 - time.time()) < 60 and {x.epoch for x in [p, same, *out]} == {epoch}
+    assert store.get_config("n1") == _cfg("n1", 64, revision=2, epoch=epoch)
+    assert store.get_config("n3") == _cfg("n3", restore=True, mode=None, revision=1, epoch=epoch)
     assert store.config_revisions(["n1", "n2", "n4"]) == {"n1": 2, "n2": 1, "n4": 0}
 
 
@@ -411,6 +414,63 @@ def test_fenced_publish_needs_the_lease(store, elapse):
         store.publish_configs([_cfg("n1", 64)], fence=fence)
     assert err.value.holder == "b"
     assert store.get_config("n1").batch_size == 32
+
+
+def test_publish_writes_its_docs_values_and_round_with_the_configs_or_nothing(store):
+    rev = store.put_doc("node", "n1", {"budget": 30})
+    state = RoundState({"round_id": "r2", "nodes": []}, ("n1",), ("n1",), b"npz")
+    store.put_round(RoundState({"round_id": "r1", "nodes": []}, ("n1",), ("n1",)))
+    with pytest.raises(RevisionConflict):  # the doc moved on: nothing of the publish is written
+        store.publish_configs([_cfg("n1", 64)], docs=[DocWrite("node", "n1", {"budget": 11}, rev + 1)],
+                              values=[(("site",), {"w": 1}, None)], round_state=state)
+    assert store.get_config("n1") is None and store.config_epoch() == 0
+    assert store.get_doc("node", "n1").doc == {"budget": 30} and store.get(("site",)) is None
+    assert store.get_round().request["round_id"] == "r1"
+    fence = Fence("coordinator", "a")
+    with pytest.raises(LeaseLost):
+        store.publish_configs([_cfg("n1", 64)], docs=[DocWrite("node", "n1", {"budget": 11}, rev)],
+                              round_state=state, fence=fence)
+    assert store.get_config("n1") is None and store.get_doc("node", "n1").doc == {"budget": 30}
+    assert store.acquire_lease("coordinator", "a", 5000)
+    [p] = store.publish_configs([_cfg("n1", 64)], docs=[DocWrite("node", "n1", {"budget": 11}, rev),
+                                                          DocWrite("node", "n2", {"budget": 5}, 0)],
+                                values=[(("site",), {"w": 1}, None), (("hb",), 1, 5.0)], round_state=state,
+                                fence=fence)
+    assert p.revision == 1 and store.get_config("n1").batch_size == 64
+    assert store.get_doc("node", "n1").doc == {"budget": 11} and store.list_docs("node") == ["n1", "n2"]
+    assert store.get_doc("node", "n1").revision > rev and store.get(("site",)) == {"w": 1}
+    assert 0 < store.ttl(("hb",)) <= 5.0 and store.get_round() == state
+
+
+def test_the_epoch_tells_a_watcher_its_revision_is_from_before_a_data_loss(store):
+    for b in (1, 2, 3):
+        store.publish_configs([_cfg("n1", b)])
+    epoch = store.config_epoch()
+    assert [c.revision for c in store.wait_configs("n1", 3, block_ms=0, epoch=epoch)] == []
+    # A watcher of another epoch (the store lost its data since it read) gets the current config.
+    got = store.wait_configs("n1", 7, block_ms=0, epoch=epoch - 5)
+    assert [(c.revision, c.epoch, c.batch_size) for c in got] == [(3, epoch, 3)]
+    assert [c.revision for c in store.wait_configs("n1", 2, block_ms=0)] == [3]  # 0: the current epoch
+
+
+def test_the_change_feed_names_the_nodes_whose_config_changed(store):
+    start = store.wait_config_changes("", block_ms=0)
+    assert start.everything and start.node_ids == ()
+    t0 = time.monotonic()
+    idle = store.wait_config_changes(start.cursor, block_ms=100)
+    assert idle.node_ids == () and not idle.everything and 0.08 <= time.monotonic() - t0 < 2.0
+    store.publish_configs([_cfg("n1"), _cfg("n2")])
+    store.publish_configs([_cfg("n1", reason="same")])  # no change: not in the feed
+    store.publish_configs([_cfg("n1", 64)])
+    seen = store.wait_config_changes(idle.cursor, block_ms=1000)
+    assert seen.node_ids == ("n1", "n2") and not seen.everything
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(store.wait_config_changes(seen.cursor, block_ms=5000)))
+    waiter.start()
+    time.sleep(0.05)
+    store.publish_configs([_cfg("n3")])
+    waiter.join(5)
+    assert got[0].node_ids == ("n3",)
 
 
 # -- leases -----------------------------------------------------------------------------------------

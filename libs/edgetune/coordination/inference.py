@@ -48,6 +48,10 @@ class InferencePlacement:
     decision: Decision
     #: None when the decision is infeasible (the previous config stays).
     published: Published | None = None
+    #: What to write when the caller commits (``solve_placement(write=False)``): the config
+    #: (None: infeasible, keep the previous) and the standing target.
+    config: NodeConfig | None = None
+    target: InferenceTarget | None = None
 
     @property
     def feasible(self) -> bool:
@@ -66,7 +70,8 @@ def standing_target(store: Store, node_id: str) -> InferenceTarget | None:
 def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, node_id: str, *,
                     arrival_rps: float | None = None, latency_budget_ms: float | None = None,
                     workload: str | None = None, lease: LeaderLease | None = None,
-                    now_s: float | None = None) -> InferencePlacement:
+                    now_s: float | None = None, power_budget_w: float | None = None,
+                    budget_given: bool = False, write: bool = True) -> InferencePlacement:
     """Re-solve ``node_id``'s inference selection and publish its config when feasible.
 
     ``arrival_rps`` / ``latency_budget_ms`` / ``workload``: None keeps the node's standing
@@ -75,7 +80,10 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
     FailedPrecondition when nothing of the workload's inference was measured for the node.
     The new α / L̂ are stored even when the selection is infeasible (they are facts about
     the load; a later budget change re-solves from them); an infeasible selection publishes
-    nothing and keeps the previous config.
+    nothing and keeps the previous config. ``budget_given``: solve under ``power_budget_w``
+    instead of the registered budget (a budget change not written yet). ``write`` False:
+    write nothing; the placement carries the config and target for the caller to commit
+    with its other writes (:meth:`RoundCoordinator.update_node_budget`).
     """
     try:
         record = registry.get(node_id)
@@ -108,28 +116,31 @@ def solve_placement(store: Store, registry: NodeRegistry, configs: ConfigStore, 
             f"node_id: no stored inference measurements of {name} for node {node_id!r} "
             f"(device {device or 'unknown'}): profile {name} with role infer on it first")
     flat = [r.to_row() for r in rows]
-    budget = record.power_budget_w
+    budget = power_budget_w if budget_given else record.power_budget_w
     # No registered budget: not power-limited (InferProblem needs a finite P̂; the most seen power is one).
     p_hat = budget if budget is not None else max(float(r["power_w"]) for r in flat)
     problem = InferProblem(p_hat, latency, alpha, infer_workload=name)
     decision = problem.solve(problem.observations_from_rows(flat))
-    store.set(placement_key(node_id), InferenceTarget(name, alpha, latency).to_dict())
+    target = InferenceTarget(name, alpha, latency)
 
-    published = None
+    config = published = None
     if decision.feasible and decision.evaluation is not None:
         ev = decision.evaluation
         config = NodeConfig(node_id=node_id, mode=ev.mode, batch_size=ev.batch_size, workload={"name": name},
                             role=ROLE_INFER, valid_from_s=now_s, power_budget_w=budget,
                             reason=f"inference: {alpha:g} rps, latency {ev.latency_ms:.1f} <= {latency:g} ms, "
                                    f"{ev.power_w:.1f} W")
-        published = configs.publish(config, fence=lease)
-    else:
+    if write:  # the target and the config together: a kill between them leaves neither
+        out = configs.publish_many([config] if config is not None else [], fence=lease,
+                                   values=[(placement_key(node_id), target.to_dict(), None)])
+        published = out[0] if out else None
+    if config is None:
         log.warning("inference selection infeasible; config unchanged",
                     extra={"node_id": node_id, "reason": decision.reason})
     log.info("inference placement solved", extra={
         "node_id": node_id, "arrival_rps": alpha, "latency_budget_ms": latency, "feasible": decision.feasible,
         "batch_size": decision.batch_size, "changed": bool(published and published.changed)})
-    return InferencePlacement(node_id, name, alpha, latency, budget, decision, published)
+    return InferencePlacement(node_id, name, alpha, latency, budget, decision, published, config, target)
 
 
 def has_placement(store: Store, node_id: str) -> bool:

@@ -109,19 +109,20 @@ class LocalCluster:
         self.processes.append(child)
         return child
 
-    def _service_argv(self, name: str, extra: Sequence[str]) -> list[str]:
-        return ["-m", f"edgetune.services.{name}.server", "--host", "127.0.0.1", "--port", "0",
+    def _service_argv(self, name: str, extra: Sequence[str], port: int = 0) -> list[str]:
+        return ["-m", f"edgetune.services.{name}.server", "--host", "127.0.0.1", "--port", str(port),
                 "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
                 "--redis", self.redis_url, *extra]
 
-    def spawn_coordinator(self, replica_id: str, name: str = "coordinator") -> Child:
+    def spawn_coordinator(self, replica_id: str, name: str = "coordinator", *, port: int = 0) -> Child:
         """A coordinator replica on this cluster's Redis (with the tuning services' addresses when
-        :attr:`estimator` and :attr:`optimizer` are set); not waited for."""
+        :attr:`estimator` and :attr:`optimizer` are set); not waited for. ``port`` 0: a free one
+        (a replica restarted where its agents look for it: the old one's port)."""
         extra = ["--lease-ms", str(self.lease_ms), "--replica-id", replica_id, "--kube", "none",
                  "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]
         if self.estimator is not None and self.optimizer is not None:
             extra += ["--estimator", self.estimator.address, "--optimizer", self.optimizer.address]
-        return self.spawn(name, self._service_argv("coordinator", extra))
+        return self.spawn(name, self._service_argv("coordinator", extra, port))
 
     def start_coordinator(self) -> Child:
         """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgetune import validation
-from edgetune.coordination.store import Heartbeat, NodeRegistration, RevisionConflict, Store
+from edgetune.coordination.store import DocWrite, Heartbeat, NodeRegistration, RevisionConflict, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.spec import DeviceSpec, Preset
 
@@ -39,6 +39,8 @@ AGENT_STATES = ("ready", "profiling", "running")
 STATE_LOST = "lost"
 STATE_UNAVAILABLE = "unavailable"
 _MAX_CAS_ATTEMPTS = 20
+#: A refused config's reason is kept to this many characters (it comes from the agent).
+MAX_REASON_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ class NodeRecord:
     power_w: float | None = None
     applied_revision: int = 0
     unavailable_reason: str | None = None
+    #: The config epoch of applied_revision; the last refused config (0: none) and why.
+    applied_epoch: int = 0
+    refused_revision: int = 0
+    refused_reason: str = ""
 
     @property
     def device_model(self) -> str:
@@ -148,28 +154,39 @@ class NodeRegistry:
             old = self._registration(node_id)
             budget = old.power_budget_w if old else None
         record = replace(node, node_id=node_id, power_budget_w=budget, registered_s=self._now_s())
-        self.store.put_doc(DOC_KIND, node_id, record.registration().to_dict())
-        self._beat(node_id, Heartbeat(state=node.state or "ready", current_mode=node.current_mode,
-                                      power_w=node.power_w, applied_revision=node.applied_revision))
+        beat = Heartbeat(state=node.state or "ready", current_mode=node.current_mode, power_w=node.power_w,
+                         applied_revision=node.applied_revision)
+        # The registration and its first beat together: never a registered node that looks lost.
+        self.store.publish_configs([], docs=[DocWrite(DOC_KIND, node_id, record.registration().to_dict())],
+                                   values=self._beat_items(node_id, beat))
         log.info("node registered", extra={"node_id": node_id, "device": record.device_model})
         return self.get(node_id)
 
     def heartbeat(self, node_id: str, *, state: str = "", current_mode: Mapping | None = None,
-                  power_w: float | None = None, applied_revision: int = 0) -> bool:
-        """Refresh the node's TTL; False when the node is not registered (it should register again)."""
+                  power_w: float | None = None, applied_revision: int = 0, applied_epoch: int = 0,
+                  refused_revision: int = 0, refused_reason: str = "") -> bool:
+        """Refresh the node's TTL; False when the node is not registered (it should register again).
+
+        ``refused_revision`` / ``refused_reason``: the last config the agent refused (kept with
+        the beat, so ListNodes shows it until the agent applies a config again)."""
         _check_node_id(node_id)
         if state and state not in AGENT_STATES:
             raise InvalidArgument("state", f"{state!r} is not an agent state", ", ".join(AGENT_STATES))
         if self.store.get_doc(DOC_KIND, node_id, missing_ok=True) is None:
             return False
         self._beat(node_id, Heartbeat(state=state or "ready", current_mode=dict(current_mode) if current_mode else None,
-                                      power_w=power_w, applied_revision=int(applied_revision)))
+                                      power_w=power_w, applied_revision=int(applied_revision),
+                                      applied_epoch=int(applied_epoch), refused_revision=int(refused_revision),
+                                      refused_reason=str(refused_reason)[:MAX_REASON_CHARS]))
         return True
 
     def _beat(self, node_id: str, beat: Heartbeat) -> None:
+        self.store.set_many(self._beat_items(node_id, beat))
+
+    def _beat_items(self, node_id: str, beat: Heartbeat) -> list[tuple[tuple[str, str], Any, float | None]]:
         doc = replace(beat, ts_s=self._now_s()).to_dict()
         # Both at once: the TTL one says "alive", the other remembers when.
-        self.store.set_many([(("heartbeat", node_id), doc, self.heartbeat_ttl_s), (("last-seen", node_id), doc, None)])
+        return [(("heartbeat", node_id), doc, self.heartbeat_ttl_s), (("last-seen", node_id), doc, None)]
 
     def _registration(self, node_id: str) -> NodeRegistration | None:
         found = self.store.get_doc(DOC_KIND, node_id, missing_ok=True)
@@ -267,5 +284,7 @@ class NodeRegistry:
                                current_mode=dict(seen.current_mode) if seen and seen.current_mode else None,
                                power_w=seen.power_w if seen else None,
                                applied_revision=seen.applied_revision if seen else 0,
-                               unavailable_reason=unavailable))
+                               unavailable_reason=unavailable, applied_epoch=seen.applied_epoch if seen else 0,
+                               refused_revision=seen.refused_revision if seen else 0,
+                               refused_reason=seen.refused_reason if seen else ""))
         return out

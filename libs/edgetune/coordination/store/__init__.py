@@ -27,6 +27,8 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from .base import (
     DEFAULT_NAMESPACE,
     BlobRef,
+    ConfigChanges,
+    DocWrite,
     Fence,
     LeaseLost,
     RevisionConflict,
@@ -64,6 +66,8 @@ __all__ = [
     "STORE_ERRORS",
     "UNAVAILABLE",
     "BlobRef",
+    "ConfigChanges",
+    "DocWrite",
     "DeadJob",
     "EmbeddedRedisServer",
     "EmbeddedStore",

@@ -16,7 +16,13 @@ What it holds (records in :mod:`.records`):
 - per-node job queues: idempotent submit, at-least-once delivery to consumers, ack,
   re-delivery of what a dead consumer held, dead letters;
 - per-node configs with per-node revisions, a change only when the digest differs,
-  optionally fenced by a leader lease, and a blocking read of newer revisions;
+  optionally fenced by a leader lease, and a blocking read of newer revisions; a config
+  *epoch* (a millisecond timestamp set by the first publish, and again after the store lost
+  its data) so that (epoch, revision) never goes backwards; a change feed of which nodes'
+  configs changed (one reader per process serves every watch);
+- atomic multi-key writes: a publish carries the docs, values and round it goes with
+  (a round's configs and ``round:last``, a budget and the configs planned for it) and
+  writes all of them or none;
 - leases (leader election) with a TTL: acquire, renew and release by the holder only;
 - the last applied round (re-planning).
 """
@@ -65,6 +71,27 @@ class VersionedDoc(NamedTuple):
 class BlobRef(NamedTuple):
     key_parts: tuple[str, ...]
     latest_version: int
+
+
+class DocWrite(NamedTuple):
+    """A doc written with a publish (``Store.publish_configs(docs=...)``), compare-and-set as ``put_doc``."""
+
+    kind: str
+    key: str
+    doc: Any
+    expected_revision: int | None = None
+
+
+class ConfigChanges(NamedTuple):
+    """What ``Store.wait_config_changes`` saw: read on from ``cursor``.
+
+    ``everything``: the feed cannot say what changed (the first read, or the feed was lost
+    with the store's data): every watcher re-reads its node.
+    """
+
+    cursor: str
+    node_ids: tuple[str, ...]
+    everything: bool = False
 
 
 class Fence(NamedTuple):
@@ -274,17 +301,35 @@ class Store(Protocol):
 
     # -- node configs -----------------------------------------------------------------------
     def publish_configs(self, configs: Sequence[NodeConfig], *, fence: Fence | None = None,
-                        log_len: int = 100) -> list[Published]:
-        """Each node's config becomes current with revision+1 when its digest changed (each
-        node atomically). With ``fence``: only while the lease is held, else :class:`LeaseLost`."""
+                        log_len: int = 100, docs: Sequence[DocWrite] = (),
+                        values: Sequence[tuple[KeyLike, Any, float | None]] = (),
+                        round_state: RoundState | None = None) -> list[Published]:
+        """Each node's config becomes current with revision+1 when its digest changed, and
+        ``docs`` (compare-and-set), ``values`` (``set_many``'s items) and ``round_state``
+        (``put_round``) are written with them: all in one atomic step or nothing. With
+        ``fence``: only while the lease is held, else :class:`LeaseLost`; a doc at another
+        revision than expected: :class:`RevisionConflict`. The first publish into an empty
+        store sets the config epoch."""
         ...
 
     def get_config(self, node_id: str) -> NodeConfig | None: ...
     def config_revisions(self, node_ids: Sequence[str]) -> dict[str, int]: ...
 
-    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int) -> list[NodeConfig]:
+    def config_epoch(self) -> int:
+        """The store's config epoch (0: nothing published since the store was empty)."""
+        ...
+
+    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int,
+                     epoch: int = 0) -> list[NodeConfig]:
         """The configs newer than ``after_revision``, oldest first (the latest always; older
-        ones while the log still holds them), waiting up to ``block_ms`` for one."""
+        ones while the log still holds them), waiting up to ``block_ms`` for one. ``epoch``:
+        the epoch ``after_revision`` belongs to; when the store's differs (it lost its data
+        since) the current config is newer whatever its revision. 0: the current epoch."""
+        ...
+
+    def wait_config_changes(self, cursor: str, *, block_ms: int) -> ConfigChanges:
+        """Nodes whose config changed after ``cursor``, waiting up to ``block_ms`` for one;
+        ``cursor`` "" starts now (``everything``: re-read all)."""
         ...
 
     # -- leases -----------------------------------------------------------------------------

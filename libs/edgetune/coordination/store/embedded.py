@@ -35,7 +35,7 @@ from edgetune.coordination.parent_death import launch_argv
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
 from .base import DEFAULT_NAMESPACE
-from .redis_store import RedisBase, wait_for_ping
+from .redis_store import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, RedisBase, blocking_pool, wait_for_ping
 
 _LOCK_NAME = "edgetune-redis.lock"
 _LIVE: set[EmbeddedRedisServer] = set()
@@ -332,11 +332,10 @@ class EmbeddedStore(RedisBase):
         self.server = EmbeddedRedisServer(port=None, dir=path, unixsocket=True)
         self.server.start()
         try:
-            client = redis.Redis(
-                unix_socket_path=self.server.socket_path,
-                socket_timeout=30,
-                retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
-            )
+            client = blocking_pool(redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+                connection_class=redis.UnixDomainSocketConnection, path=self.server.socket_path,
+                socket_timeout=30, retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
+                max_connections=DEFAULT_POOL_SIZE, timeout=DEFAULT_POOL_TIMEOUT_S))
             super().__init__(client, namespace=namespace, url=self.server.url)
         except BaseException:
             self.server.stop()

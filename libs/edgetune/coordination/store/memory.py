@@ -24,6 +24,8 @@ from edgetune.errors import InvalidArgument, NotFound
 from .base import (
     DEFAULT_NAMESPACE,
     BlobRef,
+    ConfigChanges,
+    DocWrite,
     Fence,
     KeyLike,
     LeaseLost,
@@ -40,6 +42,12 @@ from .base import (
 from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
 
 Key = tuple[str, ...]
+#: Changes the config feed keeps (a watcher further behind re-reads everything).
+FEED_LEN = 10_000
+
+
+def _epoch_now() -> int:
+    return int(time.time() * 1000)
 
 
 def _key(key: KeyLike) -> Key:
@@ -111,6 +119,10 @@ class MemoryStore:
         self._configs: dict[str, _ConfigSlot] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._round: RoundState | None = None
+        self._epoch = 0
+        #: The change feed: (sequence, node id), the last FEED_LEN changes.
+        self._feed: deque[tuple[int, str]] = deque(maxlen=FEED_LEN)
+        self._feed_seq = 0
 
     # -- health -----------------------------------------------------------------------------
 
@@ -398,26 +410,52 @@ class MemoryStore:
         return found
 
     def publish_configs(self, configs: Sequence[NodeConfig], *, fence: Fence | None = None,
-                        log_len: int = 100) -> list[Published]:
+                        log_len: int = 100, docs: Sequence[DocWrite] = (),
+                        values: Sequence[tuple[KeyLike, Any, float | None]] = (),
+                        round_state: RoundState | None = None) -> list[Published]:
         prepared = [(check_node_id(c.node_id), NodeConfig.from_json(c.with_revision(0).to_json()), c.digest())
                     for c in configs]
+        doc_writes = []
+        for d in docs:
+            check_expected_revision(d.expected_revision)
+            escape_part(d.kind)
+            escape_part(d.key)
+            doc_writes.append((d, dumps(d.doc, "doc")))
+        kv = [(_key(k), dumps(v, "value"), None if t is None else check_ttl(t)) for k, v, t in values]
+        new_round = (RoundState.from_json(round_state.to_json()).with_options(round_state.options_npz)
+                     if round_state is not None else None)
         out = []
         with self._cond:
+            # Every check before any write: all or nothing, as the Redis script.
+            if fence is not None:
+                lease = self._lease(fence.name)
+                if lease is None or lease[0] != fence.holder:
+                    raise LeaseLost(fence.name, lease[0] if lease else None)
+            for d, _raw in doc_writes:
+                self._check_write(d.kind, d.key, d.expected_revision, None)
+            for d, raw in doc_writes:
+                self._doc_rev += 1
+                self._docs[(d.kind, d.key)] = (raw, self._doc_rev)
+            now = self.clock()
+            for key, raw, ttl_s in kv:
+                self._kv[key] = (raw, None if ttl_s is None else now + max(1, round(ttl_s * 1000)) / 1000.0)
+            if new_round is not None:
+                self._round = new_round
+            if prepared and not self._epoch:
+                self._epoch = _epoch_now()
             for node_id, cfg, digest in prepared:
-                if fence is not None:  # checked per node, as the Redis script does
-                    lease = self._lease(fence.name)
-                    if lease is None or lease[0] != fence.holder:
-                        raise LeaseLost(fence.name, lease[0] if lease else None)
                 slot = self._configs.get(node_id)
                 if slot is not None and slot.digest == digest:
-                    out.append(Published(node_id, slot.current.revision, False))
+                    out.append(Published(node_id, slot.current.revision, False, self._epoch))
                     continue
-                current = cfg.with_revision(slot.current.revision + 1 if slot else 1)
+                current = cfg.with_revision(slot.current.revision + 1 if slot else 1, self._epoch)
                 if slot is None:
                     slot = self._configs[node_id] = _ConfigSlot(current, digest, deque(maxlen=max(log_len, 1)))
                 slot.current, slot.digest = current, digest
                 slot.log.append(current)
-                out.append(Published(node_id, current.revision, True))
+                self._feed_seq += 1
+                self._feed.append((self._feed_seq, node_id))
+                out.append(Published(node_id, current.revision, True, self._epoch))
             self._cond.notify_all()
         return out
 
@@ -430,17 +468,38 @@ class MemoryStore:
         with self._cond:
             return {n: (s.current.revision if (s := self._configs.get(check_node_id(n))) else 0) for n in node_ids}
 
-    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int) -> list[NodeConfig]:
+    def config_epoch(self) -> int:
+        with self._cond:
+            return self._epoch
+
+    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int,
+                     epoch: int = 0) -> list[NodeConfig]:
         check_node_id(node_id)
         deadline = time.monotonic() + block_ms / 1000.0
         with self._cond:
             while True:
                 slot = self._configs.get(node_id)
-                if slot is not None and slot.current.revision > after_revision:
-                    older = [c for c in slot.log if after_revision < c.revision < slot.current.revision]
+                after = 0 if epoch and epoch != self._epoch else after_revision
+                if slot is not None and slot.current.revision > after:
+                    if after != after_revision:  # another epoch: only the current config counts
+                        return [slot.current]
+                    older = [c for c in slot.log if after < c.revision < slot.current.revision]
                     return [*older, slot.current]
                 if not self._wait(deadline):
                     return []
+
+    def wait_config_changes(self, cursor: str, *, block_ms: int) -> ConfigChanges:
+        deadline = time.monotonic() + block_ms / 1000.0
+        with self._cond:
+            if not cursor:
+                return ConfigChanges(str(self._feed_seq), (), True)
+            after = int(cursor)
+            while self._feed_seq <= after:
+                if not self._wait(deadline):
+                    return ConfigChanges(cursor, ())
+            lost = not self._feed or self._feed[0][0] > after + 1
+            return ConfigChanges(str(self._feed_seq), tuple(dict.fromkeys(n for q, n in self._feed if q > after)),
+                                 lost)
 
     # -- leases -----------------------------------------------------------------------------
 

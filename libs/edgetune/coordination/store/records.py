@@ -258,21 +258,30 @@ class Heartbeat(_Record):
     power_w: float | None = None
     applied_revision: int = 0
     ts_s: float = 0.0
+    #: The config epoch ``applied_revision`` / ``refused_revision`` belong to (0: not said).
+    applied_epoch: int = 0
+    #: The last config the agent refused (0: none since it applied one) and why.
+    refused_revision: int = 0
+    refused_reason: str = ""
 
     def _fields(self) -> dict[str, Any]:
         return {"state": self.state, "current_mode": dict(self.current_mode) if self.current_mode else None,
-                "power_w": self.power_w, "applied_revision": self.applied_revision, "ts_s": self.ts_s}
+                "power_w": self.power_w, "applied_revision": self.applied_revision, "ts_s": self.ts_s,
+                "applied_epoch": self.applied_epoch, "refused_revision": self.refused_revision,
+                "refused_reason": self.refused_reason}
 
     @classmethod
     def _from_fields(cls, doc: Mapping[str, Any]) -> Heartbeat:
         mode = doc.get("current_mode")
         return cls(state=doc.get("state") or "ready", current_mode=dict(mode) if mode else None,
                    power_w=_opt_float(doc.get("power_w")), applied_revision=int(doc.get("applied_revision") or 0),
-                   ts_s=float(doc.get("ts_s") or 0.0))
+                   ts_s=float(doc.get("ts_s") or 0.0), applied_epoch=int(doc.get("applied_epoch") or 0),
+                   refused_revision=int(doc.get("refused_revision") or 0),
+                   refused_reason=str(doc.get("refused_reason") or ""))
 
 
 #: Fields that say *when* or *why*, not *what*: changing only these is not a new config.
-NON_IDENTITY_FIELDS = ("node_id", "revision", "valid_from_s", "valid_until_s", "reason")
+NON_IDENTITY_FIELDS = ("node_id", "revision", "epoch", "valid_from_s", "valid_until_s", "reason")
 
 
 @dataclass(frozen=True)
@@ -280,7 +289,9 @@ class NodeConfig(_Record):
     """What a node should run. ``mode`` None with ``restore`` True: go back to the node's own mode.
 
     Times are epoch seconds; ``workload`` is the Workload as a JSON dict (name, dataset, ...).
-    ``revision`` is the store's (per node: 1, 2, ...), not part of the stored JSON.
+    ``revision`` is the store's (per node: 1, 2, ...) and ``epoch`` the store's config epoch
+    (a millisecond timestamp taken when the store first published, again after it lost its data):
+    neither is part of the stored JSON. (epoch, revision) only goes up.
     """
 
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -297,6 +308,7 @@ class NodeConfig(_Record):
     restore: bool = False
     reason: str = ""
     revision: int = 0
+    epoch: int = 0
 
     def _fields(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "mode": self.mode.as_dict() if self.mode is not None else None,
@@ -315,8 +327,8 @@ class NodeConfig(_Record):
                    power_budget_w=_opt_float(doc.get("power_budget_w")), restore=bool(doc.get("restore", False)),
                    reason=doc.get("reason", ""))
 
-    def with_revision(self, revision: int) -> NodeConfig:
-        return replace(self, revision=int(revision))
+    def with_revision(self, revision: int, epoch: int | None = None) -> NodeConfig:
+        return replace(self, revision=int(revision), epoch=self.epoch if epoch is None else int(epoch))
 
     def digest(self) -> str:
         """Hash of what to run (see :data:`NON_IDENTITY_FIELDS`)."""
@@ -331,6 +343,7 @@ class Published:
     node_id: str
     revision: int
     changed: bool
+    epoch: int = 0
 
 
 # -- optimizer search sessions -------------------------------------------------------------------

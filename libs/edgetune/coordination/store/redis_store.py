@@ -24,6 +24,8 @@ Key layout (``ns`` = namespace)::
     ns:jobs-dead:<node_id>                        stream of jobs given up (job_id, job, deliveries)
     ns:config:<node_id>                           hash: config (NodeConfig JSON), rev, digest
     ns:config-log:<node_id>                       stream of new revisions: rev, config (capped)
+    ns:config-epoch                               the config epoch (ms timestamp of the first publish)
+    ns:config-feed                                stream of changes: node, rev (capped; one reader per process)
     ns:leader:<name>                              lease: value = holder id, PX = the lease
     ns:round:last                                 hash: state (RoundState JSON), options (npz)
 
@@ -46,6 +48,8 @@ from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from .base import (
     DEFAULT_NAMESPACE,
     BlobRef,
+    ConfigChanges,
+    DocWrite,
     Fence,
     KeyLike,
     LeaseLost,
@@ -72,6 +76,12 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 STORE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
 GROUP = "agents"
+#: Connections a store keeps at most. Every call but two holds one only for one command: the
+#: config change feed (one blocking read per process, however many watches) and job claims
+#: (one per agent process). So a coordinator with thousands of WatchConfig streams needs few.
+DEFAULT_POOL_SIZE = 64
+#: How long a call waits for a free connection before failing (as unavailable: retried).
+DEFAULT_POOL_TIMEOUT_S = 10.0
 T = TypeVar("T")
 ROUND_KEY = ("round", "last")
 #: What a lease without an expiry (never set by this code) reports as its TTL.
@@ -110,18 +120,62 @@ redis.call('HSET', KEYS[2], ARGV[1], entry)
 return entry
 """
 
-# Publish a config: a new revision only when the digest (what to run) changed; with a
-# fence, only while the lease key still holds the publisher's holder id.
-_PUBLISH_CONFIG = """
-if #KEYS >= 3 and redis.call('GET', KEYS[3]) ~= ARGV[4] then return {-1, 0} end
-local cur = redis.call('HMGET', KEYS[1], 'rev', 'digest')
-local rev = 0
-if cur[1] then rev = tonumber(cur[1]) end
-if cur[2] == ARGV[2] then return {0, rev} end
-rev = rev + 1
-redis.call('HSET', KEYS[1], 'config', ARGV[1], 'rev', rev, 'digest', ARGV[2])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'rev', rev, 'config', ARGV[1])
-return {1, rev}
+# Publish configs with the docs, values and round they go with, all or nothing: every check
+# (the fence, each doc's expected revision) runs before the first write. A config gets a new
+# revision only when its digest (what to run) changed. The first publish into an empty store
+# sets the epoch (ARGV[2], the caller's clock in ms), so revisions after a data loss are told
+# apart from the old ones. KEYS / ARGV layout: see RedisBase._publish_call.
+_PUBLISH = """
+local nd, nv, nc = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local k, a = 6, 8
+for i = 0, nd - 1 do
+  local expected = ARGV[a + 3 * i + 1]
+  if expected ~= '' then
+    local cur = tonumber(redis.call('HGET', KEYS[k + 2 * i], 'rev') or '0')
+    if cur ~= tonumber(expected) then return {-2, i, cur} end
+  end
+end
+for i = 0, nd - 1 do
+  local rev = redis.call('INCR', KEYS[4])
+  redis.call('HSET', KEYS[k + 2 * i], 'doc', ARGV[a + 3 * i], 'rev', rev)
+  redis.call('SADD', KEYS[k + 2 * i + 1], ARGV[a + 3 * i + 2])
+end
+k, a = k + 2 * nd, a + 3 * nd
+for i = 0, nv - 1 do
+  local px = ARGV[a + 2 * i + 1]
+  if px == '' then redis.call('SET', KEYS[k + i], ARGV[a + 2 * i])
+  else redis.call('SET', KEYS[k + i], ARGV[a + 2 * i], 'PX', px) end
+end
+k, a = k + nv, a + 2 * nv
+if ARGV[7] == '1' then
+  redis.call('DEL', KEYS[5])
+  redis.call('HSET', KEYS[5], 'state', ARGV[a], 'options', ARGV[a + 1])
+  a = a + 2
+end
+local epoch = redis.call('GET', KEYS[2])
+if nc > 0 and not epoch then
+  epoch = ARGV[2]
+  redis.call('SET', KEYS[2], epoch)
+end
+local out = {1, tonumber(epoch or '0')}
+for i = 0, nc - 1 do
+  local key, log = KEYS[k + 2 * i], KEYS[k + 2 * i + 1]
+  local cur = redis.call('HMGET', key, 'rev', 'digest')
+  local rev = tonumber(cur[1] or '0')
+  if cur[2] == ARGV[a + 3 * i + 1] then
+    table.insert(out, rev)
+    table.insert(out, 0)
+  else
+    rev = rev + 1
+    redis.call('HSET', key, 'config', ARGV[a + 3 * i], 'rev', rev, 'digest', ARGV[a + 3 * i + 1])
+    redis.call('XADD', log, 'MAXLEN', '~', ARGV[3], '*', 'rev', rev, 'config', ARGV[a + 3 * i])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'node', ARGV[a + 3 * i + 2], 'rev', rev)
+    table.insert(out, rev)
+    table.insert(out, 1)
+  end
+end
+return out
 """
 
 _RENEW_LEASE = """
@@ -167,7 +221,7 @@ class RedisBase:
         self._put_measurement = client.register_script(_PUT_MEASUREMENT)
         self._put_blob = client.register_script(_PUT_BLOB)
         self._submit_job = client.register_script(_SUBMIT_JOB)
-        self._publish_config = client.register_script(_PUBLISH_CONFIG)
+        self._publish = client.register_script(_PUBLISH)
         self._renew_lease = client.register_script(_RENEW_LEASE)
         self._release_lease = client.register_script(_RELEASE_LEASE)
         self._groups: set[str] = set()
@@ -197,6 +251,7 @@ class RedisBase:
         server = self.client.info("server")
         persistence = self.client.info("persistence")
         memory = self.client.info("memory")
+        clients = self.client.info("clients")
         return {
             "backend": self.backend,
             "url": redact_url(self.url),
@@ -205,6 +260,7 @@ class RedisBase:
             "uptime_s": server.get("uptime_in_seconds"),
             "aof_enabled": bool(persistence.get("aof_enabled")),
             "used_memory_bytes": memory.get("used_memory"),
+            "connected_clients": clients.get("connected_clients"),
         }
 
     def close(self) -> None:
@@ -516,30 +572,52 @@ class RedisBase:
         return self.key("config", node_id), self.key("config-log", node_id)
 
     def publish_configs(self, configs: Sequence[NodeConfig], *, fence: Fence | None = None,
-                        log_len: int = 100) -> list[Published]:
-        configs = list(configs)
-        if not configs:
+                        log_len: int = 100, docs: Sequence[DocWrite] = (),
+                        values: Sequence[tuple[KeyLike, Any, float | None]] = (),
+                        round_state: RoundState | None = None) -> list[Published]:
+        configs, docs = list(configs), list(docs)
+        if not (configs or docs or values or round_state is not None):
             return []
-        pipe = self.client.pipeline(transaction=False)
+        # KEYS: lease, epoch, feed, doc-rev, round, then per doc (doc, doc-index), per value
+        # (kv), per config (config, config-log). ARGV: holder, epoch candidate, log_len, counts,
+        # has-round, then per doc (doc, expected, index member), per value (raw, px), the round
+        # (state, options), per config (config, digest, node id).
+        keys: list[str] = [self.key("leader", fence.name) if fence is not None else self.key("leader", "-"),
+                           self.key("config-epoch"), self.key("config-feed"), self.key("doc-rev"),
+                           self.key(*ROUND_KEY)]
+        args: list[Any] = [fence.holder if fence is not None else "", int(time.time() * 1000), log_len,
+                           len(docs), len(values), len(configs), "1" if round_state is not None else "0"]
+        for d in docs:
+            check_expected_revision(d.expected_revision)
+            keys += [self.key("doc", d.kind, d.key), self.key("doc-index", d.kind)]
+            args += [dumps(d.doc, "doc"), "" if d.expected_revision is None else d.expected_revision,
+                     escape_part(d.key)]
+        for k, v, t in values:
+            keys.append(self._kv(k))
+            args += [dumps(v, "value"), "" if t is None else max(1, round(check_ttl(t) * 1000))]
+        if round_state is not None:
+            args += [round_state.to_json(), round_state.options_npz]
         for cfg in configs:
-            keys = list(self._config_keys(cfg.node_id))
-            args: list[Any] = [cfg.with_revision(0).to_json(), cfg.digest(), log_len]
-            if fence is not None:
-                keys.append(self.key("leader", fence.name))
-                args.append(fence.holder)
-            self._publish_config(keys=keys, args=args, client=pipe)
-        out = []
-        for cfg, (code, rev) in zip(configs, pipe.execute(), strict=True):
-            if int(code) < 0:
-                assert fence is not None
-                raise LeaseLost(fence.name, self.lease_holder(fence.name))
-            out.append(Published(cfg.node_id, int(rev), bool(int(code))))
-        return out
+            keys += list(self._config_keys(cfg.node_id))
+            args += [cfg.with_revision(0).to_json(), cfg.digest(), cfg.node_id]
+        reply = cast("list[Any]", self._publish(keys=keys, args=args))
+        if int(reply[0]) == -1:
+            assert fence is not None
+            raise LeaseLost(fence.name, self.lease_holder(fence.name))
+        if int(reply[0]) == -2:
+            d = docs[int(reply[1])]
+            raise RevisionConflict(d.kind, d.key, int(d.expected_revision or 0), int(reply[2]))
+        epoch = int(reply[1])
+        return [Published(cfg.node_id, int(reply[2 + 2 * i]), bool(int(reply[3 + 2 * i])), epoch)
+                for i, cfg in enumerate(configs)]
 
     def get_config(self, node_id: str) -> NodeConfig | None:
         key, _ = self._config_keys(node_id)
-        raw, rev = cast("list[Any]", self.client.hmget(key, ["config", "rev"]))
-        return NodeConfig.from_json(raw).with_revision(int(rev)) if raw is not None else None
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hmget(key, ["config", "rev"])
+        pipe.get(self.key("config-epoch"))
+        (raw, rev), epoch = pipe.execute()
+        return NodeConfig.from_json(raw).with_revision(int(rev), int(epoch or 0)) if raw is not None else None
 
     def config_revisions(self, node_ids: Sequence[str]) -> dict[str, int]:
         ids = list(node_ids)
@@ -548,24 +626,46 @@ class RedisBase:
             pipe.hget(self._config_keys(node_id)[0], "rev")
         return {n: int(r) if r is not None else 0 for n, r in zip(ids, pipe.execute(), strict=True)}
 
-    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int) -> list[NodeConfig]:
+    def config_epoch(self) -> int:
+        return int(cast("bytes | None", self.client.get(self.key("config-epoch"))) or 0)
+
+    def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int,
+                     epoch: int = 0) -> list[NodeConfig]:
         key, log_key = self._config_keys(node_id)
-        # The current config and the log's tail in one transaction (publish is atomic: they agree),
-        # then a blocking XREAD from that tail: nothing published in between is missed.
+        # The current config, the epoch and the log's tail in one transaction (publish is atomic:
+        # they agree), then a blocking XREAD from that tail: nothing published in between is missed.
         pipe = self.client.pipeline(transaction=True)
         pipe.hmget(key, ["config", "rev"])
+        pipe.get(self.key("config-epoch"))
         pipe.xrevrange(log_key, count=1)
-        (raw, rev), tail = pipe.execute()
-        if raw is not None and int(rev) > after_revision:
-            current = NodeConfig.from_json(raw).with_revision(int(rev))
-            older = cast("list[Any]", self.client.xrevrange(log_key, count=min(int(rev) - after_revision, 1000)))
-            found = {int(f[b"rev"]): f[b"config"] for _id, f in older if after_revision < int(f[b"rev"]) < int(rev)}
-            return [NodeConfig.from_json(found[r]).with_revision(r) for r in sorted(found)] + [current]
+        (raw, rev), raw_epoch, tail = pipe.execute()
+        current_epoch = int(raw_epoch or 0)
+        after = 0 if epoch and epoch != current_epoch else after_revision
+        if raw is not None and int(rev) > after:
+            current = NodeConfig.from_json(raw).with_revision(int(rev), current_epoch)
+            if after != after_revision:  # another epoch: only the current config counts
+                return [current]
+            older = cast("list[Any]", self.client.xrevrange(log_key, count=min(int(rev) - after, 1000)))
+            found = {int(f[b"rev"]): f[b"config"] for _id, f in older if after < int(f[b"rev"]) < int(rev)}
+            return [NodeConfig.from_json(found[r]).with_revision(r, current_epoch) for r in sorted(found)] + [current]
+        if block_ms <= 0:
+            return []
         cursor = _text(tail[0][0]) if tail else "0-0"
-        reply = cast("list[Any]", self.client.xread({log_key: cursor}, count=1000,
+        reply = cast("list[Any]", self.client.xread({log_key: cursor}, count=1000, block=block_ms))
+        return [NodeConfig.from_json(f[b"config"]).with_revision(int(f[b"rev"]), self.config_epoch())
+                for _stream, entries in reply or [] for _id, f in entries if int(f[b"rev"]) > after]
+
+    def wait_config_changes(self, cursor: str, *, block_ms: int) -> ConfigChanges:
+        feed = self.key("config-feed")
+        if not cursor:
+            tail = cast("list[Any]", self.client.xrevrange(feed, count=1))
+            return ConfigChanges(_text(tail[0][0]) if tail else "0-0", (), True)
+        reply = cast("list[Any]", self.client.xread({feed: cursor}, count=10_000,
                                                     block=block_ms if block_ms > 0 else None))
-        return [NodeConfig.from_json(f[b"config"]).with_revision(int(f[b"rev"]))
-                for _stream, entries in reply or [] for _id, f in entries if int(f[b"rev"]) > after_revision]
+        entries = [(_text(entry_id), _text(f[b"node"])) for _stream, batch in reply or [] for entry_id, f in batch]
+        if not entries:
+            return ConfigChanges(cursor, ())
+        return ConfigChanges(entries[-1][0], tuple(dict.fromkeys(n for _id, n in entries)))
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -589,11 +689,7 @@ class RedisBase:
     # -- the last applied round -------------------------------------------------------------
 
     def put_round(self, state: RoundState) -> None:
-        key = self.key(*ROUND_KEY)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(key)  # drops the fields of a legacy (pre-record) round too
-        pipe.hset(key, mapping={"state": state.to_json(), "options": state.options_npz})
-        pipe.execute()
+        self.publish_configs([], round_state=state)  # DEL + HSET: drops a legacy (pre-record) round's fields
 
     def get_round(self) -> RoundState | None:
         raw, options, request, scope, members = cast("list[bytes | None]", self.client.hmget(
@@ -621,6 +717,9 @@ class RedisStore(RedisBase):
     backoff (about 3 s in all with the defaults) so a Redis restart or a pod move does not
     fail callers; idle connections are PINGed every ``health_check_interval_s`` before reuse.
     Keep blocking reads (job claims, config watches) shorter than ``socket_timeout_s``.
+
+    Connections: at most ``pool_size``; a caller finding them all busy waits up to
+    ``pool_timeout_s`` for one instead of failing (see :func:`blocking_pool`).
     """
 
     backend = "redis"
@@ -634,11 +733,13 @@ class RedisStore(RedisBase):
         health_check_interval_s: int = 15,
         socket_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
     ) -> None:
         # Keepalive is a TCP option; redis-py refuses it for unix-socket connections.
         tcp: dict[str, Any] = {} if url.lower().startswith("unix://") else {"socket_keepalive": True}
-        client = redis.Redis.from_url(
-            url,
+        client = blocking_pool(
+            redis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=pool_timeout_s,
             **tcp,
             retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
@@ -646,8 +747,17 @@ class RedisStore(RedisBase):
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s,
             client_name="edgetune",
-        )
+        ))
         super().__init__(client, namespace=namespace, url=url)
+
+
+
+def blocking_pool(pool: redis.ConnectionPool) -> redis.Redis:
+    """A client over ``pool`` (a BlockingConnectionPool: callers wait for a connection rather
+    than fail with "Too many connections" as redis-py's default pool of 100 does)."""
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
 
 
 def wait_for_ping(client: redis.Redis, timeout_s: float, alive: Callable[[], bool] | None = None) -> None:

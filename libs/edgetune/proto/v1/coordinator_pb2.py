@@ -27,7 +27,7 @@ from edgetune.proto.v1 import tuning_pb2 as edgetune_dot_v1_dot_tuning__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64getune/v1/coordinator.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x18\x65\x64getune/v1/tuning.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x02\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x17.edgetune.v1.DeviceSpec\x12,\n\x0c\x63urrent_mode\x18\x05 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x1b\n\x0epower_budget_w\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.edgetune.v1.NodeInfo.LabelsEntry\x12-\n\tlast_seen\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05state\x18\t \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\":\n\x13RegisterNodeRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.edgetune.v1.NodeInfo\"^\n\x14RegisterNodeResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03\"\x8b\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x0c\x63urrent_mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\r\n\x05state\x18\x04 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x05 \x01(\x03\"@\n\x11HeartbeatResponse\x12\x17\n\x0f\x63onfig_revision\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\"\x12\n\x10ListNodesRequest\"9\n\x11ListNodesResponse\x12$\n\x05nodes\x18\x01 \x03(\x0b\x32\x15.edgetune.v1.NodeInfo\"\xa6\x02\n\tNodeRound\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x1b\n\x0epower_budget_w\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12-\n\x07options\x18\x07 \x01(\x0b\x32\x1c.edgetune.v1.PredictionTable\x12\x13\n\x0b\x62\x61tch_sizes\x18\x05 \x03(\x05\x12\x45\n\x10\x62\x61tch_efficiency\x18\x06 \x03(\x0b\x32+.edgetune.v1.NodeRound.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_power_budget_wJ\x04\x08\x04\x10\x05\"\xf5\x02\n\x10PlanRoundRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12.\n\tobjective\x18\x02 \x01(\x0e\x32\x1b.edgetune.v1.RoundObjective\x12%\n\x07\x62udgets\x18\x03 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x04 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12%\n\x05nodes\x18\x05 \x03(\x0b\x32\x16.edgetune.v1.NodeRound\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x13\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x05\x12L\n\x10\x62\x61tch_efficiency\x18\x08 \x03(\x0b\x32\x32.edgetune.v1.PlanRoundRequest.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x88\x01\n\x08NodePlan\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12$\n\x04mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0e\n\x06time_s\x18\x04 \x01(\x01\x12\x0f\n\x07power_w\x18\x05 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x06 \x01(\x01\"\xe1\x01\n\x11PlanRoundResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nmakespan_s\x18\x04 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x05 \x01(\x01\x12$\n\x05nodes\x18\x06 \x03(\x0b\x32\x15.edgetune.v1.NodePlan\x12\x18\n\x10\x66\x61stest_energy_j\x18\x07 \x01(\x01\x12\x1a\n\x12\x66\x61stest_makespan_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x65nergy_saved_j\x18\t \x01(\x01\"\xd6\x02\n\nNodeConfig\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12$\n\x04mode\x18\x03 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\'\n\x08workload\x18\x05 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12.\n\nvalid_from\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08round_id\x18\x08 \x01(\t\x12\x1b\n\x0epower_budget_w\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07restore\x18\n \x01(\x08\x12\x0e\n\x06reason\x18\x0b \x01(\tB\x11\n\x0f_power_budget_w\"\'\n\x14GetNodeConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"=\n\x12WatchConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\"v\n\x13UpdateBudgetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12%\n\x07\x62udgets\x18\x02 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x03 \x01(\x0b\x32\x15.edgetune.v1.Workload\"f\n\x14UpdateBudgetResponse\x12%\n\x07\x62udgets\x18\x01 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03*k\n\x0eRoundObjective\x12\x1f\n\x1bROUND_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_OBJECTIVE_MAKESPAN\x10\x01\x12\x1a\n\x16ROUND_OBJECTIVE_ENERGY\x10\x02\x32\xa6\x08\n\x0b\x43oordinator\x12S\n\x0cRegisterNode\x12 .edgetune.v1.RegisterNodeRequest\x1a!.edgetune.v1.RegisterNodeResponse\x12J\n\tHeartbeat\x12\x1d.edgetune.v1.HeartbeatRequest\x1a\x1e.edgetune.v1.HeartbeatResponse\x12J\n\tListNodes\x12\x1d.edgetune.v1.ListNodesRequest\x1a\x1e.edgetune.v1.ListNodesResponse\x12J\n\tPlanRound\x12\x1d.edgetune.v1.PlanRoundRequest\x1a\x1e.edgetune.v1.PlanRoundResponse\x12K\n\rGetNodeConfig\x12!.edgetune.v1.GetNodeConfigRequest\x1a\x17.edgetune.v1.NodeConfig\x12I\n\x0bWatchConfig\x12\x1f.edgetune.v1.WatchConfigRequest\x1a\x17.edgetune.v1.NodeConfig0\x01\x12S\n\x0cUpdateBudget\x12 .edgetune.v1.UpdateBudgetRequest\x1a!.edgetune.v1.UpdateBudgetResponse\x12N\n\x0fSubmitTuningJob\x12#.edgetune.v1.SubmitTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12H\n\x0cGetTuningJob\x12 .edgetune.v1.GetTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12Y\n\x0eListTuningJobs\x12\".edgetune.v1.ListTuningJobsRequest\x1a#.edgetune.v1.ListTuningJobsResponse\x12N\n\x0eWatchTuningJob\x12\".edgetune.v1.WatchTuningJobRequest\x1a\x16.edgetune.v1.TuningJob0\x01\x12N\n\x0f\x43\x61ncelTuningJob\x12#.edgetune.v1.CancelTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12\\\n\x0fSubmitProfiling\x12#.edgetune.v1.SubmitProfilingRequest\x1a$.edgetune.v1.SubmitProfilingResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64getune/v1/coordinator.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x18\x65\x64getune/v1/tuning.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x03\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x17.edgetune.v1.DeviceSpec\x12,\n\x0c\x63urrent_mode\x18\x05 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x1b\n\x0epower_budget_w\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.edgetune.v1.NodeInfo.LabelsEntry\x12-\n\tlast_seen\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05state\x18\t \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\n \x01(\x03\x12\x15\n\rapplied_epoch\x18\x0b \x01(\x03\x12\x18\n\x10refused_revision\x18\x0c \x01(\x03\x12\x16\n\x0erefused_reason\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_power_budget_w\":\n\x13RegisterNodeRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.edgetune.v1.NodeInfo\"t\n\x14RegisterNodeResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03\x12\x14\n\x0c\x63onfig_epoch\x18\x04 \x01(\x03\"\xd4\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x0c\x63urrent_mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\r\n\x05state\x18\x04 \x01(\t\x12\x18\n\x10\x61pplied_revision\x18\x05 \x01(\x03\x12\x15\n\rapplied_epoch\x18\x06 \x01(\x03\x12\x18\n\x10refused_revision\x18\x07 \x01(\x03\x12\x16\n\x0erefused_reason\x18\x08 \x01(\t\"V\n\x11HeartbeatResponse\x12\x17\n\x0f\x63onfig_revision\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x14\n\x0c\x63onfig_epoch\x18\x03 \x01(\x03\"\x12\n\x10ListNodesRequest\"9\n\x11ListNodesResponse\x12$\n\x05nodes\x18\x01 \x03(\x0b\x32\x15.edgetune.v1.NodeInfo\"\xa6\x02\n\tNodeRound\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x1b\n\x0epower_budget_w\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12-\n\x07options\x18\x07 \x01(\x0b\x32\x1c.edgetune.v1.PredictionTable\x12\x13\n\x0b\x62\x61tch_sizes\x18\x05 \x03(\x05\x12\x45\n\x10\x62\x61tch_efficiency\x18\x06 \x03(\x0b\x32+.edgetune.v1.NodeRound.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_power_budget_wJ\x04\x08\x04\x10\x05\"\xf5\x02\n\x10PlanRoundRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12.\n\tobjective\x18\x02 \x01(\x0e\x32\x1b.edgetune.v1.RoundObjective\x12%\n\x07\x62udgets\x18\x03 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x04 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12%\n\x05nodes\x18\x05 \x03(\x0b\x32\x16.edgetune.v1.NodeRound\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x13\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x05\x12L\n\x10\x62\x61tch_efficiency\x18\x08 \x03(\x0b\x32\x32.edgetune.v1.PlanRoundRequest.BatchEfficiencyEntry\x1a\x36\n\x14\x42\x61tchEfficiencyEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x88\x01\n\x08NodePlan\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12$\n\x04mode\x18\x02 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0e\n\x06time_s\x18\x04 \x01(\x01\x12\x0f\n\x07power_w\x18\x05 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x06 \x01(\x01\"\xe1\x01\n\x11PlanRoundResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nmakespan_s\x18\x04 \x01(\x01\x12\x10\n\x08\x65nergy_j\x18\x05 \x01(\x01\x12$\n\x05nodes\x18\x06 \x03(\x0b\x32\x15.edgetune.v1.NodePlan\x12\x18\n\x10\x66\x61stest_energy_j\x18\x07 \x01(\x01\x12\x1a\n\x12\x66\x61stest_makespan_s\x18\x08 \x01(\x01\x12\x16\n\x0e\x65nergy_saved_j\x18\t \x01(\x01\"\xe5\x02\n\nNodeConfig\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12$\n\x04mode\x18\x03 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\'\n\x08workload\x18\x05 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12.\n\nvalid_from\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08round_id\x18\x08 \x01(\t\x12\x1b\n\x0epower_budget_w\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07restore\x18\n \x01(\x08\x12\x0e\n\x06reason\x18\x0b \x01(\t\x12\r\n\x05\x65poch\x18\x0c \x01(\x03\x42\x11\n\x0f_power_budget_w\"\'\n\x14GetNodeConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"R\n\x12WatchConfigRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\x12\x13\n\x0b\x61\x66ter_epoch\x18\x03 \x01(\x03\"v\n\x13UpdateBudgetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12%\n\x07\x62udgets\x18\x02 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\'\n\x08workload\x18\x03 \x01(\x0b\x32\x15.edgetune.v1.Workload\"f\n\x14UpdateBudgetResponse\x12%\n\x07\x62udgets\x18\x01 \x01(\x0b\x32\x14.edgetune.v1.Budgets\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0f\x63onfig_revision\x18\x03 \x01(\x03*k\n\x0eRoundObjective\x12\x1f\n\x1bROUND_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_OBJECTIVE_MAKESPAN\x10\x01\x12\x1a\n\x16ROUND_OBJECTIVE_ENERGY\x10\x02\x32\xa6\x08\n\x0b\x43oordinator\x12S\n\x0cRegisterNode\x12 .edgetune.v1.RegisterNodeRequest\x1a!.edgetune.v1.RegisterNodeResponse\x12J\n\tHeartbeat\x12\x1d.edgetune.v1.HeartbeatRequest\x1a\x1e.edgetune.v1.HeartbeatResponse\x12J\n\tListNodes\x12\x1d.edgetune.v1.ListNodesRequest\x1a\x1e.edgetune.v1.ListNodesResponse\x12J\n\tPlanRound\x12\x1d.edgetune.v1.PlanRoundRequest\x1a\x1e.edgetune.v1.PlanRoundResponse\x12K\n\rGetNodeConfig\x12!.edgetune.v1.GetNodeConfigRequest\x1a\x17.edgetune.v1.NodeConfig\x12I\n\x0bWatchConfig\x12\x1f.edgetune.v1.WatchConfigRequest\x1a\x17.edgetune.v1.NodeConfig0\x01\x12S\n\x0cUpdateBudget\x12 .edgetune.v1.UpdateBudgetRequest\x1a!.edgetune.v1.UpdateBudgetResponse\x12N\n\x0fSubmitTuningJob\x12#.edgetune.v1.SubmitTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12H\n\x0cGetTuningJob\x12 .edgetune.v1.GetTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12Y\n\x0eListTuningJobs\x12\".edgetune.v1.ListTuningJobsRequest\x1a#.edgetune.v1.ListTuningJobsResponse\x12N\n\x0eWatchTuningJob\x12\".edgetune.v1.WatchTuningJobRequest\x1a\x16.edgetune.v1.TuningJob0\x01\x12N\n\x0f\x43\x61ncelTuningJob\x12#.edgetune.v1.CancelTuningJobRequest\x1a\x16.edgetune.v1.TuningJob\x12\\\n\x0fSubmitProfiling\x12#.edgetune.v1.SubmitProfilingRequest\x1a$.edgetune.v1.SubmitProfilingResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,46 +40,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_options = b'8\001'
   _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._loaded_options = None
   _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_options = b'8\001'
-  _globals['_ROUNDOBJECTIVE']._serialized_start=2647
-  _globals['_ROUNDOBJECTIVE']._serialized_end=2754
+  _globals['_ROUNDOBJECTIVE']._serialized_start=2899
+  _globals['_ROUNDOBJECTIVE']._serialized_end=3006
   _globals['_NODEINFO']._serialized_start=132
-  _globals['_NODEINFO']._serialized_end=489
-  _globals['_NODEINFO_LABELSENTRY']._serialized_start=425
-  _globals['_NODEINFO_LABELSENTRY']._serialized_end=470
-  _globals['_REGISTERNODEREQUEST']._serialized_start=491
-  _globals['_REGISTERNODEREQUEST']._serialized_end=549
-  _globals['_REGISTERNODERESPONSE']._serialized_start=551
-  _globals['_REGISTERNODERESPONSE']._serialized_end=645
-  _globals['_HEARTBEATREQUEST']._serialized_start=648
-  _globals['_HEARTBEATREQUEST']._serialized_end=787
-  _globals['_HEARTBEATRESPONSE']._serialized_start=789
-  _globals['_HEARTBEATRESPONSE']._serialized_end=853
-  _globals['_LISTNODESREQUEST']._serialized_start=855
-  _globals['_LISTNODESREQUEST']._serialized_end=873
-  _globals['_LISTNODESRESPONSE']._serialized_start=875
-  _globals['_LISTNODESRESPONSE']._serialized_end=932
-  _globals['_NODEROUND']._serialized_start=935
-  _globals['_NODEROUND']._serialized_end=1229
-  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_start=1150
-  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_end=1204
-  _globals['_PLANROUNDREQUEST']._serialized_start=1232
-  _globals['_PLANROUNDREQUEST']._serialized_end=1605
-  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_start=1150
-  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_end=1204
-  _globals['_NODEPLAN']._serialized_start=1608
-  _globals['_NODEPLAN']._serialized_end=1744
-  _globals['_PLANROUNDRESPONSE']._serialized_start=1747
-  _globals['_PLANROUNDRESPONSE']._serialized_end=1972
-  _globals['_NODECONFIG']._serialized_start=1975
-  _globals['_NODECONFIG']._serialized_end=2317
-  _globals['_GETNODECONFIGREQUEST']._serialized_start=2319
-  _globals['_GETNODECONFIGREQUEST']._serialized_end=2358
-  _globals['_WATCHCONFIGREQUEST']._serialized_start=2360
-  _globals['_WATCHCONFIGREQUEST']._serialized_end=2421
-  _globals['_UPDATEBUDGETREQUEST']._serialized_start=2423
-  _globals['_UPDATEBUDGETREQUEST']._serialized_end=2541
-  _globals['_UPDATEBUDGETRESPONSE']._serialized_start=2543
-  _globals['_UPDATEBUDGETRESPONSE']._serialized_end=2645
-  _globals['_COORDINATOR']._serialized_start=2757
-  _globals['_COORDINATOR']._serialized_end=3819
+  _globals['_NODEINFO']._serialized_end=588
+  _globals['_NODEINFO_LABELSENTRY']._serialized_start=524
+  _globals['_NODEINFO_LABELSENTRY']._serialized_end=569
+  _globals['_REGISTERNODEREQUEST']._serialized_start=590
+  _globals['_REGISTERNODEREQUEST']._serialized_end=648
+  _globals['_REGISTERNODERESPONSE']._serialized_start=650
+  _globals['_REGISTERNODERESPONSE']._serialized_end=766
+  _globals['_HEARTBEATREQUEST']._serialized_start=769
+  _globals['_HEARTBEATREQUEST']._serialized_end=981
+  _globals['_HEARTBEATRESPONSE']._serialized_start=983
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1069
+  _globals['_LISTNODESREQUEST']._serialized_start=1071
+  _globals['_LISTNODESREQUEST']._serialized_end=1089
+  _globals['_LISTNODESRESPONSE']._serialized_start=1091
+  _globals['_LISTNODESRESPONSE']._serialized_end=1148
+  _globals['_NODEROUND']._serialized_start=1151
+  _globals['_NODEROUND']._serialized_end=1445
+  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_start=1366
+  _globals['_NODEROUND_BATCHEFFICIENCYENTRY']._serialized_end=1420
+  _globals['_PLANROUNDREQUEST']._serialized_start=1448
+  _globals['_PLANROUNDREQUEST']._serialized_end=1821
+  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_start=1366
+  _globals['_PLANROUNDREQUEST_BATCHEFFICIENCYENTRY']._serialized_end=1420
+  _globals['_NODEPLAN']._serialized_start=1824
+  _globals['_NODEPLAN']._serialized_end=1960
+  _globals['_PLANROUNDRESPONSE']._serialized_start=1963
+  _globals['_PLANROUNDRESPONSE']._serialized_end=2188
+  _globals['_NODECONFIG']._serialized_start=2191
+  _globals['_NODECONFIG']._serialized_end=2548
+  _globals['_GETNODECONFIGREQUEST']._serialized_start=2550
+  _globals['_GETNODECONFIGREQUEST']._serialized_end=2589
+  _globals['_WATCHCONFIGREQUEST']._serialized_start=2591
+  _globals['_WATCHCONFIGREQUEST']._serialized_end=2673
+  _globals['_UPDATEBUDGETREQUEST']._serialized_start=2675
+  _globals['_UPDATEBUDGETREQUEST']._serialized_end=2793
+  _globals['_UPDATEBUDGETRESPONSE']._serialized_start=2795
+  _globals['_UPDATEBUDGETRESPONSE']._serialized_end=2897
+  _globals['_COORDINATOR']._serialized_start=3009
+  _globals['_COORDINATOR']._serialized_end=4071
 # @@protoc_insertion_point(module_scope)

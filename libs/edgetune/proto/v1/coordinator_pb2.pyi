@@ -79,6 +79,10 @@ class NodeInfo(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     LAST_SEEN_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    APPLIED_REVISION_FIELD_NUMBER: _builtins.int
+    APPLIED_EPOCH_FIELD_NUMBER: _builtins.int
+    REFUSED_REVISION_FIELD_NUMBER: _builtins.int
+    REFUSED_REASON_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """Stable id (hostname by default); empty on first registration: the coordinator makes one."""
     hostname: _builtins.str
@@ -87,6 +91,12 @@ class NodeInfo(_message.Message):
     power_budget_w: _builtins.float
     state: _builtins.str
     """"ready", "profiling", "running", "lost"."""
+    applied_revision: _builtins.int
+    """The config (epoch, revision) the node last applied (from its heartbeats)."""
+    applied_epoch: _builtins.int
+    refused_revision: _builtins.int
+    """The last config the node refused (0: none since it applied one) and the agent's reason."""
+    refused_reason: _builtins.str
     @_builtins.property
     def device(self) -> _common_pb2.DeviceSpec: ...
     @_builtins.property
@@ -107,10 +117,14 @@ class NodeInfo(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         last_seen: _timestamp_pb2.Timestamp | None = ...,
         state: _builtins.str = ...,
+        applied_revision: _builtins.int = ...,
+        applied_epoch: _builtins.int = ...,
+        refused_revision: _builtins.int = ...,
+        refused_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "current_mode", b"current_mode", "device", b"device", "last_seen", b"last_seen", "power_budget_w", b"power_budget_w"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "address", b"address", "current_mode", b"current_mode", "device", b"device", "hostname", b"hostname", "labels", b"labels", "last_seen", b"last_seen", "node_id", b"node_id", "power_budget_w", b"power_budget_w", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "address", b"address", "applied_epoch", b"applied_epoch", "applied_revision", b"applied_revision", "current_mode", b"current_mode", "device", b"device", "hostname", b"hostname", "labels", b"labels", "last_seen", b"last_seen", "node_id", b"node_id", "power_budget_w", b"power_budget_w", "refused_reason", b"refused_reason", "refused_revision", b"refused_revision", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__power_budget_w: _TypeAlias = _typing.Literal["power_budget_w"]  # noqa: Y015
     _WhichOneofArgType__power_budget_w: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w"]  # noqa: Y015
@@ -145,20 +159,24 @@ class RegisterNodeResponse(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
     CONFIG_REVISION_FIELD_NUMBER: _builtins.int
+    CONFIG_EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     heartbeat_interval_s: _builtins.float
     config_revision: _builtins.int
     """Latest config revision for this node (0: none yet)."""
+    config_epoch: _builtins.int
+    """The store's config epoch (see NodeConfig.epoch; 0: nothing published yet)."""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         heartbeat_interval_s: _builtins.float = ...,
         config_revision: _builtins.int = ...,
+        config_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_revision", b"config_revision", "heartbeat_interval_s", b"heartbeat_interval_s", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_epoch", b"config_epoch", "config_revision", b"config_revision", "heartbeat_interval_s", b"heartbeat_interval_s", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -173,12 +191,21 @@ class HeartbeatRequest(_message.Message):
     POWER_W_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     APPLIED_REVISION_FIELD_NUMBER: _builtins.int
+    APPLIED_EPOCH_FIELD_NUMBER: _builtins.int
+    REFUSED_REVISION_FIELD_NUMBER: _builtins.int
+    REFUSED_REASON_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     power_w: _builtins.float
     """Last power reading."""
     state: _builtins.str
     applied_revision: _builtins.int
-    """Config revision the node has applied."""
+    """Config revision the node has applied, and its epoch."""
+    applied_epoch: _builtins.int
+    refused_revision: _builtins.int
+    """The last config the node refused (a mode its device does not have, ...) and why; 0: none
+    since it applied one. A refused config is not applied: applied_revision stays.
+    """
+    refused_reason: _builtins.str
     @_builtins.property
     def current_mode(self) -> _common_pb2.PowerMode: ...
     def __init__(
@@ -189,10 +216,13 @@ class HeartbeatRequest(_message.Message):
         power_w: _builtins.float = ...,
         state: _builtins.str = ...,
         applied_revision: _builtins.int = ...,
+        applied_epoch: _builtins.int = ...,
+        refused_revision: _builtins.int = ...,
+        refused_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["current_mode", b"current_mode"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_revision", b"applied_revision", "current_mode", b"current_mode", "node_id", b"node_id", "power_w", b"power_w", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_epoch", b"applied_epoch", "applied_revision", b"applied_revision", "current_mode", b"current_mode", "node_id", b"node_id", "power_w", b"power_w", "refused_reason", b"refused_reason", "refused_revision", b"refused_revision", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -204,19 +234,23 @@ class HeartbeatResponse(_message.Message):
 
     CONFIG_REVISION_FIELD_NUMBER: _builtins.int
     REREGISTER_FIELD_NUMBER: _builtins.int
+    CONFIG_EPOCH_FIELD_NUMBER: _builtins.int
     config_revision: _builtins.int
     """Latest config revision: when above applied_revision the node should fetch it."""
     reregister: _builtins.bool
     """The coordinator forgot the node (e.g. restart without state): register again."""
+    config_epoch: _builtins.int
+    """The store's config epoch: config_revision counts within it."""
     def __init__(
         self,
         *,
         config_revision: _builtins.int = ...,
         reregister: _builtins.bool = ...,
+        config_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_revision", b"config_revision", "reregister", b"reregister"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_epoch", b"config_epoch", "config_revision", b"config_revision", "reregister", b"reregister"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -503,6 +537,7 @@ class NodeConfig(_message.Message):
     POWER_BUDGET_W_FIELD_NUMBER: _builtins.int
     RESTORE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     revision: _builtins.int
     """Increases with every new config of the node."""
@@ -512,6 +547,10 @@ class NodeConfig(_message.Message):
     restore: _builtins.bool
     """Return to the node's own mode instead of applying `mode` (round over, node released)."""
     reason: _builtins.str
+    epoch: _builtins.int
+    """The store's config epoch (ms timestamp taken when the store first published, and again after
+    it lost its data): revision counts within it, and (epoch, revision) never goes backwards.
+    """
     @_builtins.property
     def mode(self) -> _common_pb2.PowerMode: ...
     @_builtins.property
@@ -536,10 +575,11 @@ class NodeConfig(_message.Message):
         power_budget_w: _builtins.float | None = ...,
         restore: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "mode", b"mode", "power_budget_w", b"power_budget_w", "valid_from", b"valid_from", "valid_until", b"valid_until", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "batch_size", b"batch_size", "mode", b"mode", "node_id", b"node_id", "power_budget_w", b"power_budget_w", "reason", b"reason", "restore", b"restore", "revision", b"revision", "round_id", b"round_id", "valid_from", b"valid_from", "valid_until", b"valid_until", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w", "batch_size", b"batch_size", "epoch", b"epoch", "mode", b"mode", "node_id", b"node_id", "power_budget_w", b"power_budget_w", "reason", b"reason", "restore", b"restore", "revision", b"revision", "round_id", b"round_id", "valid_from", b"valid_from", "valid_until", b"valid_until", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__power_budget_w: _TypeAlias = _typing.Literal["power_budget_w"]  # noqa: Y015
     _WhichOneofArgType__power_budget_w: _TypeAlias = _typing.Literal["_power_budget_w", b"_power_budget_w"]  # noqa: Y015
@@ -572,18 +612,24 @@ class WatchConfigRequest(_message.Message):
 
     NODE_ID_FIELD_NUMBER: _builtins.int
     AFTER_REVISION_FIELD_NUMBER: _builtins.int
+    AFTER_EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     after_revision: _builtins.int
     """Send only configs with a higher revision (0: start with the current one)."""
+    after_epoch: _builtins.int
+    """The epoch after_revision belongs to (the last config's epoch). When the store's epoch differs
+    (it lost its data since) the current config is sent whatever its revision. 0: the current one.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         after_revision: _builtins.int = ...,
+        after_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_revision", b"after_revision", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_epoch", b"after_epoch", "after_revision", b"after_revision", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

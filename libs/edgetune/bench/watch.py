@@ -1,0 +1,122 @@
+"""A coordinator with a fleet's worth of open ``WatchConfig`` streams.
+
+``watch_streams_1000``: one coordinator (as deployed: its own RedisStore over a redis-server
+on loopback TCP), 1,000 registered nodes, each with an open WatchConfig stream (over 10 client
+connections); then 300 Heartbeat RPCs one after another from another connection: their p99
+latency is the metric. Also reported: the Redis connections the coordinator holds, how many
+change-feed reads served all streams, and the delay from publishing 100 nodes' configs to
+each stream delivering its own.
+
+Before the change each stream held a pooled connection in a blocking read: at about 97
+streams the coordinator's pool (redis-py's default, 100) was exhausted and every RPC failed
+with "Too many connections" (:data:`BEFORE`). Now one reader of the store's change feed
+serves every stream and the pool is a blocking one of 64.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+from edgetune.bench.runner import benchmark
+
+#: Main before the change (daa557e: one blocking Redis read per stream, redis-py's pool of 100),
+#: this 2-core machine, 2026-11-26: with 150 open streams 0 of 100 Heartbeats answered, every one
+#: UNAVAILABLE "Too many connections" (RPCs fail from about 97 streams on).
+BEFORE: dict[str, Any] = {"streams": 150, "heartbeats_ok": 0, "heartbeats_failed": 100,
+                          "error": "UNAVAILABLE: Too many connections", "rpcs_fail_from_streams": 97}
+STREAMS = 1000
+CHANNELS = 10
+HEARTBEATS = 300
+PUBLISHED = 100
+
+
+def _percentile_ms(values_s: list[float], q: float) -> float:
+    ordered = sorted(values_s)
+    return 1000.0 * ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
+                          published: int = PUBLISHED) -> dict[str, Any]:
+    import grpc
+
+    from edgetune.coordination.registry import NodeRecord
+    from edgetune.coordination.store import EmbeddedRedisServer, NodeConfig
+    from edgetune.powermodes.mode import PowerMode
+    from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+    from edgetune.services.coordinator.server import create_coordinator, start
+
+    ids = [f"node-{i:04d}" for i in range(streams)]
+    with EmbeddedRedisServer(port=0) as redis:
+        coordinator = start(create_coordinator(port=0, host="127.0.0.1", redis_url=redis.url, grace_s=0.5,
+                                               max_workers=streams + 64, membership_check_s=0))
+        servicer = coordinator.servicer
+        # Separate connections (a local subchannel pool each), as separate agents would have.
+        channels = [grpc.insecure_channel(coordinator.server.address, options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(CHANNELS + 1)]
+        calls: list[Any] = []
+        try:
+            assert coordinator.lease.wait_leader(10)
+            for node_id in ids:
+                servicer.registry.register(NodeRecord(node_id=node_id))
+            stubs = [coordinator_pb2_grpc.CoordinatorStub(c) for c in channels]
+            t0 = time.perf_counter()
+            for i, node_id in enumerate(ids):
+                calls.append(stubs[i % CHANNELS].WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=node_id)))
+            # The streams are open once the server's handlers wait on the hub.
+            deadline = time.monotonic() + 120
+            while servicer.configs.hub.watches < streams and time.monotonic() < deadline:
+                time.sleep(0.05)
+            open_s = time.perf_counter() - t0
+            watching = servicer.configs.hub.watches
+            reads_before = servicer.configs.hub.reads
+
+            beat = stubs[CHANNELS]
+            latencies = []
+            for k in range(heartbeats):
+                t = time.perf_counter()
+                beat.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=ids[k % streams], state="ready"), timeout=10)
+                latencies.append(time.perf_counter() - t)
+
+            # Publish configs for some nodes (as a round would) and time each stream's delivery.
+            mode = PowerMode(8, 1728.0, 930.75, 3199.0)
+            chosen = ids[:: max(1, streams // published)][:published]
+            delays: list[float] = [0.0] * len(chosen)
+
+            def read(k: int, call: Any, sent: float) -> None:
+                cfg = next(call)
+                delays[k] = time.perf_counter() - sent if cfg.revision == 1 else float("nan")
+
+            sent = time.perf_counter()
+            servicer.configs.publish_many([NodeConfig(n, mode=mode, batch_size=32, round_id="bench") for n in chosen])
+            readers = [threading.Thread(target=read, args=(k, calls[ids.index(n)], sent), daemon=True)
+                       for k, n in enumerate(chosen)]
+            for r in readers:
+                r.start()
+            for r in readers:
+                r.join(30)
+            clients = coordinator.store.info()["connected_clients"]
+            return {
+                "heartbeat_p99_ms": _percentile_ms(latencies, 0.99),
+                "heartbeat_p50_ms": _percentile_ms(latencies, 0.50),
+                "heartbeat_mean_ms": 1000.0 * statistics.fmean(latencies),
+                "streams_open": watching, "streams_requested": streams, "open_all_s": open_s,
+                "redis_connections": clients, "feed_reads_during_heartbeats": servicer.configs.hub.reads - reads_before,
+                "delivered": sum(1 for d in delays if d > 0), "published": len(chosen),
+                "delivery_p99_ms": _percentile_ms([d for d in delays if d > 0] or [float("nan")], 0.99),
+                "before": BEFORE,
+            }
+        finally:
+            for call in calls:
+                call.cancel()
+            for c in channels:
+                c.close()
+            coordinator.server.stop(0.5)
+
+
+@benchmark("watch_streams_1000", "1,000 open WatchConfig streams on one coordinator: Heartbeat p99 < 50 ms",
+           "heartbeat_p99_ms", 50.0)
+def watch_streams_1000() -> dict:
+    return measure_watch_streams()
