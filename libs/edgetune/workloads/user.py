@@ -40,7 +40,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgetune.devices.workloads import is_user_workload
 from edgetune.errors import InvalidArgument
+
+__all__ = ["UserWorkload", "is_user_workload", "load_workload", "loaded_workload", "parse_spec", "structure_hash",
+           "split_workload_path"]
 
 FIELD = "workload"
 SPEC_ALLOWED = "MODULE:FUNCTION, e.g. mypkg.models:make, FUNCTION() returning (model, make_batch, loss_fn)"
@@ -88,17 +92,11 @@ class UserWorkload:
         return self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
 
 
-def is_user_workload(name: object) -> bool:
-    """Whether a workload name is a ``MODULE:FUNCTION`` entry (zoo names and ids have no ``:``)."""
-    return isinstance(name, str) and ":" in name
-
-
-def workload_path_from_env(value: str | None = None) -> list[Path]:
-    """Directories of :data:`WORKLOAD_PATH_ENV` (or ``value``), in order; empty entries dropped."""
+def split_workload_path(text: str) -> list[Path]:
+    """``--workload-path`` / ``EDGETUNE_WORKLOAD_PATH``: directories separated by ``os.pathsep``, blanks dropped."""
     import os
 
-    text = os.environ.get(WORKLOAD_PATH_ENV, "") if value is None else value
-    return [Path(p) for p in text.split(os.pathsep) if p.strip()]
+    return [Path(p.strip()) for p in text.split(os.pathsep) if p.strip()]
 
 
 def parse_spec(spec: object) -> tuple[str, str]:
