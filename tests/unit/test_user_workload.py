@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -220,3 +221,24 @@ def test_registry_guards_the_zoo_and_unknown_names():
     with pytest.raises(InvalidArgument) as err:
         SimulatedJetson("orin-agx").run("never-registered", "train", 8, 2)
     assert err.value.field == "workload"
+
+
+# -- a real board's runner -------------------------------------------------------------------
+def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
+    from edgetune.workloads.runner import RunnerPool
+
+    wl = load_workload(SPEC)
+    before = [p.detach().clone() for p in wl.model.parameters()]
+    pool = RunnerPool(device="cpu")
+    try:
+        times = pool(wl.workload_id, "train", 8, 3)
+        assert len(times) == 3 and all(t > 0 for t in times)
+        runner = next(iter(pool._runners.values()))
+        assert len(runner.losses) == 3 and all(math.isfinite(x) for x in runner.losses)
+        assert all(torch.equal(a, b) for a, b in zip(before, wl.model.parameters(), strict=True))
+        assert len(pool(wl.workload_id, "infer", 4, 2)) == 2
+    finally:
+        pool.close()
+    infer_only = load_workload("tests.fixtures.workloads.sensor_cnn:make_infer")
+    with pytest.raises(InvalidArgument, match="runs only as infer"):
+        RunnerPool(device="cpu")(infer_only.workload_id, "train", 8, 1)
