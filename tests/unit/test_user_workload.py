@@ -242,3 +242,15 @@ def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
     infer_only = load_workload("tests.fixtures.workloads.sensor_cnn:make_infer")
     with pytest.raises(InvalidArgument, match="runs only as infer"):
         RunnerPool(device="cpu")(infer_only.workload_id, "train", 8, 1)
+
+
+# -- the coordinator checks the form only ----------------------------------------------------
+def test_job_specs_check_the_form_of_a_user_workload_without_importing_it():
+    from edgetune.coordination.tuningjobs import TuningJobSpec
+
+    spec = TuningJobSpec("sensor", "not_installed_anywhere:make", nodes=("n1",)).check()
+    assert spec.workload == "not_installed_anywhere:make"  # the nodes import it, not the coordinator
+    for bad in ("pkg:make()", "a b:make", ":make", "pkg:"):
+        with pytest.raises(InvalidArgument) as err:
+            TuningJobSpec("sensor", bad, nodes=("n1",)).check()
+        assert err.value.field == "spec.workload.name" and "MODULE:FUNCTION" in str(err.value)
