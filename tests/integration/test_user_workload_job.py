@@ -87,6 +87,7 @@ def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, 
         stored = cluster.store.get_measurements(DEVICE, wl_id, "train", NODE)
         assert len(stored) >= node.profiled and {m.workload for m in stored} == {wl_id}
         assert not cluster.store.get_measurements(DEVICE, "sensor_cnn:make", "train", NODE)
+        assert any(e.message.endswith(f"points measured of {wl_id}") for e in node.events), node.events
         # the transferred model refers to it too
         with grpc.insecure_channel(cluster.estimator.address) as channel:
             models = estimator_pb2_grpc.EstimatorStub(channel).ListModels(

@@ -456,7 +456,8 @@ class Reconciler:
 
         def on_points(n: int) -> None:
             profiled["n"] += n
-            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured",
+            of = f" of {measurer.workload_id}" if measurer.workload_id != spec.workload else ""  # a user workload's id
+            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
                                                           profiled=profiled["n"]))
 
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,

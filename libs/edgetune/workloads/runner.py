@@ -36,7 +36,7 @@ from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.data import make_loader
 from edgetune.workloads.registry import WorkloadDef, get_workload
-from edgetune.workloads.user import UserWorkload, loaded_workload
+from edgetune.workloads.user import UserWorkload, call_model, loaded_workload
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -279,19 +279,13 @@ class UserRunner(MinibatchRunner):
 
     def _step(self) -> torch.Tensor | None:
         inputs, targets = _to(self._next_batch(), self.device, self._cuda)
-        if isinstance(inputs, list):
-            inputs = tuple(inputs)
-
-        def forward() -> Any:
-            return self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
-
         if self.optimizer is None:
             with torch.inference_mode():
-                forward()
+                call_model(self.model, inputs)
             return None
         assert self.user.loss_fn is not None
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.user.loss_fn(forward(), targets)
+        loss = self.user.loss_fn(call_model(self.model, inputs), targets)
         loss.backward()
         self.optimizer.step()
         return loss.detach()

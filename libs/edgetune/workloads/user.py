@@ -1,6 +1,6 @@
 """A workload from user code: ``MODULE:FUNCTION`` wherever a zoo name is accepted.
 
-The contract (docs/contract.md, "Your own workload"): ``FUNCTION()`` takes no arguments and
+The contract (docs/contract.md, "Workloads"): ``FUNCTION()`` takes no arguments and
 returns ``(model, make_batch, loss_fn)``:
 
 - ``model``: a ``torch.nn.Module``;
@@ -81,7 +81,12 @@ class UserWorkload:
 
     def forward(self, inputs: Any) -> Any:
         """``model(inputs)``, or ``model(*inputs)`` for a tuple of inputs."""
-        return self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
+        return call_model(self.model, inputs)
+
+
+def call_model(model: nn.Module, inputs: Any) -> Any:
+    """The contract's call: ``model(*inputs)`` for a tuple (or list) of inputs, else ``model(inputs)``."""
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
 
 
 # --------------------------------------------------------------------------- importing
@@ -174,7 +179,7 @@ def _check(spec: str, model: nn.Module, make_batch: Callable[[int], Batch],
     was_training = model.training
     try:
         with torch.no_grad():
-            outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+            outputs = call_model(model, inputs)
             if loss_fn is not None:
                 loss = loss_fn(outputs, targets)
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
