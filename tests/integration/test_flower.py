@@ -1,14 +1,16 @@
 """Flower federated learning planned by the coordinator, on three simulated Jetsons.
 
-A coordinator and three profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run
-as separate processes on loopback, the agents registered through ``--coordinator``. They
-profile the stand-in workload through the coordinator's job streams; then the example's
-FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
+A coordinator (with the estimator and optimizer its reconcile loop runs TuningJobs on) and three
+profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run as separate processes on
+loopback, the agents registered through ``--coordinator``, a reference model per device fitted.
+The strategy has the coordinator tune the stand-in workload on the nodes (a TuningJob at a 5 %
+risk); then the example's FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
 in Flower's simulation engine (Ray backend, one CPU, one client actor: the lightest set-up
 Flower 1.41 has) with PowerAwareStrategy and PowerAwareClient.
 
-Checked: every client got a batch size and a mode from the coordinator's plan each round and
-its agent applied exactly that mode; every mode is valid for the client's device and its
+Checked: the job ran at the strategy's risk and verified each node's choice within its budget on
+the node; every round planned exactly those verified choices; every client got a batch size and
+a mode from the coordinator's plan each round and its agent applied exactly that mode; every mode is valid for the client's device and its
 planned power is within the node's budget; revisions go up per round; the central test loss
 falls every round; afterwards every agent is back in the mode it started in.
 """
@@ -25,12 +27,11 @@ import pytest
 
 pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
 
-from edgetune.coordination.localcluster import LocalCluster  # noqa: E402
 from edgetune.integrations.flower import APPLIED_PREFIX, BATCH_SIZE, NODE_ID, REVISION  # noqa: E402
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.convert import mode_from_proto  # noqa: E402
-from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc  # noqa: E402
+from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,13 +48,18 @@ def _current_mode(address: str) -> PowerMode:
 
 
 def test_flower_rounds_run_in_the_planned_modes(tmp_path):
-    with LocalCluster(tmp_path) as cluster:
-        agents = cluster.start_agents(NODES)
+    cluster, agents = digits_fl.start_cluster(tmp_path)
+    try:
         initial = {n: _current_mode(a.address) for n, a in agents.items()}
-        digits_fl.profile_nodes(cluster, NODES, n_modes=30)
 
         strategy, losses = digits_fl.run(cluster.coordinator.address, list(NODES), rounds=2)
 
+        job = strategy.tuning_job
+        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job.spec.risk == digits_fl.TUNING.risk == 0.05 and sorted(job.spec.nodes) == sorted(NODES)
+        verified = {n.node_id: n for n in job.nodes}
+        for node_id, n in verified.items():  # the shared workflow verified each choice on the node
+            assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= NODES[node_id][1], n
         assert sorted(strategy.rounds) == [1, 2]
         for server_round, record in strategy.rounds.items():
             assert record.plan.feasible and not record.sat_out
@@ -64,7 +70,13 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
                 # What the strategy sent is the coordinator's plan for this node ...
                 plan = planned[a.node_id]
                 assert a.mode == mode_from_proto(plan.mode) and a.batch_size == plan.batch_size > 0
-                assert a.config_revision == server_round  # one new config per round
+                # ... which is the job's verified choice, planned at its measured power or bound ...
+                assert a.mode == mode_from_proto(verified[a.node_id].mode)
+                assert a.batch_size == verified[a.node_id].batch_size
+                assert a.planned_power_w == pytest.approx(max(verified[a.node_id].measured_power_w,
+                                                              verified[a.node_id].predicted_power_upper_w))
+                # one new config per round, after the job's
+                assert a.config_revision == verified[a.node_id].config_revision + server_round
                 # ... a valid mode of the node's device, within its registered budget ...
                 assert get_spec(model).validate(a.mode) == a.mode
                 assert a.power_budget_w == budget_w and a.planned_power_w <= budget_w
@@ -84,6 +96,8 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
             assert time.monotonic() < deadline, (now, initial)
             time.sleep(0.1)
 
+    finally:
+        cluster.close()
 
 def test_the_example_runs_as_its_readme_says():
     """``.venv/bin/python examples/flower/digits_fl.py`` from the repository root, as a user runs it.
