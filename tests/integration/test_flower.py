@@ -27,7 +27,22 @@ import pytest
 
 pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
 
-from edgetune.integrations.flower import APPLIED_PREFIX, BATCH_SIZE, NODE_ID, REVISION  # noqa: E402
+from flwr.common import Code, GetPropertiesRes, Parameters, Status  # noqa: E402
+from flwr.server.client_manager import SimpleClientManager  # noqa: E402
+from flwr.server.client_proxy import ClientProxy  # noqa: E402
+from flwr.server.strategy import FedAvg  # noqa: E402
+
+from edgetune.coordination.controlplane import fit_references  # noqa: E402
+from edgetune.coordination.localcluster import LocalCluster  # noqa: E402
+from edgetune.integrations.flower import (  # noqa: E402
+    APPLIED_PREFIX,
+    BATCH_SIZE,
+    NODE_ID,
+    REVISION,
+    SAMPLES,
+    PowerAwareStrategy,
+    Tuning,
+)
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.convert import mode_from_proto  # noqa: E402
@@ -98,6 +113,68 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
 
     finally:
         cluster.close()
+
+class _Node(ClientProxy):
+    """A Flower client as the server side sees it, for driving the strategy without the simulation
+    engine: it answers only the properties the strategy asks (node id, samples)."""
+
+    def __init__(self, cid: str, node_id: str, samples: int) -> None:
+        super().__init__(cid)
+        self.node_id, self.samples = node_id, samples
+
+    def get_properties(self, ins, timeout, group_id):
+        return GetPropertiesRes(Status(Code.OK, ""), {NODE_ID: self.node_id, SAMPLES: self.samples})
+
+    def get_parameters(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def fit(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def evaluate(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def reconnect(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+
+def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path):
+    """The strategy's safety policy without Flower's engine: configure_fit submits a TuningJob at the
+    strategy's risk, the coordinator's shared workflow verifies each node's choice on its agent, and
+    the round is planned from exactly those choices (a later round reads the same job again)."""
+    nodes = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
+    cluster = LocalCluster(tmp_path, tuning=True).start()
+    try:
+        cluster.start_agents(nodes)
+        assert cluster.estimator is not None and cluster.coordinator is not None
+        fit_references(cluster.estimator.address, [m for m, _ in nodes.values()])
+        manager = SimpleClientManager()
+        for i, node_id in enumerate(nodes):
+            manager.register(_Node(str(i), node_id, 1000))
+        fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2)
+        strategy = PowerAwareStrategy(fedavg, cluster.coordinator.address, "tiny",
+                                      tuning=Tuning(risk=0.05, profiles=9, batch_sizes=(32,)), round_prefix="t")
+        try:
+            for server_round in (1, 2):
+                sent = strategy.configure_fit(server_round, Parameters([], ""), manager)
+                assert len(sent) == 2
+        finally:
+            strategy.close()
+        job = strategy.tuning_job
+        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job.spec.risk == 0.05 and sorted(job.spec.nodes) == sorted(nodes) and job.spec.name == "t-tuning-1"
+        verified = {n.node_id: n for n in job.nodes}
+        for server_round, record in strategy.rounds.items():
+            for a in record.assignments:
+                n = verified[a.node_id]
+                assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= nodes[a.node_id][1]
+                assert a.mode == mode_from_proto(n.mode) and a.batch_size == n.batch_size == 32
+                assert a.planned_power_w == pytest.approx(max(n.measured_power_w, n.predicted_power_upper_w))
+                assert a.planned_power_w <= nodes[a.node_id][1]
+                assert a.config_revision == n.config_revision + server_round
+    finally:
+        cluster.close()
+
 
 def test_the_example_runs_as_its_readme_says():
     """``.venv/bin/python examples/flower/digits_fl.py`` from the repository root, as a user runs it.
