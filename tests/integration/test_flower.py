@@ -153,7 +153,7 @@ def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_pat
             manager.register(_Node(str(i), node_id, 1000))
         fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2)
         strategy = PowerAwareStrategy(fedavg, cluster.coordinator.address, "tiny",
-                                      tuning=Tuning(risk=0.05, profiles=9, batch_sizes=(32,)), round_prefix="t")
+                                      tuning=Tuning(risk=0.05, profiles=12, batch_sizes=(32,)), round_prefix="t")
         try:
             for server_round in (1, 2):
                 sent = strategy.configure_fit(server_round, Parameters([], ""), manager)

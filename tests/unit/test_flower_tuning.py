@@ -28,7 +28,7 @@ def test_the_job_spec_carries_the_risk_as_a_probability():
 
 
 @pytest.mark.parametrize(("changes", "field"), [({"risk": 1.645}, "tuning.risk"), ({"risk": 0.0}, "tuning.risk"),
-                                                ({"profiles": 1}, "tuning.profiles"),
+                                                ({"profiles": 9}, "tuning.profiles"),
                                                 ({"method": "grid"}, "tuning.method"),
                                                 ({"batch_sizes": (0,)}, "tuning.batch_sizes[0]"),
                                                 ({"timeout_s": 0.0}, "tuning.timeout_s")])

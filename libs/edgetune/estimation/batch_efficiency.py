@@ -404,7 +404,7 @@ def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_dra
     return accuracy(model, data.x_test, data.y_test)
 
 
-def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
+def check_settings(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
            max_passes: int) -> None:
     validation.batch_sizes(batch_sizes)
     if not seeds or len(set(seeds)) != len(seeds):
@@ -461,7 +461,7 @@ def estimate_batch_efficiency(
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
-    _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
+    check_settings(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
     optimizer = _optimizer_name(workload, optimizer)
     t0 = time.perf_counter()
     _check_pairing(workload, proxy)

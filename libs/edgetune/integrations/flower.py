@@ -100,6 +100,10 @@ DEFAULT_BUSY_WAIT_S = 60.0
 _SETTLED = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
 
 
+#: The fewest profiles per node a job of the strategy may ask for (see :meth:`Tuning.__post_init__`).
+MIN_PROFILES = 10
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The TuningJob the strategy asks the coordinator to run for its nodes (see module doc).
@@ -121,7 +125,8 @@ class Tuning:
     def __post_init__(self) -> None:
         if self.risk is not None:
             validation.risk(self.risk, "tuning.risk")
-        validation.count(self.profiles, "tuning.profiles", minimum=3)
+        # the frontier schedule profiles half of them at random first, and a transfer needs 5 rows
+        validation.count(self.profiles, "tuning.profiles", minimum=MIN_PROFILES)
         if self.method not in METHODS:
             raise InvalidArgument("tuning.method", f"unknown method {self.method!r}", ", ".join(METHODS))
         validation.batch_sizes(self.batch_sizes, "tuning.batch_sizes")
