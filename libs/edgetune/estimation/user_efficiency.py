@@ -19,7 +19,6 @@ and loads the checkpoint's weights; the data travel with the tasks.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -29,12 +28,12 @@ import numpy as np
 from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import (
-    ACCURACY_TOLERANCE,
     BASE_BATCH,
     BASE_LR,
     BatchEfficiencyEstimate,
     RunResult,
     check_settings,
+    passes_to_target,
     scaled_lr,
 )
 from edgetune.estimation.parallel import Progress, run_tasks
@@ -109,29 +108,11 @@ def train_user_to_target(*, workload: str, batch_size: int, seed: int, lr: float
     model = user.model
     model.load_state_dict(init_state)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    x_train, y_train = train
-    order_rng = np.random.default_rng(seed)
-    stream = np.empty(0, dtype=np.int64)
-    pos = seen = 0
-    curve: list[float] = []
-    passes = math.inf
-    for k in range(1, max_passes + 1):
-        while seen < k * samples_per_pass:
-            if pos + batch_size > len(stream):
-                stream = np.concatenate([stream[pos:], order_rng.permutation(len(y_train))])
-                pos = 0
-            j = torch.from_numpy(stream[pos:pos + batch_size])
-            pos += batch_size
-            opt.zero_grad(set_to_none=True)
-            user.loss_fn(model(x_train[j]), y_train[j]).backward()
-            opt.step()
-            seen += batch_size
-        curve.append(_accuracy(model, *val))
-        if curve[-1] >= target_accuracy - ACCURACY_TOLERANCE:
-            passes = float(k)
-            break
-    return RunResult(batch_size, seed, passes, tuple(curve), lr, time.perf_counter() - t0)
+    passes, curve = passes_to_target(model, torch.optim.Adam(model.parameters(), lr=lr), user.loss_fn, train,
+                                     lambda: _accuracy(model, *val), batch_size=batch_size, seed=seed,
+                                     target_accuracy=target_accuracy, samples_per_pass=samples_per_pass,
+                                     max_passes=max_passes)
+    return RunResult(batch_size, seed, passes, curve, lr, time.perf_counter() - t0)
 
 
 def estimate_user_batch_efficiency(workload: str, data: str, batch_sizes: Sequence[int], target_accuracy: float,
