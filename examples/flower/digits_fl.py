@@ -1,17 +1,20 @@
 """Federated learning with Flower on power-managed (simulated) Jetsons, planned by edgetune.
 
 Three clients train a small MLP on scikit-learn's digits (8x8 images, 10 classes), one per
-node: a simulated Orin AGX, Xavier AGX and Orin Nano, each with its power budget. Every
-round, :class:`~edgetune.integrations.flower.PowerAwareStrategy` (around FedAvg) asks the
-coordinator to plan the round from the nodes' stored profiles and passes each client its
-batch size and power mode; :class:`~edgetune.integrations.flower.PowerAwareClient` has the
-node's agent apply the mode for local training and restore it afterwards.
+node: a simulated Orin AGX, Xavier AGX and Orin Nano, each with its power budget.
+:class:`~edgetune.integrations.flower.PowerAwareStrategy` (around FedAvg) has the coordinator
+tune the nodes with a TuningJob (profile, transfer, safe selection at a 5 % risk, the choice
+measured on each node, a miss selected again), plans every round from the verified choices and
+passes each client its batch size and power mode;
+:class:`~edgetune.integrations.flower.PowerAwareClient` has the node's agent apply the mode for
+local training and restore it afterwards.
 
     python examples/flower/digits_fl.py                 # starts a local cluster, profiles, trains
     python examples/flower/digits_fl.py --coordinator HOST:PORT --nodes a,b,c   # an existing one
 
-The coordinator plans for the workload ``tiny`` (the simulator's small CNN profile, measured
-by the agents' profiling jobs) as the stand-in for this MLP's cost on the devices. The
+The coordinator tunes for the workload ``tiny`` (the simulator's small CNN profile) as the
+stand-in for this MLP's cost on the devices, transferring each device's reference model (what
+``edgetune up`` fits; the local cluster here fits them first). The
 simulation runs Flower's simulation engine (Ray backend) with one CPU and one client actor.
 """
 
@@ -36,7 +39,7 @@ from flwr.simulation import run_simulation
 from sklearn.datasets import load_digits
 from torch import nn
 
-from edgetune.integrations.flower import PowerAwareClient, PowerAwareStrategy
+from edgetune.integrations.flower import PowerAwareClient, PowerAwareStrategy, Tuning
 
 #: node id -> (simulated device, power budget W)
 NODES = {"orin-agx-1": ("orin-agx", 30.0), "xavier-agx-1": ("xavier-agx", 20.0), "orin-nano-1": ("orin-nano", 10.0)}
@@ -49,6 +52,8 @@ BACKEND_CONFIG = {"init_args": RAY_INIT_ARGS, "client_resources": {"num_cpus": 1
 RAY_START_ATTEMPTS = 3
 LOCAL_EPOCHS = 2
 LEARNING_RATE = 0.05
+#: The TuningJob the strategy asks for: a 5 % risk of a choice over its budget, 12 points per node.
+TUNING = Tuning(risk=0.05, profiles=12, batch_sizes=(32,))
 
 
 # --- data and model ------------------------------------------------------------------------------
@@ -145,7 +150,8 @@ def build_strategy(coordinator: str, n_clients: int, *, objective: str = "makesp
     fedavg = FedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n_clients,
                     min_available_clients=n_clients, evaluate_fn=evaluate,
                     initial_parameters=ndarrays_to_parameters(get_weights(model)))
-    return PowerAwareStrategy(fedavg, coordinator, WORKLOAD, objective=objective, round_prefix=f"digits-{time.time_ns()}")
+    return PowerAwareStrategy(fedavg, coordinator, WORKLOAD, objective=objective, tuning=TUNING,
+                              round_prefix=f"digits-{time.time_ns()}")
 
 
 def start_ray(attempts: int = RAY_START_ATTEMPTS) -> None:
@@ -180,45 +186,47 @@ def run(coordinator: str, node_ids: Sequence[str], rounds: int = 2, *,
     return strategy, losses
 
 
-# --- a local cluster with profiled nodes ---------------------------------------------------------
-def profile_nodes(cluster, nodes: dict[str, tuple[str, float]], n_modes: int = 30,
-                  batch_sizes: Sequence[int] = (16, 32, 64), timeout_s: float = 60.0) -> None:
-    """Submit a profiling job per node through the coordinator's SubmitProfiling (random modes x
-    batch sizes of WORKLOAD, delivered on the node's job stream); wait for the results."""
-    from edgetune.proto.v1 import common_pb2, profiler_pb2, tuning_pb2
+# --- a local cluster that can tune ---------------------------------------------------------------
+def start_cluster(workdir: Path, log_level: str = "INFO"):
+    """Redis, the estimator and optimizer, the coordinator (its reconcile loop runs TuningJobs) and an
+    agent per node; a reference model per device model fitted on the estimator (as ``edgetune up`` does)."""
+    from edgetune.coordination.controlplane import fit_references
+    from edgetune.coordination.localcluster import LocalCluster
 
-    for i, node_id in enumerate(nodes):
-        cluster.stub.SubmitProfiling(tuning_pb2.SubmitProfilingRequest(
-            node_id=node_id, job_id=f"digits-profile-{node_id}", request=profiler_pb2.ProfileRequest(
-                workload=common_pb2.Workload(name=WORKLOAD, role=common_pb2.ROLE_TRAIN), random_modes=n_modes,
-                random_grid=common_pb2.GRID_FULL, batch_sizes=list(batch_sizes), n_minibatches=10, seed=i)),
-            timeout=10)
-    expected = n_modes * len(batch_sizes)
-    deadline = time.monotonic() + timeout_s
-    while any(cluster.store.count_measurements(model, WORKLOAD, "train", node_id) < expected
-              for node_id, (model, _) in nodes.items()):
-        if time.monotonic() > deadline:
-            raise TimeoutError("profiling jobs did not finish")
-        time.sleep(0.1)
+    cluster = LocalCluster(workdir, log_level=log_level, tuning=True).start()
+    try:
+        agents = cluster.start_agents(NODES)
+        assert cluster.estimator is not None
+        fit_references(cluster.estimator.address, [model for model, _ in NODES.values()])
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, agents
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--coordinator", default="", help="an existing coordinator (default: start a local cluster)")
-    parser.add_argument("--nodes", default="", help="comma-separated node ids of its profiled nodes")
+    parser.add_argument("--nodes", default="", help="comma-separated node ids (registered, with budgets)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--objective", choices=("makespan", "energy"), default="makespan")
     args = parser.parse_args(argv)
     if args.coordinator:
         strategy, losses = run(args.coordinator, args.nodes.split(","), args.rounds, objective=args.objective)
     else:
-        from edgetune.coordination.localcluster import LocalCluster
-
-        with tempfile.TemporaryDirectory(prefix="edgetune-flower-") as workdir, \
-                LocalCluster(Path(workdir), log_level="WARNING") as cluster:
-            cluster.start_agents(NODES)
-            profile_nodes(cluster, NODES)
-            strategy, losses = run(cluster.coordinator.address, list(NODES), args.rounds, objective=args.objective)
+        with tempfile.TemporaryDirectory(prefix="edgetune-flower-") as workdir:
+            cluster, _ = start_cluster(Path(workdir), log_level="WARNING")
+            try:
+                strategy, losses = run(cluster.coordinator.address, list(NODES), args.rounds,
+                                       objective=args.objective)
+            finally:
+                cluster.close()
+    job = strategy.tuning_job
+    if job is not None:
+        print(f"tuning job {job.spec.name} (risk {job.spec.risk:g}):")
+        for n in job.nodes:
+            print(f"  {n.node_id:14} measured {n.measured_power_w:5.1f} W of {n.power_budget_w:4.1f} W, "
+                  f"{n.measured_time_ms:6.1f} ms per minibatch, {n.profiled} points profiled")
     for server_round, record in sorted(strategy.rounds.items()):
         print(f"round {server_round} ({record.plan.round_id}): makespan {record.plan.makespan_s:.2f} s, "
               f"energy {record.plan.energy_j:.1f} J")

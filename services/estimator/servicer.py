@@ -22,7 +22,7 @@ from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto, optional_value
-from edgetune.proto.tables import PredictionArrays, table_to_proto
+from edgetune.proto.tables import table_to_proto
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics
@@ -35,6 +35,7 @@ from edgetune.services.estimator.convert import (
 from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
 from edgetune.services.estimator.models import ModelRepository
 from edgetune.tuning.policy import TuningPolicy, default_policy
+from edgetune.tuning.records import Predictions
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         x_batch = np.tile(np.asarray(sizes, dtype=np.int64), len(modes))
         x = mode_features(x_modes, x_batch, model.columns)
         out = self.models.predict(loaded, x, cache_key)
-        rows = PredictionArrays(x_modes, x_batch, out["time_ms"], out["power_w"], out.get("time_std_ms"),
-                                out.get("power_std_w"))
+        rows = Predictions(x_modes, x_batch, out["time_ms"], out["power_w"], out.get("time_std_ms"),
+                           out.get("power_std_w"))
         total = len(rows)
         metrics.PREDICTED_ROWS.inc(total)
         for start in range(0, total, chunk):

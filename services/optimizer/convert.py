@@ -33,10 +33,11 @@ from edgetune.proto.convert import (
     optional_value,
     role_from_proto,
 )
-from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
+from edgetune.proto.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2
 from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.sessions import Told, space_ref
+from edgetune.tuning.records import Predictions
 
 ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator service, which this optimizer "
                      "is not connected to; send the candidates inline (candidates.table)")
@@ -88,7 +89,7 @@ class Rows:
     """Inline candidate rows, checked: the table's arrays (echoed back by ParetoFront and
     NextProfiles) and the library's candidates."""
 
-    arrays: PredictionArrays
+    arrays: Predictions
     cands: Candidates
 
     @property
@@ -105,7 +106,7 @@ class Rows:
 
     def table(self, index: Sequence[int] | np.ndarray) -> common_pb2.PredictionTable:
         """The rows at ``index`` (in that order) as a table message."""
-        return table_to_proto(self.arrays.take(index))
+        return table_to_proto(self.arrays.subset(index))
 
 
 def rows_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Rows:

@@ -33,7 +33,7 @@ from edgetune.coordination.localcluster import LocalCluster
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto
-from edgetune.proto.tables import PredictionArrays, table_to_proto
+from edgetune.proto.tables import table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -45,6 +45,7 @@ from edgetune.proto.v1 import (
     profiler_pb2_grpc,
     tuning_pb2,
 )
+from edgetune.tuning.records import Predictions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -124,7 +125,7 @@ def _optimizer_makespan(address: str, options, budgets_w) -> float:
                      "time_ms": 1000 * _round_time_s(options, node_id, (m, b)), "power_w": p}
                     for (m, b), (_t, p) in table.items()]
             reply = stub.Select(optimizer_pb2.SelectRequest(
-                candidates=optimizer_pb2.Candidates(table=table_to_proto(PredictionArrays.from_rows(rows))),
+                candidates=optimizer_pb2.Candidates(table=table_to_proto(Predictions.from_rows(rows))),
                 objective=optimizer_pb2.OBJECTIVE_MIN_TIME,
                 budgets=common_pb2.Budgets(power_budget_w=budgets_w[node_id])), timeout=30)
             decision = reply.decisions[0]

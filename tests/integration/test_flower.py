@@ -1,14 +1,16 @@
 """Flower federated learning planned by the coordinator, on three simulated Jetsons.
 
-A coordinator and three profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run
-as separate processes on loopback, the agents registered through ``--coordinator``. They
-profile the stand-in workload through the coordinator's job streams; then the example's
-FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
+A coordinator (with the estimator and optimizer its reconcile loop runs TuningJobs on) and three
+profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run as separate processes on
+loopback, the agents registered through ``--coordinator``, a reference model per device fitted.
+The strategy has the coordinator tune the stand-in workload on the nodes (a TuningJob at a 5 %
+risk); then the example's FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
 in Flower's simulation engine (Ray backend, one CPU, one client actor: the lightest set-up
 Flower 1.41 has) with PowerAwareStrategy and PowerAwareClient.
 
-Checked: every client got a batch size and a mode from the coordinator's plan each round and
-its agent applied exactly that mode; every mode is valid for the client's device and its
+Checked: the job ran at the strategy's risk and verified each node's choice within its budget on
+the node; every round planned exactly those verified choices; every client got a batch size and
+a mode from the coordinator's plan each round and its agent applied exactly that mode; every mode is valid for the client's device and its
 planned power is within the node's budget; revisions go up per round; the central test loss
 falls every round; afterwards every agent is back in the mode it started in.
 """
@@ -25,12 +27,26 @@ import pytest
 
 pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
 
+from flwr.common import Code, GetPropertiesRes, Parameters, Status  # noqa: E402
+from flwr.server.client_manager import SimpleClientManager  # noqa: E402
+from flwr.server.client_proxy import ClientProxy  # noqa: E402
+from flwr.server.strategy import FedAvg  # noqa: E402
+
+from edgetune.coordination.controlplane import fit_references  # noqa: E402
 from edgetune.coordination.localcluster import LocalCluster  # noqa: E402
-from edgetune.integrations.flower import APPLIED_PREFIX, BATCH_SIZE, NODE_ID, REVISION  # noqa: E402
+from edgetune.integrations.flower import (  # noqa: E402
+    APPLIED_PREFIX,
+    BATCH_SIZE,
+    NODE_ID,
+    REVISION,
+    SAMPLES,
+    PowerAwareStrategy,
+    Tuning,
+)
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.convert import mode_from_proto  # noqa: E402
-from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc  # noqa: E402
+from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,13 +63,18 @@ def _current_mode(address: str) -> PowerMode:
 
 
 def test_flower_rounds_run_in_the_planned_modes(tmp_path):
-    with LocalCluster(tmp_path) as cluster:
-        agents = cluster.start_agents(NODES)
+    cluster, agents = digits_fl.start_cluster(tmp_path)
+    try:
         initial = {n: _current_mode(a.address) for n, a in agents.items()}
-        digits_fl.profile_nodes(cluster, NODES, n_modes=30)
 
         strategy, losses = digits_fl.run(cluster.coordinator.address, list(NODES), rounds=2)
 
+        job = strategy.tuning_job
+        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job.spec.risk == digits_fl.TUNING.risk == 0.05 and sorted(job.spec.nodes) == sorted(NODES)
+        verified = {n.node_id: n for n in job.nodes}
+        for node_id, n in verified.items():  # the shared workflow verified each choice on the node
+            assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= NODES[node_id][1], n
         assert sorted(strategy.rounds) == [1, 2]
         for server_round, record in strategy.rounds.items():
             assert record.plan.feasible and not record.sat_out
@@ -64,7 +85,13 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
                 # What the strategy sent is the coordinator's plan for this node ...
                 plan = planned[a.node_id]
                 assert a.mode == mode_from_proto(plan.mode) and a.batch_size == plan.batch_size > 0
-                assert a.config_revision == server_round  # one new config per round
+                # ... which is the job's verified choice, planned at its measured power or bound ...
+                assert a.mode == mode_from_proto(verified[a.node_id].mode)
+                assert a.batch_size == verified[a.node_id].batch_size
+                assert a.planned_power_w == pytest.approx(max(verified[a.node_id].measured_power_w,
+                                                              verified[a.node_id].predicted_power_upper_w))
+                # one new config per round, after the job's
+                assert a.config_revision == verified[a.node_id].config_revision + server_round
                 # ... a valid mode of the node's device, within its registered budget ...
                 assert get_spec(model).validate(a.mode) == a.mode
                 assert a.power_budget_w == budget_w and a.planned_power_w <= budget_w
@@ -83,6 +110,70 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path):
         while (now := {n: _current_mode(a.address) for n, a in agents.items()}) != initial:
             assert time.monotonic() < deadline, (now, initial)
             time.sleep(0.1)
+
+    finally:
+        cluster.close()
+
+class _Node(ClientProxy):
+    """A Flower client as the server side sees it, for driving the strategy without the simulation
+    engine: it answers only the properties the strategy asks (node id, samples)."""
+
+    def __init__(self, cid: str, node_id: str, samples: int) -> None:
+        super().__init__(cid)
+        self.node_id, self.samples = node_id, samples
+
+    def get_properties(self, ins, timeout, group_id):
+        return GetPropertiesRes(Status(Code.OK, ""), {NODE_ID: self.node_id, SAMPLES: self.samples})
+
+    def get_parameters(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def fit(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def evaluate(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def reconnect(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+
+def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path):
+    """The strategy's safety policy without Flower's engine: configure_fit submits a TuningJob at the
+    strategy's risk, the coordinator's shared workflow verifies each node's choice on its agent, and
+    the round is planned from exactly those choices (a later round reads the same job again)."""
+    nodes = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
+    cluster = LocalCluster(tmp_path, tuning=True).start()
+    try:
+        cluster.start_agents(nodes)
+        assert cluster.estimator is not None and cluster.coordinator is not None
+        fit_references(cluster.estimator.address, [m for m, _ in nodes.values()])
+        manager = SimpleClientManager()
+        for i, node_id in enumerate(nodes):
+            manager.register(_Node(str(i), node_id, 1000))
+        fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2)
+        strategy = PowerAwareStrategy(fedavg, cluster.coordinator.address, "tiny",
+                                      tuning=Tuning(risk=0.05, profiles=12, batch_sizes=(32,)), round_prefix="t")
+        try:
+            for server_round in (1, 2):
+                sent = strategy.configure_fit(server_round, Parameters([], ""), manager)
+                assert len(sent) == 2
+        finally:
+            strategy.close()
+        job = strategy.tuning_job
+        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job.spec.risk == 0.05 and sorted(job.spec.nodes) == sorted(nodes) and job.spec.name == "t-tuning-1"
+        verified = {n.node_id: n for n in job.nodes}
+        for server_round, record in strategy.rounds.items():
+            for a in record.assignments:
+                n = verified[a.node_id]
+                assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= nodes[a.node_id][1]
+                assert a.mode == mode_from_proto(n.mode) and a.batch_size == n.batch_size == 32
+                assert a.planned_power_w == pytest.approx(max(n.measured_power_w, n.predicted_power_upper_w))
+                assert a.planned_power_w <= nodes[a.node_id][1]
+                assert a.config_revision == n.config_revision + server_round
+    finally:
+        cluster.close()
 
 
 def test_the_example_runs_as_its_readme_says():

@@ -25,10 +25,11 @@ from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.tables import PredictionArrays, table_from_proto
+from edgetune.proto.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server
+from edgetune.tuning.records import Predictions
 
 ORIN = get_spec("orin-agx")
 FULCRUM = named_grid(ORIN, "fulcrum")
@@ -94,7 +95,7 @@ def fitted(estimator, reference_rows, small_rows):
 
 def _predict(stub, **kw):
     chunks = list(stub.Predict(estimator_pb2.PredictRequest(**kw)))
-    return chunks, PredictionArrays.concat([table_from_proto(c.table, f"chunk[{i}]") for i, c in enumerate(chunks)])
+    return chunks, Predictions.concat([table_from_proto(c.table, f"chunk[{i}]") for i, c in enumerate(chunks)])
 
 
 def _library_model(store, model_id: str) -> TimePowerModel:

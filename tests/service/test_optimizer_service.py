@@ -39,12 +39,13 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto, mode_to_proto
-from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
+from edgetune.proto.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.optimizer.metrics import REVISION_CONFLICTS
 from edgetune.services.optimizer.server import create_server
 from edgetune.services.optimizer.sessions import SessionStore, space_ref
 from edgetune.tables import Table
+from edgetune.tuning.records import Predictions
 from edgetune.validation import budget_sweep
 
 ORIN = get_spec("orin-agx")
@@ -87,7 +88,7 @@ def truth():
 
 
 def _table(rows, power_std=None) -> optimizer_pb2.Candidates:
-    arrays = PredictionArrays.from_rows(rows)
+    arrays = Predictions.from_rows(rows)
     if power_std is not None:
         arrays = dataclasses.replace(arrays, power_std_w=np.asarray(power_std, dtype=float))
     return optimizer_pb2.Candidates(table=table_to_proto(arrays))

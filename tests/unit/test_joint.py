@@ -121,7 +121,7 @@ def test_matches_brute_force_on_random_luts():
         best = None
         for i, (b, _m, t, p) in enumerate(rows):
             n = eff.passes_by_batch[b]
-            if (cap is None or p <= cap) and math.isfinite(n):
+            if (cap is None or p < cap) and math.isfinite(n):  # strictly under the cap
                 key = (t * n, p, i)
                 best = key if best is None or key < best else best
         if best is None:
@@ -130,7 +130,16 @@ def test_matches_brute_force_on_random_luts():
             assert got.feasible and got.index == best[2] and got.time_to_target_s == best[0]
         c = candidate_set(lut, cap)
         for b, i in c.items():
-            assert lut.batch_size[i] == b and (cap is None or lut.power_w[i] <= cap)
+            assert lut.batch_size[i] == b and (cap is None or lut.power_w[i] < cap)
+
+
+def test_the_cap_is_strict():
+    """Peak power exactly at the cap does not fit (the paper's C: peak power under P_max)."""
+    lut = JointLUT.from_rows([(8, "fast", 10.0, 7.0), (8, "slow", 20.0, 6.5)])
+    eff = BatchEfficiency.from_pairs({8: 2.0})
+    assert joint_select(lut, eff, 7.0).mode == "slow"
+    assert joint_select(lut, eff, 7.01).mode == "fast"
+    assert not joint_select(lut, eff, 6.5).feasible
 
 
 def test_infeasible_reasons():

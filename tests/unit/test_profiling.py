@@ -117,7 +117,7 @@ def test_cap_search_matches_exhaustive_with_fewer_points(cap_w):
     batch_sizes = [4, 8, 16, 32, 64, 128]
     exhaustive = {}
     for b in batch_sizes:
-        feasible = [i for i, m in enumerate(levels) if _nano_power(b, m.gpu_mhz) <= cap_w]
+        feasible = [i for i, m in enumerate(levels) if _nano_power(b, m.gpu_mhz) < cap_w]  # strictly under
         exhaustive[b] = max(feasible) if feasible else None
     result = run_cap_search(CapSearch(levels, batch_sizes, cap_w), lambda b, m: _nano_power(b, m.gpu_mhz))
     assert result.best_level == exhaustive

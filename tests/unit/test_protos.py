@@ -22,6 +22,7 @@ from edgetune.proto.v1 import (
     optimizer_pb2,
     profiler_pb2,
 )
+from edgetune.tuning.records import Predictions
 
 MODULES = (common_pb2, profiler_pb2, estimator_pb2, optimizer_pb2, coordinator_pb2)
 
@@ -226,12 +227,12 @@ def test_budgets_and_optional_values():
     assert values["power_budget_w"] == 0.0 and values["deadline_s"] is None
 
 
-def _arrays(n: int = 5, std: bool = True) -> tables.PredictionArrays:
+def _arrays(n: int = 5, std: bool = True) -> Predictions:
     rng = np.random.default_rng(0)
     modes = np.column_stack([rng.integers(1, 13, n), rng.uniform(100, 2200, n), rng.uniform(100, 1300, n),
                              rng.uniform(200, 3200, n)])
-    return tables.PredictionArrays(modes, rng.integers(0, 65, n), rng.uniform(1, 500, n), rng.uniform(0, 60, n),
-                                   rng.uniform(0, 5, n) if std else None, rng.uniform(0, 2, n) if std else None)
+    return Predictions(modes, rng.integers(0, 65, n), rng.uniform(1, 500, n), rng.uniform(0, 60, n),
+                       rng.uniform(0, 5, n) if std else None, rng.uniform(0, 2, n) if std else None)
 
 
 @pytest.mark.parametrize("std", [True, False])
@@ -247,8 +248,8 @@ def test_prediction_table_round_trips_columns(std):
         if want is not None:
             np.testing.assert_array_equal(got, want)
     assert back.mode(2) == PowerMode(int(rows.modes[2, 0]), *map(float, rows.modes[2, 1:]))
-    assert len(back.take([4, 0])) == 2 and back.take([4, 0]).time_ms[0] == rows.time_ms[4]
-    joined = tables.PredictionArrays.concat([back.slice(0, 2), back.slice(2, 5)])
+    assert len(back.subset([4, 0])) == 2 and back.subset([4, 0]).time_ms[0] == rows.time_ms[4]
+    joined = Predictions.concat([back.slice(0, 2), back.slice(2, 5)])
     np.testing.assert_array_equal(joined.power_w, rows.power_w)
 
 
@@ -297,7 +298,7 @@ def test_merge_tables_appends_every_column_in_order():
 def test_prediction_table_from_rows():
     rows = [{"cores": 4, "cpu_mhz": 422.4, "gpu_mhz": 114.75, "emc_mhz": 665.0, "batch_size": 16, "time_ms": 490.0,
              "power_w": 14.7, "power_std_w": 0.3}]
-    got = tables.PredictionArrays.from_rows(rows)
+    got = Predictions.from_rows(rows)
     assert got.mode(0) == PowerMode(4, 422.4, 114.75, 665.0) and got.time_std_ms is None
     assert got.power_std_w is not None and got.power_std_w.tolist() == [0.3]
 

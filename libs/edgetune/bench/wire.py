@@ -156,8 +156,9 @@ def _throughput(address: str, request: Any, clients: int, seconds: float) -> flo
 def select_throughput() -> dict[str, Any]:
     from edgetune.devices.simulated import SimulatedJetson
     from edgetune.powermodes.grids import modes_array
-    from edgetune.proto.tables import PredictionArrays, table_to_proto
+    from edgetune.proto.tables import table_to_proto
     from edgetune.proto.v1 import common_pb2, optimizer_pb2
+    from edgetune.tuning.records import Predictions
 
     dev = SimulatedJetson("orin-agx")
     out: dict[str, Any] = {}
@@ -165,8 +166,8 @@ def select_throughput() -> dict[str, Any]:
         for grid in ("fulcrum", "powertrain", "full"):
             modes = modes_array(dev.spec, grid)
             n = len(modes)
-            rows = PredictionArrays(modes, np.full(n, 16), dev.true_time_ms(modes, "resnet18", "train", 16),
-                                    dev.true_power_w(modes, "resnet18", "train", 16))
+            rows = Predictions(modes, np.full(n, 16), dev.true_time_ms(modes, "resnet18", "train", 16),
+                               dev.true_power_w(modes, "resnet18", "train", 16))
             request = optimizer_pb2.SelectRequest(
                 candidates=optimizer_pb2.Candidates(table=table_to_proto(rows)),
                 objective=optimizer_pb2.OBJECTIVE_MIN_TIME, budgets=common_pb2.Budgets(power_budget_w=30.0))

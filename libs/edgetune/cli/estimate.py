@@ -12,6 +12,7 @@ Bad input exits 2 with a message naming the field.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,3 +133,69 @@ def _nn_kwargs(method: str, epochs: int | None) -> dict:
     if method == "nn+gp":
         return {"nn_params": {"epochs": epochs}}
     raise InvalidArgument("--epochs", f"applies to the NN methods, not {method!r}", "nn, transfer, nn-asym, nn+gp")
+
+
+@command.command("efficiency")
+@click.option("--workload", required=True,
+              help="Your model as MODULE:FUNCTION (returning (model, make_batch, loss_fn); the model as returned is "
+                   "the checkpoint), or a built-in proxy model (resnet-slim, mobilenetv3-slim, ...).")
+@click.option("--data", "data", required=True,
+              help="Your proxy data set as MODULE:FUNCTION (returning (train, val), each (inputs, targets) tensors, "
+                   "targets int64 class indices), or a built-in one (digits, ...) for a built-in model.")
+@click.option("--batch-sizes", "batch_sizes_text", required=True, help="Comma-separated batch sizes, e.g. 8,16,32,64.")
+@click.option("--target-accuracy", type=float, required=True, help="Held-out accuracy to reach (a fraction).")
+@click.option("--seeds", "seeds_text", default="0,1,2", show_default=True, help="Comma-separated run seeds.")
+@click.option("--samples-per-pass", type=int, default=None, help="s [default: 2 x the largest batch size].")
+@click.option("--max-passes", type=click.IntRange(min=1), default=60, show_default=True,
+              help="Passes after which a run counts as never reaching the target.")
+@click.option("--base-lr", type=float, default=None,
+              help="Adam's learning rate at batch size 128, scaled by sqrt(b / 128) [default: 5e-4, the paper's].")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="eff.csv to write (batch_size,passes_to_target; optimize joint --efficiency).")
+@click.option("--ray/--no-ray", default=True, show_default=True,
+              help="One Ray task per (batch size, seed) on a local Ray (or EDGETUNE_RAY_ADDRESS), or in order here.")
+def efficiency_cmd(workload: str, data: str, batch_sizes_text: str, target_accuracy: float, seeds_text: str,
+                   samples_per_pass: int | None, max_passes: int, base_lr: float | None, out_path: str,
+                   ray: bool) -> None:
+    """Batch efficiency (Ahmed et al.): passes to the target accuracy per batch size on a proxy data set."""
+    from edgetune import validation
+    from edgetune.cli.profile import parse_batch_sizes
+    from edgetune.devices.workloads import is_user_workload
+
+    batch_sizes = parse_batch_sizes(batch_sizes_text) or []
+    seeds = [validation.seed(_int(part), f"--seeds[{i}]") for i, part in enumerate(seeds_text.split(","))]
+    if samples_per_pass is not None:
+        validation.count(samples_per_pass, "--samples-per-pass")
+    if base_lr is not None and not (math.isfinite(base_lr) and base_lr > 0):
+        raise InvalidArgument("--base-lr", f"{base_lr!r}", "a finite learning rate > 0")
+    from edgetune.estimation.batch_efficiency import BASE_LR
+
+    lr = BASE_LR if base_lr is None else base_lr
+    with progress_display("runs") as update:
+        def show(done: int, total: int) -> None:
+            update("training", done, total)
+
+        if is_user_workload(workload):
+            from edgetune.estimation.user_efficiency import estimate_user_batch_efficiency
+
+            est = estimate_user_batch_efficiency(workload, data, batch_sizes, target_accuracy, seeds,
+                                                 max_passes=max_passes, samples_per_pass=samples_per_pass,
+                                                 base_lr=lr, parallel=ray, progress=show)
+        else:
+            from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
+
+            est = estimate_batch_efficiency(workload, batch_sizes, target_accuracy, seeds, data, max_passes, lr,
+                                            parallel=ray, samples_per_pass=samples_per_pass or SAMPLES_PER_PASS,
+                                            progress=show)
+    est.to_csv(out_path)
+    mean = est.passes_mean()
+    click.echo(f"passes to {target_accuracy:g} on {data} (from {est.initial_accuracy:.3f}), s = {est.samples_per_pass}: "
+               + ", ".join(f"b={b} {n:g}" for b, n in sorted(mean.items()))
+               + f"; {len(est.runs)} runs in {est.wall_s:.1f} s; wrote {out_path}")
+
+
+def _int(text: str) -> object:
+    try:
+        return int(text.strip())
+    except ValueError:  # the text, not a number: the rule names it as given
+        return text.strip()

@@ -280,16 +280,24 @@ def submit(file: Path, address: str, token: str | None, wait: bool, timeout_s: f
         raise click.exceptions.Exit(1)
 
 
-@command.command()
-@click.argument("name")
-@coordinator_options
-@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
-@reports_errors
-def get(name: str, address: str, token: str | None, as_json: bool) -> None:
-    """Show one job: its phase and every node's progress and choice."""
-    with connected(address, token) as client:
-        job = client.get(name)
-    show(job, as_json)
+def _one_job_command(verb: str, doc: str, call: Callable[[Client, str], tuning_pb2.TuningJob]) -> click.Command:
+    """``edgetune job VERB NAME [--json]``: ``call(client, name)``, then the job it returns is printed."""
+    @command.command(name=verb, help=doc)
+    @click.argument("name")
+    @coordinator_options
+    @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+    @reports_errors
+    def run(name: str, address: str, token: str | None, as_json: bool) -> None:
+        with connected(address, token) as client:
+            job = call(client, name)
+        show(job, as_json)
+    return run
+
+
+get = _one_job_command("get", "Show one job: its phase and every node's progress and choice.",
+                       lambda client, name: client.get(name))
+cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working on its nodes.",
+                          lambda client, name: client.cancel(name))
 
 
 @command.command(name="list")
@@ -317,15 +325,3 @@ def watch(name: str, address: str, token: str | None) -> None:
     """Follow a job's progress per node until it is done (Ctrl-C stops watching, not the job)."""
     with connected(address, token) as client:
         follow(client.watch(name))
-
-
-@command.command()
-@click.argument("name")
-@coordinator_options
-@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
-@reports_errors
-def cancel(name: str, address: str, token: str | None, as_json: bool) -> None:
-    """Cancel a job: the coordinator stops working on its nodes."""
-    with connected(address, token) as client:
-        job = client.cancel(name)
-    show(job, as_json)

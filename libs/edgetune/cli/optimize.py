@@ -21,7 +21,7 @@ from edgetune.cli.errors import checked, reports_errors
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import ABOVE_W, BELOW_W, next_frontier_modes
 from edgetune.optimization.joint import joint_select
-from edgetune.optimization.joint_tables import read_efficiency, read_lut
+from edgetune.optimization.joint_tables import lut_from_profiles, read_efficiency, read_lut
 from edgetune.optimization.select import Candidates, Selection, make_selector
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import parse_table, read_mode_table, write_table
@@ -177,17 +177,28 @@ def parse_power_cap(text: str) -> float | None:
 
 
 @command.command("joint")
-@click.option("--lut", "lut_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False),
               help="CSV batch_size,mode,time_s,power_w (time_s for the same number of samples on every row).")
+@click.option("--profiles", "profile_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="Profile tables (edgetune profile's CSVs; repeatable) instead of --lut: the LUT is built from "
+                   "time per minibatch scaled to s samples and the PEAK power.")
+@click.option("--samples-per-pass", type=int, default=None, callback=checked(validation.count),
+              help="s, the samples every LUT row's time is for (with --profiles) [default: the largest batch size].")
 @click.option("--efficiency", "eff_path", required=True, type=click.Path(dir_okay=False),
               help="CSV batch_size,passes_to_target (empty / nan / inf: never reaches the target).")
 @click.option("--power-cap", "power_cap", required=True, help="Power cap W, or 'none'.")
 @click.option("--json", "as_json", is_flag=True, help="Print docs/contract.md's JSON.")
 @reports_errors
-def joint_cmd(lut_path, eff_path, power_cap, as_json) -> None:
-    """Joint batch size and mode: least time to target accuracy under the power cap (Ahmed et al.)."""
+def joint_cmd(lut_path, profile_paths, samples_per_pass, eff_path, power_cap, as_json) -> None:
+    """Joint batch size and mode: least time to target accuracy with peak power strictly under the power
+    cap (Ahmed et al.)."""
     cap = parse_power_cap(power_cap)
-    lut = read_lut(lut_path)
+    if (lut_path is None) == (not profile_paths):
+        raise InvalidArgument("--lut", "give exactly one of --lut FILE or --profiles FILE ...",
+                              "--lut lut.csv, or --profiles profiles.csv")
+    if samples_per_pass is not None and lut_path is not None:
+        raise InvalidArgument("--samples-per-pass", "only with --profiles", "--profiles FILE ... --samples-per-pass S")
+    lut = read_lut(lut_path) if lut_path is not None else lut_from_profiles(list(profile_paths), samples_per_pass)
     eff = read_efficiency(eff_path)
     choice = joint_select(lut, eff, cap)
     if as_json:

@@ -28,7 +28,7 @@ from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
 from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
-from edgetune.profiling.order import descending_order
+from edgetune.profiling.order import CapSearch, descending_order
 from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
 from edgetune.tables import read_mode_table, write_table
 
@@ -127,28 +127,49 @@ def _one_source(modes_path: str | None, n_random: int | None) -> None:
               help="Abort (restoring the mode) when measured power exceeds this.")
 @click.option("--repeat-short/--no-repeat-short", default=False, show_default=True,
               help="Repeat minibatches shorter than a few sampler periods (NeuralPower's n̂).")
-@click.option("--order", type=click.Choice(["auto", "descending", "as-given"]), default="auto", show_default=True,
+@click.option("--order", type=click.Choice(["auto", "descending", "as-given", "cap-search"]), default="auto",
+              show_default=True,
               help="descending: step frequencies down (JetPacks that refuse upward changes); "
-                   "auto: descending for --random, as given for --modes.")
+                   "auto: descending for --random, as given for --modes; cap-search: Ahmed et al.'s efficient "
+                   "order under --power-cap (largest batch size first, GPU clock upward until the peak power "
+                   "reaches the cap; the next batch size resumes there), over the GPU clocks with the other "
+                   "knobs at their highest (or the --modes rows, in ascending power order).")
+@click.option("--power-cap", "power_cap_w", type=float, default=None, callback=checked(validation.power_budget_w),
+              help="The power cap W of --order cap-search.")
 @click.option("--node", default="", help="Node id recorded in the rows and measurement ids.")
 @click.option("--run-key", default="", help="Run key mixed into the measurement ids.")
 @reports_errors
 def command(device_name: str, workload: str, role: str, modes_path: str | None, n_random: int | None, grid: str,
             batch_sizes_text: str | None, seed: int, out_path: str, n_minibatches: int, warmup_minibatches: int,
             sample_rate_hz: float, idle_s: float, hard_limit_w: float | None, repeat_short: bool, order: str,
-            node: str, run_key: str) -> None:
+            node: str, run_key: str, power_cap_w: float | None) -> None:
     """Profile power modes with the measurement protocol and write a profile table."""
     from edgetune.devices.factory import open_device
 
     batch_sizes = parse_batch_sizes(batch_sizes_text)
-    _one_source(modes_path, n_random)
+    if (order == "cap-search") != (power_cap_w is not None):
+        raise InvalidArgument("--power-cap", "goes with --order cap-search, and it needs one",
+                              "--order cap-search --power-cap W")
+    if order == "cap-search":
+        if n_random is not None:
+            raise InvalidArgument("--random", "--order cap-search searches the GPU clocks (or --modes), not random "
+                                  "modes", "--modes FILE, or neither")
+    else:
+        _one_source(modes_path, n_random)
     config = ProfileConfig(n_minibatches=n_minibatches, warmup_minibatches=warmup_minibatches,
                            sample_rate_hz=sample_rate_hz, idle_s=idle_s, hard_limit_w=hard_limit_w,
                            repeat_short=repeat_short, node=node, run_key=run_key)
     device = open_backend(open_device, device_name, seed)
     with device:
         workload = check_workload(device, workload, role)
-        points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
+        search: CapSearch | None = None
+        if order == "cap-search":
+            assert power_cap_w is not None
+            search = CapSearch(cap_search_levels(device, modes_path), batch_sizes or [DEFAULT_BATCH_SIZE],
+                               power_cap_w)
+            points = []
+        else:
+            points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
         measured: list[Measurement] = []
         t0 = device.clock.now_s()
         try:
@@ -158,7 +179,16 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
                         measured.append(event.measurement)
                     show("profiling", event.done, len(points), f"{event.mode.label()} bs={event.batch_size}")
 
-                Profiler(device, config).profile_points(points, workload, role, progress=on_progress)
+                profiler = Profiler(device, config)
+                if search is None:
+                    profiler.profile_points(points, workload, role, progress=on_progress)
+                else:  # one point at a time: each peak power decides the next point
+                    while (point := search.ask()) is not None:
+                        points.append((point[1], point[0]))
+                        n = len(measured)
+                        profiler.profile_points([(point[1], point[0])], workload, role, progress=on_progress)
+                        # a point the device skipped counts as over the cap
+                        search.tell(measured[-1].peak_power_w if len(measured) > n else float("inf"))
         except BaseException:
             if measured:
                 write_table([m.to_row() for m in measured], out_path, ROW_COLUMNS)
@@ -175,6 +205,20 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
     if remeasured or still:  # throttled points must never go unnoticed into a predictor
         click.echo(f"throttling: {remeasured} points re-measured after a cool-down, {still} still throttled "
                    "(throttled=true in the table)", err=True)
+
+
+def cap_search_levels(device: Device, modes_path: str | None) -> list[PowerMode]:
+    """The levels of --order cap-search: the --modes rows as given (ascending power), else the device's
+    GPU clocks from the lowest up with the cores, CPU and EMC clocks at their highest."""
+    if modes_path is not None:
+        table = read_mode_table(modes_path)
+        if len(table) == 0:
+            raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
+        return [validation.power_mode(device.spec, PowerMode.from_mapping(row), f"{modes_path}:{line}", ":")
+                for line, row in enumerate(table.rows, start=2)]
+    spec = device.spec
+    return [PowerMode(max(spec.core_counts), max(spec.cpu_mhz), float(f), max(spec.emc_mhz))
+            for f in sorted(spec.gpu_mhz)]
 
 
 def open_backend(open_device: Callable[..., Device], name: str, seed: int) -> Device:

@@ -55,8 +55,9 @@ import csv
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -204,28 +205,41 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     model = build_proxy_model(workload, input_size)
     model.load_state_dict(init_state)
     model.train()
-    opt = opt_cls(model.parameters(), lr=lr)
+    passes, curve = passes_to_target(model, opt_cls(model.parameters(), lr=lr), F.cross_entropy,
+                                     (data.x_train, data.y_train), lambda: accuracy(model, data.x_test, data.y_test),
+                                     batch_size=batch_size, seed=seed, target_accuracy=target_accuracy,
+                                     samples_per_pass=samples_per_pass, max_passes=max_passes)
+    return RunResult(batch_size, seed, passes, curve, lr, time.perf_counter() - t0)
+
+
+def passes_to_target(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any], train: tuple[Any, Any],
+                     evaluate: Callable[[], float], *, batch_size: int, seed: int, target_accuracy: float,
+                     samples_per_pass: int, max_passes: int) -> tuple[float, tuple[float, ...]]:
+    """The method's count: train ``model`` on ``train`` = (inputs, targets) b samples a step, from a
+    seeded stream of epoch permutations (the same order for every b), ``evaluate()`` after every s
+    samples; (the first pass k reaching the target or inf, the accuracy after each pass)."""
+    import torch
+
+    x_train, y_train = train
     order_rng = np.random.default_rng(seed)
     stream = np.empty(0, dtype=np.int64)  # the sample order, extended one epoch at a time
     pos = seen = 0
     curve: list[float] = []
-    passes = math.inf
     for k in range(1, max_passes + 1):
         while seen < k * samples_per_pass:
             if pos + batch_size > len(stream):
-                stream = np.concatenate([stream[pos:], order_rng.permutation(data.n_train)])
+                stream = np.concatenate([stream[pos:], order_rng.permutation(len(y_train))])
                 pos = 0
             j = torch.from_numpy(stream[pos:pos + batch_size])
             pos += batch_size
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(data.x_train[j]), data.y_train[j]).backward()
+            loss_fn(model(x_train[j]), y_train[j]).backward()
             opt.step()
             seen += batch_size
-        curve.append(accuracy(model, data.x_test, data.y_test))
+        curve.append(evaluate())
         if curve[-1] >= target_accuracy - ACCURACY_TOLERANCE:
-            passes = float(k)
-            break
-    return RunResult(batch_size, seed, passes, tuple(curve), lr, time.perf_counter() - t0)
+            return float(k), tuple(curve)
+    return math.inf, tuple(curve)
 
 
 @dataclass(frozen=True)
@@ -404,7 +418,7 @@ def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_dra
     return accuracy(model, data.x_test, data.y_test)
 
 
-def _check(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
+def check_settings(batch_sizes: Sequence[int], seeds: Sequence[int], target_accuracy: float, samples_per_pass: int,
            max_passes: int) -> None:
     validation.batch_sizes(batch_sizes)
     if not seeds or len(set(seeds)) != len(seeds):
@@ -461,7 +475,7 @@ def estimate_batch_efficiency(
     from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
-    _check(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
+    check_settings(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)
     optimizer = _optimizer_name(workload, optimizer)
     t0 = time.perf_counter()
     _check_pairing(workload, proxy)

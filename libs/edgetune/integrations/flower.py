@@ -3,16 +3,25 @@
 Server side, :class:`PowerAwareStrategy` wraps any ``flwr.server.strategy.Strategy``
 (FedAvg, FedProx, ...). Each round it lets the wrapped strategy sample clients, maps each
 client to its edgetune node (the client's ``edgetune_node_id`` property, or a ``cid`` →
-node mapping), asks the coordinator to plan the round for those nodes (``PlanRound`` with
-``apply``: the configs are stored and pushed to the agents), reads each node's config
-(``GetNodeConfig``) and adds it to the client's ``FitIns`` config::
+node mapping) and makes sure the coordinator has tuned those nodes for the workload: it
+submits a **TuningJob** (``SubmitTuningJob``, :class:`Tuning`: the risk as a probability, the
+profiling budget, method and reference) and follows it (``WatchTuningJob``) until every node is
+Applied. The coordinator's reconcile loop runs the shared workflow (:class:`~edgetune.tuning.NodeTuner`
+under the tuning policy): profile, transfer, safe selection at the risk, the choice measured on
+the node, a measured miss dropped and selected again. The strategy then plans the round
+(``PlanRound`` with ``apply``: the configs are stored and pushed to the agents) from each node's
+verified option (its mode and batch size, the measured time, the larger of the measured power
+and the predicted bound), reads each node's config (``GetNodeConfig``) and adds it to the
+client's ``FitIns`` config::
 
     batch_size, cores, cpu_mhz, gpu_mhz, emc_mhz, config_revision,
     edgetune_node_id, edgetune_round_id, edgetune_agent (the node agent's address)
 
-A client whose node the coordinator planned around (heartbeat lost, cordoned) sits the
-round out; an infeasible plan stops the run (FailedPrecondition with the coordinator's
-reason) rather than train outside the budgets.
+The job is read again every round: a node whose budget changed (``UpdateBudget``) is selected
+again by the coordinator, and the round waits for that verified choice. A node the job could
+not tune within its budget stops the run (FailedPrecondition with the job's reason), as does an
+infeasible plan, rather than train outside the budgets; a client whose node the coordinator
+planned around (heartbeat lost, cordoned) sits the round out.
 
 Client side, :class:`PowerAwareClient` wraps a ``NumPyClient``: it reports its node id and
 sample count as properties, and around local training applies the planned mode through the
@@ -50,17 +59,22 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
+from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.proto.convert import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
+from edgetune.proto.tables import table_to_proto
+from edgetune.proto.tuning_convert import METHODS
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
     coordinator_pb2_grpc,
     profiler_pb2,
     profiler_pb2_grpc,
+    tuning_pb2,
 )
+from edgetune.tuning.records import Predictions
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +96,70 @@ DEFAULT_BUSY_WAIT_S = 60.0
 
 
 # --- server side ---------------------------------------------------------------------------------
+#: Job phases after which the job changes only when something changes it (a budget, a node).
+_SETTLED = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
+
+
+#: The fewest profiles per node a job of the strategy may ask for (see :meth:`Tuning.__post_init__`).
+MIN_PROFILES = 10
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The TuningJob the strategy asks the coordinator to run for its nodes (see module doc).
+
+    ``risk``: the probability that a chosen configuration's power exceeds the node's budget (None:
+    the coordinator's tuning policy's default); ``profiles``: points measured per node; ``method``:
+    ``frontier`` or ``random``; ``batch_sizes``: the batch size tuned (the first); ``reference_model_id``:
+    the estimator model to transfer from (empty: the estimator's reference for each node's device);
+    ``timeout_s``: how long a round waits for the job.
+    """
+
+    risk: float | None = None
+    profiles: int = 12
+    method: str = "frontier"
+    batch_sizes: tuple[int, ...] = (16,)
+    reference_model_id: str = ""
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.risk is not None:
+            validation.risk(self.risk, "tuning.risk")
+        # the frontier schedule profiles half of them at random first, and a transfer needs 5 rows
+        validation.count(self.profiles, "tuning.profiles", minimum=MIN_PROFILES)
+        if self.method not in METHODS:
+            raise InvalidArgument("tuning.method", f"unknown method {self.method!r}", ", ".join(METHODS))
+        validation.batch_sizes(self.batch_sizes, "tuning.batch_sizes")
+        if not self.timeout_s > 0:
+            raise InvalidArgument("tuning.timeout_s", f"{self.timeout_s!r}", "> 0 seconds")
+
+    def spec(self, name: str, workload: common_pb2.Workload, nodes: Sequence[str]) -> tuning_pb2.TuningJobSpec:
+        spec = tuning_pb2.TuningJobSpec(name=name, workload=workload, batch_sizes=list(self.batch_sizes),
+                                        nodes=list(nodes), profiles=self.profiles,
+                                        method=METHODS[self.method],  # type: ignore[arg-type]
+                                        reference_model_id=self.reference_model_id)
+        if self.risk is not None:
+            spec.risk = self.risk
+        return spec
+
+
+def verified_options(job: tuning_pb2.TuningJob) -> dict[str, common_pb2.PredictionTable]:
+    """Each Applied node's verified choice as its one planning option: the mode and batch size, the
+    time measured on the node, and the larger of the measured power and the predicted bound. A node
+    the job has not tuned within its budget raises FailedPrecondition with the job's reason."""
+    out: dict[str, common_pb2.PredictionTable] = {}
+    for n in job.nodes:
+        if n.phase != tuning_pb2.NODE_PHASE_APPLIED or not n.HasField("measured_power_w"):
+            raise FailedPrecondition(f"tuning job {job.spec.name}: node {n.node_id} is "
+                                     f"{tuning_pb2.NodePhase.Name(n.phase)}: {n.reason or 'not applied'}")
+        power = max(n.measured_power_w, n.predicted_power_upper_w if n.HasField("predicted_power_upper_w") else 0.0)
+        m = n.mode
+        out[n.node_id] = table_to_proto(Predictions.from_rows([{
+            "cores": m.cores, "cpu_mhz": m.cpu_mhz, "gpu_mhz": m.gpu_mhz, "emc_mhz": m.emc_mhz,
+            "batch_size": n.batch_size, "time_ms": n.measured_time_ms, "power_w": power}]))
+    return out
+
+
 @dataclass(frozen=True)
 class ClientNode:
     """A sampled client as the coordinator knows it."""
@@ -123,9 +201,9 @@ class RoundRecord:
 class PowerAwareStrategy(Strategy):
     """``strategy`` with every fit round planned by the coordinator at ``coordinator`` (see module doc).
 
-    ``workload``: the workload name the nodes' options are stored under (or a ``Workload``
-    message); options come from the coordinator's stored measurements unless ``options``
-    (node id → a ``PredictionTable``, e.g. ``edgetune.proto.tables.table_to_proto``) is given. ``objective``: ``makespan`` or ``energy``;
+    ``workload``: the workload name (a zoo name or the user's ``MODULE:FUNCTION``) or a ``Workload``
+    message; ``tuning``: the TuningJob each node's option comes from (:class:`Tuning`; its
+    :attr:`tuning_job` is the job as last read). ``objective``: ``makespan`` or ``energy``;
     ``deadline_s`` / ``site_power_budget_w``: the round's budgets (absent: the site's standing
     ones). ``node_ids`` (cid → node id) and ``samples`` (node id → samples this round)
     override what the clients report as properties.
@@ -134,8 +212,7 @@ class PowerAwareStrategy(Strategy):
     def __init__(self, strategy: Strategy, coordinator: str, workload: str | common_pb2.Workload, *,
                  role: Role | str = Role.TRAIN, objective: str = "makespan", deadline_s: float | None = None,
                  site_power_budget_w: float | None = None, node_ids: Mapping[str, str] | None = None,
-                 samples: Mapping[str, int] | None = None,
-                 options: Callable[[str], common_pb2.PredictionTable] | None = None,
+                 samples: Mapping[str, int] | None = None, tuning: Tuning | None = None,
                  round_prefix: str = "flower", timeout_s: float = RPC_TIMEOUT_S) -> None:
         super().__init__()
         self.strategy = strategy
@@ -153,7 +230,10 @@ class PowerAwareStrategy(Strategy):
             self.budgets.site_power_budget_w = site_power_budget_w
         self.node_ids = dict(node_ids or {})
         self.samples = dict(samples or {})
-        self.options = options
+        self.tuning = tuning or Tuning()
+        #: The TuningJob as last read (None before the first round).
+        self.tuning_job: tuning_pb2.TuningJob | None = None
+        self._jobs = 0
         self.round_prefix = round_prefix
         self.timeout_s = timeout_s
         #: server round -> its plan, assignments and the clients' reports.
@@ -179,7 +259,8 @@ class PowerAwareStrategy(Strategy):
         if not sampled:
             return sampled
         clients = [self._client_node(proxy, server_round) for proxy, _ in sampled]
-        plan = self._plan(server_round, clients)
+        options = verified_options(self._tuned([c.node_id for c in clients]))
+        plan = self._plan(server_round, clients, options)
         planned = {n.node_id: n for n in plan.nodes}
         addresses = {n.node_id: n.address for n in
                      self._stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=self.timeout_s).nodes}
@@ -225,13 +306,31 @@ class PowerAwareStrategy(Strategy):
         client = self._clients[proxy.cid] = ClientNode(proxy.cid, node_id, samples)
         return client
 
-    def _plan(self, server_round: int, clients: Sequence[ClientNode]) -> coordinator_pb2.PlanRoundResponse:
-        nodes = []
-        for c in clients:
-            node = coordinator_pb2.NodeRound(node_id=c.node_id, samples=c.samples)
-            if self.options is not None:
-                node.options.CopyFrom(self.options(c.node_id))
-            nodes.append(node)
+    def _tuned(self, node_ids: Sequence[str]) -> tuning_pb2.TuningJob:
+        """The TuningJob over ``node_ids`` once settled: submitted when none covers them yet (a new
+        job per new set of nodes), else read again (it re-selects a node whose budget changed)."""
+        job = self.tuning_job
+        if job is None or not set(node_ids) <= set(job.spec.nodes):
+            self._jobs += 1
+            nodes = sorted(set(node_ids) | set(job.spec.nodes if job is not None else ()))
+            spec = self.tuning.spec(f"{self.round_prefix}-tuning-{self._jobs}", self.workload, nodes)
+            job = self._stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=self.timeout_s)
+            log.info("tuning job submitted", extra={"job": spec.name, "nodes": nodes})
+        else:
+            job = self._stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=job.spec.name), timeout=self.timeout_s)
+        if job.phase not in _SETTLED:
+            for update in self._stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=job.spec.name),
+                                                    timeout=self.tuning.timeout_s):
+                job = update
+                if job.phase in _SETTLED:
+                    break
+        self.tuning_job = job
+        return job
+
+    def _plan(self, server_round: int, clients: Sequence[ClientNode],
+              options: Mapping[str, common_pb2.PredictionTable]) -> coordinator_pb2.PlanRoundResponse:
+        nodes = [coordinator_pb2.NodeRound(node_id=c.node_id, samples=c.samples, options=options[c.node_id])
+                 for c in clients]
         request = coordinator_pb2.PlanRoundRequest(
             round_id=f"{self.round_prefix}-{server_round}", objective=self.objective, budgets=self.budgets,
             workload=self.workload, nodes=nodes, apply=True)

@@ -9,7 +9,8 @@ Inputs are two small tables:
 
 The time to target is ``TT(b, m) = time_s(b, m) × passes_to_target(b)``. Because passes do
 not depend on the mode, Algorithm 1 is: per batch size, the feasible modes under the cap
-(``power_w <= cap``), the fastest of them (the candidate set C of the paper), then the
+(``power_w < cap``: the profiled peak power strictly under the cap, as the paper's set C is
+defined; :func:`under_cap` is that one rule), the fastest of them (the candidate set C of the paper), then the
 argmin of TT over C. Using passes normalised by their maximum (the paper's ``r``) gives the
 same argmin; TT is reported in seconds with the passes as given.
 
@@ -134,7 +135,13 @@ def _fits(lut: JointLUT, power_cap_w: float | None) -> np.ndarray:
     _check_cap(power_cap_w)
     if power_cap_w is None:
         return np.ones(len(lut), dtype=bool)
-    return lut.power_w <= power_cap_w
+    return under_cap(lut.power_w, power_cap_w)
+
+
+def under_cap(power_w: np.ndarray | float, power_cap_w: float) -> np.ndarray:
+    """The joint method's feasibility rule: peak power strictly under the cap (Ahmed et al.'s set C:
+    "the highest frequency whose profiled peak power is under P_max")."""
+    return np.asarray(power_w, dtype=float) < power_cap_w
 
 
 def _argmin(keys: Sequence[np.ndarray], mask: np.ndarray) -> int | None:
@@ -172,12 +179,12 @@ def _infeasible(lut: JointLUT, passes: np.ndarray, fits: np.ndarray, power_cap_w
     closest = _argmin((lut.power_w, lut.time_s), pool)
     assert closest is not None  # pool has rows: the LUT is not empty
     if not fits.any():
-        reason = (f"no (batch size, mode) has power <= {power_cap_w:g} W; "
+        reason = (f"no (batch size, mode) has power < {power_cap_w:g} W; "
                   f"closest is {_describe(lut, closest)}")
     elif not reaches.any():
         reason = "no batch size in the LUT reaches the target accuracy (passes_to_target empty or inf)"
     else:
-        cap = "no cap" if power_cap_w is None else f"power <= {power_cap_w:g} W"
+        cap = "no cap" if power_cap_w is None else f"power < {power_cap_w:g} W"
         reason = (f"no batch size that fits {cap} reaches the target accuracy; "
                   f"closest is {_describe(lut, closest)}")
     return JointChoice(False, reason=reason, closest=closest)
@@ -195,7 +202,7 @@ def candidate_set(lut: JointLUT, power_cap_w: float | None) -> dict[int, int]:
 
 
 def joint_select(lut: JointLUT, efficiency: BatchEfficiency, power_cap_w: float | None) -> JointChoice:
-    """Algorithm 1: argmin over (b, m) with ``power_w <= cap`` of ``time_s × passes_to_target(b)``."""
+    """Algorithm 1: argmin over (b, m) with ``power_w < cap`` of ``time_s × passes_to_target(b)``."""
     fits = _fits(lut, power_cap_w)
     passes = efficiency.passes(lut.batch_size)
     tt = lut.time_s * passes  # inf where the target is never reached
@@ -264,7 +271,7 @@ def baseline_mode(luts: Sequence[JointLUT], power_cap_w: float | None) -> str | 
     best, best_time = None, math.inf
     for mode in sorted(modes):
         rows = [(lut.power_w[lut.mode == mode], lut.time_s[lut.mode == mode]) for lut in luts]
-        if power_cap_w is not None and any((p > power_cap_w).any() for p, _ in rows):
+        if power_cap_w is not None and any((~under_cap(p, power_cap_w)).any() for p, _ in rows):
             continue
         total = float(sum(t.sum() for _, t in rows))
         if total < best_time:

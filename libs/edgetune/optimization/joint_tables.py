@@ -1,7 +1,8 @@
 """Reading the two CSV files of ``edgetune optimize joint`` (Ahmed et al.) strictly.
 
 ``lut.csv``: ``batch_size,mode,time_s,power_w`` (``mode`` an opaque, non-empty id; one row
-per (batch size, mode)). ``eff.csv``: ``batch_size,passes_to_target`` (one row per batch
+per (batch size, mode)); or the LUT built from profile tables (:func:`lut_from_profiles`: the
+tables ``edgetune profile`` writes, time per minibatch scaled to s samples and the PEAK power). ``eff.csv``: ``batch_size,passes_to_target`` (one row per batch
 size; empty, NaN or inf = never reaches the target). Typed columns go through
 :func:`edgetune.tables.parse_table` (header, duplicate, cell-count and number checks); the
 checks it cannot do (ids, duplicates, the ``inf``-allowing passes column) report
@@ -18,7 +19,11 @@ import numpy as np
 
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import BatchEfficiency, JointLUT
+from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import parse_table
+
+#: What a profile table must hold for the joint method's LUT.
+PROFILE_LUT_COLUMNS = (*MODE_FIELDS, "batch_size", "time_ms", "peak_power_w")
 
 LUT_COLUMNS = ("batch_size", "mode", "time_s", "power_w")
 EFFICIENCY_COLUMNS = ("batch_size", "passes_to_target")
@@ -51,6 +56,40 @@ def read_lut(path: str | os.PathLike) -> JointLUT:
         seen[key] = line
     return JointLUT(table.column("batch_size", int), np.asarray([r["mode"] for r in table.rows], dtype=object),
                     table.column("time_s"), table.column("power_w"))
+
+
+def lut_from_profiles(paths: list[str | os.PathLike], samples_per_pass: int | None = None) -> JointLUT:
+    """The joint method's LUT from profile tables (``edgetune profile``'s CSVs, e.g. a ``--order
+    cap-search`` run): one row per profiled (batch size, mode), ``mode`` its label
+    (``8c/1344/727/2133``), ``time_s`` = time per minibatch × s / batch size (the time to train
+    **s** samples, ``samples_per_pass``; default the largest batch size profiled) and ``power_w`` =
+    the point's PEAK power (the paper's profiled peak, not the mean). A point profiled twice
+    is an error naming both lines."""
+    rows: list[tuple[int, str, float, float]] = []
+    seen: dict[tuple[int, str], str] = {}
+    for path in paths:
+        path = os.fspath(path)
+        table = parse_table(path, PROFILE_LUT_COLUMNS)
+        for row, line in zip(table.rows, _data_lines(path), strict=True):
+            at = f"{path}:{line}"
+            mode = PowerMode.from_mapping(row).label()
+            b = int(row["batch_size"])
+            if b <= 0:
+                raise InvalidArgument(f"{at}:batch_size", f"{b}", ">= 1")
+            for name in ("time_ms", "peak_power_w"):
+                if not (math.isfinite(row[name]) and row[name] > 0):
+                    raise InvalidArgument(f"{at}:{name}", f"{row[name]!r}", "finite > 0")
+            if (b, mode) in seen:
+                raise InvalidArgument(f"{at}:batch_size", f"batch size {b} at mode {mode} repeats {seen[(b, mode)]}")
+            seen[(b, mode)] = at
+            rows.append((b, mode, float(row["time_ms"]), float(row["peak_power_w"])))
+    if not rows:
+        raise InvalidArgument("--profiles", "the profile tables have no data rows", "profiled points")
+    s = samples_per_pass if samples_per_pass is not None else max(b for b, *_ in rows)
+    if s < max(b for b, *_ in rows):
+        raise InvalidArgument("--samples-per-pass", f"s={s} is below the largest batch size profiled",
+                              f">= {max(b for b, *_ in rows)} (Ahmed et al.: b_max <= s)")
+    return JointLUT.from_rows([(b, mode, t_ms / 1000.0 * s / b, peak) for b, mode, t_ms, peak in rows])
 
 
 def parse_passes(text: str, field: str) -> float:

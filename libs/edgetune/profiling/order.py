@@ -6,7 +6,7 @@
   dimension) and the chains are concatenated, highest first; an upward step (a reboot or
   reset on such devices) happens only between chains.
 - :class:`CapSearch` — Ahmed et al.'s efficient order under a power cap: largest batch size
-  first, frequency upward from the lowest until the measured peak power exceeds the cap;
+  first, frequency upward from the lowest until the measured peak power reaches the cap;
   the next (smaller) batch size resumes from the previous one's highest feasible
   frequency. It is an ask/tell iterator: each measured peak power decides the next point.
   The result is each batch size's highest feasible level and how many points it profiled.
@@ -20,6 +20,7 @@ from itertools import pairwise
 
 from edgetune import validation
 from edgetune.errors import InvalidArgument
+from edgetune.optimization.joint import under_cap
 from edgetune.powermodes.mode import PowerMode
 
 #: Dimensions whose upward changes some JetPack versions refuse (PowerTrain, footnote 7).
@@ -133,7 +134,7 @@ class CapSearch:
         b, lvl = self._pending
         self._pending = None
         self._points.append((b, lvl, float(peak_power_w)))
-        feasible = peak_power_w <= self.power_cap_w
+        feasible = bool(under_cap(peak_power_w, self.power_cap_w))  # the joint method's rule: strictly under
         first_at_b = b not in self._best
         if first_at_b:
             self._best[b] = None

@@ -1,4 +1,5 @@
-"""``PredictionTable`` (the columnar wire form of prediction rows) <-> numpy arrays: the one place.
+"""``PredictionTable`` (the columnar wire form of prediction rows) <-> :class:`~edgetune.tuning.records.Predictions`:
+the one place.
 
 Every service and client that sends or reads prediction / candidate rows (``Estimator.Predict``
 chunks, the optimizer's inline ``Candidates`` and its ``ParetoFront`` / ``NextProfiles``
@@ -15,15 +16,14 @@ the column and the row, e.g. ``candidates.table.time_ms[3]``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.v1 import common_pb2
+from edgetune.tuning.records import Predictions
 
 #: The mode columns, in PowerMode's order (the ``modes`` array's columns).
 MODE_COLUMNS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
@@ -43,89 +43,7 @@ _RULES: dict[str, tuple[str, str]] = {
 }
 
 
-class PredictionColumns(Protocol):
-    """What :func:`table_to_proto` reads: :class:`PredictionArrays`, or any record with the same
-    columns (``edgetune.tuning.records.Predictions``)."""
-
-    @property
-    def modes(self) -> np.ndarray: ...
-    @property
-    def batch_size(self) -> np.ndarray: ...
-    @property
-    def time_ms(self) -> np.ndarray: ...
-    @property
-    def power_w(self) -> np.ndarray: ...
-    @property
-    def time_std_ms(self) -> np.ndarray | None: ...
-    @property
-    def power_std_w(self) -> np.ndarray | None: ...
-
-
-@dataclass(frozen=True)
-class PredictionArrays:
-    """Rows of predictions as columns: ``modes`` (n, 4) float (cores, cpu, gpu, emc MHz),
-    ``batch_size`` int64, ``time_ms`` / ``power_w`` float, and the stds (None: no std)."""
-
-    modes: np.ndarray
-    batch_size: np.ndarray
-    time_ms: np.ndarray
-    power_w: np.ndarray
-    time_std_ms: np.ndarray | None = None
-    power_std_w: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return int(len(self.time_ms))
-
-    def mode(self, i: int) -> PowerMode:
-        c, cpu, gpu, emc = self.modes[i].tolist()
-        return PowerMode(int(c), float(cpu), float(gpu), float(emc))
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> PredictionArrays:
-        """Columns of row dicts (profile-table keys: cores ... emc_mhz, batch_size, time_ms, power_w,
-        optional time_std_ms / power_std_w, a std column only when every row has it)."""
-        def col(name: str, dtype: Any = float) -> np.ndarray:
-            return np.fromiter((r[name] for r in rows), dtype, len(rows))
-
-        def std(name: str) -> np.ndarray | None:
-            return col(name) if rows and all(r.get(name) is not None for r in rows) else None
-
-        modes = np.array([[r[c] for c in MODE_COLUMNS] for r in rows], dtype=float).reshape(-1, 4)
-        return cls(modes, col("batch_size", np.int64), col("time_ms"), col("power_w"), std("time_std_ms"),
-                   std("power_std_w"))
-
-    def take(self, index: Sequence[int] | np.ndarray) -> PredictionArrays:
-        """The rows at ``index``, in that order."""
-        idx = np.asarray(index, dtype=np.int64)
-        return PredictionArrays(self.modes[idx], self.batch_size[idx], self.time_ms[idx], self.power_w[idx],
-                                None if self.time_std_ms is None else self.time_std_ms[idx],
-                                None if self.power_std_w is None else self.power_std_w[idx])
-
-    def slice(self, start: int, stop: int) -> PredictionArrays:
-        """Rows ``start:stop`` (views, no copy): one streamed chunk."""
-        s = slice(start, stop)
-        return PredictionArrays(self.modes[s], self.batch_size[s], self.time_ms[s], self.power_w[s],
-                                None if self.time_std_ms is None else self.time_std_ms[s],
-                                None if self.power_std_w is None else self.power_std_w[s])
-
-    @staticmethod
-    def concat(parts: Sequence[PredictionArrays]) -> PredictionArrays:
-        """Chunks joined in order (a std column only when every chunk has it)."""
-        if not parts:
-            return PredictionArrays(np.empty((0, 4)), np.empty(0, np.int64), np.empty(0), np.empty(0))
-
-        def std(name: str) -> np.ndarray | None:
-            cols = [getattr(p, name) for p in parts]
-            return None if any(c is None for c in cols) else np.concatenate(cols)
-
-        return PredictionArrays(np.concatenate([p.modes for p in parts]),
-                                np.concatenate([p.batch_size for p in parts]),
-                                np.concatenate([p.time_ms for p in parts]),
-                                np.concatenate([p.power_w for p in parts]),
-                                std("time_std_ms"), std("power_std_w"))
-
-
-def table_to_proto(rows: PredictionColumns) -> common_pb2.PredictionTable:
+def table_to_proto(rows: Predictions) -> common_pb2.PredictionTable:
     """The columnar message of ``rows`` (std columns only where ``rows`` has them)."""
     msg = common_pb2.PredictionTable()
     modes = np.asarray(rows.modes, dtype=float).reshape(-1, 4)
@@ -144,8 +62,8 @@ def table_to_proto(rows: PredictionColumns) -> common_pb2.PredictionTable:
 
 
 def table_from_proto(msg: common_pb2.PredictionTable, field: str = "table", *,
-                     allow_empty: bool = False) -> PredictionArrays:
-    """The arrays of ``msg``, checked (see the module doc); errors name ``field.column[row]``."""
+                     allow_empty: bool = False) -> Predictions:
+    """The rows of ``msg`` as the tuning workflow's predictions, checked (see the module doc); errors name ``field.column[row]``."""
     n = len(msg.time_ms)
     for name in REQUIRED_COLUMNS:
         got = len(getattr(msg, name))
@@ -177,8 +95,7 @@ def table_from_proto(msg: common_pb2.PredictionTable, field: str = "table", *,
     for name, values in stds.items():
         if values is not None:
             _check_real(values, field, name)
-    return PredictionArrays(modes, batch, columns["time_ms"], columns["power_w"],
-                            stds["time_std_ms"], stds["power_std_w"])
+    return Predictions(modes, batch, columns["time_ms"], columns["power_w"], stds["time_std_ms"], stds["power_std_w"])
 
 
 def _column(values: Iterable[float], dtype: Any, n: int) -> np.ndarray:

@@ -1,17 +1,19 @@
 """Typed records of the tuning workflow: measured points, predictions, decisions, the option table.
 
-Plain numpy-backed dataclasses (no protobuf): the gRPC adapters (:mod:`.remote`) convert at the
-edge. Modes are ``(n, 4)`` float arrays of ``cores, cpu_mhz, gpu_mhz, emc_mhz``.
+Plain numpy-backed dataclasses (no protobuf): the wire tables (:mod:`edgetune.proto.tables`) decode
+into :class:`Predictions` and the gRPC adapters (:mod:`.remote`) convert at the edge. Modes are
+``(n, 4)`` float arrays of ``cores, cpu_mhz, gpu_mhz, emc_mhz``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from edgetune.powermodes.mode import MODE_FIELDS
+from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import Table
 
 ModeKey = tuple[int, float, float, float]
@@ -109,11 +111,51 @@ class Predictions:
     def __len__(self) -> int:
         return int(len(self.modes))
 
-    def subset(self, index: np.ndarray) -> Predictions:
-        i = np.asarray(index, dtype=int)
+    def mode(self, i: int) -> PowerMode:
+        c, cpu, gpu, emc = self.modes[i].tolist()
+        return PowerMode(int(c), float(cpu), float(gpu), float(emc))
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> Predictions:
+        """Columns of row dicts (profile-table keys: cores ... emc_mhz, batch_size, time_ms, power_w,
+        optional time_std_ms / power_std_w, a std column only when every row has it)."""
+        def col(name: str, dtype: Any = float) -> np.ndarray:
+            return np.fromiter((r[name] for r in rows), dtype, len(rows))
+
+        def std(name: str) -> np.ndarray | None:
+            return col(name) if rows and all(r.get(name) is not None for r in rows) else None
+
+        modes = np.array([[r[c] for c in MODE_FIELDS] for r in rows], dtype=float).reshape(-1, 4)
+        return cls(modes, col("batch_size", np.int64), col("time_ms"), col("power_w"), std("time_std_ms"),
+                   std("power_std_w"))
+
+    def subset(self, index: np.ndarray | Sequence[int]) -> Predictions:
+        """The rows at ``index``, in that order."""
+        i = np.asarray(index, dtype=np.int64)
         return Predictions(self.modes[i], self.batch_size[i], self.time_ms[i], self.power_w[i],
                            None if self.time_std_ms is None else self.time_std_ms[i],
                            None if self.power_std_w is None else self.power_std_w[i])
+
+    def slice(self, start: int, stop: int) -> Predictions:
+        """Rows ``start:stop`` (views, no copy): one streamed chunk."""
+        s = slice(start, stop)
+        return Predictions(self.modes[s], self.batch_size[s], self.time_ms[s], self.power_w[s],
+                           None if self.time_std_ms is None else self.time_std_ms[s],
+                           None if self.power_std_w is None else self.power_std_w[s])
+
+    @staticmethod
+    def concat(parts: Sequence[Predictions]) -> Predictions:
+        """Chunks joined in order (a std column only when every chunk has it)."""
+        if not parts:
+            return Predictions(np.empty((0, 4)), np.empty(0, np.int64), np.empty(0), np.empty(0))
+
+        def std(name: str) -> np.ndarray | None:
+            cols = [getattr(p, name) for p in parts]
+            return None if any(c is None for c in cols) else np.concatenate(cols)
+
+        return Predictions(np.concatenate([p.modes for p in parts]), np.concatenate([p.batch_size for p in parts]),
+                           np.concatenate([p.time_ms for p in parts]), np.concatenate([p.power_w for p in parts]),
+                           std("time_std_ms"), std("power_std_w"))
 
     def with_power_std(self, power_std_w: np.ndarray) -> Predictions:
         return Predictions(self.modes, self.batch_size, self.time_ms, self.power_w, self.time_std_ms, power_std_w)

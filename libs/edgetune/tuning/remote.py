@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 
 from edgetune.proto.convert import ROLE
-from edgetune.proto.tables import PredictionArrays, table_from_proto, table_to_proto
+from edgetune.proto.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     estimator_pb2,
@@ -64,8 +64,7 @@ def candidates(pool: Predictions) -> optimizer_pb2.Candidates:
 
 def predictions(table: common_pb2.PredictionTable, field: str = "table") -> Predictions:
     """A table (a Predict chunk, a front) as the tuning workflow's predictions; checked."""
-    a = table_from_proto(table, field, allow_empty=True)
-    return Predictions(a.modes, a.batch_size, a.time_ms, a.power_w, a.time_std_ms, a.power_std_w)
+    return table_from_proto(table, field, allow_empty=True)
 
 
 class AgentMeasurer:
@@ -143,8 +142,7 @@ class ServiceEstimator:
                                                modes=[mode_msg(m) for m in modes], batch_sizes=[int(batch_size)])
         chunks = [table_from_proto(c.table, f"Predict chunk {c.offset}", allow_empty=True)
                   for c in self.stub.Predict(request, timeout=self.timeout_s)]
-        a = PredictionArrays.concat(chunks)
-        return Predictions(a.modes, a.batch_size, a.time_ms, a.power_w, a.time_std_ms, a.power_std_w)
+        return Predictions.concat(chunks)
 
 
 class OptimizerSelector:

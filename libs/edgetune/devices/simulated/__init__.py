@@ -1,14 +1,12 @@
 """SimulatedJetson: a physical time / power model of the Jetsons, on a virtual clock.
 
 - ``profiles``  per-workload work: GPU FLOPs and DRAM traffic, launches, CPU data pipeline
-- ``hardware``  per-device constants: compute per MHz, bandwidth per MHz, DVFS rails
-- ``model``     vectorised minibatch time (roofline + pipeline overlap) and rail power
 - ``device``    the Device backend: noise, warm-up, power settling, virtual-time sampler
 - ``tables``    noise-free ground-truth profile tables (``truth_table``)
 
-The exports load on first use: the layer costing
-(:mod:`edgetune.estimation.layerwise.costing`, which the estimator's energy RPC fits THOR
-with) shares ``hardware`` and ``model`` and must not load the simulated device with them.
+The per-device constants and the physical model that prices a profile live in
+:mod:`edgetune.physics` (``hardware``, ``model``), shared with the layer costing of the
+estimator's energy RPC, which never loads this package. The exports load on first use.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
-from edgetune.devices.simulated.hardware import REF_CPU_MHZ, hardware_for
-from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
 from edgetune.devices.simulated.profiles import RoleProfile, get_profile, profile_names
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.physics.hardware import REF_CPU_MHZ, hardware_for
+from edgetune.physics.model import PhysicalModel, as_mode_array
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from edgetune import validation
 from edgetune.devices.base import Role
-from edgetune.devices.simulated.hardware import hardware_for
-from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
 from edgetune.devices.simulated.profiles import get_profile
+from edgetune.physics.hardware import hardware_for
+from edgetune.physics.model import PhysicalModel, as_mode_array
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 

@@ -1,10 +1,10 @@
 """Layer-by-layer costing of any torch model on a Jetson model in one power mode.
 
-The simulator's minibatch model (:mod:`edgetune.devices.simulated.model`) prices a whole
+The Jetsons' minibatch model (:mod:`edgetune.physics.model`, the simulator's) prices a whole
 workload from a calibrated profile; this module prices an arbitrary network from its layers,
 which is what the layer-wise estimators (NeuralPower, THOR) profile against and the energy
 RPC fits THOR with. It shares the device's hardware constants and rail power with the
-simulator (``hardware``, ``model``), not the simulated device itself. Each leaf-module call (see
+simulator (:mod:`edgetune.physics`), never loading the simulated device itself. Each leaf-module call (see
 :mod:`edgetune.estimation.layerwise.features`) becomes GPU kernels on a roofline whose
 compute efficiency depends on the layer's shape, not only its FLOPs:
 
@@ -44,10 +44,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgetune.devices.simulated.hardware import REF_CPU_MHZ, HardwareModel, hardware_for
-from edgetune.devices.simulated.model import GPU_STALL_ACTIVITY, PhysicalModel, as_mode_array, smax, voltage
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.features import LayerRecord, extract_layers
+from edgetune.physics.hardware import REF_CPU_MHZ, HardwareModel, hardware_for
+from edgetune.physics.model import GPU_STALL_ACTIVITY, PhysicalModel, as_mode_array, smax, voltage
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec

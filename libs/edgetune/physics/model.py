@@ -44,14 +44,48 @@ BERT-large infer MAXN bs1 / bs32                       66 / 1940 ms, 56 / 61.8 W
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from edgetune.devices.simulated.hardware import REF_BW_GBS, REF_CPU_MHZ, HardwareModel, Rail
-from edgetune.devices.simulated.profiles import RoleProfile
 from edgetune.errors import InvalidArgument
+from edgetune.physics.hardware import REF_BW_GBS, REF_CPU_MHZ, HardwareModel, Rail
 from edgetune.powermodes.spec import DeviceSpec
+
+
+class MinibatchWork(Protocol):
+    """The device-independent work of one minibatch that :meth:`PhysicalModel.evaluate` prices (the
+    simulator's ``RoleProfile`` is one; the layer costing builds its own): a protocol, so that the
+    physics needs no device backend."""
+
+    @property
+    def gflop_per_sample(self) -> float: ...
+    @property
+    def gpu_eff(self) -> float: ...
+    @property
+    def batch_half(self) -> float: ...
+    @property
+    def gpu_mb_per_sample(self) -> float: ...
+    @property
+    def gpu_mb_fixed(self) -> float: ...
+    @property
+    def kernels(self) -> int: ...
+    @property
+    def host_ms(self) -> float: ...
+    @property
+    def data_ms_per_sample(self) -> float: ...
+    @property
+    def data_mem_frac(self) -> float: ...
+    @property
+    def workers(self) -> float: ...
+    @property
+    def overlap_p(self) -> float: ...
+    @property
+    def fixed_ms(self) -> float: ...
+    @property
+    def gpu_activity(self) -> float: ...
+    @property
+    def cpu_activity(self) -> float: ...
 
 #: Share of full dynamic power that an under-occupied GPU (small batch) burns while computing.
 GPU_STALL_ACTIVITY = 0.3
@@ -143,7 +177,7 @@ class PhysicalModel:
         return self.base_w + self._rails_idle_w(m) / self.hw.efficiency
 
     # -- the model ---------------------------------------------------------------------------
-    def evaluate(self, prof: RoleProfile, modes, batch_size: int) -> Breakdown:
+    def evaluate(self, prof: MinibatchWork, modes, batch_size: int) -> Breakdown:
         hw = self.hw
         m = as_mode_array(modes)
         cores, f_cpu, f_gpu, f_emc = m[:, 0], m[:, 1], m[:, 2], m[:, 3]
