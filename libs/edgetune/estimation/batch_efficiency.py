@@ -196,6 +196,7 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     import torch
     from torch.nn import functional as F
 
+    from edgetune import stopping
     from edgetune.estimation.proxy import accuracy, build_proxy_model
 
     t0 = time.perf_counter()
@@ -212,6 +213,7 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     passes = math.inf
     for k in range(1, max_passes + 1):
         while seen < k * samples_per_pass:
+            stopping.check()  # between minibatches: a caller that went away stops the training
             if pos + batch_size > len(stream):
                 stream = np.concatenate([stream[pos:], order_rng.permutation(data.n_train)])
                 pos = 0
