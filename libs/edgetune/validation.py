@@ -42,6 +42,8 @@ MAX_BATCH_SIZE = 65_536
 MAX_SEED = 2**32 - 1
 #: Fastest power sampling asked of a board (its INA3221 monitors update at ~1 kHz at best).
 MAX_SAMPLE_RATE_HZ = 1_000.0
+#: Slowest: one sample every 1,000 s.
+MIN_SAMPLE_RATE_HZ = 0.001
 #: Largest risk: beyond 0.5 the "upper" bound would sit below the mean.
 MAX_RISK = 0.5
 #: Longest identifier (node id, workload name, model id part, session id).
@@ -157,10 +159,11 @@ def arrival_rps(value: object, field: str = "arrival_rps") -> float:
 
 
 def sample_rate_hz(value: object, field: str = "sample_rate_hz", *, maximum: float = MAX_SAMPLE_RATE_HZ) -> float:
-    """A power sampling rate: a finite number of Hz with 0 < rate <= ``maximum`` (default 1 kHz)."""
-    allowed = f"a number of Hz with 0 < rate <= {maximum:g}"
+    """A power sampling rate: a finite number of Hz with :data:`MIN_SAMPLE_RATE_HZ` <= rate <= ``maximum``
+    (default 1 kHz); a rate of 1e-113 Hz would wait past the end of time between two samples."""
+    allowed = f"a number of Hz with {MIN_SAMPLE_RATE_HZ:g} <= rate <= {maximum:g}"
     v = _positive(value, field, allowed)
-    if v > maximum:
+    if v > maximum or v < MIN_SAMPLE_RATE_HZ:
         raise InvalidArgument(field, f"{_show(value)} is out of range", allowed)
     return v
 

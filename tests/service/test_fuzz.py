@@ -49,6 +49,8 @@ SLACK_S = 2.0
 #: EstimateBatchEfficiency trains two networks): DEADLINE_EXCEEDED at the deadline is their right
 #: answer, provided the work then stops (asserted: the server's heavy slots are free again).
 TRAINING = {"EstimateBatchEfficiency", "Fit", "Transfer", "EstimateEnergy"}
+#: ... under a shorter deadline, so that the suite does not wait on training it means to stop.
+TRAINING_DEADLINE_S = 1.5
 #: A stream is read for at most this long (watches never end by themselves), then cancelled.
 STREAM_READ_S = 0.5
 EXAMPLES = 10
@@ -135,6 +137,16 @@ def services(tmp_path_factory) -> Iterator[dict[str, tuple[Any, Any, grpc.Channe
     from edgetune.services.optimizer.server import create_server as optimizer_server
     from edgetune.services.profiler.server import create_server as profiler_server
 
+    # What a process imports and loads once (torch's optimizers, scikit-learn, the proxy digits) is
+    # loaded here, so that the suite measures how training stops when its caller leaves, not a cold import.
+    import sklearn.gaussian_process  # noqa: F401
+    import torch
+
+    from edgetune.estimation.proxy import load_proxy_data
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    load_proxy_data("digits", 8)
+
     store = EmbeddedStore()
     coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=1000, grace_s=0.5,
                                            watch_block_ms=100, replica_id="fuzz"))
@@ -170,17 +182,21 @@ def _methods() -> list[tuple[str, str]]:
     return [(svc, m.name) for svc, pb2 in modules for m in pb2.DESCRIPTOR.services_by_name[svc].methods]
 
 
+def _deadline_s(name: str) -> float:
+    return TRAINING_DEADLINE_S if name in TRAINING else DEADLINE_S
+
+
 def _call(stub: Any, method: Any, request: Any) -> tuple[grpc.StatusCode, str, float]:
     """(code, details, seconds) of one call; a stream is read for at most STREAM_READ_S, then cancelled."""
     rpc = getattr(stub, method.name)
     t0 = time.monotonic()
     if not method.server_streaming:
         try:
-            rpc(request, timeout=DEADLINE_S)
+            rpc(request, timeout=_deadline_s(method.name))
             return grpc.StatusCode.OK, "", time.monotonic() - t0
         except grpc.RpcError as exc:
             return exc.code(), exc.details() or "", time.monotonic() - t0
-    call = rpc(request, timeout=DEADLINE_S)
+    call = rpc(request, timeout=_deadline_s(method.name))
     cancelled = threading.Event()
 
     def cancel() -> None:
@@ -214,7 +230,7 @@ def test_every_rpc_answers_with_an_expected_code_in_time(services, service, rpc)
         code, details, took_s = _call(stub, method, request)
         allowed = ALLOWED | ({grpc.StatusCode.DEADLINE_EXCEEDED} if rpc in TRAINING else set())
         assert code in allowed, f"{service}.{rpc}({request}) -> {code}: {details[:500]}"
-        assert took_s < DEADLINE_S + SLACK_S, f"{service}.{rpc} took {took_s:.1f} s"
+        assert took_s < _deadline_s(rpc) + SLACK_S, f"{service}.{rpc} took {took_s:.1f} s"
         assert len(details) <= 2048  # no message echoes an oversized value
 
     check()
@@ -222,7 +238,7 @@ def test_every_rpc_answers_with_an_expected_code_in_time(services, service, rpc)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     # Whatever ran past its caller stopped: no heavy call is still holding the server.
     limits = servers[service].limits
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 20
     while limits.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
     assert limits.in_flight == 0, f"{service}: {limits.in_flight} heavy calls still running after their callers left"
