@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from edgetune.errors import InvalidArgument
@@ -282,7 +282,8 @@ MAX_CORES = 1024
 MAX_FREQUENCY_MHZ = 100_000.0
 
 
-def device_tables(core_counts: object, tables_mhz: dict[str, object], field: str = "device") -> None:
+def device_tables(core_counts: Sequence[object], tables_mhz: Mapping[str, Sequence[object]],
+                  field: str = "device") -> None:
     """A device's power-mode tables (a registration, a spec on the wire): each non-empty, at most
     :data:`MAX_TABLE_ENTRIES` entries, core counts integers from 1 to :data:`MAX_CORES`, frequencies
     finite numbers > 0 MHz (no NaN, no negative). Errors name ``field.cpu_mhz[3]``."""
@@ -291,7 +292,7 @@ def device_tables(core_counts: object, tables_mhz: dict[str, object], field: str
         n = repeated(values, at, maximum=MAX_TABLE_ENTRIES)
         if not n:
             raise InvalidArgument(at, "is empty", "at least one value")
-        for i, v in enumerate(values):  # type: ignore[attr-defined]
+        for i, v in enumerate(values):
             if name == "core_counts":
                 count(v, f"{at}[{i}]", minimum=1, maximum=MAX_CORES)
             else:

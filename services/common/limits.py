@@ -100,7 +100,9 @@ def check_request(msg: Message, path: str = "") -> None:
         at = f"{path}{fd.name}"
         if _is_map(fd):
             validation.repeated(value, at, maximum=validation.MAX_MAP_ENTRIES)
-            key_fd, value_fd = fd.message_type.fields_by_name["key"], fd.message_type.fields_by_name["value"]
+            entry = fd.message_type
+            assert entry is not None  # a map field's entry type (_is_map checked it)
+            key_fd, value_fd = entry.fields_by_name["key"], entry.fields_by_name["value"]
             for key, item in value.items():
                 _scalar(key_fd, key, f"{at}[key]", fd.name in _NODE_ID_LISTS)
                 item_at = f"{at}[{validation.shown(key, 40)}]"

@@ -132,17 +132,16 @@ def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
 # --- the services ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def services(tmp_path_factory) -> Iterator[dict[str, tuple[Any, Any, grpc.Channel]]]:
-    from edgetune.services.coordinator.server import create_coordinator, start
-    from edgetune.services.estimator.server import create_server as estimator_server
-    from edgetune.services.optimizer.server import create_server as optimizer_server
-    from edgetune.services.profiler.server import create_server as profiler_server
-
     # What a process imports and loads once (torch's optimizers, scikit-learn, the proxy digits) is
     # loaded here, so that the suite measures how training stops when its caller leaves, not a cold import.
     import sklearn.gaussian_process  # noqa: F401
     import torch
 
     from edgetune.estimation.proxy import load_proxy_data
+    from edgetune.services.coordinator.server import create_coordinator, start
+    from edgetune.services.estimator.server import create_server as estimator_server
+    from edgetune.services.optimizer.server import create_server as optimizer_server
+    from edgetune.services.profiler.server import create_server as profiler_server
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     load_proxy_data("digits", 8)
