@@ -7,6 +7,24 @@ traceback for a mistake in what they asked.
 
 from __future__ import annotations
 
+#: Longest message or ``allowed`` text of an error (and, on the wire, of a status's details: see
+#: ``edgetune.services.common.errors``).
+MAX_MESSAGE_CHARS = 1024
+
+
+def _capped(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 40)  # room for the note, so the whole stays within ``limit``
+    return f"{text[:keep]}… ({len(text) - keep} more characters)"
+
+
+def capped(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A message cut to ``limit`` characters (what a status's details or a log line may carry)."""
+    return _capped(text, limit)
+
 
 class EdgetuneError(Exception):
     """Base class of every error edgetune raises on purpose."""
@@ -20,9 +38,12 @@ class InvalidArgument(EdgetuneError, ValueError):
     """
 
     def __init__(self, field: str, message: str, allowed: str | None = None) -> None:
-        self.field = field
-        self.message = message
-        self.allowed = allowed
+        # Each part capped: a message must never echo a whole oversized value (a 2 MiB node id
+        # in the status details overflows gRPC's metadata and the caller sees no message at all).
+        self.field = _capped(field, 200)
+        self.message = _capped(message, MAX_MESSAGE_CHARS)
+        self.allowed = None if allowed is None else _capped(allowed, MAX_MESSAGE_CHARS)
+        field, message, allowed = self.field, self.message, self.allowed
         text = f"{field}: {message}"
         if allowed:
             text += f" (allowed: {allowed})"

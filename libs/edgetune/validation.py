@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from edgetune.errors import InvalidArgument
@@ -41,12 +42,36 @@ MAX_BATCH_SIZE = 65_536
 MAX_SEED = 2**32 - 1
 #: Fastest power sampling asked of a board (its INA3221 monitors update at ~1 kHz at best).
 MAX_SAMPLE_RATE_HZ = 1_000.0
+#: Slowest: one sample every 1,000 s.
+MIN_SAMPLE_RATE_HZ = 0.001
 #: Largest risk: beyond 0.5 the "upper" bound would sit below the mean.
 MAX_RISK = 0.5
 #: Longest identifier (node id, workload name, model id part, session id).
 MAX_IDENTIFIER_LENGTH = 128
 #: Longest sweep accepted from an ``A:B:STEP`` spec; guards against ``1:1e9:1e-9``.
 MAX_SWEEP_POINTS = 100_000
+#: Longest free text in a request (addresses, reasons, layer types, parameter values).
+MAX_TEXT_LENGTH = 4096
+#: Most items of one repeated field of a request (table columns; a 4 MiB message holds ~500k doubles).
+MAX_REPEATED_ITEMS = 100_000
+#: Most entries of one map field of a request (labels, params, per-node budgets).
+MAX_MAP_ENTRIES = 1024
+#: Most distinct batch sizes one request may list.
+MAX_BATCH_SIZES = 64
+#: Most minibatches measured per point (40 by default; 10k at ~100 ms each is already ~17 minutes).
+MAX_MINIBATCHES = 10_000
+#: Most points (modes x batch sizes) of one profile: the full Orin grid is ~18k modes.
+MAX_PROFILE_POINTS = 20_000
+#: Most layers of an EstimateEnergy network, and the largest size of any one of its dimensions.
+MAX_LAYERS = 1_000
+MAX_LAYER_DIM = 16_384
+#: Most training epochs a request may ask for.
+MAX_EPOCHS = 100_000
+#: Longest value an error message quotes: a message echoing a 2 MiB value overflows gRPC's metadata.
+MAX_SHOWN_CHARS = 80
+#: Node ids name agents (Kubernetes node names, hostnames): letters, digits, ``. _ - :``.
+NODE_ID_CHARS = "letters, digits, . _ - : (starting with a letter or digit)"
+_NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 
 POWER_BUDGET_ALLOWED = "a finite number of watts > 0"
 TIME_BUDGET_ALLOWED = "a finite number of milliseconds > 0"
@@ -60,17 +85,24 @@ SWEEP_ALLOWED = "W, or A:B[:STEP] with 0 < A <= B and STEP > 0 (default 1), e.g.
 # --------------------------------------------------------------------------- helpers
 
 
-def _show(value: object) -> str:
-    """A value as the messages quote it: numbers with ``:g`` (0 and 0.0 read alike), others by repr."""
+def shown(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A value as the messages quote it: numbers with ``:g`` (0 and 0.0 read alike), others by
+    repr, cut to ``limit`` characters (with how many were left out), so no message echoes 2 MiB."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return f"{float(value):g}"
-    return repr(value)
+    text = repr(value)
+    if len(text) > limit:
+        return f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text
+
+
+_show = shown
 
 
 def _real(value: object, field: str, allowed: str) -> float:
     """A finite real number (not a bool, not text)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgument(field, f"{value!r} is not a number", allowed)
+        raise InvalidArgument(field, f"{shown(value)} is not a number", allowed)
     v = float(value)
     if not math.isfinite(v):
         raise InvalidArgument(field, f"{_show(value)} is not finite", allowed)
@@ -87,7 +119,7 @@ def _positive(value: object, field: str, allowed: str) -> float:
 def _integer(value: object, field: str, allowed: str, least: int, most: int | None) -> int:
     """An integer (``int`` or a numpy integer; not a bool, not a float) within [least, most]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidArgument(field, f"{value!r} is not an integer", allowed)
+        raise InvalidArgument(field, f"{shown(value)} is not an integer", allowed)
     v = int(value)
     if v < least or (most is not None and v > most):
         raise InvalidArgument(field, f"{v} is out of range", allowed)
@@ -127,10 +159,11 @@ def arrival_rps(value: object, field: str = "arrival_rps") -> float:
 
 
 def sample_rate_hz(value: object, field: str = "sample_rate_hz", *, maximum: float = MAX_SAMPLE_RATE_HZ) -> float:
-    """A power sampling rate: a finite number of Hz with 0 < rate <= ``maximum`` (default 1 kHz)."""
-    allowed = f"a number of Hz with 0 < rate <= {maximum:g}"
+    """A power sampling rate: a finite number of Hz with :data:`MIN_SAMPLE_RATE_HZ` <= rate <= ``maximum``
+    (default 1 kHz); a rate of 1e-113 Hz would wait past the end of time between two samples."""
+    allowed = f"a number of Hz with {MIN_SAMPLE_RATE_HZ:g} <= rate <= {maximum:g}"
     v = _positive(value, field, allowed)
-    if v > maximum:
+    if v > maximum or v < MIN_SAMPLE_RATE_HZ:
         raise InvalidArgument(field, f"{_show(value)} is out of range", allowed)
     return v
 
@@ -158,9 +191,12 @@ def batch_size(value: object, field: str = "batch_size") -> int:
 def batch_sizes(values: Iterable[object], field: str = "batch_sizes") -> tuple[int, ...]:
     """One or more distinct batch sizes (each as :func:`batch_size`, named ``field[i]``), in order."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise InvalidArgument(field, f"{values!r} is not a list of batch sizes", "one or more distinct batch sizes")
+        raise InvalidArgument(field, f"{shown(values)} is not a list of batch sizes", "one or more distinct batch sizes")
     out: list[int] = []
     for i, v in enumerate(values):
+        if i >= MAX_BATCH_SIZES:
+            raise InvalidArgument(field, f"lists more than {MAX_BATCH_SIZES} batch sizes",
+                                  f"at most {MAX_BATCH_SIZES} distinct batch sizes")
         b = batch_size(v, f"{field}[{i}]")
         if b in out:
             raise InvalidArgument(f"{field}[{i}]", f"{b} repeats {field}[{out.index(b)}]", "distinct batch sizes")
@@ -198,14 +234,104 @@ def identifier(value: object, field: str, *, max_length: int = MAX_IDENTIFIER_LE
     """A name or id: a non-empty string of at most ``max_length`` (128) characters, no surrounding blanks."""
     allowed = f"a non-empty name of at most {max_length} characters"
     if not isinstance(value, str):
-        raise InvalidArgument(field, f"{value!r} is not a string", allowed)
+        raise InvalidArgument(field, f"{shown(value)} is not a string", allowed)
+    if len(value) > max_length:
+        raise InvalidArgument(field, f"has {len(value)} characters", allowed)
     if not value.strip():
         raise InvalidArgument(field, "is empty", allowed)
     if value != value.strip():
-        raise InvalidArgument(field, f"{value!r} has leading or trailing blanks", allowed)
-    if len(value) > max_length:
-        raise InvalidArgument(field, f"has {len(value)} characters", allowed)
+        raise InvalidArgument(field, f"{shown(value)} has leading or trailing blanks", allowed)
     return value
+
+
+def node_id(value: object, field: str = "node_id") -> str:
+    """A node id: an :func:`identifier` (at most 128 characters) of letters, digits, ``. _ - :``."""
+    v = identifier(value, field)
+    if not _NODE_ID.match(v):
+        raise InvalidArgument(field, f"{shown(v)} has characters a node id cannot hold", NODE_ID_CHARS)
+    return v
+
+
+def text(value: object, field: str, *, max_length: int = MAX_TEXT_LENGTH) -> str:
+    """Free text (may be empty): a string of at most ``max_length`` characters."""
+    if not isinstance(value, str):
+        raise InvalidArgument(field, f"{shown(value)} is not a string", f"text of at most {max_length} characters")
+    if len(value) > max_length:
+        raise InvalidArgument(field, f"has {len(value)} characters", f"at most {max_length}")
+    return value
+
+
+def number(value: object, field: str, *, minimum: float | None = None, maximum: float | None = None,
+           exclusive_minimum: bool = False) -> float:
+    """A finite real number within [minimum, maximum] (``exclusive_minimum``: > minimum)."""
+    low = "" if minimum is None else (f"> {minimum:g}" if exclusive_minimum else f">= {minimum:g}")
+    high = "" if maximum is None else f"<= {maximum:g}"
+    allowed = "a finite number" + (f" {low}" if low else "") + (" and" if low and high else "") + (f" {high}" if high else "")
+    v = _real(value, field, allowed)
+    if minimum is not None and (v < minimum or (exclusive_minimum and v == minimum)):
+        raise InvalidArgument(field, f"{_show(value)} is out of range", allowed)
+    if maximum is not None and v > maximum:
+        raise InvalidArgument(field, f"{_show(value)} is out of range", allowed)
+    return v
+
+
+#: A device's tables: at most this many entries each, core counts from 1 to MAX_CORES,
+#: frequencies finite and > 0 up to MAX_FREQUENCY_MHZ.
+MAX_TABLE_ENTRIES = 1024
+MAX_CORES = 1024
+MAX_FREQUENCY_MHZ = 100_000.0
+
+
+def device_tables(core_counts: Sequence[object], tables_mhz: Mapping[str, Sequence[object]],
+                  field: str = "device") -> None:
+    """A device's power-mode tables (a registration, a spec on the wire): each non-empty, at most
+    :data:`MAX_TABLE_ENTRIES` entries, core counts integers from 1 to :data:`MAX_CORES`, frequencies
+    finite numbers > 0 MHz (no NaN, no negative). Errors name ``field.cpu_mhz[3]``."""
+    for name, values in (("core_counts", core_counts), *tables_mhz.items()):
+        at = f"{field}.{name}"
+        n = repeated(values, at, maximum=MAX_TABLE_ENTRIES)
+        if not n:
+            raise InvalidArgument(at, "is empty", "at least one value")
+        for i, v in enumerate(values):
+            if name == "core_counts":
+                count(v, f"{at}[{i}]", minimum=1, maximum=MAX_CORES)
+            else:
+                number(v, f"{at}[{i}]", minimum=0.0, maximum=MAX_FREQUENCY_MHZ, exclusive_minimum=True)
+
+
+#: Largest integer hyper-parameter (epochs, hidden units, estimators, restarts).
+MAX_PARAMETER_INT = 1_000_000
+
+
+def parameter(value: object, default: object, field: str) -> object:
+    """A method's hyper-parameter (``lr``, ``epochs``, ``transfer_lr``), of the type of its default:
+    a bool for a bool, an integer from 0 to :data:`MAX_PARAMETER_INT` for an int, a finite number
+    >= 0 for a float (> 0 for a learning rate ``*lr``), text for text. ``lr: "banana"`` and
+    ``lr: nan`` are refused here, not by a failed fit (or a model that predicts NaN)."""
+    name = field.rsplit(".", 1)[-1]
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise InvalidArgument(field, f"{shown(value)} is not true / false", "true or false")
+        return value
+    if isinstance(default, int):
+        return _integer(value, field, f"an integer from 0 to {MAX_PARAMETER_INT}", 0, MAX_PARAMETER_INT)
+    if isinstance(default, float):
+        if name.endswith("lr"):
+            return number(value, field, minimum=0.0, exclusive_minimum=True)
+        return number(value, field, minimum=0.0)
+    if isinstance(default, str):
+        return text(value, field, max_length=MAX_IDENTIFIER_LENGTH)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # a default of None: any finite number
+        return number(value, field)
+    return value
+
+
+def repeated(values: object, field: str, *, maximum: int = MAX_REPEATED_ITEMS) -> int:
+    """A list of at most ``maximum`` items; returns its length."""
+    n = len(values)  # type: ignore[arg-type]
+    if n > maximum:
+        raise InvalidArgument(field, f"has {n} items", f"at most {maximum}")
+    return n
 
 
 # --------------------------------------------------------------------------- budget sweeps

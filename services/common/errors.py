@@ -25,8 +25,12 @@ from typing import Any
 
 import grpc
 
-from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument, NotFound
+from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument, NotFound, capped
 from edgetune.services.common.handlers import wrap_handler
+
+#: Longest status details sent: gRPC carries them in metadata (8 KiB in all by default), so a longer
+#: message would fail the call with no message at all.
+MAX_DETAILS_CHARS = 2048
 
 #: Most specific first; the first isinstance match wins. Extend with :func:`register_status`.
 _STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
@@ -64,7 +68,7 @@ def abort_on_error(context: grpc.ServicerContext) -> Iterator[None]:
         code = status_for(exc)
         if code is None:
             raise
-        context.abort(code, str(exc))
+        context.abort(code, capped(str(exc), MAX_DETAILS_CHARS))
 
 
 def _wrap(behavior: Callable[..., Any], context_index: int) -> Callable[..., Any]:

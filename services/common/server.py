@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from edgetune.services.common import reflection
 from edgetune.services.common.errors import ErrorInterceptor
+from edgetune.services.common.limits import LimitsInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
 
 log = logging.getLogger("edgetune.services.common.server")
@@ -70,10 +71,12 @@ class ServiceServer:
         self.on_shutdown: list[Callable[[], None]] = []
         self.service_names: list[str] = []
         self.health = health.HealthServicer()
+        self.limits = LimitsInterceptor()  # request limits and the admission limit on heavy RPCs
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
             # Metrics outermost so they see the code the error interceptor mapped to.
-            interceptors=[MetricsInterceptor(), ErrorInterceptor(), *interceptors],
+            # Limits inside the error mapping: a refused request is INVALID_ARGUMENT / RESOURCE_EXHAUSTED.
+            interceptors=[MetricsInterceptor(), ErrorInterceptor(), self.limits, *interceptors],
             options=list(options),
         )
         self.port = self._server.add_insecure_port(f"{host}:{port}")

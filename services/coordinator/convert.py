@@ -30,6 +30,7 @@ from edgetune.proto.convert import (
     mode_from_proto,
     mode_to_proto,
     optional_value,
+    profile_knobs,
     role_from_proto,
     role_to_proto,
     spec_from_proto,
@@ -56,7 +57,22 @@ def _device_dict(msg: common_pb2.DeviceSpec) -> dict:
     return {"name": msg.name} if msg.name else {}
 
 
+#: Longest hostname (DNS) and agent address (host:port), most labels of a node and longest label text.
+MAX_HOSTNAME_LENGTH = 253
+MAX_ADDRESS_LENGTH = 512
+MAX_LABELS = 64
+MAX_LABEL_LENGTH = 256
+
+
 def node_record_from_proto(msg: coordinator_pb2.NodeInfo) -> NodeRecord:
+    validation.text(msg.hostname, "node.hostname", max_length=MAX_HOSTNAME_LENGTH)
+    if not msg.node_id and msg.hostname.strip():  # the hostname becomes the id: it must be one
+        validation.node_id(msg.hostname.strip(), "node.hostname")
+    validation.text(msg.address, "node.address", max_length=MAX_ADDRESS_LENGTH)
+    validation.repeated(msg.labels, "node.labels", maximum=MAX_LABELS)
+    for key, value in msg.labels.items():
+        validation.identifier(key, "node.labels[key]", max_length=MAX_LABEL_LENGTH)
+        validation.text(value, f"node.labels[{validation.shown(key, 40)}]", max_length=MAX_LABEL_LENGTH)
     current = mode_from_proto(msg.current_mode, "node.current_mode").as_dict() if msg.current_mode.cores else None
     return NodeRecord(node_id=msg.node_id, hostname=msg.hostname, address=msg.address,
                       device=_device_dict(msg.device), labels=dict(msg.labels),
@@ -282,6 +298,5 @@ def profile_job_from_proto(msg: profiler_pb2.ProfileRequest) -> dict:
         raise InvalidArgument("request.modes", "no modes to profile", "modes, or random_modes > 0")
     for i, m in enumerate(msg.modes):
         mode_from_proto(m, f"request.modes[{i}]")
-    if msg.batch_sizes:
-        validation.batch_sizes(msg.batch_sizes, "request.batch_sizes")
+    profile_knobs(msg, "request.")
     return json_format.MessageToDict(msg, preserving_proto_field_name=True)

@@ -47,6 +47,8 @@ DEFAULT_CHUNK_ROWS = 8192
 #: A columnar row is at most ~66 bytes (two std columns): a chunk stays near 2 MB, under gRPC's 4 MiB.
 MAX_CHUNK_ROWS = 32_768
 
+#: device / workload / role / method (each an identifier) and @version.
+MAX_MODEL_ID_LENGTH = 4 * validation.MAX_IDENTIFIER_LENGTH + 24
 _ID_PART = re.compile(r"^[A-Za-z0-9._+\-]+$")
 
 
@@ -75,6 +77,8 @@ def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = 
     allowed = "parts of letters, digits, . _ + - joined by /, optionally @<version>"
     if not text:
         raise InvalidArgument(field, "is empty", allowed)
+    if len(text) > MAX_MODEL_ID_LENGTH:
+        raise InvalidArgument(field, f"has {len(text)} characters", f"at most {MAX_MODEL_ID_LENGTH}")
     base, at, version_text = text.partition("@")
     version = None
     if at:
@@ -87,7 +91,7 @@ def parse_model_id(text: str, field: str = "model_id", *, allow_version: bool = 
     parts = tuple(base.split("/"))
     bad = next((p for p in parts if not _ID_PART.match(p)), None)
     if bad is not None:
-        raise InvalidArgument(field, f"{text!r} has a bad part {bad!r}", allowed)
+        raise InvalidArgument(field, f"{validation.shown(text)} has a bad part {validation.shown(bad)}", allowed)
     return ModelRef(parts, version)
 
 
@@ -142,11 +146,14 @@ def predictor_params(method: str, epochs: int, params: Mapping[str, str], *, tra
                      field_prefix: str = "params") -> dict[str, Any]:
     """Constructor keywords of ``method`` from the request's ``epochs`` and ``params`` (checked here, so a
     typo is INVALID_ARGUMENT naming it instead of a failed Ray task)."""
-    if epochs < 0:
-        raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
+    _epochs(epochs)
     kw: dict[str, Any] = {k: _typed(v) for k, v in params.items()}
     if transfer:
         return kw  # transfer params are checked by _transfer_params
+    defaults = _constructor_defaults(method)
+    for name, value in kw.items():
+        if name in defaults:
+            kw[name] = validation.parameter(value, defaults[name], f"{field_prefix}.{name}")
     if epochs:
         if method not in NN_METHODS:
             raise InvalidArgument("epochs", f"applies to the NN methods, not {method!r}", "0 for " + method)
@@ -172,10 +179,11 @@ def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tupl
     Fine-tuning settings (``transfer_epochs``, ``transfer_lr``, ``transfer_mode``) live on the reference
     MLP, as in ``edgetune estimate transfer``; ``epochs`` is ``transfer_epochs``.
     """
-    if epochs < 0:
-        raise InvalidArgument("epochs", f"{epochs} is negative", "0 (the method's default) or more")
+    _epochs(epochs)
     kw = {k: _typed(v) for k, v in params.items()}
-    nn_attrs: dict[str, Any] = {k: kw.pop(k) for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
+    nn_defaults = _constructor_defaults("nn")
+    nn_attrs: dict[str, Any] = {k: validation.parameter(kw.pop(k), nn_defaults[k], f"params.{k}")
+                                for k in ("transfer_epochs", "transfer_lr", "transfer_mode") if k in kw}
     if epochs:
         if method not in TRANSFER_METHODS:
             raise InvalidArgument("epochs", f"fine-tuning epochs apply to {', '.join(TRANSFER_METHODS)}, not "
@@ -196,7 +204,26 @@ def transfer_params(method: str, epochs: int, params: Mapping[str, str]) -> tupl
     if "transfer_epochs" in nn_attrs and (not isinstance(nn_attrs["transfer_epochs"], int)
                                           or nn_attrs["transfer_epochs"] < 1):
         raise InvalidArgument("params.transfer_epochs", f"{nn_attrs['transfer_epochs']!r}", ">= 1")
+    defaults = _constructor_defaults(method)
+    for name, value in kw.items():
+        if name in defaults:
+            kw[name] = validation.parameter(value, defaults[name], f"params.{name}")
     return kw, nn_attrs
+
+
+def seed(request: Any) -> int:
+    """The request's optional seed (absent: 0), as :func:`edgetune.validation.seed` (no negative seeds)."""
+    return validation.seed(request.seed, "seed") if request.HasField("seed") else 0
+
+
+def _epochs(epochs: int) -> int:
+    return validation.count(epochs, "epochs", minimum=0, maximum=validation.MAX_EPOCHS)
+
+
+def _constructor_defaults(method: str) -> dict[str, Any]:
+    cls = type(make_predictor(method, TARGETS[0]))
+    return {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+            if n not in ("self", "target", "seed") and p.default is not inspect.Parameter.empty}
 
 
 def _constructor_names(method: str) -> set[str]:

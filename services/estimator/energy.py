@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgetune import validation
 from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.proto.v1 import estimator_pb2
 from edgetune.services.estimator.models import LRU
@@ -37,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed librar
 
 DEFAULT_BATCH_SIZE = 16
 #: Layer types a request may list, and what each becomes.
+_LAYER_DIMS = ("input_height", "input_width", "in_channels", "out_channels", "kernel_size", "stride", "padding")
 LAYER_TYPES = ("conv", "dwconv", "pool", "avgpool", "gap", "flatten", "fc", "bn", "relu", "dropout")
 
 
@@ -56,6 +58,10 @@ def network_from_layers(layers: Sequence[estimator_pb2.Layer], batch_size: int) 
     import torch
     from torch import nn
 
+    validation.repeated(layers, "layers", maximum=validation.MAX_LAYERS)
+    for i, layer in enumerate(layers):  # every size bounded before a module is built
+        for name in _LAYER_DIMS:
+            validation.count(getattr(layer, name), f"layers[{i}].{name}", minimum=0, maximum=validation.MAX_LAYER_DIM)
     first = layers[0]
     for name in ("in_channels", "input_height", "input_width"):
         if getattr(first, name) < 1:

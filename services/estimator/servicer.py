@@ -44,6 +44,9 @@ BE_WORKLOAD = "resnet-slim"
 BE_BATCH_SIZES = (8, 32)
 BE_TARGET_ACCURACY = 0.93
 BE_MAX_PASSES = 20
+#: Bounds of an EstimateBatchEfficiency request's training (a pass is ``samples_per_pass`` samples).
+BE_MAX_PASSES_LIMIT = 1_000
+BE_MAX_SAMPLES_PER_PASS = 1_000_000
 
 
 class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
@@ -84,10 +87,10 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
                                      allow_version=False)
         fraction = convert.validation_fraction(request.validation_fraction, self.policy.validation_fraction)
         kw = convert.predictor_params(method, request.epochs, request.params)
+        seed = convert.seed(request)
         need = convert.min_fit_rows(fraction, MIN_FIT_ROWS)
         rows = self._rows(request.measurements, spec, workload, role, need,
                           f"fitting {method} (with {fraction:g} held out)")
-        seed = int(optional_value(request, "seed") or 0)
         job = FitJob(spec.name, workload, role, method, rows, seed, kw, fraction)
         trained = fit_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
@@ -120,7 +123,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
                                   f"fitted for one ({base.model.batch_sizes}); fit a reference on several batch sizes",
                                   "one batch size")
         if request.HasField("seed") and method in TRANSFER_METHODS:
-            nn_attrs["seed"] = int(request.seed)  # fine-tuning's shuffles; other methods keep the base's seed
+            nn_attrs["seed"] = convert.seed(request)  # fine-tuning's shuffles; other methods keep the base's seed
         job = TransferJob(base.model, base.versioned_id, spec.name, workload, role, method, rows, kw, nn_attrs)
         trained = transfer_model(job, self.runner)
         saved = self.models.save(ref, trained.model, trained.meta)
@@ -180,16 +183,17 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
         else:
             from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
 
-            if request.max_passes < 0:
-                raise InvalidArgument("max_passes", f"{request.max_passes} is negative", f"0 (default {BE_MAX_PASSES}) or more")
-            if request.samples_per_pass < 0:
-                raise InvalidArgument("samples_per_pass", f"{request.samples_per_pass} is negative", "0 (default) or more")
-            sizes = list(request.batch_sizes) or list(BE_BATCH_SIZES)
-            target = request.target_accuracy or BE_TARGET_ACCURACY
+            validation.count(request.max_passes, "max_passes", minimum=0, maximum=BE_MAX_PASSES_LIMIT)
+            validation.count(request.samples_per_pass, "samples_per_pass", minimum=0, maximum=BE_MAX_SAMPLES_PER_PASS)
+            sizes = list(validation.batch_sizes(request.batch_sizes, "batch_sizes")) if request.batch_sizes \
+                else list(BE_BATCH_SIZES)
+            target = (validation.number(request.target_accuracy, "target_accuracy", minimum=0.0, maximum=1.0,
+                                        exclusive_minimum=True) if request.target_accuracy else BE_TARGET_ACCURACY)
+            seed = convert.seed(request)
             self.runner.start()
             with single_threaded():  # the shared pre-training runs here; threads only contend on shared cores
                 est = estimate_batch_efficiency(
-                    request.workload or BE_WORKLOAD, sizes, target, seeds=(int(optional_value(request, "seed") or 0),),
+                    request.workload or BE_WORKLOAD, sizes, target, seeds=(seed,),
                     proxy=request.proxy_dataset.name or "digits", max_passes=request.max_passes or BE_MAX_PASSES,
                     samples_per_pass=int(request.samples_per_pass or max(SAMPLES_PER_PASS, 2 * max(sizes))),
                     parallel=self.runner.parallel, address=self.runner.address)
@@ -208,8 +212,8 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
                                   "and cached by the server", "empty")
         if request.role and convert.role_name(request.role) != "train":
             raise InvalidArgument("role", "THOR estimates the energy of a training iteration", "ROLE_TRAIN or unset")
-        if request.batch_size < 0:
-            raise InvalidArgument("batch_size", f"{request.batch_size} is negative", f"0 (default {energy.DEFAULT_BATCH_SIZE}) or more")
+        if request.batch_size:  # 0: the default
+            validation.batch_size(request.batch_size, "batch_size")
         spec = convert.spec_for(request.device or "xavier-agx")
         mode = None  # unset: the device's MAXN
         if request.HasField("mode") and request.mode.cores:

@@ -111,6 +111,12 @@ class GuardedDevice(Device):
     def restore(self) -> None:  # the keeper decides when; the protocol never calls this
         self.inner.restore()
 
+    def saved_state(self) -> dict[str, str | None] | None:
+        return self.inner.saved_state()
+
+    def restore_saved(self, state: dict[str, str | None]) -> None:
+        self.inner.restore_saved(state)
+
     def close(self) -> None:  # the keeper owns the device's life cycle
         pass
 

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from edgetune import validation
+from edgetune import stopping, validation
 from edgetune.coordination.store import MeasurementRecord, Store
 from edgetune.devices.base import Role
 from edgetune.devices.workloads import known_workloads, resolve_workload
@@ -109,7 +109,11 @@ class ProfileJob:
             was_active = s.keeper.active  # an ApplyPowerMode is in force: return to it, not past it
             original = s.keeper.device.current_mode()
             try:
-                self._measure_all(Profiler(s.keeper.guarded, plan.config), total)
+                # The cancel reaches into a point too: the runner stops between minibatches.
+                with stopping.stop_when(self._cancel.is_set):
+                    self._measure_all(Profiler(s.keeper.guarded, plan.config), total)
+            except stopping.Stopped:
+                self.outcome = "cancelled"
             finally:
                 self._restore(was_active, original)
                 self.restored = True
@@ -338,13 +342,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         workload = resolve_workload(self.device, wl.name, role, allowed_path=self.workload_path,
                                     field="workload.name")
 
-        _non_negative(request.random_modes, "random_modes", ">= 0")
-        _non_negative(request.n_minibatches, "n_minibatches", f"0 (default {DEFAULT_N_MINIBATCHES}) or more")
-        if request.warmup_minibatches < -1:
-            raise InvalidArgument("warmup_minibatches", f"{request.warmup_minibatches} is out of range",
-                                  f"-1 (none), 0 (default {DEFAULT_WARMUP_MINIBATCHES}) or more")
-        if request.sample_rate_hz != 0:  # 0: the default
-            validation.sample_rate_hz(request.sample_rate_hz, "sample_rate_hz")
+        convert.profile_knobs(request)  # counts, rate, seed, batch sizes: bounded before anything runs
         limit_w = validation.optional(validation.power_budget_w, convert.optional_value(request, "power_limit_w"),
                                       "power_limit_w")
 
@@ -372,10 +370,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         if request.batch_sizes:
             sizes = list(validation.batch_sizes(request.batch_sizes, "batch_sizes"))
         else:
-            if wl.batch_size < 0:
-                raise InvalidArgument("workload.batch_size", f"{wl.batch_size} is negative",
-                                      f"0 (default {DEFAULT_BATCH_SIZE}) or more")
-            sizes = [wl.batch_size or DEFAULT_BATCH_SIZE]
+            sizes = [wl.batch_size or DEFAULT_BATCH_SIZE]  # 0: the default
+        if len(modes) * len(sizes) > validation.MAX_PROFILE_POINTS:
+            raise InvalidArgument("modes", f"{len(modes)} modes x {len(sizes)} batch sizes is "
+                                  f"{len(modes) * len(sizes)} points", f"at most {validation.MAX_PROFILE_POINTS}")
 
         warmup = request.warmup_minibatches
         config = ProfileConfig(

@@ -27,6 +27,7 @@ from edgetune.services.coordinator.server import create_coordinator, start
 
 pytestmark = pytest.mark.integration
 
+ORIN = common_pb2.DeviceSpec(name="orin-agx")  # a built-in device: its tables check the planned modes
 OPTIONS = common_pb2.PredictionTable(cores=[12, 8], cpu_mhz=[2201.6, 1728.0], gpu_mhz=[1300.5, 930.75],
                                      emc_mhz=[3199.0, 3199.0], batch_size=[32, 32], time_ms=[100.0, 150.0],
                                      power_w=[42.0, 30.0])
@@ -71,7 +72,8 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
         assert not standby.lease.is_leader
         with grpc.insecure_channel(standby.server.address) as channel:
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
-            stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(hostname="n1")))
+            stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
+                hostname="n1", device=ORIN)))
             assert stub.PlanRound(_plan(["n1"])).feasible  # the standby forwards it to the leader process
 
             pttl_at_kill_ms = store.lease_ttl_ms("coordinator")
@@ -108,7 +110,7 @@ def test_redis_restart_with_aof_keeps_state_and_the_coordinator_reconnects(tmp_p
     try:
         assert coordinator.lease.wait_leader(3)
         ids = [stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
-            hostname=f"n{i}", power_budget_w=50.0))).node_id for i in range(3)]
+            hostname=f"n{i}", power_budget_w=50.0, device=ORIN))).node_id for i in range(3)]
         assert stub.PlanRound(_plan(ids)).feasible
         call = stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id="n0", after_revision=1))
 

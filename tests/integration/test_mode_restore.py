@@ -139,9 +139,62 @@ def test_sigkill_leaves_the_record_and_a_restart_restores(sysroot, tmp_path):
         assert mode_from_proto(again.stub.GetDevice(profiler_pb2.GetDeviceRequest()).current_mode) == original
         assert SysfsJetson(sysroot).current_mode() == original
         assert _record(state) is None
+        # Not just the mode: every file as found (CPU / GPU min and max, EMC lock), byte for byte.
+        assert _differences(FIXTURE, sysroot) == []
     finally:
         assert again.end(signal.SIGTERM) == 0, again.log[-2000:]
     assert SysfsJetson(sysroot).current_mode() == original and _record(state) is None
+    assert _differences(FIXTURE, sysroot) == []
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL between two writes: nothing of the agent runs afterwards."""
+
+
+def test_a_kill_between_any_two_writes_then_a_restart_leaves_the_sysroot_as_found(sysroot, tmp_path):
+    from edgetune.services.profiler.safety import ModeKeeper, open_guarded_device
+
+    _, target = _target(sysroot)
+    n_writes = len(SysfsJetson(sysroot)._plan_apply(target))
+    assert n_writes >= 8  # online CPUs, CPU and GPU ranges, EMC rate and lock
+    for k in range(n_writes + 1):  # killed before write k (k = n_writes: after the last one)
+        state = tmp_path / f"state{k}" / "mode.json"
+        keeper = ModeKeeper(SysfsJetson(sysroot), state)
+        device = keeper.device
+        real_write, done = device._write_all, []
+
+        def dying_write(plan, real_write=real_write, done=done, k=k):
+            for step in plan:
+                if len(done) == k:
+                    raise _Killed
+                real_write([step])
+                done.append(step)
+
+        device._write_all = dying_write  # type: ignore[method-assign]
+        with pytest.raises(_Killed):
+            keeper.apply(target)
+            raise _Killed  # all writes made: killed right after
+        assert len(done) == k
+        keeper2, recovered = open_guarded_device(lambda: SysfsJetson(sysroot), state)
+        keeper2.unlock_device()
+        assert recovered is not None and not state.exists()
+        assert _differences(FIXTURE, sysroot) == [], f"killed before write {k}"
+
+
+def test_restore_puts_back_the_exact_bytes(sysroot, tmp_path):
+    """A value written as the kernel would not format it (no newline, blanks) still comes back as it was."""
+    from edgetune.services.profiler.safety import open_guarded_device
+
+    odd = sysroot / POLICY0 / "scaling_min_freq"
+    odd.write_bytes(b"  " + odd.read_bytes().strip() + b"  ")
+    before = sysroot.parent / "before"
+    shutil.copytree(sysroot, before)
+    _, target = _target(sysroot)
+    keeper, _ = open_guarded_device(lambda: SysfsJetson(sysroot), tmp_path / "mode.json")
+    keeper.apply(target)
+    assert _differences(before, sysroot)
+    keeper.close()
+    assert _differences(before, sysroot) == []
 
 
 def test_a_second_agent_on_the_same_device_is_refused(sysroot, tmp_path):

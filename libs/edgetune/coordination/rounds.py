@@ -607,7 +607,8 @@ def _positive(value: float, field_name: str) -> float:
 
 
 def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
-    """Options must be positive numbers and, when the node registered its tables, valid modes.
+    """Options must be positive numbers and valid modes of the node's registered tables (a node without
+    tables has no options that can be checked: FailedPrecondition).
     Errors name the column and row, as on the wire's PredictionTable (``nodes[0].options.power_w[1]``)."""
     for name in ("time_ms", "power_w"):
         values = getattr(options, name)
@@ -618,8 +619,10 @@ def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:
     if bad.size:
         raise InvalidArgument(f"{at}.options.batch_size[{int(bad[0])}]", f"{options.batch_size[bad[0]]}", ">= 1")
     spec = record.spec
-    if spec is None:
-        return
+    if spec is None:  # nothing to check a mode against: never push an unchecked mode (13 cores at 9,999 MHz)
+        raise FailedPrecondition(f"{at}.options: node {record.node_id!r} registered no power-mode tables "
+                                 f"(device {record.device_model or 'unnamed'!r}), so its modes cannot be checked; "
+                                 "register it with its device's tables or a built-in device name")
     # Vectorised screen (thousands of options per node); spec.validate has the last word and the message.
     for j in np.flatnonzero(~_modes_in_tables(options.modes, spec)):
         row = options.modes[j]

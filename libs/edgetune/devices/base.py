@@ -190,6 +190,16 @@ class Device(ABC):
         if initial is not None and initial != self.current_mode():
             self.apply(initial)
 
+    def saved_state(self) -> dict[str, str | None] | None:
+        """What the device was like before its first change, as every file it will write and that
+        file's exact content (``None``: absent), for a record that outlives the process; taken now if
+        nothing was changed yet. ``None``: the backend has no such state (only the mode comes back)."""
+        return None
+
+    def restore_saved(self, state: dict[str, str | None]) -> None:
+        """Put back a :meth:`saved_state` taken by an earlier process (recovery after a crash)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no saved state")
+
     def workloads(self) -> list[str]:
         """Workload names this backend can run (empty: any zoo model)."""
         return []

@@ -6,9 +6,11 @@ restores the mode it found:
 - on normal exit and on exceptions (context manager / ``restore()``),
 - on SIGTERM and SIGINT (``install_signal_handlers``: restore, then exit),
 - after a hard crash (SIGKILL, power loss), where no code runs: before the first change the
-  guard writes the mode to return to into a small state file (written to a temp file,
+  guard writes the mode to return to, and every file the device will write as found (its
+  ``saved_state``), into a small state file (written to a temp file,
   fsync'd, renamed — so it is either the old or the new record, never half of one). On its
-  next start the agent calls ``recover()``, which applies the recorded mode and clears it.
+  next start the agent calls ``recover()``, which puts those files back byte for byte (or, for
+  a backend without files, applies the recorded mode) and clears the record.
 
 Every mode goes through ``device.apply``, which validates against the device's discovered
 tables before anything is written.
@@ -48,10 +50,21 @@ class ModeGuard:
             return None
         return PowerMode.from_mapping(data["restore_mode"])
 
+    def recorded_files(self) -> dict[str, str | None] | None:
+        """The device's files as found before the first change (None: the record has none)."""
+        try:
+            files = json.loads(self.state_path.read_text()).get("files")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return dict(files) if isinstance(files, dict) else None
+
     def _write_record(self, mode: PowerMode) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(self.state_path.suffix + ".tmp")
-        payload = {"restore_mode": mode.as_dict(), "device": self.device.spec.name, "pid": os.getpid()}
+        payload: dict = {"restore_mode": mode.as_dict(), "device": self.device.spec.name, "pid": os.getpid()}
+        files = self.device.saved_state()  # every file the device will write, as found
+        if files is not None:
+            payload["files"] = files
         with open(tmp, "w") as fh:
             json.dump(payload, fh)
             fh.flush()
@@ -80,7 +93,11 @@ class ModeGuard:
             if mode is None:
                 return None
             log.warning("restoring power mode %s left by a previous run", mode)
-            self.device.apply(mode)
+            files = self.recorded_files()
+            if files is not None:  # every file back as found (ranges, online states, locks), not just the mode
+                self.device.restore_saved(files)
+            if self.device.current_mode() != mode:
+                self.device.apply(mode)
             self._clear_record()
             return mode
 

@@ -164,6 +164,11 @@ def _opt(value: int | None, per_mhz: float) -> float | None:
     return value / per_mhz if value else None
 
 
+def _clean(raw: str | None) -> str | None:
+    """A file's content as ``read_text`` gives it (no trailing newline / NULs)."""
+    return None if raw is None else raw.strip().strip("\0").strip()
+
+
 def _nearest(table: tuple[float, ...], value: float) -> float:
     return min(table, key=lambda v: abs(v - value))
 
@@ -197,7 +202,10 @@ class SysfsJetson(Device):
         self._clock = RealClock()
         self._sensor = Ina3221Sensor(self.root, self.report.rails) if self.report.rails else None
         self._initial_mode: PowerMode | None = None
+        #: Before the first change: every file apply may write, as text (for planning) and as found
+        #: byte for byte (latin-1, for the record and the last step of restore).
         self._snapshot: dict[str, str | None] | None = None
+        self._raw: dict[str, str | None] = {}
         #: Every write made, in order: (path relative to root, value).
         self.writes: list[tuple[str, str]] = []
 
@@ -431,13 +439,40 @@ class SysfsJetson(Device):
                 files += [f"{e}/governor", f"{e}/min_freq", f"{e}/max_freq"]
         return list(dict.fromkeys(files))
 
+    def _read_raw(self, rel: str) -> str | None:
+        try:
+            with open(rpath(self.root, rel), "rb") as fh:
+                return fh.read().decode("latin-1")
+        except OSError:
+            return None
+
+    def _take_snapshot(self) -> None:
+        if self._snapshot is None:
+            self._initial_mode = self.current_mode()
+            self._raw = {rel: self._read_raw(rel) for rel in self._snapshot_files()}
+            self._snapshot = {rel: _clean(raw) for rel, raw in self._raw.items()}
+
+    def saved_state(self) -> dict[str, str | None]:
+        self._take_snapshot()
+        return dict(self._raw)
+
+    def restore_saved(self, state: dict[str, str | None]) -> None:
+        """Put back the files of a record written by an earlier agent (one that died mid-change)."""
+        self._raw = {str(rel): (None if raw is None else str(raw)) for rel, raw in state.items()}
+        self._snapshot = {rel: _clean(raw) for rel, raw in self._raw.items()}
+        self._initial_mode = None
+        self.restore()
+
     def apply(self, mode: PowerMode) -> PowerMode:
         target = self._spec.validate(mode)  # InvalidArgument naming the field; nothing written
         plan = self._plan_apply(target)
         self._check_writable(plan)
-        if self._snapshot is None:
-            self._initial_mode = self.current_mode()
-            self._snapshot = {rel: read_text(self.root, rel) for rel in self._snapshot_files()}
+        recorded = set(self._snapshot_files())
+        unrecorded = sorted({rel for rel, _ in plan} - recorded)
+        if unrecorded:  # a write restore would not undo: refuse before the first one
+            raise FailedPrecondition(f"{unrecorded[0]}: would be written but is not recorded for restore; "
+                                     "nothing was changed")
+        self._take_snapshot()
         self._write_all(plan)
         return target
 
@@ -496,7 +531,18 @@ class SysfsJetson(Device):
         plan = self._plan_restore(self._snapshot)
         self._check_writable(plan)
         self._write_all(plan)
+        # The ordered writes put every value back; a file whose bytes still differ (a value as the
+        # kernel formats it, whitespace) gets its exact content, so the device is left as found.
+        for rel, raw in self._raw.items():
+            if raw is not None and self._read_raw(rel) not in (None, raw):
+                try:
+                    with open(rpath(self.root, rel), "wb") as fh:
+                        fh.write(raw.encode("latin-1"))
+                except OSError as exc:
+                    raise FailedPrecondition(f"{rpath(self.root, rel)}: restoring failed: {exc}") from exc
+                self.writes.append((rel, _clean(raw) or ""))
         self._snapshot = None
+        self._raw = {}
         self._initial_mode = None
 
     # -- running and power -----------------------------------------------------------------

@@ -197,6 +197,7 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     import torch
     from torch.nn import functional as F
 
+    from edgetune import stopping
     from edgetune.estimation.proxy import accuracy, build_proxy_model
 
     t0 = time.perf_counter()
@@ -227,6 +228,7 @@ def passes_to_target(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any], t
     curve: list[float] = []
     for k in range(1, max_passes + 1):
         while seen < k * samples_per_pass:
+            stopping.check()  # between minibatches: a caller that went away stops the training
             if pos + batch_size > len(stream):
                 stream = np.concatenate([stream[pos:], order_rng.permutation(len(y_train))])
                 pos = 0

@@ -59,6 +59,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import default_collate
 
+from edgetune import stopping
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.proxy_data import ProxyData
 from edgetune.estimation.proxy_text import (
@@ -423,6 +424,7 @@ def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: i
     for _ in range(epochs):
         order = torch.from_numpy(order_rng.permutation(pool.n_train))
         for i in range(0, pool.n_train - batch_size + 1, batch_size):
+            stopping.check()  # a caller that went away stops the pre-training (nothing is cached)
             j = order[i:i + batch_size]
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(pool.x_train[j]), pool.y_train[j]).backward()

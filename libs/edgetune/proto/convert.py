@@ -16,6 +16,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
@@ -72,9 +73,15 @@ def spec_to_proto(spec: DeviceSpec) -> common_pb2.DeviceSpec:
 
 def spec_from_proto(msg: common_pb2.DeviceSpec, field: str = "spec") -> DeviceSpec:
     """A DeviceSpec from a message; tables must be non-empty and are sorted ascending."""
-    for dim in ("core_counts", "cpu_mhz", "gpu_mhz", "emc_mhz"):
-        if not getattr(msg, dim):
-            raise InvalidArgument(f"{field}.{dim}", "is empty", "at least one value")
+    validation.device_tables(msg.core_counts, {d: getattr(msg, d) for d in ("cpu_mhz", "gpu_mhz", "emc_mhz")}, field)
+    for name in ("idle_power_w", "max_power_w"):
+        validation.number(getattr(msg, name), f"{field}.{name}", minimum=0.0)
+    for i, p in enumerate(msg.presets):
+        for name in ("cpu_max_mhz", "gpu_max_mhz", "emc_max_mhz"):
+            validation.number(getattr(p, name), f"{field}.presets[{i}].{name}", minimum=0.0)
+        validation.count(p.cores, f"{field}.presets[{i}].cores", minimum=0, maximum=validation.MAX_CORES)
+        if p.HasField("budget_w"):
+            validation.power_budget_w(p.budget_w, f"{field}.presets[{i}].budget_w")
     return DeviceSpec(
         name=msg.name, display_name=msg.display_name, core_counts=tuple(sorted(msg.core_counts)),
         cpu_mhz=tuple(sorted(msg.cpu_mhz)), gpu_mhz=tuple(sorted(msg.gpu_mhz)),
@@ -257,3 +264,24 @@ def decision_to_dict(msg: common_pb2.Decision) -> dict[str, Any]:
                 out[f.name] = getattr(msg, f.name)
     out.update({k: v for k, v in budgets_to_dict(msg.budgets).items() if v is not None})
     return out
+
+
+def profile_knobs(msg: Any, field: str = "") -> None:
+    """The device-independent limits of a ProfileRequest (the agent's Profile and the coordinator's
+    SubmitProfiling check the same): minibatch counts, sample rate, seed, batch sizes, random modes.
+    ``field`` prefixes the names (``request.``). 0 means the server's default throughout."""
+    validation.count(msg.n_minibatches, f"{field}n_minibatches", minimum=0, maximum=validation.MAX_MINIBATCHES)
+    if not -1 <= msg.warmup_minibatches <= validation.MAX_MINIBATCHES:
+        raise InvalidArgument(f"{field}warmup_minibatches", f"{msg.warmup_minibatches} is out of range",
+                              f"-1 (none), 0 (the default) or up to {validation.MAX_MINIBATCHES}")
+    if msg.sample_rate_hz != 0:
+        validation.sample_rate_hz(msg.sample_rate_hz, f"{field}sample_rate_hz")
+    if msg.HasField("seed"):
+        validation.seed(msg.seed, f"{field}seed")
+    if msg.batch_sizes:
+        validation.batch_sizes(msg.batch_sizes, f"{field}batch_sizes")
+    if msg.workload.batch_size:
+        validation.batch_size(msg.workload.batch_size, f"{field}workload.batch_size")
+    validation.count(msg.random_modes, f"{field}random_modes", minimum=0, maximum=validation.MAX_PROFILE_POINTS)
+    if msg.HasField("power_limit_w"):
+        validation.power_budget_w(msg.power_limit_w, f"{field}power_limit_w")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgetune import validation
+from edgetune import stopping, validation
 from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.data import make_loader
@@ -147,6 +147,7 @@ class MinibatchRunner:
             self._it = iter(self.loader)  # starts loader workers outside the timed interval
         times_ms: list[float] = []
         for _ in range(n_minibatches):
+            stopping.check()  # a cancelled profile (client gone, agent stopping) stops between minibatches
             if self._cuda:
                 time_ms, loss = self._timed_cuda()
             else:

@@ -37,6 +37,7 @@ from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 from torch import nn
 
+from edgetune import stopping
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import BlockInstance, BlockKind, ParsedModel, blocks_of
 from edgetune.estimation.layerwise.costing import LayerCostModel
@@ -138,6 +139,7 @@ class LayerGP:
         rng = rng or np.random.default_rng(0)
         cands = self.candidates()
         while True:
+            stopping.check()  # between GP fits: a caller that went away stops the profiling
             self.fit()
             if len(self.X) >= cap:
                 self.stop_reason = "cap"
