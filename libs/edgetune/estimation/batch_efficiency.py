@@ -197,7 +197,6 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     import torch
     from torch.nn import functional as F
 
-    from edgetune import stopping
     from edgetune.estimation.proxy import accuracy, build_proxy_model
 
     t0 = time.perf_counter()
@@ -220,6 +219,8 @@ def passes_to_target(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any], t
     seeded stream of epoch permutations (the same order for every b), ``evaluate()`` after every s
     samples; (the first pass k reaching the target or inf, the accuracy after each pass)."""
     import torch
+
+    from edgetune import stopping
 
     x_train, y_train = train
     order_rng = np.random.default_rng(seed)
