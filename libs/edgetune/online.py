@@ -69,8 +69,8 @@ from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.records import Decision, Points
 
-#: Mode grid the choice is made from (``candidates=`` overrides): PowerTrain's uniform subset.
-DEFAULT_GRID = "powertrain"
+#: Mode grid the choice is made from (``candidates=`` overrides): Fulcrum's coarse grid, as TuningJobs use.
+DEFAULT_GRID = "fulcrum"
 #: Seconds of the device's clock after a switch before a window measures (PowerTrain: 2-3 s).
 DEFAULT_SETTLE_S = 2.5
 #: Least measured stretch of a window, so the sampler sees several samples of short steps.
@@ -296,6 +296,9 @@ class OnlineTuner:
             self.device, self._owns_device = device, False
         else:
             raise InvalidArgument("device", f"{type(device).__name__} is not a device", "a Device or a device string")
+        if reference is None and self.device.backend != "sim":
+            raise InvalidArgument("reference", f"no reference predictor for a {self.device.backend} device",
+                                  "a TimePowerModel or its file (edgetune estimate fit)")
         self._virtual = isinstance(self.device.clock, VirtualClock)
         self._run_takes_warmup = "warmup" in _parameters(self.device.run)
         self.candidates = self._candidate_modes(candidates)
@@ -579,10 +582,7 @@ class OnlineTuner:
         from edgetune.estimation.bundle import TimePowerModel
 
         ref = self._reference
-        if ref is None:
-            if self.device.backend != "sim":
-                raise InvalidArgument("reference", f"no reference predictor for a {self.device.backend} device",
-                                      "a TimePowerModel or its file (edgetune estimate fit)")
+        if ref is None:  # a simulated device (checked when constructed)
             return simulated_reference(self.device.spec.name, self.role)
         if isinstance(ref, str | Path):
             return TimePowerModel.load(str(ref))
