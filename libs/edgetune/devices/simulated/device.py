@@ -33,7 +33,7 @@ from edgetune import validation
 from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
 from edgetune.devices.simulated.hardware import REF_CPU_MHZ, hardware_for
 from edgetune.devices.simulated.model import PhysicalModel, as_mode_array
-from edgetune.devices.simulated.profiles import PROFILES, RoleProfile, get_profile
+from edgetune.devices.simulated.profiles import RoleProfile, get_profile, profile_names
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
@@ -211,7 +211,7 @@ class SimulatedJetson(Device):
         return _SimSampler(self, rate_hz)
 
     def workloads(self) -> list[str]:
-        return list(PROFILES)
+        return profile_names()
 
     # -- simulation extras -------------------------------------------------------------------
     def sleep(self, seconds: float) -> None:
@@ -294,7 +294,7 @@ class SimulatedJetson(Device):
     # -- internals ---------------------------------------------------------------------------
     def _profile(self, workload: str, role: Role | str) -> RoleProfile:
         if not isinstance(workload, str):
-            raise InvalidArgument("workload", f"unknown workload {workload!r}", ", ".join(PROFILES))
+            raise InvalidArgument("workload", f"unknown workload {workload!r}", ", ".join(profile_names()))
         return get_profile(workload).role(role)
 
     def _mode_tuple(self, mode) -> tuple:

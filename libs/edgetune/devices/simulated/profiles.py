@@ -12,8 +12,12 @@ Units: GPU work in GFLOP, DRAM traffic in MB, CPU work in core-milliseconds *on 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 
@@ -212,9 +216,188 @@ PROFILES: dict[str, WorkloadProfile] = {
 }
 
 
+# --------------------------------------------------------------------------- registered profiles
+
+#: Profiles registered at run time (user workloads by id), oldest first; bounded so that a
+#: long-lived agent serving many workloads keeps a fixed footprint.
+MAX_REGISTERED = 256
+_REGISTERED: OrderedDict[str, WorkloadProfile] = OrderedDict()
+_REGISTERED_LOCK = threading.Lock()
+
+
+def register_profile(profile: WorkloadProfile) -> WorkloadProfile:
+    """Make ``profile`` known to :func:`get_profile` (and so to every simulated device) by its name.
+
+    A zoo name cannot be replaced; registering a name again replaces its profile (a user
+    workload's id carries its structure hash, so the same id describes the same network).
+    Beyond :data:`MAX_REGISTERED` names the least recently registered one is forgotten.
+    """
+    if not isinstance(profile, WorkloadProfile):
+        raise InvalidArgument("profile", f"{type(profile).__name__} is not a WorkloadProfile", "a WorkloadProfile")
+    if profile.name in PROFILES:
+        raise InvalidArgument("workload", f"{profile.name!r} is a built-in profile and cannot be replaced",
+                              "a name outside " + ", ".join(PROFILES))
+    if not profile.roles:
+        raise InvalidArgument("roles", f"workload {profile.name!r} has no role profile", "train, infer")
+    with _REGISTERED_LOCK:
+        _REGISTERED[profile.name] = profile
+        _REGISTERED.move_to_end(profile.name)
+        while len(_REGISTERED) > MAX_REGISTERED:
+            _REGISTERED.popitem(last=False)
+    return profile
+
+
+def profile_names() -> list[str]:
+    """Built-in names, then registered ones (oldest first)."""
+    with _REGISTERED_LOCK:
+        return list(PROFILES) + list(_REGISTERED)
+
+
 def get_profile(name: str) -> WorkloadProfile:
-    """The profile called ``name``, or ``InvalidArgument("workload", ...)`` listing the names."""
+    """The profile called ``name`` (built-in or registered), or ``InvalidArgument("workload", ...)``."""
+    prof = PROFILES.get(name) if isinstance(name, str) else None
+    if prof is None and isinstance(name, str):
+        with _REGISTERED_LOCK:
+            prof = _REGISTERED.get(name)
+    if prof is None:
+        hint = " (a user workload's profile is registered when its MODULE:FUNCTION is loaded)" if isinstance(
+            name, str) and "-" in name and "." in name else ""
+        raise InvalidArgument("workload", f"unknown workload {name!r}{hint}", ", ".join(PROFILES))
+    return prof
+
+
+# --------------------------------------------------------------------------- any torch module
+
+#: Batch sizes at which the layer costing is sampled to fit a profile's occupancy curve and its
+#: per-sample / per-minibatch DRAM traffic (the simulator's model is linear in between).
+FIT_BATCHES = (4, 64)
+#: Device on whose layer costing a module's profile is fitted (where the built-in profiles are calibrated).
+REFERENCE_DEVICE = "orin-agx"
+#: Host work of preparing one sample, ms per MB of input (collate and copy of in-memory tensors).
+DATA_MS_PER_MB = 0.5
+DATA_MS_MIN = 0.005
+#: Per-minibatch warm-up (cuDNN autotune, allocator) per layer call, ms.
+WARMUP_MS_PER_CALL = 2.0
+
+
+def _role_from_layers(model, sample_inputs, role: Role) -> RoleProfile:
+    """Fit one :class:`RoleProfile` to the layer costing at :data:`FIT_BATCHES` (reference MAXN)."""
+    # late: the layer costing loads torch and the simulator's hardware and rail models
+    from edgetune.estimation.layerwise.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
+
+    cm = LayerCostModel(REFERENCE_DEVICE)
+    maxn = cm.spec.maxn()
+    peak_gflops = cm.hw.gpu_gflops_per_mhz * maxn.gpu_mhz
+    bw_gbs = cm.hw.bw_gbs_per_mhz * maxn.emc_mhz
+    cpu_stretch = REF_CPU_MHZ / (maxn.cpu_mhz * cm.hw.cpu_perf)
+    training = role is Role.TRAIN
+    fits = []
+    n_calls = 0
+    for b in FIT_BATCHES:
+        records = _layer_records(model, sample_inputs, b)
+        n_calls = len(records)
+        cost = cm.cost_records(records, maxn, training=training)
+        gflop = sum(c.flops for c in cost.layers) / 1e9
+        t_c = sum(c.t_compute_ms for c in cost.layers)
+        t_m = sum(c.t_memory_ms for c in cost.layers)
+        main_ms = sum(c.t_launch_ms for c in cost.layers) / cpu_stretch
+        fits.append((b, gflop, t_c, t_m * bw_gbs, main_ms))
+    (b1, g1, tc1, mb1, main1), (b2, g2, tc2, mb2, _) = fits
+    gflop_per_sample = g2 / b2
+    if g1 > 0 and tc1 > 0 and tc2 > 0:
+        # achieved share of peak e(b) = E * b / (b + h)  <=>  1/e = 1/E + (h/E) / b: a line in 1/b
+        y1, y2 = peak_gflops * tc1 / (1000.0 * g1), peak_gflops * tc2 / (1000.0 * g2)
+        slope = (y1 - y2) / (1.0 / b1 - 1.0 / b2)
+        intercept = y1 - slope / b1
+        gpu_eff = 1.0 / intercept if intercept > 0 else float("inf")
+        batch_half = slope * gpu_eff
+        if gpu_eff > GEMM_PEAK_EFF:
+            # not saturated within FIT_BATCHES: cap at a perfect GEMM's share, keep the big batch exact
+            gpu_eff = GEMM_PEAK_EFF
+            batch_half = b2 * (gpu_eff * y2 - 1.0)
+        batch_half = max(0.05, batch_half)
+    else:  # no GEMM-like layer: nothing for compute efficiency to describe
+        gpu_eff, batch_half = 0.5, 1.0
+    mb_per_sample = max(0.0, (mb2 - mb1) / (b2 - b1))
+    mb_fixed = max(0.0, mb1 - mb_per_sample * b1)
+    kernels = n_calls * (3 if training else 1)
+    launch_ms = kernels * cm.hw.launch_us / 1000.0
+    host_ms = max(0.0, main1 - launch_ms)
+    in_mb = sum(t.numel() * t.element_size() for t in sample_inputs) / 1e6
+    warmup = WARMUP_MS_PER_CALL * n_calls * (2 if training else 1)
+    return RoleProfile(
+        gflop_per_sample=float(gflop_per_sample), gpu_eff=float(gpu_eff), batch_half=float(batch_half),
+        gpu_mb_per_sample=float(mb_per_sample), gpu_mb_fixed=float(mb_fixed), kernels=kernels, host_ms=float(host_ms),
+        data_ms_per_sample=DATA_MS_MIN + DATA_MS_PER_MB * in_mb, data_mem_frac=0.3, workers=1,
+        overlap_p=2.0, fixed_ms=1.0 if training else 0.5, warmup_ms=warmup,
+        gpu_activity=0.9, cpu_activity=0.9 if training else 0.8)
+
+
+def _layer_records(model, sample_inputs, batch_size: int):
+    """Layer records of ``model`` on a batch of ``batch_size`` copies of the sample's shape.
+
+    Shapes only, on the meta device (no weights copied, no arithmetic); a model that cannot
+    run on meta (data-dependent control flow, ``.item()``) runs for real on zeros.
+    """
+    import copy
+
+    import torch
+
+    from edgetune.estimation.layerwise.features import extract_layers
+
+    def batch(device: str) -> list:
+        return [torch.zeros((batch_size, *t.shape[1:]), dtype=t.dtype, device=device) for t in sample_inputs]
+
     try:
-        return PROFILES[name]
-    except KeyError:
-        raise InvalidArgument("workload", f"unknown workload {name!r}", ", ".join(PROFILES)) from None
+        meta = copy.deepcopy(model).to("meta")
+        return extract_layers(meta, *batch("meta"))
+    except Exception:
+        return extract_layers(model, *batch("cpu"))
+
+
+def profile_from_module(model, make_batch, *, name: str, roles: Iterable[Role | str] = (Role.TRAIN, Role.INFER),
+                        description: str = "") -> WorkloadProfile:
+    """A :class:`WorkloadProfile` of any ``torch.nn.Module``, from the layer cost model.
+
+    ``make_batch(1)`` gives the input shapes (``inputs`` a tensor or a tuple of tensors,
+    batch first). Each role's GPU work, occupancy curve, DRAM traffic and main-thread work
+    are fitted to :class:`~edgetune.estimation.layerwise.costing.LayerCostModel`'s costing of
+    the module's layers on the reference device (:data:`REFERENCE_DEVICE`, MAXN) at
+    :data:`FIT_BATCHES`: every layer's shape-dependent efficiency, its roofline traffic and its
+    launch are counted, so a network with 10x the FLOPs runs slower and one made of
+    memory-bound layers follows the EMC clock. The data pipeline is in-memory tensors
+    (a small per-sample copy). Not registered: see :func:`register_profile`.
+    """
+    from edgetune.workloads.user import check_batch
+
+    validation.identifier(name, "workload")
+    try:
+        batch = make_batch(1)
+    except Exception as exc:
+        raise InvalidArgument("workload", f"{name}: make_batch(1) raised {type(exc).__name__}: {exc}") from None
+    inputs, _ = check_batch(name, batch, 1)
+    sample = list(inputs) if isinstance(inputs, tuple) else [inputs]
+    parsed = tuple(dict.fromkeys(Role.parse(r) for r in roles))
+    if not parsed:
+        raise InvalidArgument("roles", "no role given", "train, infer")
+    try:
+        role_profiles = {r: _role_from_layers(model, sample, r) for r in parsed}
+    except InvalidArgument:
+        raise
+    except Exception as exc:
+        raise InvalidArgument("workload", f"{name}: costing the model's layers failed: {type(exc).__name__}: {exc}") \
+            from None
+    n_params = sum(p.numel() for p in model.parameters())
+    return WorkloadProfile(name, description or f"{type(model).__name__} ({n_params} parameters), costed by layer",
+                           role_profiles)
+
+
+def profile_for_workload(workload) -> WorkloadProfile:
+    """The registered profile of a loaded :class:`~edgetune.workloads.user.UserWorkload`, costed once."""
+    with _REGISTERED_LOCK:
+        known = _REGISTERED.get(workload.workload_id)
+    if known is not None:
+        return known
+    prof = profile_from_module(workload.model, workload.make_batch, name=workload.workload_id,
+                               roles=workload.roles(), description=f"user workload {workload.spec}")
+    return register_profile(prof)

@@ -1,0 +1,303 @@
+"""A workload from user code: ``MODULE:FUNCTION`` wherever a zoo name is accepted.
+
+The contract (docs/contract.md, "Your own workload"): ``FUNCTION()`` takes no arguments and
+returns ``(model, make_batch, loss_fn)``:
+
+- ``model``: a ``torch.nn.Module``;
+- ``make_batch(batch_size)``: returns ``(inputs, targets)`` for one minibatch, ``inputs`` a
+  tensor (or a tuple of tensors passed positionally) with the batch as its first dimension;
+- ``loss_fn(outputs, targets)``: a scalar tensor, or ``None`` for an inference-only workload.
+
+:func:`load_workload` imports the module *by name* and checks all of it on a batch of two
+(one forward pass, the loss when there is one), so a bad entry fails at once with
+``InvalidArgument(field="workload")`` naming the workload, never half-way through a
+profiling run. ``allowed_path`` (an agent's ``--workload-path``) restricts where the module
+may come from: a name outside those directories is refused, saying so; without it (the CLI)
+the module is found on ``PYTHONPATH``. Code is never taken from a request's content.
+
+The workload's id (:attr:`UserWorkload.workload_id`) is the entry's name and a short hash
+of the model's *structure* — module types and settings, parameter and buffer shapes, the
+shape of one input sample — not of its weights or of anything in memory: the same code
+gives the same id in every process and on every node, so measurements, models and jobs
+recorded under it match up, and a changed architecture gets a new id (its old measurements
+no longer describe it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.machinery
+import re
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from edgetune.errors import InvalidArgument
+
+FIELD = "workload"
+SPEC_ALLOWED = "MODULE:FUNCTION, e.g. mypkg.models:make, FUNCTION() returning (model, make_batch, loss_fn)"
+#: Dotted Python module name and a function name (no attribute paths, no arguments).
+_SPEC_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):(?P<function>[A-Za-z_][A-Za-z0-9_]*)$")
+#: Hex digits of the structure hash in a workload id.
+HASH_CHARS = 10
+#: Longest spec accepted (an id is the spec's name plus ``-`` and the hash: it must stay an identifier).
+MAX_SPEC_LENGTH = 100
+#: Batch size of the checking forward pass.
+CHECK_BATCH = 2
+#: User workloads a process keeps loaded (an agent serving many jobs stays bounded).
+MAX_LOADED = 64
+#: Environment variable with the directories an agent imports workloads from (``os.pathsep``-separated).
+WORKLOAD_PATH_ENV = "EDGETUNE_WORKLOAD_PATH"
+
+Batch = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class UserWorkload:
+    """A checked workload from user code (see the module docs for the contract)."""
+
+    spec: str  # MODULE:FUNCTION as given
+    workload_id: str  # name-hash: what measurements, models and jobs refer to
+    model: nn.Module
+    make_batch: Callable[[int], Batch]
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None
+
+    @property
+    def name(self) -> str:
+        """The id without its hash: ``module.function`` (the module's last component)."""
+        return self.workload_id.rsplit("-", 1)[0]
+
+    @property
+    def trainable(self) -> bool:
+        """Whether the workload can be profiled in the ``train`` role (it has a loss)."""
+        return self.loss_fn is not None
+
+    def roles(self) -> tuple[str, ...]:
+        return ("train", "infer") if self.trainable else ("infer",)
+
+    def forward(self, inputs: Any) -> Any:
+        """``model(inputs)``, or ``model(*inputs)`` for a tuple of inputs."""
+        return self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
+
+
+def is_user_workload(name: object) -> bool:
+    """Whether a workload name is a ``MODULE:FUNCTION`` entry (zoo names and ids have no ``:``)."""
+    return isinstance(name, str) and ":" in name
+
+
+def workload_path_from_env(value: str | None = None) -> list[Path]:
+    """Directories of :data:`WORKLOAD_PATH_ENV` (or ``value``), in order; empty entries dropped."""
+    import os
+
+    text = os.environ.get(WORKLOAD_PATH_ENV, "") if value is None else value
+    return [Path(p) for p in text.split(os.pathsep) if p.strip()]
+
+
+def parse_spec(spec: object) -> tuple[str, str]:
+    """``"pkg.mod:make"`` → ``("pkg.mod", "make")``, or ``InvalidArgument("workload")``."""
+    if not isinstance(spec, str):
+        raise InvalidArgument(FIELD, f"{spec!r} is not a string", SPEC_ALLOWED)
+    if len(spec) > MAX_SPEC_LENGTH:
+        raise InvalidArgument(FIELD, f"{spec[:40]!r}... has {len(spec)} characters (at most {MAX_SPEC_LENGTH})",
+                              SPEC_ALLOWED)
+    m = _SPEC_RE.match(spec)
+    if m is None:
+        raise InvalidArgument(FIELD, f"{spec!r} is not MODULE:FUNCTION", SPEC_ALLOWED)
+    return m["module"], m["function"]
+
+
+# --------------------------------------------------------------------------- importing
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def _within(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _import(spec: str, module_name: str, allowed_path: Sequence[Path] | None) -> Any:
+    """The module, imported by name; with ``allowed_path``, only from those directories."""
+    if allowed_path is None:
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise InvalidArgument(FIELD, f"{spec}: no module named {exc.name!r} on PYTHONPATH", SPEC_ALLOWED) from None
+        except Exception as exc:  # the user's module raised while importing
+            raise InvalidArgument(FIELD, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
+                                  SPEC_ALLOWED) from None
+    roots = [Path(p).resolve() for p in allowed_path]
+    allowed_text = ", ".join(str(r) for r in roots) or "(none: this agent loads no user workloads)"
+    refused = f"{spec}: module {module_name!r} is not in this agent's workload path ({allowed_text})"
+    top = module_name.split(".", 1)[0]
+    found = importlib.machinery.PathFinder.find_spec(top, [str(r) for r in roots]) if roots else None
+    if found is None:
+        raise InvalidArgument(FIELD, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
+    with _IMPORT_LOCK:
+        # The search path grows only while this import runs; a module of the same name that is
+        # already loaded from elsewhere is caught below by its file.
+        saved = list(sys.path)
+        sys.path[:0] = [str(r) for r in roots]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise InvalidArgument(FIELD, f"{spec}: no module named {exc.name!r} in {allowed_text}",
+                                  SPEC_ALLOWED) from None
+        except Exception as exc:
+            raise InvalidArgument(FIELD, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
+                                  SPEC_ALLOWED) from None
+        finally:
+            sys.path[:] = saved
+    file = getattr(module, "__file__", None)
+    if file is None or not _within(Path(file).resolve(), roots):
+        raise InvalidArgument(FIELD, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
+    return module
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors(o)]
+    return []
+
+
+def check_batch(spec: str, batch: object, batch_size: int) -> Batch:
+    """``make_batch(batch_size)``'s result as ``(inputs, targets)``, or ``InvalidArgument`` naming ``spec``."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise InvalidArgument(FIELD, f"{spec}: make_batch({batch_size}) returned {type(batch).__name__}, "
+                                     "not (inputs, targets)", SPEC_ALLOWED)
+    inputs, targets = batch
+    if isinstance(inputs, list):
+        inputs = tuple(inputs)
+    tensors = _tensors(inputs)
+    if not tensors or (isinstance(inputs, tuple) and len(tensors) != len(inputs)):
+        raise InvalidArgument(FIELD, f"{spec}: make_batch({batch_size}) inputs are {type(inputs).__name__}, "
+                                     "not a tensor or a tuple of tensors", SPEC_ALLOWED)
+    for t in tensors:
+        if t.dim() == 0 or t.shape[0] != batch_size:
+            raise InvalidArgument(FIELD, f"{spec}: make_batch({batch_size}) gave inputs of shape {tuple(t.shape)}: "
+                                         f"the first dimension must be the batch ({batch_size})", SPEC_ALLOWED)
+    return inputs, targets
+
+
+def _check(spec: str, model: nn.Module, make_batch: Callable[[int], Batch],
+           loss_fn: Callable[[Any, Any], torch.Tensor] | None) -> Batch:
+    """One batch of :data:`CHECK_BATCH` through ``model`` (and ``loss_fn``); returns the batch."""
+    try:
+        batch = make_batch(CHECK_BATCH)
+    except Exception as exc:
+        raise InvalidArgument(FIELD, f"{spec}: make_batch({CHECK_BATCH}) raised {type(exc).__name__}: {exc}",
+                              SPEC_ALLOWED) from None
+    inputs, targets = check_batch(spec, batch, CHECK_BATCH)
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+            if loss_fn is not None:
+                loss = loss_fn(outputs, targets)
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    raise InvalidArgument(FIELD, f"{spec}: loss_fn returned {type(loss).__name__} "
+                                                 f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}, "
+                                                 "not a scalar tensor", SPEC_ALLOWED)
+    except InvalidArgument:
+        raise
+    except Exception as exc:
+        raise InvalidArgument(FIELD, f"{spec}: the model's forward pass (or its loss) raised "
+                                     f"{type(exc).__name__}: {exc}", SPEC_ALLOWED) from None
+    finally:
+        model.train(was_training)
+    return inputs, targets
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def structure_hash(model: nn.Module, sample_inputs: Any = None) -> str:
+    """Short hash of ``model``'s structure (and its input sample shapes), independent of weights.
+
+    Covers each module's qualified name, type and settings (``extra_repr``: channels, kernel
+    sizes, ...; the class by its qualified name, not its module path: the same file imported
+    under two package paths is one structure), each parameter's and buffer's shape and dtype, and the shape and dtype of one
+    input sample without its batch dimension. Memory addresses in a custom ``extra_repr`` are
+    blanked so that two processes agree.
+    """
+    h = hashlib.sha256()
+    for name, m in model.named_modules():
+        h.update(f"M|{name}|{type(m).__qualname__}|{_ADDRESS.sub('0x', m.extra_repr())}\n".encode())
+    for name, p in model.named_parameters():
+        h.update(f"P|{name}|{tuple(p.shape)}|{p.dtype}\n".encode())
+    for name, b in model.named_buffers():
+        h.update(f"B|{name}|{tuple(b.shape)}|{b.dtype}\n".encode())
+    for t in _tensors(sample_inputs):
+        h.update(f"I|{tuple(t.shape[1:])}|{t.dtype}\n".encode())
+    return h.hexdigest()[:HASH_CHARS]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+_LOADED: OrderedDict[str, UserWorkload] = OrderedDict()
+_LOADED_LOCK = threading.Lock()
+
+
+def load_workload(spec: str, allowed_path: Sequence[Path] | None = None) -> UserWorkload:
+    """Import ``MODULE:FUNCTION``, call it, check what it returns and give the workload its id.
+
+    ``allowed_path``: directories the module must come from (an agent's operator setting);
+    ``None`` imports from ``sys.path`` (the CLI: ``PYTHONPATH``). Every failure is an
+    ``InvalidArgument(field="workload")`` whose message starts with ``spec``.
+    """
+    module_name, function = parse_spec(spec)
+    module = _import(spec, module_name, allowed_path)
+    fn = getattr(module, function, None)
+    if fn is None:
+        raise InvalidArgument(FIELD, f"{spec}: module {module_name} has no function {function!r}", SPEC_ALLOWED)
+    if not callable(fn):
+        raise InvalidArgument(FIELD, f"{spec}: {function} is a {type(fn).__name__}, not a function", SPEC_ALLOWED)
+    try:
+        result = fn()
+    except Exception as exc:
+        raise InvalidArgument(FIELD, f"{spec}: {function}() raised {type(exc).__name__}: {exc}", SPEC_ALLOWED) from None
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        got = f"a {len(result)}-tuple" if isinstance(result, (tuple, list)) else type(result).__name__
+        raise InvalidArgument(FIELD, f"{spec}: {function}() returned {got}, not (model, make_batch, loss_fn)",
+                              SPEC_ALLOWED)
+    model, make_batch, loss_fn = result
+    if not isinstance(model, nn.Module):
+        raise InvalidArgument(FIELD, f"{spec}: the model is a {type(model).__name__}, not a torch.nn.Module",
+                              SPEC_ALLOWED)
+    if not callable(make_batch):
+        raise InvalidArgument(FIELD, f"{spec}: make_batch is a {type(make_batch).__name__}, not callable",
+                              SPEC_ALLOWED)
+    if loss_fn is not None and not callable(loss_fn):
+        raise InvalidArgument(FIELD, f"{spec}: loss_fn is a {type(loss_fn).__name__}, neither callable nor None",
+                              SPEC_ALLOWED)
+    inputs, _ = _check(spec, model, make_batch, loss_fn)
+    # the module's last component: the same file imported as pkg.mod (CLI, PYTHONPATH) or as
+    # mod (an agent's workload path) gives the same id
+    workload_id = f"{module_name.rsplit('.', 1)[-1]}.{function}-{structure_hash(model, inputs)}"
+    wl = UserWorkload(spec=spec, workload_id=workload_id, model=model, make_batch=make_batch, loss_fn=loss_fn)
+    with _LOADED_LOCK:
+        _LOADED[workload_id] = wl
+        _LOADED.move_to_end(workload_id)
+        while len(_LOADED) > MAX_LOADED:
+            _LOADED.popitem(last=False)
+    return wl
+
+
+def loaded_workload(workload_id: str) -> UserWorkload | None:
+    """The user workload this process loaded under ``workload_id`` (a real device's runner needs it)."""
+    with _LOADED_LOCK:
+        return _LOADED.get(workload_id)
