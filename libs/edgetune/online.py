@@ -77,6 +77,8 @@ DEFAULT_SETTLE_S = 2.5
 DEFAULT_MIN_WINDOW_S = 0.5
 #: Power sampler rate during a window (an INA3221 read is cheap; 1 Hz would give one sample).
 DEFAULT_SAMPLE_RATE_HZ = 20.0
+#: Most steps a virtual-clock device runs in one call.
+MAX_CHUNK = 256
 #: Steps kept in the trace (a long run keeps its latest steps).
 TRACE_LIMIT = 200_000
 #: Budgets the frontier samples are spread over: [this × budget, budget] (as TuningJobs do).
@@ -329,6 +331,9 @@ class OnlineTuner:
         self._steady_ms = 0.0
         self._steady_steps = 0
         self._sync = _cuda_sync() if not self._virtual else None
+        self._buffer: list[float] = []  # a virtual-clock device's steps already run, last first
+        self._buffer_bs = 0
+        self._last_ms = 0.0
         self.tuner: Any = None  # the NodeTuner, once the first step gave the batch size
 
     # -- the context ------------------------------------------------------------------------------
@@ -426,7 +431,8 @@ class OnlineTuner:
             return
         if self._request is None:
             self._next_request()
-        if (self._request is not None and self._sampler is None and self._window_steps >= self.warmup_steps
+        if (self._request is not None and self._sampler is None and not self._buffer
+                and self._window_steps >= self.warmup_steps
                 and self.device.clock.now_s() - self._switch_t >= self.settle_s - 1e-9):
             self._start_measuring()
 
@@ -454,7 +460,7 @@ class OnlineTuner:
         if measuring:
             self._measured_ms.append(time_ms)
             long_enough = self.device.clock.now_s() - self._measure_t0 >= self.min_window_s - 1e-9
-            if len(self._measured_ms) >= self.steps_per_profile and long_enough:
+            if len(self._measured_ms) >= self.steps_per_profile and long_enough and not self._buffer:
                 self._finish_window()
 
     @property
@@ -462,10 +468,37 @@ class OnlineTuner:
         return self.device.current_mode().as_tuple()
 
     def _device_step_ms(self, batch_size: int, first: bool) -> float:
+        """The step's time on a virtual-clock device. The device runs a phase's steps in one call
+        (settling, measuring, steady: one model evaluation, not one per step) and hands them out one
+        a step; phases change only between calls, so a window measures exactly its own steps."""
         if self.workload == "":
             self._register_workload(batch_size)
+        if self._buffer and self._buffer_bs == batch_size:
+            return self._buffer.pop()
+        self._buffer = []  # another batch size: its time already passed on the device's clock
         kw = {"warmup": first} if self._run_takes_warmup else {}
-        return float(self.device.run(self.workload, self.role, batch_size, 1, **kw)[0])
+        n = 1 if first else self._chunk(batch_size)
+        times = [float(t) for t in self.device.run(self.workload, self.role, batch_size, n, **kw)]
+        self._last_ms = sum(times) / len(times)
+        self._buffer, self._buffer_bs = times[:0:-1], batch_size
+        return times[0]
+
+    def _chunk(self, batch_size: int) -> int:
+        """Steps the next device call runs: what the current phase still needs (estimated from the
+        last step times), at least one, at most :data:`MAX_CHUNK`."""
+        est_ms = max(self._last_ms, 1e-3)
+        now = self.device.clock.now_s()
+        if self.state is State.STEADY:
+            return MAX_CHUNK
+        if self._request is None or batch_size != self.batch_size:
+            return 1
+        if self._sampler is not None:
+            left_s = self.min_window_s - (now - self._measure_t0)
+            n = max(self.steps_per_profile - len(self._measured_ms), math.ceil(left_s * 1000.0 / est_ms))
+        else:
+            left_s = self.settle_s - (now - self._switch_t)
+            n = max(self.warmup_steps - self._window_steps, math.ceil(left_s * 1000.0 / est_ms))
+        return int(min(max(n, 1), MAX_CHUNK))
 
     # -- windows ----------------------------------------------------------------------------------
     def _next_request(self) -> None:
