@@ -334,11 +334,13 @@ class OnlineTuner:
         self._buffer: list[float] = []  # a virtual-clock device's steps already run, last first
         self._buffer_bs = 0
         self._last_ms = 0.0
+        self._mode_tuple: tuple[float, ...] = ()  # the mode last applied (the trace's)
         self.tuner: Any = None  # the NodeTuner, once the first step gave the batch size
 
     # -- the context ------------------------------------------------------------------------------
     def __enter__(self) -> OnlineTuner:
         self._original = self.device.current_mode()
+        self._mode_tuple = self._original.as_tuple()
         self._restored = False
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -384,8 +386,7 @@ class OnlineTuner:
         if self._restored or self._original is None:
             return
         self._restored = True
-        if self.device.current_mode() != self._original:
-            self.device.apply(self._original)
+        self._apply(self._original)
 
     # -- one step ---------------------------------------------------------------------------------
     @contextmanager
@@ -463,9 +464,11 @@ class OnlineTuner:
             if len(self._measured_ms) >= self.steps_per_profile and long_enough and not self._buffer:
                 self._finish_window()
 
-    @property
-    def _mode_tuple(self) -> tuple[float, ...]:
-        return self.device.current_mode().as_tuple()
+    def _apply(self, mode: PowerMode) -> None:
+        """Switch (when not already there) and remember the mode: reading it back costs sysfs reads."""
+        if self.device.current_mode() != mode:
+            mode = self.device.apply(mode)
+        self._mode_tuple = mode.as_tuple()
 
     def _device_step_ms(self, batch_size: int, first: bool) -> float:
         """The step's time on a virtual-clock device. The device runs a phase's steps in one call
@@ -518,7 +521,7 @@ class OnlineTuner:
             return
 
     def _switch_to(self, mode: PowerMode) -> None:
-        self.device.apply(mode)
+        self._apply(mode)
         self._switch_t = self.device.clock.now_s()
         self._window_steps = 0
         self._measured_ms = []
@@ -656,14 +659,12 @@ class OnlineTuner:
         """The workflow ended: keep the verified choice, or restore the original mode."""
         d = self._outcome
         if d is not None and d.feasible and d.within_budget and d.mode is not None:
-            mode = PowerMode(int(d.mode[0]), d.mode[1], d.mode[2], d.mode[3])
-            if self.device.current_mode() != mode:
-                self.device.apply(mode)
+            self._apply(PowerMode(int(d.mode[0]), d.mode[1], d.mode[2], d.mode[3]))
             self.state = State.STEADY
             return
         self.state = State.FAILED
-        if self._original is not None and self.device.current_mode() != self._original:
-            self.device.apply(self._original)
+        if self._original is not None:
+            self._apply(self._original)
 
     def _cancel_worker(self) -> None:
         while True:

@@ -168,13 +168,13 @@ def test_default_sigint_becomes_keyboard_interrupt_after_restoring(quick_referen
     assert dev.current_mode() == start
 
 
-def test_user_cnn_within_budget_and_10_percent_of_the_best_mode() -> None:
+def test_user_cnn_within_budget_and_10_percent_of_the_best_mode(quick_reference) -> None:
     """Acceptance: simulated Orin AGX, 20 W, 20 profiles, a model outside the zoo."""
     torch.manual_seed(0)
     model = SensorCNN()
     dev = SimulatedJetson("orin-agx", seed=0)
     with OnlineTuner(dev, model, power_budget_w=20.0, profiles=20, steps_per_profile=5, seed=0,
-                     reference=simulated_reference("orin-agx", "train", epochs=100)) as tuner:
+                     reference=quick_reference) as tuner:
         _loop(tuner, 30_000, model, train_every=500)  # ~2.6 ms steps: ~1,000 a window (2.5 s settling)
         d = tuner.decision()
         assert tuner.state is State.STEADY
