@@ -202,8 +202,8 @@ def simulated_reference(device: str, role: str = "train", epochs: int | None = N
     rng = np.random.default_rng(seed)
     grid = grid[np.sort(rng.choice(len(grid), min(REFERENCE_POINTS, len(grid)), replace=False))]
     rows = truth_table(spec, REFERENCE_WORKLOAD, role, grid, [REFERENCE_BATCH_SIZE])
-    points = Points(grid, np.full(len(rows), REFERENCE_BATCH_SIZE), [r["time_ms"] for r in rows],
-                    [r["power_w"] for r in rows], spec.name, REFERENCE_WORKLOAD, role)
+    points = Points(grid, np.full(len(rows), REFERENCE_BATCH_SIZE), np.asarray([r["time_ms"] for r in rows]),
+                    np.asarray([r["power_w"] for r in rows]), spec.name, REFERENCE_WORKLOAD, role)
     return TimePowerModel.fit_table(points.table(), "nn", seed, epochs=epochs or REFERENCE_EPOCHS)
 
 
@@ -584,7 +584,7 @@ class OnlineTuner:
                 get_profile(self.workload)
             except InvalidArgument:
                 make_batch = self.make_batch or (lambda b: (_resized(inputs, b), None))
-                register_profile(profile_from_module(self.model, make_batch, name=self.workload, roles=(self.role,)))
+                register_profile(profile_from_module(self.model, make_batch, name=self.workload))
 
     def _sample_inputs(self, batch_size: int) -> Any:
         if self.make_batch is not None:
