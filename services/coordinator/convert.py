@@ -20,6 +20,7 @@ from edgetune.coordination.tuningjobs import (
     TuningJobView,
 )
 from edgetune.devices.base import Role
+from edgetune.devices.workloads import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import SPECS
@@ -270,6 +271,11 @@ def profile_job_from_proto(msg: profiler_pb2.ProfileRequest) -> dict:
     field names); what can be checked without the node's device is checked here."""
     if not msg.workload.name:
         raise InvalidArgument("request.workload.name", "is empty", "a zoo workload or MODULE:FUNCTION")
+    if is_user_workload(msg.workload.name):  # its form only: the node imports it from its --workload-path
+        try:
+            parse_spec(msg.workload.name)
+        except InvalidArgument as exc:
+            raise exc.renamed("request.workload.name") from None
     if not msg.modes and msg.random_modes <= 0:
         raise InvalidArgument("request.modes", "no modes to profile", "modes, or random_modes > 0")
     for i, m in enumerate(msg.modes):

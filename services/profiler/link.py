@@ -312,9 +312,9 @@ class CoordinatorLink:
         assert self._jobs is not None
         try:
             plan = self.servicer.plan_profile(profile_request(job.payload), run_key=job.job_id)
-        except InvalidArgument as exc:  # can never run: acknowledge so it does not come back
+        except InvalidArgument as exc:  # can never run: acknowledged (not re-delivered), the reason kept
             log.error("profiling job refused", extra={"job_id": job.job_id, "error": str(exc)})
-            self._jobs.ack(job)
+            self._jobs.refuse(job, str(exc))
             return
         started = self._until_done(lambda: self.servicer.start_profile(plan))
         if started is None:

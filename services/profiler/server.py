@@ -13,7 +13,9 @@ nothing), ``--state-dir``, ``--node-id``, ``--seed``, ``--coordinator`` (with it
 registers, heartbeats, runs profiling jobs and applies pushed configs: :mod:`.link`),
 ``--power-budget-w``, ``--advertise``, ``--telemetry-hz`` (the continuous telemetry sampler
 behind the power / energy / temperature / throttling metrics; 1 Hz, 0 turns it off),
-``--telemetry-source`` (``auto``: jetson-stats' jtop when its service runs, else the device) and
+``--telemetry-source`` (``auto``: jetson-stats' jtop when its service runs, else the device),
+``--workload-path`` (directories a job's ``MODULE:FUNCTION`` workload may be imported from, by
+name; empty: zoo workloads only) and
 the common server flags (``--host``, ``--port``,
 ``--metrics-port``, ``--max-workers``, ``--grace-s``, ``--log-level``).
 """
@@ -31,6 +33,7 @@ from typing import Any
 from edgetune import validation
 from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
+from edgetune.devices.workloads import split_workload_path
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -59,8 +62,8 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
                   state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
                   host: str = "0.0.0.0", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
                   max_workers: int = 16, store: Store | None = None, ready_file: str | None = None,
-                  telemetry_hz: float = DEFAULT_TELEMETRY_HZ,
-                  telemetry_source: str = "auto") -> tuple[ServiceServer, ProfilerServicer]:
+                  telemetry_hz: float = DEFAULT_TELEMETRY_HZ, telemetry_source: str = "auto",
+                  workload_path: str | Sequence[str | os.PathLike] = ()) -> tuple[ServiceServer, ProfilerServicer]:
     """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
@@ -79,7 +82,9 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
         read = telemetry_reader(keeper.device, telemetry_source) if telemetry_hz else None
         owner = OwnedStore(store, redis_url, optional=True)
         with owner as store:
-            servicer = ProfilerServicer(keeper, store=store, node_id=node_id)
+            paths = split_workload_path(workload_path) if isinstance(workload_path, str) else \
+                [Path(p) for p in workload_path]
+            servicer = ProfilerServicer(keeper, store=store, node_id=node_id, workload_path=paths)
             server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                                   host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
                                   max_workers=max_workers, ready_file=ready_file)
@@ -99,7 +104,8 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
     log.info("profiler agent ready", extra={
         "device": device_spec, "model": keeper.device.spec.name, "backend": keeper.device.backend,
         "mode": keeper.device.current_mode().label(), "port": server.port, "state_file": str(state_path),
-        "store": repr(store) if store is not None else "none"})
+        "store": repr(store) if store is not None else "none",
+        "workload_path": os.pathsep.join(str(p) for p in servicer.workload_path)})
     return server, servicer
 
 
@@ -161,6 +167,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_option(parser, "telemetry_source", "auto",
                "where telemetry is read: device (sysfs / simulator), jtop (jetson-stats' service), or auto "
                "(jtop when its service runs on a sysfs device)", choices=TELEMETRY_SOURCES)
+    add_option(parser, "workload_path", "", "directories (separated by ':') the agent may import a job's "
+               "MODULE:FUNCTION workload from, by name; empty: zoo workloads only (code never comes from a request)")
     add_option(parser, "advertise", "", "address the coordinator's clients reach this agent at "
                "(default: --host, else $EDGETUNE_POD_IP or the hostname, with the port)")
     return parser.parse_args(argv)
@@ -174,7 +182,7 @@ def _start(args: argparse.Namespace) -> None:
     serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
           seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
           advertise=args.advertise, telemetry_hz=args.telemetry_hz, telemetry_source=args.telemetry_source,
-          **server_kwargs(args))
+          workload_path=args.workload_path, **server_kwargs(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,9 +23,10 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,6 +35,7 @@ import numpy as np
 from edgetune import validation
 from edgetune.coordination.store import MeasurementRecord, Store
 from edgetune.devices.base import Role
+from edgetune.devices.workloads import known_workloads, resolve_workload
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -170,8 +172,11 @@ class ProfileJob:
 # --- the servicer ----------------------------------------------------------------------------
 class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def __init__(self, keeper: ModeKeeper, store: Store | None = None, node_id: str = "",
-                 job_join_s: float = 120.0) -> None:
+                 job_join_s: float = 120.0, workload_path: Sequence[Path] = ()) -> None:
         self.keeper = keeper
+        #: Directories a MODULE:FUNCTION workload may be imported from (the operator's
+        #: --workload-path); empty: this agent runs zoo workloads only.
+        self.workload_path = tuple(Path(p) for p in workload_path)
         self.device = keeper.device
         self.store = store
         self.node_id = node_id
@@ -326,11 +331,12 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         """Validate every field before anything touches the device; InvalidArgument names the field."""
         spec, wl = self.device.spec, request.workload
         if not wl.name:
-            raise InvalidArgument("workload.name", "is empty", ", ".join(self._workload_names()))
-        known = self._workload_names()
-        if wl.name not in known:
-            raise InvalidArgument("workload.name", f"unknown workload {wl.name!r}", ", ".join(known))
+            raise InvalidArgument("workload.name", "is empty", ", ".join(known_workloads(self.device)))
         role = convert.role_from_proto(wl.role, "workload.role", default=Role.TRAIN)
+        # a user's MODULE:FUNCTION is imported by name from the operator's directories only, never
+        # from the request; it runs (and is recorded) under its id
+        workload = resolve_workload(self.device, wl.name, role, allowed_path=self.workload_path,
+                                    field="workload.name")
 
         _non_negative(request.random_modes, "random_modes", ">= 0")
         _non_negative(request.n_minibatches, "n_minibatches", f"0 (default {DEFAULT_N_MINIBATCHES}) or more")
@@ -377,16 +383,9 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             warmup_minibatches=0 if warmup == -1 else (warmup or DEFAULT_WARMUP_MINIBATCHES),
             sample_rate_hz=request.sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ,
             hard_limit_w=limit_w, node=self.node_id, run_key=run_key,
+            id_workload=wl.name if workload != wl.name else "",
         ).validate()
-        return ProfilePlan(wl.name, role, [(m, b) for m in modes for b in sizes], config)
-
-    def _workload_names(self) -> list[str]:
-        known = self.device.workloads()
-        if known:
-            return known
-        from edgetune.workloads.registry import workload_names  # imports torch: only when needed
-
-        return workload_names()
+        return ProfilePlan(workload, role, [(m, b) for m in modes for b in sizes], config)
 
     def start_profile(self, plan: ProfilePlan) -> ProfileJob:
         """Run ``plan`` in a worker that owns the device until it restores the mode; its events come out

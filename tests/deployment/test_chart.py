@@ -557,3 +557,19 @@ def test_dashboard_is_schema_valid_and_every_query_names_an_agent_metric() -> No
             assert names <= exported, f"{panel['title']}: {sorted(names - exported)} not exported by the agent"
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert set(re.findall(r"\b(edgetune_[a-z0-9_]+)\b", variables["node"]["definition"])) <= exported
+
+
+def test_user_workloads_mount_read_only_and_become_the_agents_workload_path() -> None:
+    spec = pod_spec(find(objects("default"), "DaemonSet")[0])  # default: zoo workloads only
+    assert "EDGETUNE_WORKLOAD_PATH" not in env_of(spec["containers"][0])
+    assert "workloads" not in {v["name"] for v in spec["volumes"]}
+    for values, source in (({"configMap": "my-models"}, {"configMap": {"name": "my-models"}}),
+                           ({"volume": {"persistentVolumeClaim": {"claimName": "models"}}},
+                            {"persistentVolumeClaim": {"claimName": "models"}})):
+        spec = pod_spec(find(render_with({"agent": {"workloads": values}}), "DaemonSet")[0])
+        container = spec["containers"][0]
+        assert env_of(container)["EDGETUNE_WORKLOAD_PATH"]["value"] == "/opt/edgetune/workloads"
+        mount = {m["name"]: m for m in container["volumeMounts"]}["workloads"]
+        assert mount["mountPath"] == "/opt/edgetune/workloads" and mount["readOnly"] is True
+        volume = {v["name"]: v for v in spec["volumes"]}["workloads"]
+        assert {k: v for k, v in volume.items() if k != "name"} == source

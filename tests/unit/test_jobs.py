@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.jobs import JobQueue, measurement_record
+from edgetune.coordination.jobs import REFUSAL_TTL_S, JobQueue, measurement_record
 from edgetune.coordination.store import DeadJob
 from edgetune.errors import InvalidArgument
 
@@ -89,3 +89,16 @@ def test_measurement_records_need_ids_and_fill_the_node():
     assert measurement_record({k: v for k, v in row.items() if k != "node"}, "n1").node_id == "n1"
     with pytest.raises(InvalidArgument, match="measurement.id"):
         measurement_record({k: v for k, v in row.items() if k != "id"}, "n1")
+
+
+def test_a_refused_job_is_acknowledged_and_its_reason_kept(store, clock):
+    q = JobQueue(store)
+    q.submit("n1", {"workload": {"name": "sensor_cnn:bad"}}, job_id="j1")
+    (job,) = q.claim("n1", "agent-a", block_ms=0)
+    assert q.refusal("n1", "j1") is None
+    assert q.refuse(job, "workload.name: sensor_cnn:bad: the model's forward pass raised")
+    assert q.pending_count("n1") == 0 and q.claim("n1", "agent-a", block_ms=0) == []  # never re-delivered
+    assert q.refusal("n1", "j1") == "workload.name: sensor_cnn:bad: the model's forward pass raised"
+    assert q.refusal("n2", "j1") is None
+    clock.advance(REFUSAL_TTL_S + 1)  # kept for a while, not for ever
+    assert q.refusal("n1", "j1") is None

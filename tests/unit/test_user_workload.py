@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -220,3 +221,36 @@ def test_registry_guards_the_zoo_and_unknown_names():
     with pytest.raises(InvalidArgument) as err:
         SimulatedJetson("orin-agx").run("never-registered", "train", 8, 2)
     assert err.value.field == "workload"
+
+
+# -- a real board's runner -------------------------------------------------------------------
+def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
+    from edgetune.workloads.runner import RunnerPool
+
+    wl = load_workload(SPEC)
+    before = [p.detach().clone() for p in wl.model.parameters()]
+    pool = RunnerPool(device="cpu")
+    try:
+        times = pool(wl.workload_id, "train", 8, 3)
+        assert len(times) == 3 and all(t > 0 for t in times)
+        runner = next(iter(pool._runners.values()))
+        assert len(runner.losses) == 3 and all(math.isfinite(x) for x in runner.losses)
+        assert all(torch.equal(a, b) for a, b in zip(before, wl.model.parameters(), strict=True))
+        assert len(pool(wl.workload_id, "infer", 4, 2)) == 2
+    finally:
+        pool.close()
+    infer_only = load_workload("tests.fixtures.workloads.sensor_cnn:make_infer")
+    with pytest.raises(InvalidArgument, match="runs only as infer"):
+        RunnerPool(device="cpu")(infer_only.workload_id, "train", 8, 1)
+
+
+# -- the coordinator checks the form only ----------------------------------------------------
+def test_job_specs_check_the_form_of_a_user_workload_without_importing_it():
+    from edgetune.coordination.tuningjobs import TuningJobSpec
+
+    spec = TuningJobSpec("sensor", "not_installed_anywhere:make", nodes=("n1",)).check()
+    assert spec.workload == "not_installed_anywhere:make"  # the nodes import it, not the coordinator
+    for bad in ("pkg:make()", "a b:make", ":make", "pkg:"):
+        with pytest.raises(InvalidArgument) as err:
+            TuningJobSpec("sensor", bad, nodes=("n1",)).check()
+        assert err.value.field == "spec.workload.name" and "MODULE:FUNCTION" in str(err.value)

@@ -1,6 +1,6 @@
 """``edgetune profile``: measure modes on a device backend and write a profile table.
 
-    edgetune profile --device sim:orin-agx --workload NAME [--role train|infer]
+    edgetune profile --device sim:orin-agx --workload NAME|MODULE:FUNCTION [--role train|infer]
                      [--modes modes.csv | --random N] [--batch-sizes 16,32] [--seed S]
                      --out profiles.csv
 
@@ -59,14 +59,12 @@ def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[
     return [space.mode_at(int(i)) for i in picks]
 
 
-def check_workload(device: Device, workload: str) -> None:
-    known = device.workloads()
-    if not known:  # any zoo model (the registry imports torch, so only ask it when needed)
-        from edgetune.workloads.registry import workload_names
+def check_workload(device: Device, workload: str, role: str = "train") -> str:
+    """The name the device runs ``--workload`` under: a zoo name, or a ``MODULE:FUNCTION``
+    (imported from ``PYTHONPATH``) by its id; exit 2 naming the workload otherwise."""
+    from edgetune.devices.workloads import resolve_workload
 
-        known = workload_names()
-    if workload not in known:
-        raise InvalidArgument("--workload", f"unknown workload {workload!r}", ", ".join(known))
+    return resolve_workload(device, workload, role, field="--workload")
 
 
 def _points(device: Device, modes_path: str | None, n_random: int | None, batch_sizes: list[int] | None,
@@ -104,7 +102,9 @@ def _one_source(modes_path: str | None, n_random: int | None) -> None:
 @click.command("profile")
 @click.option("--device", "device_name", required=True,
               help="Backend: sim:<model> (simulated), sysfs[:root] (this Jetson), replay:<table.csv>.")
-@click.option("--workload", required=True, help="Workload name (model zoo: resnet18, mobilenetv3, ...).")
+@click.option("--workload", required=True,
+              help="Zoo workload (resnet18, mobilenetv3, ...) or your own MODULE:FUNCTION (found on PYTHONPATH; "
+                   "rows are recorded under its id).")
 @click.option("--role", type=click.Choice(["train", "infer"]), default="train", show_default=True)
 @click.option("--modes", "modes_path", type=click.Path(dir_okay=False),
               help="Mode table (cores,cpu_mhz,gpu_mhz,emc_mhz[,batch_size]) to profile.")
@@ -147,7 +147,7 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
                            repeat_short=repeat_short, node=node, run_key=run_key)
     device = open_backend(open_device, device_name, seed)
     with device:
-        check_workload(device, workload)
+        workload = check_workload(device, workload, role)
         points = _points(device, modes_path, n_random, batch_sizes, seed, grid, order)
         measured: list[Measurement] = []
         t0 = device.clock.now_s()

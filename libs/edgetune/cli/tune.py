@@ -58,7 +58,8 @@ def _log(text: str) -> None:
 
 @click.command("tune")
 @click.option("--device", "device_name", required=True, help="sim:<device>, sysfs or replay:<table.csv>.")
-@click.option("--workload", required=True, help="Zoo workload to profile.")
+@click.option("--workload", required=True,
+              help="Zoo workload, or your own MODULE:FUNCTION (found on PYTHONPATH; tuned under its id).")
 @click.option("--role", type=click.Choice(ROLES), default="train", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
 @click.option("--base", "base_path", required=True, type=click.Path(dir_okay=False),
@@ -107,7 +108,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
     base = TimePowerModel.load(base_path)
     device = open_backend(open_device, device_name, seed)
     with device:
-        check_workload(device, workload)
+        workload = check_workload(device, workload, role)
         modes = _candidate_modes(device, modes_path)
         if policy.n_initial > len(modes):
             raise InvalidArgument("--initial", f"{policy.n_initial} random modes of the {len(modes)} in {modes_path}",

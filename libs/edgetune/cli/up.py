@@ -1,12 +1,13 @@
 """``edgetune up``: the whole control plane on this machine, until Ctrl-C / SIGTERM (docs/contract.md).
 
-    edgetune up --nodes orin-agx:2,xavier-agx,nano [--redis URL] [--ready-file F]
+    edgetune up --nodes orin-agx:2,xavier-agx,nano [--redis URL] [--ready-file F] [--workload-path DIR]
 
 Runs embedded Redis (or ``--redis``), the estimator (local Ray; ``--no-ray``), the optimizer,
 the coordinator (told both addresses) and one simulated profiler agent per node
 (:mod:`edgetune.coordination.controlplane`: ids ``DEVICE-N``, budgets ``@WATTS`` or the
 device's default), then fits a reference model per device model (``reference-DEVICE-train``,
-for a job's ``reference_model``; ``--no-references`` skips it). Once all serve it prints the coordinator address and the node ids, and
+for a job's ``reference_model``; ``--no-references`` skips it). ``--workload-path DIR`` lets the
+agents import jobs' ``MODULE:FUNCTION`` workloads from ``DIR``, by name. Once all serve it prints the coordinator address and the node ids, and
 ``--ready-file`` gets ``{"coordinator": "HOST:PORT", "nodes": [...]}``. Ctrl-C or SIGTERM stops
 every process (agents first: they restore their modes) and exits 0; a process failing to start,
 or dying while up, stops the rest and exits 1 with its log tail.
@@ -57,10 +58,14 @@ def write_ready_file(path: Path, record: dict[str, object]) -> None:
               help="Fit no reference models (jobs then name their own reference_model).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulated boards' seed (node i: SEED + i).")
 @click.option("--log-level", default="INFO", show_default=True, help="The services' log level.")
+@click.option("--workload-path", "workload_path", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A directory the agents may import a job's MODULE:FUNCTION workload from (repeatable).")
 @click.pass_context
 @reports_errors
 def command(ctx: click.Context, nodes_text: str, redis_url: str | None, ready_file: Path | None,
-            log_dir: Path | None, no_ray: bool, no_references: bool, seed: int, log_level: str) -> None:
+            log_dir: Path | None, no_ray: bool, no_references: bool, seed: int, log_level: str,
+            workload_path: tuple[Path, ...]) -> None:
     """Run Redis, coordinator, estimator, optimizer and one simulated agent per node until Ctrl-C."""
     nodes = local_nodes(parse_nodes(nodes_text))  # bad --nodes: exit 2 before anything starts
     log_dir = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="edgetune-up-"))
@@ -72,7 +77,8 @@ def command(ctx: click.Context, nodes_text: str, redis_url: str | None, ready_fi
         # The run id marks every process of this run (EDGETUNE_RUN): `Supervisor.strays` finds leftovers.
         click.echo(f"starting {len(nodes)} node(s); logs in {log_dir}; run {supervisor.run_id}", err=True)
         plane = start_control_plane(log_dir, nodes, redis_url=redis_url, ray=not no_ray, seed=seed,
-                                    log_level=log_level, references=not no_references, supervisor=supervisor)
+                                    log_level=log_level, references=not no_references, supervisor=supervisor,
+                                    workload_path=workload_path)
         _announce(plane, redis_url)
         if ready_file is not None:
             write_ready_file(ready_file, plane.ready_record())

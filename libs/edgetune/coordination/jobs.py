@@ -29,6 +29,9 @@ DEFAULT_IDLE_TIMEOUT_MS = 60_000
 DEFAULT_MAX_DELIVERIES = 5
 #: Approximate cap on a node's queue length (acknowledged entries are only history).
 DEFAULT_STREAM_MAXLEN = 10_000
+#: How long a refused job's reason is kept (the submitter looks once the queue is drained), and its length.
+REFUSAL_TTL_S = 3600.0
+MAX_REFUSAL_CHARS = 2000
 
 __all__ = ["DeadJob", "Job", "JobQueue", "measurement_record"]
 
@@ -101,6 +104,19 @@ class JobQueue:
                                                 "deliveries": job.deliveries})
             jobs.append(job)
         return jobs
+
+    def refuse(self, job: Job, reason: str) -> bool:
+        """Acknowledge a job that can never run (a bad field, a workload the node cannot load) and
+        keep why for :data:`REFUSAL_TTL_S`, so the submitter can fail with the node's reason
+        instead of waiting for a measurement that will not come."""
+        self.store.set_with_ttl(("job-refused", job.node_id, job.job_id), str(reason)[:MAX_REFUSAL_CHARS],
+                                REFUSAL_TTL_S)
+        return self.ack(job)
+
+    def refusal(self, node_id: str, job_id: str) -> str | None:
+        """Why the node refused job ``job_id`` (:meth:`refuse`), or None."""
+        value = self.store.get(("job-refused", node_id, job_id))
+        return None if value is None else str(value)
 
     def ack(self, job: Job) -> bool:
         """Mark the job done; False when it was already acknowledged (or claimed away and acked)."""

@@ -19,6 +19,7 @@ then SIGKILL): agents and services first (agents restore their modes), the coord
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class LocalCluster:
     #: Start the Estimator (``--no-ray``) and the Optimizer before the coordinator and give it their
     #: addresses (``--estimator`` / ``--optimizer``): its reconcile loop runs TuningJobs.
     tuning: bool = False
+    #: The agents' ``--workload-path``: directories a job's MODULE:FUNCTION workload is imported from.
+    workload_path: tuple[Path, ...] = ()
     store: Store | None = None
     coordinator: Child | None = None
     estimator: Child | None = None
@@ -149,6 +152,8 @@ class LocalCluster:
                  "--node-id", node_id, "--seed", str(seed), "--coordinator", self.coordinator.address]
         if budget_w is not None:
             extra += ["--power-budget-w", f"{budget_w:g}"]
+        if self.workload_path:
+            extra += ["--workload-path", os.pathsep.join(str(Path(p).resolve()) for p in self.workload_path)]
         return self.spawn(f"agent-{node_id}", self._service_argv("profiler", extra))
 
     def start_agents(self, nodes: Mapping[str, tuple[str, float | None]], *, seed: int = 0) -> dict[str, Child]:

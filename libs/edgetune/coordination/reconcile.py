@@ -47,7 +47,8 @@ from edgetune.coordination.tuningjobs import (
     TuningJobSpec,
     TuningJobView,
 )
-from edgetune.errors import EdgetuneError
+from edgetune.devices.workloads import is_user_workload
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -120,6 +121,9 @@ class QueueMeasurer:
         self.should_stop, self.on_purpose, self.on_points = should_stop, on_purpose, on_points
         self.timeout_s, self.poll_s = timeout_s, poll_s
         self.queued = 0  # points this measurer sent to the agent (not found in the store)
+        #: What the measurements are recorded under: the workload, or a MODULE:FUNCTION's id once the
+        #: node has measured it (only the node imports user code).
+        self.workload_id = workload
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
@@ -141,10 +145,19 @@ class QueueMeasurer:
             POINTS.labels("queued").inc()
         found = self._wait([mid for _, mid in wanted])
         rows = [found[mid] for _, mid in wanted if mid in found]
+        if len(rows) < len(wanted):
+            for job_id, mid in wanted:
+                reason = None if mid in found else self.queue.refusal(self.node_id, job_id)
+                if reason is not None:  # e.g. a MODULE:FUNCTION the node cannot load: fail with its words
+                    raise InvalidArgument("workload", f"node {self.node_id} refused {self.workload}: {reason}")
         self.on_points(len(rows))
+        # a user workload's rows carry its id (the agent loaded it): the models learn under that id
+        ids = {r.workload for r in rows}
+        if len(ids) == 1:
+            self.workload_id = ids.pop()
         return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
                       np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
-                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload, self.role)
+                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload_id, self.role)
 
     def _wait(self, ids: list[str]) -> dict:
         """The measurements as they land; a point still missing once the node's queue is drained
@@ -443,7 +456,8 @@ class Reconciler:
 
         def on_points(n: int) -> None:
             profiled["n"] += n
-            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured",
+            of = f" of {measurer.workload_id}" if measurer.workload_id != spec.workload else ""  # a user workload's id
+            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
                                                           profiled=profiled["n"]))
 
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
@@ -459,7 +473,9 @@ class Reconciler:
         candidates = named_grid(get_spec(device), CANDIDATE_GRID).array()
         return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
-                         workload=spec.workload, role=spec.role, model_id=f"tuning-{spec.name}-{node_id}",
+                         # a MODULE:FUNCTION's id is known once the node measured it: the points then carry it
+                         workload="" if is_user_workload(spec.workload) else spec.workload, role=spec.role,
+                         model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
 
     def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> ModelRef | None:

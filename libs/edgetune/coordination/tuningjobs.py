@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from edgetune import validation
 from edgetune.coordination.store import Fence, RevisionConflict, Store
 from edgetune.coordination.store.records import UnknownSchema
+from edgetune.devices.workloads import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument, NotFound
 
 SPEC_KIND = "tuning-job-spec"
@@ -79,6 +80,11 @@ class TuningJobSpec:
             raise InvalidArgument("spec.name", f"{self.name!r} is not a DNS label",
                                   "lowercase letters, digits and '-', at most 63, e.g. mnv3-train")
         validation.identifier(self.workload, "spec.workload.name")
+        if is_user_workload(self.workload):  # its form only: the nodes import it (the coordinator never does)
+            try:
+                parse_spec(self.workload)
+            except InvalidArgument as exc:
+                raise exc.renamed("spec.workload.name") from None
         if self.role not in ROLES:
             raise InvalidArgument("spec.workload.role", f"{self.role!r}", ", ".join(ROLES))
         if not self.batch_sizes:

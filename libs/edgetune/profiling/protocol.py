@@ -96,6 +96,10 @@ class ProfileConfig:
     #: Node id and run key go into the measurement id (re-running a key overwrites, not duplicates).
     node: str = ""
     run_key: str = ""
+    #: The workload name the ids are keyed by when it is not the one measured: a user workload's
+    #: MODULE:FUNCTION as requested, while rows record its id (a coordinator, which never imports
+    #: user code, computes the ids of the points it queued from the name it asked for).
+    id_workload: str = ""
 
     def validate(self) -> ProfileConfig:
         validation.count(self.n_minibatches, "n_minibatches")
@@ -320,7 +324,8 @@ class Profiler:
         time_ms, time_std_ms = mean_std(times_ms)
         name = dev.spec.name
         return Measurement(
-            id=measurement_id(name, cfg.node, workload, role.value, applied, batch_size, cfg.run_key),
+            id=measurement_id(name, cfg.node, cfg.id_workload or workload, role.value, applied, batch_size,
+                              cfg.run_key),
             device=name, node=cfg.node, workload=workload, role=role.value, mode=applied,
             batch_size=batch_size, time_ms=time_ms, time_std_ms=time_std_ms,
             power_w=stats.power_w, power_std_w=stats.power_std_w, peak_power_w=stats.peak_power_w,

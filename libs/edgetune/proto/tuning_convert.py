@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetune import validation
+from edgetune.devices.workloads import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import common_pb2, tuning_pb2
 from edgetune.schemas import check
@@ -83,6 +84,11 @@ def spec_from_doc(doc: Any, source: str = "job") -> tuning_pb2.TuningJobSpec:
     spec = tuning_pb2.TuningJobSpec(name=doc["name"])
     workload = doc["workload"]
     spec.workload.name = validation.identifier(workload["name"], f"{source}:workload.name")
+    if is_user_workload(spec.workload.name):  # its form; the nodes import it from their --workload-path
+        try:
+            parse_spec(spec.workload.name)
+        except InvalidArgument as exc:
+            raise exc.renamed(f"{source}:workload.name") from None
     spec.workload.role = ROLES[workload.get("role", "train")]  # type: ignore[assignment]
     if "batch_sizes" in workload:
         sizes = workload["batch_sizes"]

@@ -90,7 +90,9 @@ class AgentMeasurer:
             elif kind == "progress" and self.tick is not None:
                 self.tick(event.progress.done, event.progress.total)
         self.measured += [(purpose, m) for m in got]
-        return points(got, self.device, self.workload, self.role)
+        # a MODULE:FUNCTION comes back under its id (the agent loaded it): models learn under the id
+        recorded = {m.workload for m in got}
+        return points(got, self.device, recorded.pop() if len(recorded) == 1 else self.workload, self.role)
 
 
 class ServiceEstimator:

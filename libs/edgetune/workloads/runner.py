@@ -23,6 +23,7 @@ growth), so profilers drop it.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from edgetune.devices.base import Role
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.data import make_loader
 from edgetune.workloads.registry import WorkloadDef, get_workload
+from edgetune.workloads.user import UserWorkload, call_model, loaded_workload
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -233,6 +235,62 @@ def time_module(
     return times_ms
 
 
+class _UserBatches:
+    """A user workload's ``make_batch`` as an endless loader: one call per minibatch, fetched inside
+    the timed interval as a DataLoader's next batch is."""
+
+    def __init__(self, make_batch: Any, batch_size: int) -> None:
+        self.make_batch, self.batch_size = make_batch, batch_size
+        self._iterator = None  # what MinibatchRunner.close() looks for on a DataLoader
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            yield self.make_batch(self.batch_size)
+
+
+class UserRunner(MinibatchRunner):
+    """Minibatches of a user's ``MODULE:FUNCTION`` workload (:mod:`edgetune.workloads.user`), timed
+    as :class:`MinibatchRunner` times the zoo's: ``make_batch``, the copy, forward (+ its ``loss_fn``,
+    backward and an SGD step when training). Runs on a copy of the model, so profiling leaves the
+    loaded workload's weights alone."""
+
+    def __init__(self, workload: UserWorkload, role: Role | str, batch_size: int,
+                 device: torch.device | str | None = None, lr: float = 0.01, optimizer: str = "sgd",
+                 *, seed: int = 0) -> None:
+        self.user = workload
+        self.role = Role.parse(role)
+        if self.role is Role.TRAIN and workload.loss_fn is None:
+            raise InvalidArgument("role", f"{workload.spec} has no loss_fn: it runs only as infer", "infer")
+        self.batch_size = validation.batch_size(batch_size)
+        self.device = pick_device(device)
+        self._cuda = self.device.type == "cuda"
+        torch.manual_seed(seed)
+        self.model = copy.deepcopy(workload.model).to(self.device)
+        self.optimizer = None
+        if self.role is Role.TRAIN:
+            self.model.train()
+            self.optimizer = make_optimizer(optimizer, self.model.parameters(), lr)
+        else:
+            self.model.eval()
+        self.loader = _UserBatches(workload.make_batch, self.batch_size)  # type: ignore[assignment]
+        self._it = None
+        self.losses = []
+        self.times_ms = []
+
+    def _step(self) -> torch.Tensor | None:
+        inputs, targets = _to(self._next_batch(), self.device, self._cuda)
+        if self.optimizer is None:
+            with torch.inference_mode():
+                call_model(self.model, inputs)
+            return None
+        assert self.user.loss_fn is not None
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.user.loss_fn(call_model(self.model, inputs), targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+
 class RunnerPool:
     """A ``(workload, role, batch_size, n) -> times_ms`` callable over cached runners.
 
@@ -241,6 +299,7 @@ class RunnerPool:
     """
 
     def __init__(self, device: str | torch.device | None = None, num_workers: int = 0, max_cached: int = 4) -> None:
+        # a workload id of a loaded MODULE:FUNCTION runs as a UserRunner, any other name as the zoo's
         self.device = device
         self.num_workers = num_workers
         self.max_cached = max_cached
@@ -252,7 +311,9 @@ class RunnerPool:
         if runner is None:
             if len(self._runners) >= self.max_cached:  # drop the oldest: models hold device memory
                 self._runners.pop(next(iter(self._runners))).close()
-            runner = MinibatchRunner(workload, key[1], key[2], device=self.device, num_workers=self.num_workers)
+            user = loaded_workload(workload)  # a MODULE:FUNCTION this process loaded, by its id
+            runner = (UserRunner(user, key[1], key[2], device=self.device) if user is not None else
+                      MinibatchRunner(workload, key[1], key[2], device=self.device, num_workers=self.num_workers))
             self._runners[key] = runner
         return runner.run(n_minibatches)
 

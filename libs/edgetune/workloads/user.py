@@ -1,6 +1,6 @@
 """A workload from user code: ``MODULE:FUNCTION`` wherever a zoo name is accepted.
 
-The contract (docs/contract.md, "Your own workload"): ``FUNCTION()`` takes no arguments and
+The contract (docs/contract.md, "Workloads"): ``FUNCTION()`` takes no arguments and
 returns ``(model, make_batch, loss_fn)``:
 
 - ``model``: a ``torch.nn.Module``;
@@ -40,22 +40,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgetune.devices.workloads import SPEC_ALLOWED, WORKLOAD_PATH_ENV, is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
 
+__all__ = ["UserWorkload", "is_user_workload", "load_workload", "loaded_workload", "parse_spec", "structure_hash"]
+
 FIELD = "workload"
-SPEC_ALLOWED = "MODULE:FUNCTION, e.g. mypkg.models:make, FUNCTION() returning (model, make_batch, loss_fn)"
-#: Dotted Python module name and a function name (no attribute paths, no arguments).
-_SPEC_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):(?P<function>[A-Za-z_][A-Za-z0-9_]*)$")
 #: Hex digits of the structure hash in a workload id.
 HASH_CHARS = 10
-#: Longest spec accepted (an id is the spec's name plus ``-`` and the hash: it must stay an identifier).
-MAX_SPEC_LENGTH = 100
 #: Batch size of the checking forward pass.
 CHECK_BATCH = 2
 #: User workloads a process keeps loaded (an agent serving many jobs stays bounded).
 MAX_LOADED = 64
-#: Environment variable with the directories an agent imports workloads from (``os.pathsep``-separated).
-WORKLOAD_PATH_ENV = "EDGETUNE_WORKLOAD_PATH"
 
 Batch = tuple[Any, Any]
 
@@ -85,33 +81,12 @@ class UserWorkload:
 
     def forward(self, inputs: Any) -> Any:
         """``model(inputs)``, or ``model(*inputs)`` for a tuple of inputs."""
-        return self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
+        return call_model(self.model, inputs)
 
 
-def is_user_workload(name: object) -> bool:
-    """Whether a workload name is a ``MODULE:FUNCTION`` entry (zoo names and ids have no ``:``)."""
-    return isinstance(name, str) and ":" in name
-
-
-def workload_path_from_env(value: str | None = None) -> list[Path]:
-    """Directories of :data:`WORKLOAD_PATH_ENV` (or ``value``), in order; empty entries dropped."""
-    import os
-
-    text = os.environ.get(WORKLOAD_PATH_ENV, "") if value is None else value
-    return [Path(p) for p in text.split(os.pathsep) if p.strip()]
-
-
-def parse_spec(spec: object) -> tuple[str, str]:
-    """``"pkg.mod:make"`` → ``("pkg.mod", "make")``, or ``InvalidArgument("workload")``."""
-    if not isinstance(spec, str):
-        raise InvalidArgument(FIELD, f"{spec!r} is not a string", SPEC_ALLOWED)
-    if len(spec) > MAX_SPEC_LENGTH:
-        raise InvalidArgument(FIELD, f"{spec[:40]!r}... has {len(spec)} characters (at most {MAX_SPEC_LENGTH})",
-                              SPEC_ALLOWED)
-    m = _SPEC_RE.match(spec)
-    if m is None:
-        raise InvalidArgument(FIELD, f"{spec!r} is not MODULE:FUNCTION", SPEC_ALLOWED)
-    return m["module"], m["function"]
+def call_model(model: nn.Module, inputs: Any) -> Any:
+    """The contract's call: ``model(*inputs)`` for a tuple (or list) of inputs, else ``model(inputs)``."""
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
 
 
 # --------------------------------------------------------------------------- importing
@@ -204,7 +179,7 @@ def _check(spec: str, model: nn.Module, make_batch: Callable[[int], Batch],
     was_training = model.training
     try:
         with torch.no_grad():
-            outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+            outputs = call_model(model, inputs)
             if loss_fn is not None:
                 loss = loss_fn(outputs, targets)
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:

@@ -280,8 +280,9 @@ DATA_MS_MIN = 0.005
 WARMUP_MS_PER_CALL = 2.0
 
 
-def _role_from_layers(model, sample_inputs, role: Role) -> RoleProfile:
-    """Fit one :class:`RoleProfile` to the layer costing at :data:`FIT_BATCHES` (reference MAXN)."""
+def _role_from_layers(records_at: dict, sample_inputs, role: Role) -> RoleProfile:
+    """Fit one :class:`RoleProfile` to the layer costing of ``records_at[b]`` (the layer records at
+    each of :data:`FIT_BATCHES`) on the reference device at MAXN."""
     # late: the layer costing loads torch and the simulator's hardware and rail models
     from edgetune.estimation.layerwise.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
 
@@ -294,7 +295,7 @@ def _role_from_layers(model, sample_inputs, role: Role) -> RoleProfile:
     fits = []
     n_calls = 0
     for b in FIT_BATCHES:
-        records = _layer_records(model, sample_inputs, b)
+        records = records_at[b]
         n_calls = len(records)
         cost = cm.cost_records(records, maxn, training=training)
         gflop = sum(c.flops for c in cost.layers) / 1e9
@@ -381,7 +382,8 @@ def profile_from_module(model, make_batch, *, name: str, roles: Iterable[Role | 
     if not parsed:
         raise InvalidArgument("roles", "no role given", "train, infer")
     try:
-        role_profiles = {r: _role_from_layers(model, sample, r) for r in parsed}
+        records_at = {b: _layer_records(model, sample, b) for b in FIT_BATCHES}
+        role_profiles = {r: _role_from_layers(records_at, sample, r) for r in parsed}
     except InvalidArgument:
         raise
     except Exception as exc:
