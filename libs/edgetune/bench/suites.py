@@ -340,3 +340,51 @@ def estimator_transfer_vs_gp() -> dict:
                             worst = max(worst, mape / base[target])
                     cases.append(case)
     return {"worst_ratio": worst, "cases": cases}
+
+
+@benchmark("online_tuner_step_overhead", "OnlineTuner's steady-state step costs < 1 % of a 50 ms step (< 0.5 ms)",
+           "overhead_fraction_of_50ms", 0.01)
+def online_tuner_overhead() -> dict:
+    """What ``with tuner.step(batch_size=16):`` adds to a training step once the mode is chosen.
+
+    The tuner runs on a real-clock Jetson (a copy of the fake Orin AGX sysroot: sysfs writes, INA3221
+    reads, wall time per step), profiles 10 short windows with empty step bodies, transfers a quick
+    reference and keeps its choice; then the whole bracket of an empty step is timed (a bare
+    ``with`` of a no-op context manager beside it: the baseline in the same run).
+    """
+    import shutil
+    import tempfile
+    from contextlib import nullcontext
+
+    from edgetune.devices.sysfs import SysfsJetson
+    from edgetune.online import OnlineTuner, State, simulated_reference
+
+    reference = simulated_reference("orin-agx", "train", epochs=20)
+    n = 10_000
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "root"
+        shutil.copytree(REPO / "tests" / "fixtures" / "sysroots" / "orin-agx-jp5", root)
+        dev = SysfsJetson(str(root))
+        with OnlineTuner(dev, "mobilenetv3", power_budget_w=60.0, profiles=10, reference=reference, settle_s=0.0,
+                         min_window_s=0.01, handle_signals=False) as tuner:
+            while tuner.state is not State.STEADY and tuner.state is not State.FAILED:
+                with tuner.step(batch_size=16):
+                    pass
+            if tuner.state is not State.STEADY:
+                raise RuntimeError(f"the tuner did not reach its steady state: {tuner.decision()['reason']}")
+
+            def tuned() -> None:
+                for _ in range(n):
+                    with tuner.step(batch_size=16):
+                        pass
+
+            def bare() -> None:
+                for _ in range(n):
+                    with nullcontext():
+                        pass
+
+            tuned_s, bare_s = best_of_s(tuned, 3), best_of_s(bare, 3)
+        dev.close()
+    per_step_ms = tuned_s / n * 1000.0
+    return {"overhead_fraction_of_50ms": per_step_ms / 50.0, "per_step_ms": per_step_ms,
+            "bare_with_per_step_ms": bare_s / n * 1000.0, "steps_timed": n}

@@ -167,7 +167,10 @@ class SimulatedJetson(Device):
                 self._mode = applied
         return applied
 
-    def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int) -> list[float]:
+    def run(self, workload: str, role: Role | str, batch_size: int, n_minibatches: int, *,
+            warmup: bool = True) -> list[float]:
+        """``warmup=False``: the run continues a training already under way (the online tuner's
+        steps), so its first minibatch pays no autotuning / allocation time."""
         prof = self._profile(workload, role)
         validation.batch_size(batch_size)
         validation.count(n_minibatches, "n_minibatches")
@@ -185,7 +188,8 @@ class SimulatedJetson(Device):
                 levels *= 1.0 + self._rng.normal(0.0, MINIBATCH_POWER_CV, n_minibatches)
             # Autotuning runs host code and trial kernels: slower on a slow CPU.
             cpu_stretch = REF_CPU_MHZ / (mode.cpu_mhz * self._model.hw.cpu_perf)
-            times[0] += prof.warmup_ms * math.sqrt(cpu_stretch)
+            if warmup:
+                times[0] += prof.warmup_ms * math.sqrt(cpu_stretch)
 
             t0 = self._clock.now_s()
             ends = t0 + np.cumsum(times) / 1000.0

@@ -1,0 +1,192 @@
+"""The online tuner (edgetune.online): windows measured from the user's steps, the shared
+workflow's choice kept, the original mode restored on exit, exception and signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgetune.coordination.store.memory import MemoryStore
+from edgetune.devices.simulated import SimulatedJetson
+from edgetune.errors import InvalidArgument
+from edgetune.online import OnlineTuner, State, simulated_reference, split_profiles
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.mode import PowerMode
+from edgetune.tuning import TuningPolicy
+
+BATCH = 16
+
+
+class SensorCNN(nn.Module):
+    """A model outside the zoo: a 1-D CNN over 6-channel sensor windows of 256 samples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv1d(6, 64, 7, padding=3), nn.ReLU(), nn.Conv1d(64, 128, 5, padding=2),
+                                  nn.ReLU(), nn.MaxPool1d(2), nn.Conv1d(128, 128, 3, padding=1), nn.ReLU(),
+                                  nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(128, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(batch_size)
+    return torch.randn(batch_size, 6, 256, generator=g), torch.randint(0, 8, (batch_size,), generator=g)
+
+
+@pytest.fixture(scope="module")
+def quick_reference():
+    return simulated_reference("orin-agx", "train", epochs=20)
+
+
+def _loop(tuner: OnlineTuner, n_steps: int, model: nn.Module | None = None, fail_at: int | None = None,
+          train_every: int = 1) -> None:
+    """The user's loop; ``train_every``: really train one step in so many (the simulator times them all)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01) if model is not None else None
+    for step in range(n_steps):
+        with tuner.step(batch_size=BATCH):
+            if step == fail_at:
+                raise RuntimeError("the user's step failed")
+            if model is not None and opt is not None and step % train_every == 0:
+                x, y = make_batch(BATCH)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+
+
+def test_split_profiles_spends_exactly_the_profiles() -> None:
+    base = TuningPolicy()
+    for n in (1, 7, 10, 20, 23, 50):
+        p = split_profiles(n, base)
+        assert p.profiles == n
+    assert (split_profiles(20, base).n_initial, split_profiles(20, base).rounds) == (10, 2)
+    with pytest.raises(InvalidArgument):
+        split_profiles(0, base)
+
+
+def test_bad_arguments_are_refused_before_anything_changes(tmp_path) -> None:
+    dev = SimulatedJetson("orin-agx")
+    with pytest.raises(InvalidArgument) as exc:
+        OnlineTuner(dev, "mobilenetv3", power_budget_w=-1.0)
+    assert exc.value.field == "power_budget_w"
+    with pytest.raises(InvalidArgument) as exc:
+        OnlineTuner("sim:nope", "mobilenetv3", power_budget_w=20.0)
+    assert exc.value.field == "device"
+    with pytest.raises(InvalidArgument) as exc:
+        OnlineTuner(dev, object(), power_budget_w=20.0)
+    assert exc.value.field == "model"
+    with pytest.raises(InvalidArgument) as exc:
+        OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, steps_per_profile=0)
+    assert exc.value.field == "steps_per_profile"
+    assert dev.current_mode() == dev.spec.maxn()
+
+
+def test_windows_switch_modes_while_training_and_land_in_the_store(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx", seed=3)
+    store = MemoryStore()
+    original = dev.current_mode()
+    seen = []
+    with OnlineTuner(dev, "mobilenetv3", power_budget_w=25.0, profiles=12, steps_per_profile=5, seed=1,
+                     reference=quick_reference, store=store, node_id="orin-1", on_window=seen.append) as tuner:
+        _loop(tuner, 100)  # ~3 s of the device's clock a window: the first few, before any transfer
+        trace = tuner.trace()
+        assert tuner.state in (State.PROFILING, State.SELECTING)
+        assert dev.current_mode() != original  # training goes on in the window's mode
+    assert tuner.state is State.DONE and dev.current_mode() == original
+    assert len(trace) == 100 and all(r.time_ms > 0 for r in trace)
+    windows = tuner.windows
+    assert len(windows) >= 3 and windows == seen
+    assert len({w.mode for w in windows}) == len(windows)  # one mode per window
+    for w in windows:
+        assert w.steps >= 5 and w.purpose == "profile" and w.batch_size == BATCH
+        truth_t = dev.true_time_ms(w.mode, "mobilenetv3", "train", BATCH)
+        truth_p = dev.true_power_w(w.mode, "mobilenetv3", "train", BATCH)
+        assert abs(w.time_ms / truth_t - 1) < 0.1  # the steps measured are the window's mode's
+        assert abs(w.power_w / truth_p - 1) < 0.1  # settled before measuring
+    stored = store.get_measurements("orin-agx", "mobilenetv3", "train", "orin-1")
+    assert sorted((m.mode, round(m.power_w, 6)) for m in stored) == sorted(
+        (w.mode, round(w.power_w, 6)) for w in windows)
+    assert all(m.extra["source"] == "online" for m in stored)
+    d = tuner.decision()
+    assert d["mode"] is None and d["profiled"] == len(windows) and d["state"] == "DONE"
+
+
+def test_exception_in_the_loop_restores_the_original_mode(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx")
+    start = PowerMode(8, 1497.6, 828.75, 2133.0)
+    dev.apply(start)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(RuntimeError, match="the user's step failed"):
+        with OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference) as tuner:
+            _loop(tuner, 200, fail_at=120)
+    assert tuner.windows and any(w.mode != start for w in tuner.windows)  # it had switched away
+    assert dev.current_mode() == start
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert tuner.state is State.DONE
+
+
+def test_signal_restores_the_mode_before_the_previous_handler_runs(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx")
+    start = dev.current_mode()
+    modes_when_called = []
+
+    def previous(signum, frame):
+        modes_when_called.append(dev.current_mode())
+        raise SystemExit(signum)
+
+    old = signal.signal(signal.SIGTERM, previous)
+    try:
+        with pytest.raises(SystemExit):
+            with OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference) as tuner:
+                for step in range(400):
+                    with tuner.step(batch_size=BATCH):
+                        if step == 100:
+                            assert dev.current_mode() != start
+                            os.kill(os.getpid(), signal.SIGTERM)
+        assert modes_when_called == [start]  # restored first
+        assert dev.current_mode() == start and tuner.state is State.DONE
+        assert signal.getsignal(signal.SIGTERM) is previous  # the tuner's handler is gone
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def test_default_sigint_becomes_keyboard_interrupt_after_restoring(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx")
+    start = dev.current_mode()
+    with pytest.raises(KeyboardInterrupt):
+        with OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference) as tuner:
+            for step in range(400):
+                with tuner.step(batch_size=BATCH):
+                    if step == 80:
+                        os.kill(os.getpid(), signal.SIGINT)
+    assert dev.current_mode() == start
+
+
+def test_user_cnn_within_budget_and_10_percent_of_the_best_mode(quick_reference) -> None:
+    """Acceptance: simulated Orin AGX, 20 W, 20 profiles, a model outside the zoo."""
+    torch.manual_seed(0)
+    model = SensorCNN()
+    dev = SimulatedJetson("orin-agx", seed=0)
+    with OnlineTuner(dev, model, power_budget_w=20.0, profiles=20, steps_per_profile=5, seed=0,
+                     reference=quick_reference) as tuner:
+        _loop(tuner, 30_000, model, train_every=500)  # ~2.6 ms steps: ~1,000 a window (2.5 s settling)
+        d = tuner.decision()
+        assert tuner.state is State.STEADY
+    wid = d["workload"]
+    assert wid.startswith("SensorCNN-")
+    assert d["feasible"] and d["profiled"] == 20 and d["measured"]["power_w"] <= 20.0
+    mode = PowerMode(**d["mode"])
+    grid = named_grid(dev.spec, "full").array()
+    true_t = dev.true_time_ms(grid, wid, "train", BATCH)
+    true_p = dev.true_power_w(grid, wid, "train", BATCH)
+    best = float(true_t[true_p <= 20.0].min())
+    assert dev.true_power_w(mode, wid, "train", BATCH) <= 20.0
+    assert dev.true_time_ms(mode, wid, "train", BATCH) <= 1.10 * best
+    assert np.isfinite(d["predicted"]["time_ms"]) and d["steady"]["steps"] > 1000
+    assert d["measured"]["time_ms"] <= 1.10 * best
