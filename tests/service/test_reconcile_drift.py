@@ -60,30 +60,41 @@ class Board:
                                                        row["power_w"] * self.power_factor, self.node_id)])
 
 
+@pytest.fixture(scope="module")
+def estimator() -> LibraryEstimator:
+    """The estimation library holding a ResNet18 reference of the Orin AGX (``reference-orin-agx-train``)."""
+    est = LibraryEstimator()
+    grid = named_grid(get_spec(DEVICE), "fulcrum").array()[::3]
+    rows = truth_table(DEVICE, "resnet18", "train", grid, [16])
+    est.fit(Points(grid, np.full(len(grid), 16), np.array([r["time_ms"] for r in rows]),
+                   np.array([r["power_w"] for r in rows]), DEVICE, "resnet18", "train"),
+            model_id=reference_model_id(DEVICE), method="nn", epochs=60)
+    return est
+
+
+def _leader(store: MemoryStore) -> LeaderLease:
+    lease = LeaderLease(store, "coordinator", lease_ms=5000, holder_id="test")
+    lease.start()
+    deadline = time.monotonic() + 10
+    while not lease.is_leader and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lease
+
+
 @pytest.fixture()
-def plane():
+def plane(estimator):
     """A leader with its loop (drift checks every 0.3 s), two registered Orin nodes with boards, a reference."""
     store = MemoryStore()
     registry = NodeRegistry(store, heartbeat_ttl_s=120)
     for node_id, labels in (("orin-agx-1", {"rack": "a"}), ("orin-agx-2", {"rack": "b"})):
         registry.register(NodeRecord(node_id, device=spec_to_dict(get_spec(DEVICE)), labels=labels,
                                      power_budget_w=BUDGET_W))
-    lease = LeaderLease(store, "coordinator", lease_ms=5000, holder_id="test")
-    lease.start()
-    estimator = LibraryEstimator()
-    grid = named_grid(get_spec(DEVICE), "fulcrum").array()[::3]
-    rows = truth_table(DEVICE, "resnet18", "train", grid, [16])
-    estimator.fit(Points(grid, np.full(len(grid), 16), np.array([r["time_ms"] for r in rows]),
-                         np.array([r["power_w"] for r in rows]), DEVICE, "resnet18", "train"),
-                  model_id=reference_model_id(DEVICE), method="nn", epochs=60)
+    lease = _leader(store)
     rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
                      point_timeout_s=60, transfer_epochs=40, drift=DriftPolicy(check_s=0.3, near_points=4))
     boards = {n: Board(store, n) for n in ("orin-agx-1", "orin-agx-2")}
     for b in boards.values():
         b.thread.start()
-    deadline = time.monotonic() + 10
-    while not lease.is_leader and time.monotonic() < deadline:
-        time.sleep(0.05)
     rec.start()
     try:
         yield store, rec, boards
@@ -157,6 +168,39 @@ def test_caches_of_cancelled_jobs_are_pruned(plane):
     jobs.cancel("prune")
     rec.wake()
     _wait(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "checked": 0, "refreshed": 0}, 20)
+
+
+def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimator):
+    """Its agent gone (no heartbeat, nobody consuming its points): the worker notices the lost heartbeat
+    and waits; once the node has been lost for ``lost_fail_s`` it is Failed, saying so."""
+    store = MemoryStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=1.0)
+    registry.register(NodeRecord("orin-agx-9", device=spec_to_dict(get_spec(DEVICE)), power_budget_w=BUDGET_W))
+    lease = _leader(store)
+    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
+                     point_timeout_s=60, lost_fail_s=2.0).start()
+    jobs = TuningJobs(store)
+    stop = threading.Event()
+
+    def beat() -> None:  # the agent heartbeats until its node is being profiled, then dies
+        while not stop.is_set():
+            registry.heartbeat("orin-agx-9", state="ready")
+            n = _node(jobs, "lost", "orin-agx-9")
+            if n is not None and n.phase == "Profiling":
+                return
+            time.sleep(0.1)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    try:
+        jobs.submit(TuningJobSpec("lost", WORKLOAD, nodes=("orin-agx-9",), profiles=6, method="random"))
+        beater.start()
+        failed = _wait(lambda: (n := _node(jobs, "lost", "orin-agx-9")) is not None and n.phase == "Failed" and n, 30)
+        assert failed.reason.startswith("node lost: no heartbeat for"), failed.reason
+        assert any("stopped heartbeating" in e.message for e in failed.events), failed.events
+    finally:
+        stop.set()
+        rec.stop()
+        lease.stop()
 
 
 def test_drift_reason_tolerates_the_miss_verification_accepted():

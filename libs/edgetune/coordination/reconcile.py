@@ -163,18 +163,23 @@ class Stopped(Exception):
     """The worker was told to stop (lost the lease, job cancelled, shutdown)."""
 
 
+class NodeLost(Exception):
+    """The node stopped heartbeating while points were outstanding: its worker waits for it to return."""
+
+
 class QueueMeasurer:
     """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1)."""
 
     def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str, workload: str,
                  role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
                  on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1,
-                 epoch: int = 0) -> None:
+                 epoch: int = 0, node_live: Callable[[], bool] = lambda: True, live_check_s: float = 1.0) -> None:
         self.store, self.queue, self.job, self.node_id = store, queue, job, node_id
         self.device_model, self.workload, self.role = device_model, workload, role
         self.should_stop, self.on_purpose, self.on_points = should_stop, on_purpose, on_points
         self.timeout_s, self.poll_s = timeout_s, poll_s
         self.epoch = epoch  # the node's drift epoch: part of every point's job id
+        self.node_live, self.live_check_s = node_live, live_check_s
         self.queued = 0  # points this measurer sent to the agent (not found in the store)
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
@@ -208,6 +213,7 @@ class QueueMeasurer:
         found: dict = {}
         deadline = time.monotonic() + self.timeout_s
         drained_since: float | None = None
+        live_checked = time.monotonic()
         while True:
             for mid in ids:
                 if mid not in found and (m := self.store.get_measurement(mid)) is not None:
@@ -216,6 +222,11 @@ class QueueMeasurer:
                 return found
             if self.should_stop():
                 raise Stopped()
+            if time.monotonic() - live_checked >= self.live_check_s:  # the heartbeat, not every poll
+                live_checked = time.monotonic()
+                if not self.node_live():
+                    raise NodeLost(f"node {self.node_id} stopped heartbeating with {len(ids) - len(found)} "
+                                   "points outstanding")
             drained = self.queue.backlog(self.node_id) == 0 and self.queue.pending_count(self.node_id) == 0
             drained_since = (drained_since or time.monotonic()) if drained else None
             if drained_since is not None and time.monotonic() - drained_since > 1.0:
@@ -298,7 +309,8 @@ class Reconciler:
     def __init__(self, store: Store, registry: NodeRegistry, configs: ConfigStore, lease: LeaderLease,
                  estimator: Estimator | None, selector: Selector | None, *, interval_s: float = 1.0,
                  policy: TuningPolicy | None = None, point_timeout_s: float = 300.0,
-                 transfer_epochs: int | None = None, drift: DriftPolicy | None = None) -> None:
+                 transfer_epochs: int | None = None, drift: DriftPolicy | None = None,
+                 lost_fail_s: float | None = None) -> None:
         self.store, self.registry, self.configs, self.lease = store, registry, configs, lease
         self.estimator, self.selector = estimator, selector
         self.jobs = TuningJobs(store)
@@ -306,6 +318,8 @@ class Reconciler:
         self.interval_s, self.policy, self.point_timeout_s = interval_s, policy, point_timeout_s
         self.transfer_epochs = transfer_epochs
         self.drift = drift or DriftPolicy()
+        #: A node lost (no heartbeat) this long while being tuned is Failed (default: the point timeout).
+        self.lost_fail_s = point_timeout_s if lost_fail_s is None else lost_fail_s
         self._workers: dict[tuple[str, str], _Worker] = {}
         self._tuners: dict[tuple[str, str], NodeTuner] = {}
         self._writers: dict[str, StatusWriter] = {}
@@ -374,6 +388,7 @@ class Reconciler:
                 budget = view.spec.budget_for(node.node_id, node.power_budget_w)
                 rebudget = st.phase == "Applied" and budget is not None and st.power_budget_w != budget
                 if not node.live:
+                    self._fail_if_lost_too_long(writer, st, node)
                     continue
                 if st.phase == "Applied" and not rebudget:
                     if self._check_due(key):
@@ -383,6 +398,16 @@ class Reconciler:
                     continue
                 self._start_worker(view, node, rebudget)
         self._prune(active)
+
+    def _fail_if_lost_too_long(self, writer: StatusWriter, st: NodeStatus, node: NodeRecord) -> None:
+        """A node being tuned that has not heartbeated for ``lost_fail_s``: Failed, saying so (bounded wait)."""
+        if st.terminal or st.phase == "Pending" or node.last_seen_s is None:
+            return
+        gone_s = time.time() - node.last_seen_s
+        if gone_s < self.lost_fail_s:
+            return
+        reason = f"node lost: no heartbeat for {gone_s:.0f} s while {st.phase.lower()}"
+        writer.update(node.node_id, lambda s: s if s.terminal else s.with_event(reason, phase="Failed", reason=reason))
 
     def _check_due(self, key: tuple[str, str]) -> bool:
         """A drift check of an Applied node is due (the first one ``check_s`` after it was seen Applied)."""
@@ -458,6 +483,13 @@ class Reconciler:
             self._tune(spec, node, writer, should_stop, rebudget)
         except (Stopped, NotLeader, LeaseLost):
             log.info("tuning of %s on %s stopped", spec.name, node.node_id)
+        except NodeLost as exc:  # resumes when the node heartbeats again (a pass starts a worker), else Failed
+            log.warning("tuning of %s paused: %s", spec.name, exc)
+            lost = f"{exc}; waiting for it to return"
+            try:
+                writer.update(node.node_id, lambda s: s.with_event(lost))
+            except Exception:
+                log.exception("could not record the loss of %s", node.node_id)
         except CONNECTION_ERRORS as exc:  # the store away (a restart): the next pass resumes, nothing is lost
             log.warning("tuning of %s on %s paused: the store is unreachable (%s)", spec.name, node.node_id, exc)
         except Exception as exc:  # the node fails with the reason; the job goes on elsewhere
@@ -483,7 +515,8 @@ class Reconciler:
         window = int(time.time() // max(self.drift.check_s, 1e-3))  # one check point per window, any leader
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
                                  spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
-                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=st.drift_epoch)
+                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
+                                 node_live=lambda: self._live(node_id))
         got = measurer.measure(np.asarray([st.mode], dtype=float), st.batch_size or spec.batch_sizes[0],
                                purpose=f"check-{window}")
         if not len(got):
@@ -602,7 +635,7 @@ class Reconciler:
 
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
                                  should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
-                                 timeout_s=self.point_timeout_s)
+                                 timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
         base = self._reference(spec, node)
         if base is None:
             reason = (f"no reference model: the job names none and the store holds fewer than "
@@ -615,6 +648,12 @@ class Reconciler:
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
                          workload=spec.workload, role=spec.role, model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
+
+    def _live(self, node_id: str) -> bool:
+        try:
+            return self.registry.get(node_id).live
+        except EdgetuneError:  # deregistered
+            return False
 
     def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> ModelRef | None:
         if spec.reference_model_id:
