@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 from prometheus_client import Gauge
 
+from edgetune import validation
 from edgetune.coordination import kube
 from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
@@ -163,7 +164,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
-                       drift_time_tolerance: float = DriftPolicy.time_tolerance) -> Coordinator:
+                       drift_time_tolerance: float = DriftPolicy.time_tolerance,
+                       transfer_epochs: int = 0) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
@@ -172,7 +174,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     ``estimator`` / ``optimizer``: the services' addresses the leader's reconcile loop calls
     (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval;
     ``drift_check_s`` / ``drift_time_tolerance``: how often an Applied node's configuration is measured
-    again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks).
+    again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
+    ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
@@ -195,7 +198,10 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
 
         est, sel = remote_services(estimator, optimizer)
         drift = DriftPolicy(check_s=drift_check_s, time_tolerance=drift_time_tolerance)
-        reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s, drift=drift)
+        if transfer_epochs:
+            validation.count(transfer_epochs, "transfer_epochs", minimum=1, maximum=100_000)
+        reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s, drift=drift,
+                                transfer_epochs=transfer_epochs or None)
 
         def on_register(record: NodeRecord) -> None:
             reconciler.wake()  # a node that matches a job (re)joins
@@ -280,6 +286,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "(drift checks; 0: none)")
     add_option(parser, "drift_time_tolerance", DriftPolicy.time_tolerance,
                "relative time miss, beyond the one verification accepted, that counts as drift")
+    add_option(parser, "transfer_epochs", 0, "epochs of the reconcile loop's transfers (0: the estimator's default)")
     return parser.parse_args(argv)
 
 
@@ -289,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
         kube_selector=args.kube_selector, estimator=args.estimator, optimizer=args.optimizer,
         reconcile_s=args.reconcile_s, drift_check_s=args.drift_check_s,
-        drift_time_tolerance=args.drift_time_tolerance, **server_kwargs(args)))
+        drift_time_tolerance=args.drift_time_tolerance, transfer_epochs=args.transfer_epochs,
+        **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

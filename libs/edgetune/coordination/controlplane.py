@@ -177,11 +177,13 @@ class ControlPlane:
 
 def start_control_plane(workdir: Path, nodes: Sequence[LocalNode], *, redis_url: str | None = None,
                         ray: bool = True, seed: int = 0, log_level: str = "INFO", references: bool = True,
-                        supervisor: Supervisor | None = None) -> ControlPlane:
+                        supervisor: Supervisor | None = None, coordinator_args: Sequence[str] = ()) -> ControlPlane:
     """Start every process under one supervisor and return them once each serves (the agents
-    once registered); on any failure everything started is stopped and the error raised."""
+    once registered); on any failure everything started is stopped and the error raised.
+    ``coordinator_args``: more coordinator flags (``--transfer-epochs 100``)."""
     cluster = LocalCluster(Path(workdir), heartbeat_ttl_s=10.0, lease_ms=2000, replica_id="up", grace_s=1.0,
-                           log_level=log_level, supervisor=supervisor, external_redis=redis_url)
+                           log_level=log_level, supervisor=supervisor, external_redis=redis_url,
+                           coordinator_args=tuple(coordinator_args))
     plane = ControlPlane(cluster, list(nodes))
     cluster.start(coordinator=False)
     try:

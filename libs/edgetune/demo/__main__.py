@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet = tuple(n for n in FLEET if n.node_id in wanted)
     options = Options(workload=args.workload, modes=args.modes, seed=args.seed,
                             held_out=args.held_out if args.held_out is not None else (10 if args.quick else 20))
-    if args.quick:
-        options.reference_modes, options.reference_epochs = 1000, 40
+    if args.quick:  # small reference fits and short transfers (the coordinator's --transfer-epochs)
+        options.reference_modes, options.reference_epochs, options.transfer_epochs = 400, 30, 100
     ids = {n.node_id for n in fleet}
     orins = [n.node_id for n in fleet if n.device == "orin-agx"]
     do_concurrent = bool(orins)
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         def start() -> str:
             nonlocal suite
             with console.status("starting processes ..."):
-                suite = start_suite(sup, fleet, seed=args.seed, ray=not args.no_ray)
+                suite = start_suite(sup, fleet, seed=args.seed, ray=not args.no_ray,
+                                    transfer_epochs=options.transfer_epochs)
             return (f"{len(sup.children) + 1} processes serving on loopback; logs in {sup.log_dir}; "
                     f"estimation by the {suite.estimator.where}")
 

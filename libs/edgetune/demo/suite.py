@@ -97,14 +97,16 @@ def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
 
 
 def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, ray: bool = True,
-                on_started=lambda name, child: None) -> Suite:
+                transfer_epochs: int = 0, on_started=lambda name, child: None) -> Suite:
     """Start the control plane under ``sup`` as ``edgetune up`` does
     (:func:`~edgetune.coordination.controlplane.start_control_plane`: the coordinator told the
     estimator's and the optimizer's addresses, one agent per node registered with its budget) and
     return the :class:`Suite`; ``on_started(name, child)`` is called for each process once all serve.
-    ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process)."""
+    ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process);
+    ``transfer_epochs``: the coordinator's transfers (0: the estimator's default)."""
     plane = start_control_plane(sup.log_dir, [LocalNode(n.node_id, n.device, n.budget_w) for n in fleet],
-                                ray=ray, seed=seed, references=False, supervisor=sup)
+                                ray=ray, seed=seed, references=False, supervisor=sup,
+                                coordinator_args=["--transfer-epochs", str(transfer_epochs)] if transfer_epochs else [])
     cluster = plane.cluster
     assert cluster.coordinator is not None and plane.estimator is not None and plane.optimizer is not None
     channels: list[grpc.Channel] = []
