@@ -189,3 +189,19 @@ def test_targets_by_ids_device_and_labels():
     assert ids(nodes=(), selector_device="orin-agx", selector_labels={"rack": "a", "zone": "x"}) == ["orin-agx-1"]
     assert ids(nodes=(), selector_device="orin-agx", selector_labels={"zone": "y"}) == []
     assert ids(nodes=(), selector_device="xavier-agx") == []
+
+
+def test_a_service_away_or_busy_is_retried_not_a_node_failure():
+    """UNAVAILABLE / DEADLINE_EXCEEDED from the Estimator or Optimizer: the loop retries the node (a real
+    gRPC error from a call to an address nobody serves); any other error fails it."""
+    import grpc
+
+    from edgetune.coordination.reconcile import _transient
+    from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
+
+    with grpc.insecure_channel("127.0.0.1:1") as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=2)
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert _transient(err.value)
+    assert not _transient(ValueError("a bug")) and not _transient(InvalidArgument("x", "bad"))

@@ -272,6 +272,50 @@ class CountedEstimator:
         return _counted("estimator", "ListModels", lambda: self.inner.find(model_id))
 
 
+class LimitedEstimator:
+    """At most ``slots`` calls in flight to the Estimator: the rest wait here, not in the service's queue,
+    where their deadlines would run out behind each other (100 nodes' transfers at once)."""
+
+    def __init__(self, inner: Estimator, slots: int) -> None:
+        self.inner = inner
+        self.where = inner.where
+        self._slots = threading.BoundedSemaphore(validation.count(slots, "estimator_slots", minimum=1, maximum=1024))
+
+    def fit(self, points: Points, *, model_id: str, method: str = "nn", seed: int = 0,
+            epochs: int | None = None) -> ModelRef:
+        with self._slots:
+            return self.inner.fit(points, model_id=model_id, method=method, seed=seed, epochs=epochs)
+
+    def transfer(self, base: ModelRef, points: Points, *, model_id: str, method: str, seed: int = 0,
+                 transfer_epochs: int | None = None, params: dict[str, str] | None = None) -> ModelRef:
+        with self._slots:
+            return self.inner.transfer(base, points, model_id=model_id, method=method, seed=seed,
+                                       transfer_epochs=transfer_epochs, params=params)
+
+    def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
+        with self._slots:
+            return self.inner.predict(model, modes, batch_size)
+
+    def find(self, model_id: str) -> ModelRef | None:
+        return self.inner.find(model_id)
+
+
+#: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
+TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+MAX_TRANSIENT_RETRIES = 5
+#: Estimator calls in flight at once (:class:`LimitedEstimator`).
+ESTIMATOR_SLOTS = 4
+
+
+def _transient(exc: Exception) -> bool:
+    code = getattr(exc, "code", None)
+    try:
+        name = code().name if callable(code) else ""
+    except Exception:  # noqa: BLE001 - not a gRPC error after all
+        return False
+    return name in TRANSIENT_CODES
+
+
 class CountedSelector:
     """A :class:`~edgetune.tuning.Selector` whose calls show in :data:`CALLS`."""
 
@@ -312,7 +356,8 @@ class Reconciler:
                  transfer_epochs: int | None = None, drift: DriftPolicy | None = None,
                  lost_fail_s: float | None = None) -> None:
         self.store, self.registry, self.configs, self.lease = store, registry, configs, lease
-        self.estimator, self.selector = estimator, selector
+        self.estimator = LimitedEstimator(estimator, ESTIMATOR_SLOTS) if estimator is not None else None
+        self.selector = selector
         self.jobs = TuningJobs(store)
         self.queue = JobQueue(store)
         self.interval_s, self.policy, self.point_timeout_s = interval_s, policy, point_timeout_s
@@ -327,6 +372,8 @@ class Reconciler:
         self._checked: dict[tuple[str, str], float] = {}
         #: (job, node) -> the drift epoch its cached tuner was refreshed for
         self._refreshed: dict[tuple[str, str], int] = {}
+        #: (job, node) -> Estimator / Optimizer calls that failed transiently (retried up to MAX_TRANSIENT_RETRIES)
+        self._transient: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -425,7 +472,7 @@ class Reconciler:
                 w.stop.set()
                 if not w.thread.is_alive():
                     del self._workers[key]
-        for cache in (self._tuners, self._checked, self._refreshed):
+        for cache in (self._tuners, self._checked, self._refreshed, self._transient):
             for key in [k for k in cache if k not in active]:
                 del cache[key]
         jobs = {name for name, _ in active}
@@ -493,6 +540,12 @@ class Reconciler:
         except CONNECTION_ERRORS as exc:  # the store away (a restart): the next pass resumes, nothing is lost
             log.warning("tuning of %s on %s paused: the store is unreachable (%s)", spec.name, node.node_id, exc)
         except Exception as exc:  # the node fails with the reason; the job goes on elsewhere
+            key = (spec.name, node.node_id)
+            if _transient(exc) and self._transient.get(key, 0) < MAX_TRANSIENT_RETRIES:
+                self._transient[key] = self._transient.get(key, 0) + 1  # the next pass retries (replaying)
+                log.warning("tuning of %s on %s: a service call failed (%s); retrying", spec.name, node.node_id,
+                            exc.code().name)  # type: ignore[attr-defined]
+                return
             log.exception("tuning of %s on %s failed", spec.name, node.node_id)
             STEPS.labels("failed").inc()
             try:
