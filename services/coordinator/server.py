@@ -14,7 +14,8 @@ the last applied round was lost or came back, and re-plans the round when so
 (:class:`MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
 
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
-``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--estimator``, ``--optimizer``, ``--kube`` (``none``, ``incluster``,
+``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--estimator``, ``--optimizer``, ``--reconcile-s``,
+``--drift-check-s``, ``--drift-time-tolerance``, ``--kube`` (``none``, ``incluster``,
 ``kubeconfig``), ``--kube-selector`` and the common server flags.
 """
 
@@ -33,10 +34,11 @@ from typing import Any
 import grpc
 from prometheus_client import Gauge
 
+from edgetune import validation
 from edgetune.coordination import kube
 from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
-from edgetune.coordination.reconcile import Reconciler, remote_services
+from edgetune.coordination.reconcile import DriftPolicy, Reconciler, remote_services
 from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import CONNECTION_ERRORS, Store
@@ -162,14 +164,19 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        max_workers: int = DEFAULT_MAX_WORKERS,
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
-                       reconcile_s: float = 1.0) -> Coordinator:
+                       reconcile_s: float = 1.0, drift_check_s: float = 0.0,
+                       drift_time_tolerance: float = DriftPolicy.time_tolerance,
+                       transfer_epochs: int = 0) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
     ``membership_check_s``: how often the leader checks the last round's nodes for lost /
     returned ones (None: the heartbeat interval, TTL / 3; 0: never).
     ``estimator`` / ``optimizer``: the services' addresses the leader's reconcile loop calls
-    (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval.
+    (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval;
+    ``drift_check_s`` / ``drift_time_tolerance``: how often an Applied node's configuration is measured
+    again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
+    ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
@@ -191,7 +198,11 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         watcher = _kube_watcher(kube_mode, kube_selector, registry)
 
         est, sel = remote_services(estimator, optimizer)
-        reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s)
+        drift = DriftPolicy(check_s=drift_check_s, time_tolerance=drift_time_tolerance)
+        if transfer_epochs:
+            validation.count(transfer_epochs, "transfer_epochs", minimum=1, maximum=100_000)
+        reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s, drift=drift,
+                                transfer_epochs=transfer_epochs or None)
 
         def on_register(record: NodeRecord) -> None:
             reconciler.wake()  # a node that matches a job (re)joins
@@ -271,6 +282,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_option(parser, "estimator", "", "Estimator service address the reconcile loop calls (host:port)")
     add_option(parser, "optimizer", "", "Optimizer service address the reconcile loop calls (host:port)")
     add_option(parser, "kube_selector", kube.JETSON_LABEL_SELECTOR, "label selector of the Jetson nodes")
+    add_option(parser, "reconcile_s", 1.0, "seconds between the leader's reconcile passes over the tuning jobs")
+    add_option(parser, "drift_check_s", 0.0, "seconds between measurements of an Applied node's configuration "
+               "(drift checks; 0: none)")
+    add_option(parser, "drift_time_tolerance", DriftPolicy.time_tolerance,
+               "relative time miss, beyond the one verification accepted, that counts as drift")
+    add_option(parser, "transfer_epochs", 0, "epochs of the reconcile loop's transfers (0: the estimator's default)")
     return parser.parse_args(argv)
 
 
@@ -279,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
         replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
         kube_selector=args.kube_selector, estimator=args.estimator, optimizer=args.optimizer,
+        reconcile_s=args.reconcile_s, drift_check_s=args.drift_check_s,
+        drift_time_tolerance=args.drift_time_tolerance, transfer_epochs=args.transfer_epochs,
         **server_kwargs(args)))
 
 

@@ -45,7 +45,7 @@ import grpc
 from google.protobuf import json_format
 
 from edgetune import validation
-from edgetune.coordination.jobs import Job, JobQueue
+from edgetune.coordination.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.coordination.store import STORE_ERRORS
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
@@ -104,7 +104,7 @@ class CoordinatorLink:
 
     def __init__(self, servicer: ProfilerServicer, coordinator: str, address: str, *,
                  power_budget_w: float | None = None, node_id: str = "",
-                 labels: Mapping[str, str] | None = None) -> None:
+                 labels: Mapping[str, str] | None = None, job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
         validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
@@ -123,7 +123,8 @@ class CoordinatorLink:
         self.refused_reason = ""
         self._channel = grpc.insecure_channel(coordinator)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
-        self._jobs = JobQueue(servicer.store) if servicer.store is not None else None
+        self._jobs = (JobQueue(servicer.store, idle_timeout_ms=job_idle_timeout_ms)
+                      if servicer.store is not None else None)
         self._consumer = f"{socket.gethostname()}-{os.getpid()}"
         self._stop = threading.Event()
         self._registered = threading.Event()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetune import validation
+from edgetune.coordination.jobs import DEFAULT_IDLE_TIMEOUT_MS
 from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
 from edgetune.devices.workloads import split_workload_path
@@ -110,11 +111,13 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
 
 
 def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coordinator: str, address: str, *,
-                        power_budget_w: float | None = None) -> CoordinatorLink:
+                        power_budget_w: float | None = None,
+                        job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> CoordinatorLink:
     """Start the agent's coordinator link for a started ``server`` reachable at ``address``; it stops
     first on shutdown (hooks run last-registered first), before profiles are cancelled and the mode
     restored."""
-    link = CoordinatorLink(servicer, coordinator, address, power_budget_w=power_budget_w)
+    link = CoordinatorLink(servicer, coordinator, address, power_budget_w=power_budget_w,
+                           job_idle_timeout_ms=job_idle_timeout_ms)
     server.on_shutdown.append(link.stop)
     return link.start()
 
@@ -122,7 +125,7 @@ def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coord
 def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
           state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
           block: bool = True, coordinator: str = "", power_budget_w: float | None = None, advertise: str = "",
-          **kwargs: Any) -> ServiceServer:
+          job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS, **kwargs: Any) -> ServiceServer:
     """Start the agent for ``device_spec``; with ``block`` serve until SIGTERM / SIGINT.
 
     ``redis_url``: a store URL (``embedded`` by default, ``none``: measurements are streamed,
@@ -139,7 +142,8 @@ def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "e
     if coordinator:
         try:
             address = advertise or advertised_address(kwargs.get("host", "0.0.0.0"), server.port)
-            link_to_coordinator(server, servicer, coordinator, address, power_budget_w=power_budget_w)
+            link_to_coordinator(server, servicer, coordinator, address, power_budget_w=power_budget_w,
+                                job_idle_timeout_ms=job_idle_timeout_ms)
         except BaseException:
             server.stop(0)
             raise
@@ -171,6 +175,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "MODULE:FUNCTION workload from, by name; empty: zoo workloads only (code never comes from a request)")
     add_option(parser, "advertise", "", "address the coordinator's clients reach this agent at "
                "(default: --host, else $EDGETUNE_POD_IP or the hostname, with the port)")
+    add_option(parser, "job_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT_MS,
+               "a profiling job another agent claimed and has not acknowledged for this long (it died) is "
+               "taken over by this one")
     return parser.parse_args(argv)
 
 
@@ -182,7 +189,7 @@ def _start(args: argparse.Namespace) -> None:
     serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
           seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
           advertise=args.advertise, telemetry_hz=args.telemetry_hz, telemetry_source=args.telemetry_source,
-          workload_path=args.workload_path, **server_kwargs(args))
+          workload_path=args.workload_path, job_idle_timeout_ms=args.job_idle_timeout_ms, **server_kwargs(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

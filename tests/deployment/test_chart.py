@@ -284,9 +284,16 @@ def test_coordinator_has_two_replicas_spread_and_a_pdb() -> None:
 
 
 def test_coordinator_leader_values_and_tuning_addresses_follow_the_values() -> None:
-    objs = render_with({"coordinator": {"leaseMs": 3000, "heartbeatTtlS": 7.5}, "optimizer": {"enabled": False}})
+    default = env_of(pod_spec(find(objects("default"), "Deployment", "coordinator")[0])["containers"][0])
+    assert (default["EDGETUNE_RECONCILE_S"]["value"], default["EDGETUNE_DRIFT_CHECK_S"]["value"],
+            default["EDGETUNE_DRIFT_TIME_TOLERANCE"]["value"]) == ("1", "0", "0.25")
+    objs = render_with({"coordinator": {"leaseMs": 3000, "heartbeatTtlS": 7.5, "reconcileS": 2,
+                                        "driftCheckS": 300, "driftTimeTolerance": 0.3},
+                        "optimizer": {"enabled": False}})
     env = env_of(pod_spec(find(objs, "Deployment", "coordinator")[0])["containers"][0])
     assert env["EDGETUNE_LEASE_MS"]["value"] == "3000" and env["EDGETUNE_HEARTBEAT_TTL_S"]["value"] == "7.5"
+    assert (env["EDGETUNE_RECONCILE_S"]["value"], env["EDGETUNE_DRIFT_CHECK_S"]["value"],
+            env["EDGETUNE_DRIFT_TIME_TOLERANCE"]["value"]) == ("2", "300", "0.3")
     assert env["EDGETUNE_ESTIMATOR"]["value"] == "edgetune-estimator.edgetune.svc:50052"
     assert "EDGETUNE_OPTIMIZER" not in env  # no optimizer deployed: the coordinator is told of none
 

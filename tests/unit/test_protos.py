@@ -253,6 +253,28 @@ def test_prediction_table_round_trips_columns(std):
     np.testing.assert_array_equal(joined.power_w, rows.power_w)
 
 
+@pytest.mark.parametrize("batch_high", [65, 300, 20_000])
+def test_prediction_table_wire_form_holds_exactly_the_values(batch_high):
+    """Tables are written and read through their packed wire form (numpy bytes, not one number at a
+    time): the fields hold exactly the values, one- to three-byte varints included (batch sizes past
+    2^14 are written field by field, and still read from the wire)."""
+    rng = np.random.default_rng(batch_high)
+    n = 501
+    modes = np.column_stack([rng.integers(1, 200, n), rng.uniform(100, 2200, n), rng.uniform(100, 1300, n),
+                             rng.uniform(200, 3200, n)])
+    rows = tables.PredictionArrays(modes, rng.integers(0, batch_high, n), rng.uniform(1, 500, n),
+                                   rng.uniform(0, 60, n), rng.uniform(0, 5, n), None)
+    msg = tables.table_to_proto(rows)
+    assert list(msg.cores) == rows.modes[:, 0].astype(int).tolist()
+    assert list(msg.batch_size) == rows.batch_size.tolist() and list(msg.time_ms) == rows.time_ms.tolist()
+    assert list(msg.time_std_ms) == rows.time_std_ms.tolist() and len(msg.power_std_w) == 0
+    back = tables.table_from_proto(msg)
+    np.testing.assert_array_equal(back.modes, rows.modes)
+    np.testing.assert_array_equal(back.batch_size, rows.batch_size)
+    np.testing.assert_array_equal(back.time_std_ms, rows.time_std_ms)
+    assert back.power_std_w is None
+
+
 @pytest.mark.parametrize(("column", "value", "field"), [
     ("time_ms", math.nan, "cands.time_ms[3]"),
     ("time_ms", 0.0, "cands.time_ms[3]"),

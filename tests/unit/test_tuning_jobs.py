@@ -164,3 +164,44 @@ def test_policy_follows_the_profiling_budget():
     assert policy_for(_spec(profiles=50)).profiles == 50
     rand = policy_for(_spec(profiles=20, method="random"))
     assert rand.rounds == 0 and rand.n_initial == 20
+
+
+def test_targets_by_ids_device_and_labels():
+    """A job's target nodes: by id (in the job's order, unregistered ones left out) or by selector
+    (device model and every label must match)."""
+    from edgetune.coordination.configs import ConfigStore
+    from edgetune.coordination.reconcile import Reconciler
+    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+
+    store = MemoryStore()
+    rec = Reconciler(store, NodeRegistry(store), ConfigStore(store), LeaderLease(store, "coordinator"), None, None)
+    live = {n.node_id: n for n in (
+        NodeRecord("orin-agx-1", device={"name": "orin-agx"}, labels={"rack": "a", "zone": "x"}),
+        NodeRecord("orin-agx-2", device={"name": "orin-agx"}, labels={"rack": "b"}),
+        NodeRecord("nano-1", device={"name": "nano"}, labels={"rack": "a"}))}
+
+    def ids(**kw) -> list[str]:
+        return [n.node_id for n in rec.targets(_spec(**kw), live)]
+
+    assert ids(nodes=("nano-1", "gone", "orin-agx-2")) == ["nano-1", "orin-agx-2"]
+    assert ids(nodes=(), selector_device="orin-agx") == ["orin-agx-1", "orin-agx-2"]
+    assert ids(nodes=(), selector_labels={"rack": "a"}) == ["orin-agx-1", "nano-1"]
+    assert ids(nodes=(), selector_device="orin-agx", selector_labels={"rack": "a", "zone": "x"}) == ["orin-agx-1"]
+    assert ids(nodes=(), selector_device="orin-agx", selector_labels={"zone": "y"}) == []
+    assert ids(nodes=(), selector_device="xavier-agx") == []
+
+
+def test_a_service_away_or_busy_is_retried_not_a_node_failure():
+    """UNAVAILABLE / DEADLINE_EXCEEDED from the Estimator or Optimizer: the loop retries the node (a real
+    gRPC error from a call to an address nobody serves); any other error fails it."""
+    import grpc
+
+    from edgetune.coordination.reconcile import _transient
+    from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
+
+    with grpc.insecure_channel("127.0.0.1:1") as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=2)
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert _transient(err.value)
+    assert not _transient(ValueError("a bug")) and not _transient(InvalidArgument("x", "bad"))

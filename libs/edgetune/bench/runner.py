@@ -64,6 +64,12 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
         log(f"  {b.metric} = {row['value']!r}  ({'met' if row['met'] else 'NOT met' if row['met'] is False else 'no limit'})")
         results.append(row)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if names and out.exists():  # a partial run updates its rows and keeps the others
+        ran = {r["name"] for r in results}
+        kept = [r for r in json.loads(out.read_text()).get("results", []) if r.get("name") not in ran]
+        results = kept + results
+        order = {b.name: i for i, b in enumerate(REGISTRY)}
+        results.sort(key=lambda r: order.get(str(r["name"]), len(order)))
     meta = {"python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=float))

@@ -177,13 +177,15 @@ class ControlPlane:
 
 def start_control_plane(workdir: Path, nodes: Sequence[LocalNode], *, redis_url: str | None = None,
                         ray: bool = True, seed: int = 0, log_level: str = "INFO", references: bool = True,
-                        supervisor: Supervisor | None = None, workload_path: Sequence[Path] = ()) -> ControlPlane:
+                        supervisor: Supervisor | None = None, workload_path: Sequence[Path] = (),
+                        coordinator_args: Sequence[str] = ()) -> ControlPlane:
     """Start every process under one supervisor and return them once each serves (the agents
     once registered); on any failure everything started is stopped and the error raised.
-    ``workload_path``: the agents' ``--workload-path`` (where jobs' MODULE:FUNCTION workloads live)."""
+    ``workload_path``: the agents' ``--workload-path`` (where jobs' MODULE:FUNCTION workloads live);
+    ``coordinator_args``: more coordinator flags (``--transfer-epochs 100``)."""
     cluster = LocalCluster(Path(workdir), heartbeat_ttl_s=10.0, lease_ms=2000, replica_id="up", grace_s=1.0,
                            log_level=log_level, supervisor=supervisor, external_redis=redis_url,
-                           workload_path=tuple(workload_path))
+                           workload_path=tuple(workload_path), coordinator_args=tuple(coordinator_args))
     plane = ControlPlane(cluster, list(nodes))
     cluster.start(coordinator=False)
     try:

@@ -60,6 +60,10 @@ class LocalCluster:
     tuning: bool = False
     #: The agents' ``--workload-path``: directories a job's MODULE:FUNCTION workload is imported from.
     workload_path: tuple[Path, ...] = ()
+    #: Agents take over a dead agent's unacknowledged profiling job after this long (None: the agent's default).
+    job_idle_timeout_ms: int | None = None
+    #: Coordinator flags beyond the cluster's own (``--drift-check-s 1``).
+    coordinator_args: Sequence[str] = ()
     store: Store | None = None
     coordinator: Child | None = None
     estimator: Child | None = None
@@ -125,7 +129,7 @@ class LocalCluster:
                  "--heartbeat-ttl-s", str(self.heartbeat_ttl_s)]
         if self.estimator is not None and self.optimizer is not None:
             extra += ["--estimator", self.estimator.address, "--optimizer", self.optimizer.address]
-        return self.spawn(name, self._service_argv("coordinator", extra, port))
+        return self.spawn(name, self._service_argv("coordinator", [*extra, *self.coordinator_args], port))
 
     def start_coordinator(self) -> Child:
         """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the
@@ -155,6 +159,8 @@ class LocalCluster:
             extra += ["--power-budget-w", f"{budget_w:g}"]
         if self.workload_path:
             extra += ["--workload-path", os.pathsep.join(str(Path(p).resolve()) for p in self.workload_path)]
+        if self.job_idle_timeout_ms is not None:
+            extra += ["--job-idle-timeout-ms", str(self.job_idle_timeout_ms)]
         return self.spawn(f"agent-{node_id}", self._service_argv("profiler", extra))
 
     def start_agents(self, nodes: Mapping[str, tuple[str, float | None]], *, seed: int = 0) -> dict[str, Child]:

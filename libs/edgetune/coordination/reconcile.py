@@ -20,6 +20,18 @@ nodes from the registry and starts one worker per (job, node) that is not Applie
 Triggers: a pass runs every ``interval_s`` and at once on :meth:`Reconciler.wake` (a job submitted,
 a node registered). A node whose budget changed after Applied (``UpdateBudget``) is selected again
 from its stored predictions (the tuner kept in memory, or replayed from the store: no new profiling).
+
+Drift (:class:`DriftPolicy`): every ``check_s`` an Applied node's configuration is measured again on
+its agent (a ``check`` point). Measured over the budget, or its time off the prediction by more than
+the tolerance beyond what verification accepted (:func:`drift_reason`), the node is re-tuned: its
+``drift_epoch`` goes up (its new points get new job ids, so they are measured, not read back), the
+applied mode counts as a miss when it was over budget (the library's rule: it and every mode
+dominating it are ruled out, σ widened), the candidates nearest the choice are profiled again and
+replace their stale points, the model is transferred again and the node selected and verified
+anew. At most ``max_retunes`` re-tunes per node and job; then it is Failed saying why.
+
+The leader's caches (tuners, status writers, check times, workers) are pruned each pass of the
+jobs that are gone or cancelled and of the nodes no longer targeted.
 """
 
 from __future__ import annotations
@@ -35,11 +47,12 @@ from typing import Any, TypeVar
 import numpy as np
 from prometheus_client import Counter
 
+from edgetune import validation
 from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
-from edgetune.coordination.store import LeaseLost, NodeConfig, Store
+from edgetune.coordination.store import CONNECTION_ERRORS, LeaseLost, NodeConfig, Store
 from edgetune.coordination.tuningjobs import (
     NodeStatus,
     StatusWriter,
@@ -84,11 +97,52 @@ CANDIDATE_GRID = "fulcrum"
 N_MINIBATCHES = 10
 
 
-def point_job_id(job: str, node_id: str, mode: np.ndarray, batch_size: int, purpose: str) -> str:
-    """The job-stream id of one point: the same point of the same job always gets the same id."""
+def point_job_id(job: str, node_id: str, mode: np.ndarray, batch_size: int, purpose: str, epoch: int = 0) -> str:
+    """The job-stream id of one point: the same point of the same job (and drift epoch) always gets the same id."""
     key = f"{job}|{node_id}|{int(mode[0])}/{float(mode[1]):g}/{float(mode[2]):g}/{float(mode[3]):g}|" \
           f"{int(batch_size)}|{purpose}"
+    if epoch:  # epoch 0 keeps the ids of jobs tuned before drift re-tunes existed
+        key += f"|drift{int(epoch)}"
     return f"tune-{job}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class DriftPolicy:
+    """How often an Applied node's configuration is measured again, and how far off counts as drift."""
+
+    #: Seconds between checks of an Applied node (0: no checks).
+    check_s: float = 0.0
+    #: Relative time miss tolerated beyond the miss verification accepted (0.25: 25 % of the predicted time).
+    time_tolerance: float = 0.25
+    #: Candidates nearest the choice profiled again on a re-tune.
+    near_points: int = 5
+    #: Re-tunes per node and job before the node is Failed.
+    max_retunes: int = 3
+
+    def __post_init__(self) -> None:
+        validation.count(self.near_points, "drift.near_points", minimum=1, maximum=1000)
+        validation.count(self.max_retunes, "drift.max_retunes", minimum=0, maximum=1000)
+        if not (np.isfinite(self.check_s) and self.check_s >= 0):
+            raise InvalidArgument("drift.check_s", f"{self.check_s!r}", ">= 0 seconds (0: no checks)")
+        if not (np.isfinite(self.time_tolerance) and self.time_tolerance > 0):
+            raise InvalidArgument("drift.time_tolerance", f"{self.time_tolerance!r}", "> 0 (a fraction, e.g. 0.25)")
+
+
+def drift_reason(status: NodeStatus, time_ms: float, power_w: float, budget_w: float, tolerance: float) -> str:
+    """Why a check's measurement of the applied configuration is drift ("" when it is not): power over
+    the budget, or the time off the prediction by more than ``tolerance`` beyond the miss that
+    verification measured (a model error accepted at apply time does not count again)."""
+    if power_w > budget_w:
+        return f"measured {power_w:.2f} W > budget {budget_w:g} W"
+    predicted = status.predicted_time_ms
+    if predicted is None or predicted <= 0:
+        return ""
+    accepted = abs((status.measured_time_ms or predicted) - predicted) / predicted
+    miss = abs(time_ms - predicted) / predicted
+    if miss > accepted + tolerance:
+        return (f"measured {time_ms:.1f} ms vs predicted {predicted:.1f} ms ({100 * miss:.0f} % off; "
+                f"{100 * (accepted + tolerance):.0f} % tolerated)")
+    return ""
 
 
 def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningPolicy:
@@ -110,16 +164,23 @@ class Stopped(Exception):
     """The worker was told to stop (lost the lease, job cancelled, shutdown)."""
 
 
+class NodeLost(Exception):
+    """The node stopped heartbeating while points were outstanding: its worker waits for it to return."""
+
+
 class QueueMeasurer:
     """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1)."""
 
     def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str, workload: str,
                  role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
-                 on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1) -> None:
+                 on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1,
+                 epoch: int = 0, node_live: Callable[[], bool] = lambda: True, live_check_s: float = 1.0) -> None:
         self.store, self.queue, self.job, self.node_id = store, queue, job, node_id
         self.device_model, self.workload, self.role = device_model, workload, role
         self.should_stop, self.on_purpose, self.on_points = should_stop, on_purpose, on_points
         self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.epoch = epoch  # the node's drift epoch: part of every point's job id
+        self.node_live, self.live_check_s = node_live, live_check_s
         self.queued = 0  # points this measurer sent to the agent (not found in the store)
         #: What the measurements are recorded under: the workload, or a MODULE:FUNCTION's id once the
         #: node has measured it (only the node imports user code).
@@ -130,7 +191,7 @@ class QueueMeasurer:
         self.on_purpose(purpose)
         wanted: list[tuple[str, str]] = []  # (job id, measurement id)
         for mode in modes:
-            job_id = point_job_id(self.job, self.node_id, mode, batch_size, purpose)
+            job_id = point_job_id(self.job, self.node_id, mode, batch_size, purpose, self.epoch)
             pm = PowerMode(int(mode[0]), float(mode[1]), float(mode[2]), float(mode[3]))
             mid = measurement_id(self.device_model, self.node_id, self.workload, self.role, pm, batch_size, job_id)
             wanted.append((job_id, mid))
@@ -165,6 +226,7 @@ class QueueMeasurer:
         found: dict = {}
         deadline = time.monotonic() + self.timeout_s
         drained_since: float | None = None
+        live_checked = time.monotonic()
         while True:
             for mid in ids:
                 if mid not in found and (m := self.store.get_measurement(mid)) is not None:
@@ -173,6 +235,11 @@ class QueueMeasurer:
                 return found
             if self.should_stop():
                 raise Stopped()
+            if time.monotonic() - live_checked >= self.live_check_s:  # the heartbeat, not every poll
+                live_checked = time.monotonic()
+                if not self.node_live():
+                    raise NodeLost(f"node {self.node_id} stopped heartbeating with {len(ids) - len(found)} "
+                                   "points outstanding")
             drained = self.queue.backlog(self.node_id) == 0 and self.queue.pending_count(self.node_id) == 0
             drained_since = (drained_since or time.monotonic()) if drained else None
             if drained_since is not None and time.monotonic() - drained_since > 1.0:
@@ -218,6 +285,50 @@ class CountedEstimator:
         return _counted("estimator", "ListModels", lambda: self.inner.find(model_id))
 
 
+class LimitedEstimator:
+    """At most ``slots`` calls in flight to the Estimator: the rest wait here, not in the service's queue,
+    where their deadlines would run out behind each other (100 nodes' transfers at once)."""
+
+    def __init__(self, inner: Estimator, slots: int) -> None:
+        self.inner = inner
+        self.where = inner.where
+        self._slots = threading.BoundedSemaphore(validation.count(slots, "estimator_slots", minimum=1, maximum=1024))
+
+    def fit(self, points: Points, *, model_id: str, method: str = "nn", seed: int = 0,
+            epochs: int | None = None) -> ModelRef:
+        with self._slots:
+            return self.inner.fit(points, model_id=model_id, method=method, seed=seed, epochs=epochs)
+
+    def transfer(self, base: ModelRef, points: Points, *, model_id: str, method: str, seed: int = 0,
+                 transfer_epochs: int | None = None, params: dict[str, str] | None = None) -> ModelRef:
+        with self._slots:
+            return self.inner.transfer(base, points, model_id=model_id, method=method, seed=seed,
+                                       transfer_epochs=transfer_epochs, params=params)
+
+    def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
+        with self._slots:
+            return self.inner.predict(model, modes, batch_size)
+
+    def find(self, model_id: str) -> ModelRef | None:
+        return self.inner.find(model_id)
+
+
+#: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
+TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+MAX_TRANSIENT_RETRIES = 5
+#: Estimator calls in flight at once (:class:`LimitedEstimator`).
+ESTIMATOR_SLOTS = 4
+
+
+def _transient(exc: Exception) -> bool:
+    code = getattr(exc, "code", None)
+    try:
+        name = code().name if callable(code) else ""
+    except Exception:  # noqa: BLE001 - not a gRPC error after all
+        return False
+    return name in TRANSIENT_CODES
+
+
 class CountedSelector:
     """A :class:`~edgetune.tuning.Selector` whose calls show in :data:`CALLS`."""
 
@@ -255,16 +366,27 @@ class Reconciler:
     def __init__(self, store: Store, registry: NodeRegistry, configs: ConfigStore, lease: LeaderLease,
                  estimator: Estimator | None, selector: Selector | None, *, interval_s: float = 1.0,
                  policy: TuningPolicy | None = None, point_timeout_s: float = 300.0,
-                 transfer_epochs: int | None = None) -> None:
+                 transfer_epochs: int | None = None, drift: DriftPolicy | None = None,
+                 lost_fail_s: float | None = None) -> None:
         self.store, self.registry, self.configs, self.lease = store, registry, configs, lease
-        self.estimator, self.selector = estimator, selector
+        self.estimator = LimitedEstimator(estimator, ESTIMATOR_SLOTS) if estimator is not None else None
+        self.selector = selector
         self.jobs = TuningJobs(store)
         self.queue = JobQueue(store)
         self.interval_s, self.policy, self.point_timeout_s = interval_s, policy, point_timeout_s
         self.transfer_epochs = transfer_epochs
+        self.drift = drift or DriftPolicy()
+        #: A node lost (no heartbeat) this long while being tuned is Failed (default: the point timeout).
+        self.lost_fail_s = point_timeout_s if lost_fail_s is None else lost_fail_s
         self._workers: dict[tuple[str, str], _Worker] = {}
         self._tuners: dict[tuple[str, str], NodeTuner] = {}
         self._writers: dict[str, StatusWriter] = {}
+        #: (job, node) -> monotonic time of its last drift check (or of when it was first seen Applied)
+        self._checked: dict[tuple[str, str], float] = {}
+        #: (job, node) -> the drift epoch its cached tuner was refreshed for
+        self._refreshed: dict[tuple[str, str], int] = {}
+        #: (job, node) -> Estimator / Optimizer calls that failed transiently (retried up to MAX_TRANSIENT_RETRIES)
+        self._transient: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -310,6 +432,7 @@ class Reconciler:
             return
         STEPS.labels("pass").inc()
         live = {n.node_id: n for n in self.registry.nodes()}
+        active: set[tuple[str, str]] = set()
         for view in self.jobs.list():
             name = view.spec.name
             if view.spec.cancelled:
@@ -319,12 +442,62 @@ class Reconciler:
             writer = self._writer(name)
             status = writer.ensure([n.node_id for n in targets], {n.node_id: n.device_model for n in targets})
             for node in targets:
+                key = (name, node.node_id)
+                active.add(key)
                 st = status.nodes[node.node_id]
                 budget = view.spec.budget_for(node.node_id, node.power_budget_w)
                 rebudget = st.phase == "Applied" and budget is not None and st.power_budget_w != budget
-                if (st.terminal and not rebudget) or not node.live:
+                if not node.live:
+                    self._fail_if_lost_too_long(writer, st, node)
+                    continue
+                if st.phase == "Applied" and not rebudget:
+                    if self._check_due(key):
+                        self._start_worker(view, node, False, check=True)
+                    continue
+                if st.terminal and not rebudget:
                     continue
                 self._start_worker(view, node, rebudget)
+        self._prune(active)
+
+    def _fail_if_lost_too_long(self, writer: StatusWriter, st: NodeStatus, node: NodeRecord) -> None:
+        """A node being tuned that has not heartbeated for ``lost_fail_s``: Failed, saying so (bounded wait)."""
+        if st.terminal or st.phase == "Pending" or node.last_seen_s is None:
+            return
+        gone_s = time.time() - node.last_seen_s
+        if gone_s < self.lost_fail_s:
+            return
+        reason = f"node lost: no heartbeat for {gone_s:.0f} s while {st.phase.lower()}"
+        writer.update(node.node_id, lambda s: s if s.terminal else s.with_event(reason, phase="Failed", reason=reason))
+
+    def _check_due(self, key: tuple[str, str]) -> bool:
+        """A drift check of an Applied node is due (the first one ``check_s`` after it was seen Applied)."""
+        if self.drift.check_s <= 0:
+            return False
+        now = time.monotonic()
+        last = self._checked.setdefault(key, now)
+        return now - last >= self.drift.check_s
+
+    def _prune(self, active: set[tuple[str, str]]) -> None:
+        """Forget the jobs that are gone or cancelled and the nodes no longer targeted (their workers stopped)."""
+        with self._lock:
+            for key in [k for k in self._workers if k not in active]:
+                w = self._workers[key]
+                w.stop.set()
+                if not w.thread.is_alive():
+                    del self._workers[key]
+        for cache in (self._tuners, self._checked, self._refreshed, self._transient):
+            for key in [k for k in cache if k not in active]:
+                del cache[key]
+        jobs = {name for name, _ in active}
+        for name in [n for n in self._writers if n not in jobs]:
+            del self._writers[name]
+
+    def cached(self) -> dict[str, int]:
+        """How many entries each of the leader's caches holds (what pruning bounds)."""
+        with self._lock:
+            workers = len(self._workers)
+        return {"workers": workers, "tuners": len(self._tuners), "writers": len(self._writers),
+                "checked": len(self._checked), "refreshed": len(self._refreshed)}
 
     def targets(self, spec: TuningJobSpec, live: dict[str, NodeRecord]) -> list[NodeRecord]:
         """The registered nodes the job names (by id) or selects (device model, labels)."""
@@ -339,14 +512,16 @@ class Reconciler:
             self._writers[name] = StatusWriter(self.jobs, name, self.lease.fence)
         return self._writers[name]
 
-    def _start_worker(self, view: TuningJobView, node: NodeRecord, rebudget: bool) -> None:
+    def _start_worker(self, view: TuningJobView, node: NodeRecord, rebudget: bool, *, check: bool = False) -> None:
         key = (view.spec.name, node.node_id)
         with self._lock:
             w = self._workers.get(key)
             if w is not None and w.thread.is_alive():
                 return
+            if check:
+                self._checked[key] = time.monotonic()
             stop = threading.Event()
-            thread = threading.Thread(target=self._work, args=(view.spec, node, stop, rebudget),
+            thread = threading.Thread(target=self._work, args=(view.spec, node, stop, rebudget, check),
                                       name=f"tune-{view.spec.name}-{node.node_id}", daemon=True)
             self._workers[key] = _Worker(thread, stop)
             thread.start()
@@ -358,14 +533,32 @@ class Reconciler:
                     w.stop.set()
 
     # -- one node ----------------------------------------------------------------------------------
-    def _work(self, spec: TuningJobSpec, node: NodeRecord, stop: threading.Event, rebudget: bool) -> None:
+    def _work(self, spec: TuningJobSpec, node: NodeRecord, stop: threading.Event, rebudget: bool,
+              check: bool = False) -> None:
         writer = self._writer(spec.name)
         should_stop = lambda: stop.is_set() or self._stop.is_set() or not self.lease.is_leader  # noqa: E731
         try:
+            if check and not self._check(spec, node, writer, should_stop):
+                return
             self._tune(spec, node, writer, should_stop, rebudget)
         except (Stopped, NotLeader, LeaseLost):
             log.info("tuning of %s on %s stopped", spec.name, node.node_id)
+        except NodeLost as exc:  # resumes when the node heartbeats again (a pass starts a worker), else Failed
+            log.warning("tuning of %s paused: %s", spec.name, exc)
+            lost = f"{exc}; waiting for it to return"
+            try:
+                writer.update(node.node_id, lambda s: s.with_event(lost))
+            except Exception:
+                log.exception("could not record the loss of %s", node.node_id)
+        except CONNECTION_ERRORS as exc:  # the store away (a restart): the next pass resumes, nothing is lost
+            log.warning("tuning of %s on %s paused: the store is unreachable (%s)", spec.name, node.node_id, exc)
         except Exception as exc:  # the node fails with the reason; the job goes on elsewhere
+            key = (spec.name, node.node_id)
+            if _transient(exc) and self._transient.get(key, 0) < MAX_TRANSIENT_RETRIES:
+                self._transient[key] = self._transient.get(key, 0) + 1  # the next pass retries (replaying)
+                log.warning("tuning of %s on %s: a service call failed (%s); retrying", spec.name, node.node_id,
+                            exc.code().name)  # type: ignore[attr-defined]
+                return
             log.exception("tuning of %s on %s failed", spec.name, node.node_id)
             STEPS.labels("failed").inc()
             try:
@@ -374,6 +567,50 @@ class Reconciler:
                                                                    reason=reason))
             except Exception:
                 log.exception("could not record the failure of %s on %s", spec.name, node.node_id)
+
+    def _check(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter,
+               should_stop: Callable[[], bool]) -> bool:
+        """Measure an Applied node's configuration again; True when it drifted (the node is then marked
+        for a re-tune: :func:`drift_reason`, module docstring)."""
+        node_id = node.node_id
+        st = writer.update(node_id, lambda s: s)
+        budget = spec.budget_for(node_id, node.power_budget_w)
+        if st.phase != "Applied" or st.mode is None or budget is None:
+            return False
+        STEPS.labels("drift_check").inc()
+        window = int(time.time() // max(self.drift.check_s, 1e-3))  # one check point per window, any leader
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
+                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
+                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
+                                 node_live=lambda: self._live(node_id))
+        got = measurer.measure(np.asarray([st.mode], dtype=float), st.batch_size or spec.batch_sizes[0],
+                               purpose=f"check-{window}")
+        if not len(got):
+            return False
+        time_ms, power_w = float(got.time_ms[0]), float(got.power_w[0])
+        reason = drift_reason(st, time_ms, power_w, budget, self.drift.time_tolerance)
+        if not reason:
+            return False
+        STEPS.labels("drift").inc()
+        if st.drift_epoch >= self.drift.max_retunes:
+            why = f"drift persists after {st.drift_epoch} re-tunes: {reason}"
+            writer.update(node_id, lambda s: s.with_event(why, phase="Failed", reason=why, measured_time_ms=time_ms,
+                                                          measured_power_w=power_w))
+            return False
+        writer.update(node_id, lambda s: s.with_event(
+            f"drift: {reason}; re-tuning near the choice", phase="Profiling", reason="",
+            drift_epoch=s.drift_epoch + 1, measured_time_ms=time_ms, measured_power_w=power_w))
+        return True
+
+    def _refresh(self, tuner: NodeTuner, status: NodeStatus, budget: float) -> None:
+        """A drift re-tune (module docstring): learn from the over-budget choice, profile near it again."""
+        assert status.mode is not None
+        measurer = tuner.measurer
+        assert isinstance(measurer, QueueMeasurer)
+        measurer.epoch = status.drift_epoch
+        if status.measured_power_w is not None and status.measured_power_w > budget:
+            tuner.learn_from_miss_at(status.mode, status.measured_power_w)
+        tuner.refresh(status.mode, self.drift.near_points, seed=tuner.policy.seed + 1000 * status.drift_epoch)
 
     def _tune(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter, should_stop: Callable[[], bool],
               rebudget: bool) -> None:
@@ -415,6 +652,9 @@ class Reconciler:
             self._tuners[key] = tuner
         else:
             tuner.measurer.on_points = lambda n: None  # type: ignore[attr-defined]
+        if current.drift_epoch > self._refreshed.get(key, 0) and current.mode is not None:
+            self._refresh(tuner, current, budget)
+            self._refreshed[key] = current.drift_epoch
         phase("Selecting", f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget)
         decision = tuner.select_and_verify(budget)
         if not decision.feasible or not decision.within_budget:
@@ -462,7 +702,7 @@ class Reconciler:
 
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
                                  should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
-                                 timeout_s=self.point_timeout_s)
+                                 timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
         base = self._reference(spec, node)
         if base is None:
             reason = (f"no reference model: the job names none and the store holds fewer than "
@@ -477,6 +717,12 @@ class Reconciler:
                          workload="" if is_user_workload(spec.workload) else spec.workload, role=spec.role,
                          model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
+
+    def _live(self, node_id: str) -> bool:
+        try:
+            return self.registry.get(node_id).live
+        except EdgetuneError:  # deregistered
+            return False
 
     def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> ModelRef | None:
         if spec.reference_model_id:

@@ -169,6 +169,9 @@ class NodeStatus:
     started_s: float = 0.0
     updated_s: float = 0.0
     events: tuple[TuningEvent, ...] = ()
+    #: Re-tunes after drift (the applied configuration measured off its prediction); each one's points
+    #: get their own job ids, so they are measured anew rather than read back.
+    drift_epoch: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -188,7 +191,7 @@ class NodeStatus:
                 "predicted_power_upper_w": self.predicted_power_upper_w,
                 "measured_time_ms": self.measured_time_ms, "measured_power_w": self.measured_power_w,
                 "config_revision": self.config_revision, "started_s": self.started_s, "updated_s": self.updated_s,
-                "events": [[e.at_s, e.message] for e in self.events]}
+                "events": [[e.at_s, e.message] for e in self.events], "drift_epoch": self.drift_epoch}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeStatus:
@@ -198,7 +201,8 @@ class NodeStatus:
                    int(d["batch_size"]), d["power_budget_w"], d["predicted_time_ms"], d["predicted_power_w"],
                    d["predicted_power_upper_w"], d["measured_time_ms"], d["measured_power_w"],
                    int(d["config_revision"]), float(d["started_s"]), float(d["updated_s"]),
-                   tuple(TuningEvent(float(a), str(m)) for a, m in d["events"]))
+                   tuple(TuningEvent(float(a), str(m)) for a, m in d["events"]),
+                   int(d.get("drift_epoch", 0)))  # absent in records written before drift re-tunes
 
 
 @dataclass(frozen=True)

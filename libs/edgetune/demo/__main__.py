@@ -1,13 +1,14 @@
 """``python -m edgetune.demo``: the edgetune suite on a simulated Jetson fleet, end to end.
 
-Starts Redis, the coordinator, the estimator (when installed), the optimizer and one profiler
-agent per simulated Jetson as processes on loopback; then, through their gRPC APIs: discovers
-the devices, profiles each node, transfers a reference predictor to every node and predicts all
-its modes, builds Pareto fronts, picks a mode per node under its power budget and verifies it
-on the agent, plans a federated round, changes one budget mid-way, and tunes concurrent
-training + inference on one node. Each node is tuned by the library's ``NodeTuner``
-(:mod:`edgetune.tuning`) through gRPC adapters: the same workflow and policy ``edgetune tune``
-runs on a local device. Writes a report folder; shuts everything down; exit 0.
+Starts the control plane as ``edgetune up`` does (Redis, the estimator, the optimizer, the
+coordinator told their addresses, one profiler agent per simulated Jetson, as processes on
+loopback); then, through their gRPC APIs: discovers the devices, fits a reference model per
+device model, and submits one TuningJob for the fleet, watching it while the coordinator's
+reconcile loop profiles every node through its agent, transfers and predicts on the estimator,
+selects on the optimizer, verifies the choice on the agent and applies it. The demo tunes
+nothing itself: it then checks the job's predictions on modes the job never profiled, builds
+Pareto fronts, plans a federated round on the coordinator, changes one budget mid-way, and tunes
+concurrent training + inference on one node. Writes a report folder; shuts everything down; exit 0.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from rich.table import Table
 
 from edgetune.coordination.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
 from edgetune.demo import concurrent, rounds, steps
-from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick
+from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
+from edgetune.proto.tuning_convert import job_view
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
         "model", "kind", "backend", "state"}
@@ -46,9 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m edgetune.demo", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="reports/demo", help="report folder (default: reports/demo)")
-    ap.add_argument("--modes", type=int, default=50, help="modes profiled per node for the transfer (default 50)")
+    ap.add_argument("--modes", type=int, default=50,
+                    help="modes the tuning job profiles per node for the transfer (its profiles; default 50)")
     ap.add_argument("--held-out", type=int, default=None,
-                    help="extra modes profiled per node to check (and calibrate) the predictions (default 20; --quick 10)")
+                    help="modes the demo measures per node, never profiled by the job, to check the job's "
+                         "predictions and calibrate the round's options (default 20; --quick 10)")
     ap.add_argument("--quick", action="store_true", help="small reference tables and short fits (for tests)")
     ap.add_argument("--nodes", default="", help="comma-separated node ids of the fleet to run (default: all: "
                                                 + ", ".join(n.node_id for n in FLEET) + ")")
@@ -56,8 +60,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ray", action="store_true",
                     help="the estimator service runs its fit / transfer tasks in-process instead of on a local Ray")
-    ap.add_argument("--local-estimator", action="store_true",
-                    help="use the estimation library in-process even when the estimator service is installed")
     args = ap.parse_args(argv)
     if args.modes < 5:
         ap.error("--modes: at least 5 (the transfer needs a few measured modes)")
@@ -131,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet = tuple(n for n in FLEET if n.node_id in wanted)
     options = Options(workload=args.workload, modes=args.modes, seed=args.seed,
                             held_out=args.held_out if args.held_out is not None else (10 if args.quick else 20))
-    if args.quick:
-        options.reference_modes, options.reference_epochs = 1000, 40
+    if args.quick:  # small reference fits and short transfers (the coordinator's --transfer-epochs)
+        options.reference_modes, options.reference_epochs, options.transfer_epochs = 400, 30, 100
     ids = {n.node_id for n in fleet}
     orins = [n.node_id for n in fleet if n.device == "orin-agx"]
     do_concurrent = bool(orins)
@@ -144,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
 
     console.rule("[bold]edgetune demo: a power mode per Jetson, under each node's budget, through the services")
     sup = Supervisor(out / "logs")
-    # This process is the demo's alone: mark it too, so what it forks (an in-process Ray with
-    # --local-estimator) is found by the stray check like the children's.
+    # This process is the demo's alone: mark it too, so anything it forks is found by the stray
+    # check like the children's.
     os.environ[RUN_ENV] = sup.run_id
     restore_signals = install_signal_handlers()
     suite = story = None
@@ -156,31 +158,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         def start() -> str:
             nonlocal suite
-            with console.status("starting processes ...") as status:
-                suite = start_suite(sup, fleet, seed=args.seed,
-                                    use_service=False if args.local_estimator else None, ray=not args.no_ray,
-                                    on_started=lambda name, c: status.update(f"{name} is serving ..."))
+            with console.status("starting processes ..."):
+                suite = start_suite(sup, fleet, seed=args.seed, ray=not args.no_ray,
+                                    transfer_epochs=options.transfer_epochs)
             return (f"{len(sup.children) + 1} processes serving on loopback; logs in {sup.log_dir}; "
                     f"estimation by the {suite.estimator.where}")
 
-        runner.step("Start the suite", start)
+        runner.step("Start the control plane (as edgetune up: Redis, estimator, optimizer, coordinator, agents)",
+                    start)
         assert suite is not None  # start() set it or raised
         _table(console, "Processes", suite.rows())
         story = Story(suite, options, fleet)
         runner.step("Discovery: GetDevice per agent, ListNodes on the coordinator", steps.discover, story)
         _table(console, "Fleet", steps.discovery_rows(story))
-        runner.step(f"Profiling {options.modes} + {options.held_out} modes per node (Profile streams, "
-                    f"{options.workload} training, batch {options.batch_size})",
-                    steps.profile_fleet, story, bars={n.node_id: f"{n.node_id} ({n.device})" for n in fleet})
-        runner.step("Estimation: ResNet18 reference per device model → transfer → predict every mode "
-                    f"({suite.estimator.where})", steps.estimate, story,
-                    bars={"fit": "fit reference models", "transfer": "transfer + predict per node"})
-        _table(console, "Predictors", steps.estimation_rows(story))
+        runner.step("Reference models: ResNet18 per device model (Estimator.Fit, reference-DEVICE-train)",
+                    steps.fit_references, story, bars={"fit": "fit reference models"})
+        name = job_name(options)
+        runner.step(f"Tuning job {name} (SubmitTuningJob, WatchTuningJob): the coordinator profiles "
+                    f"{options.modes} modes per node through its agent, transfers + predicts (estimator), selects "
+                    f"(optimizer, power + {story.tuning.z:.3f} σ ≤ budget, risk {story.tuning.risk:g}), verifies "
+                    "and applies", steps.run_job, story, bars={n.node_id: f"{n.node_id} ({n.device})" for n in fleet})
+        runner.step(f"Check: {options.held_out} modes per node the job never profiled, MAXN and the operator's "
+                    "preset measured on the agents; the job's models predict them", steps.check, story,
+                    bars={"check": "nodes checked"})
+        _table(console, f"Tuning job {name}", steps.job_rows(story))
+        _table(console, "Predictors (the job's transferred models)", steps.estimation_rows(story))
         runner.step("Pareto fronts of the predicted modes (Optimizer.ParetoFront)", steps.pareto, story)
-        runner.step(f"Safe selection under each budget (Optimizer.Select, power + {story.tuning.z:.3f} σ ≤ budget, risk {story.tuning.risk:g}, σ "
-                    "widened by the held-out error), "
-                    f"verified on the agent (at most {story.tuning.max_attempts} choices)", steps.select_and_verify, story,
-                    bars={n.node_id: f"verify {n.node_id}" for n in fleet})
         summary_rows = steps.summary_rows(story)
         from edgetune.demo import report  # matplotlib only once there is something to draw
 
@@ -222,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         acc = steps.accuracy(story)
         headline = (f"{sum(r.within_budget for r in story.nodes.values())}/{len(story.nodes)} nodes run a verified "
                     f"mode within budget; held-out MAPE time {acc['time_mape']:.1f} %, power {acc['power_mape']:.1f} %.")
+        assert story.job is not None
         summary.update({"estimator": suite.estimator.where, "nodes": summary_rows, "accuracy": acc,
+                        "job": job_view(story.job).to_json(),
                         "rounds": [{"plan": rr.label, "objective": rr.objective, "makespan_s": rr.response.makespan_s,
                                     "energy_j": rr.response.energy_j, "deadline_s": rr.deadline_s,
                                     "fastest_energy_j": rr.fastest_energy_j, "round_id": rr.response.round_id}
@@ -234,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         sections = [
             ("Per-node choice", "Measured on the agent with the same protocol as MAXN and the operator's preset.",
              report.summary_table(summary_rows)),
+            ("Tuning job", "Run by the coordinator's reconcile loop (GetTuningJob as the job ended); measured: the "
+                           "choice as the coordinator verified it on the agent.", steps.job_rows(story)),
             ("Fleet", "GetDevice per agent; state from the coordinator's ListNodes.", steps.discovery_rows(story)),
             ("Predictors", f"By the {suite.estimator.where}.", steps.estimation_rows(story)),
             ("Round plans", "Coordinator PlanRound; the energy plan was applied, then re-planned after the budget "

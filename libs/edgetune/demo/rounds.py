@@ -30,10 +30,10 @@ from edgetune.tuning.records import Predictions
 
 # --- 6. round planning ------------------------------------------------------------------------------
 def round_options(res: NodeResult) -> Predictions:
-    """The node's option table for the planner: modes not ruled out, with the safe (mean + z(1 − risk) σ,
-    calibrated) power as their power (the tuner's :meth:`~edgetune.tuning.NodeTuner.option_table`)."""
-    assert res.tuner is not None
-    table = res.tuner.option_table()
+    """The node's option table for the planner: the job model's predicted modes not ruled out, with the safe
+    (mean + z(1 − risk) σ, calibrated) power as their power (:meth:`~edgetune.demo.story.NodeOptions.option_table`)."""
+    assert res.options is not None
+    table = res.options.option_table()
     return Predictions(table.modes, table.batch_size, table.time_ms, table.safe_power_w)
 
 
@@ -138,8 +138,8 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
                                       "agent_applied": current is not None and key(current) == key(cfg.mode),
                                       "power_w": power, "time_ms": rows[0].time_ms if rows else None,
                                       "budget_w": budgets[node_id], "within_budget": ok})
-            if not ok and res.tuner is not None:
-                res.tuner.learn_from_miss_at((cfg.mode.cores, cfg.mode.cpu_mhz, cfg.mode.gpu_mhz, cfg.mode.emc_mhz),
+            if not ok and res.options is not None:
+                res.options.learn_from_miss_at((cfg.mode.cores, cfg.mode.cpu_mhz, cfg.mode.gpu_mhz, cfg.mode.emc_mhz),
                                              rows[0].power_w if rows else None)
             return ok
 

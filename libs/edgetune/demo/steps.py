@@ -1,5 +1,8 @@
-"""The demo's story, steps 1–5, through the services' gRPC APIs: discovery, profiling, estimation,
-Pareto fronts, safe selection verified on the agents (steps 6–8: :mod:`.rounds`, :mod:`.concurrent`).
+"""The demo's story, steps 1–5, through the services' gRPC APIs: discovery, reference models, one
+TuningJob that the coordinator runs (its reconcile loop profiles every node through the agents' job
+streams, transfers and predicts on the estimator, selects on the optimizer, verifies and applies),
+the demo's own check of the job's predictions on held-out modes, Pareto fronts (steps 6–8:
+:mod:`.rounds`, :mod:`.concurrent`). The demo orchestrates no tuning: it asks and watches.
 
 Each step is a function of the shared :class:`~edgetune.demo.story.Story` that calls the services,
 records what it learned on the story and returns a one-line headline. The console (``__main__``)
@@ -10,16 +13,22 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
+import grpc
 import numpy as np
 
+from edgetune.coordination.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
     RPC_TIMEOUT_S,
+    NodeOptions,
     NodeResult,
     Story,
     Tick,
     energy_j,
+    job_name,
+    job_spec,
     key,
     label,
     mape_pct,
@@ -29,19 +38,23 @@ from edgetune.demo.story import (
     preset_mode,
     profile,
 )
-from edgetune.demo.suite import NodeSpec, registered
+from edgetune.demo.suite import registered
 from edgetune.devices.simulated import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
+from edgetune.proto.tuning_convert import job_view
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
     optimizer_pb2,
     profiler_pb2,
+    tuning_pb2,
 )
-from edgetune.tuning import Decision, NodeTuner, Points
+from edgetune.tuning import Points
+from edgetune.tuning.protocols import reference_model_id
 from edgetune.tuning.records import mode_key
-from edgetune.tuning.remote import AgentMeasurer, OptimizerSelector, candidates, mode_msg, predictions
+from edgetune.tuning.remote import candidates, predictions
+from edgetune.tuning.safety import SafetyState, held_out_power_error
 
 
 # --- 1. discovery -----------------------------------------------------------------------------------
@@ -84,40 +97,7 @@ def discovery_rows(story: Story) -> list[dict]:
     return rows
 
 
-# --- 2. profiling -----------------------------------------------------------------------------------
-def profile_fleet(story: Story, tick: Tick) -> str:
-    """Each node's :class:`~edgetune.tuning.NodeTuner` (the agent's Profile stream, the estimator, the
-    optimizer's Select) profiles ``modes + held_out`` random PowerTrain-grid modes in one stream;
-    the first ``modes`` train the transfer, the rest are held out to calibrate and check it."""
-    o = story.options
-
-    def run(i_node: tuple[int, NodeSpec]) -> None:
-        i, node = i_node
-        res = story.nodes[node.node_id]
-        measurer = AgentMeasurer(story.agent(node.node_id).stub, node.device, o.workload, "train",
-                                 lambda done, total: tick(node.node_id, done, total), RPC_TIMEOUT_S)
-        res.tuner = NodeTuner(story.tuning.with_(seed=o.seed * 1000 + i), measurer, story.suite.estimator,
-                              OptimizerSelector(story.suite.optimizer, RPC_TIMEOUT_S), base=None,
-                              candidates=named_grid(get_spec(node.device), "powertrain").array(),
-                              batch_size=o.batch_size, device=node.device, workload=o.workload,
-                              model_id=f"demo-{node.node_id}-{o.workload}",
-                              transfer_epochs=o.transfer_epochs or None,
-                              transfer_params={"restarts": str(o.gp_restarts)} if o.gp_restarts else None)
-        res.tuner.profile_initial()
-        held = {mode_key(m) for m in res.tuner.held_out.modes}
-        msgs = [m for _, m in measurer.measured]
-        res.profiled = [m for m in msgs if key(m.mode) not in held]
-        res.held_out = [m for m in msgs if key(m.mode) in held]
-        res.stored = len(story.suite.store.get_measurements(node.device, o.workload, "train", node.node_id))
-
-    parallel(enumerate(story.fleet), run, workers=len(story.fleet))
-    n = sum(len(r.profiled) + len(r.held_out) for r in story.nodes.values())
-    stored = sum(r.stored for r in story.nodes.values())
-    return (f"{n} points measured on {len(story.nodes)} agents ({o.modes} per node for the transfer + "
-            f"{o.held_out} held out to check it); {stored} measurements in Redis")
-
-
-# --- 3. estimation ----------------------------------------------------------------------------------
+# --- 2. reference models ---------------------------------------------------------------------------
 def reference_points(device: str, n_modes: int, batch_size: int, seed: int) -> Points:
     """A large reference table: ResNet18 training on (a sample of) the device's PowerTrain grid, from the
     simulator's truth plus measurement noise (3 % time, 1.5 % power)."""
@@ -134,42 +114,142 @@ def reference_points(device: str, n_modes: int, batch_size: int, seed: int) -> P
                   REFERENCE_WORKLOAD, "train")
 
 
-def estimate(story: Story, tick: Tick) -> str:
-    """Fit a ResNet18 reference per device model, then each node's tuner transfers it to the node's
-    workload from its profiled modes, predicts every PowerTrain-grid mode of the node's device and
-    calibrates σ by the held-out modes (Fit / Transfer / Predict)."""
+def fit_references(story: Story, tick: Tick) -> str:
+    """A ResNet18 reference per device model (Estimator.Fit), named ``reference-DEVICE-train``: what a
+    tuning job without a ``reference_model`` transfers from (``edgetune up`` fits the same)."""
     o, est = story.options, story.suite.estimator
     devices = sorted({n.device for n in story.fleet})
-    done = {"fit": 0, "transfer": 0}
+    done = {"fit": 0}
     lock = threading.Lock()
 
     def fit(device: str) -> None:
         story.references[device] = est.fit(reference_points(device, o.reference_modes, o.batch_size, o.seed + 17),
-                                           model_id=f"demo-reference-{device}", method="nn", seed=o.seed,
+                                           model_id=reference_model_id(device), method="nn", seed=o.seed,
                                            epochs=o.reference_epochs)
         with lock:
             done["fit"] += 1
             tick("fit", done["fit"], len(devices))
 
-    def transfer(node: NodeSpec) -> None:
-        res = story.nodes[node.node_id]
-        assert res.tuner is not None
-        res.tuner.base = story.references[node.device]
-        pred = res.tuner.explore()
-        res.model = res.tuner.model
-        res.predictions = pred
-        with lock:
-            done["transfer"] += 1
-            tick("transfer", done["transfer"], len(story.fleet))
-
     tick("fit", 0, len(devices))
-    tick("transfer", 0, len(story.fleet))
     parallel(devices, fit, workers=2)
-    parallel(story.fleet, transfer, workers=2)
+    return (f"{len(devices)} reference models fitted ({', '.join(r.model_id for r in story.references.values())}; "
+            f"{o.reference_modes} PowerTrain modes each)")
+
+
+# --- 3. the tuning job ------------------------------------------------------------------------------
+def _watch(story: Story, name: str) -> Iterator[tuning_pb2.TuningJob]:
+    """The job as it changes (WatchTuningJob), resumed from the last revision seen if the stream breaks."""
+    after = 0
+    coord = story.suite.coordinator
+    deadline = time.monotonic() + RPC_TIMEOUT_S * 2
+    while time.monotonic() < deadline:
+        stream = coord.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after),
+                                      timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            for job in stream:
+                after = job.revision
+                yield job
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+        finally:
+            stream.cancel()
+    raise TimeoutError(f"tuning job {name} did not finish within {2 * RPC_TIMEOUT_S:g} s")
+
+
+DONE = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
+
+
+def run_job(story: Story, tick: Tick) -> str:
+    """SubmitTuningJob, then WatchTuningJob until every node is Applied (or Failed): the coordinator's
+    reconcile loop profiles each node (its agent's job stream), transfers the device's reference and
+    predicts every candidate (Estimator), selects safely (Optimizer.Select at the job's risk), measures
+    the choice on the agent and publishes it as the node's config."""
+    o = story.options
+    spec = job_spec(o, story.tuning, story.fleet)
+    story.suite.coordinator.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=30)
+    job = None
+    for job in _watch(story, spec.name):
+        for n in job.nodes:
+            done = n.phase in (tuning_pb2.NODE_PHASE_APPLIED, tuning_pb2.NODE_PHASE_FAILED)
+            tick(n.node_id, o.modes if done else min(n.profiled, o.modes), o.modes)
+        if job.phase in DONE:
+            break
+    assert job is not None
+    story.job = job
+    for n in job.nodes:
+        story.nodes[n.node_id].status = n
+        if n.phase == tuning_pb2.NODE_PHASE_FAILED:
+            story.nodes[n.node_id].notes.append(f"tuning job: failed: {n.reason}")
+    view = job_view(job)
+    applied = sum(n.phase == "Applied" for n in view.nodes)
+    return (f"job {spec.name} {view.phase}: {applied}/{len(job.nodes)} nodes Applied; "
+            f"{sum(n.profiled for n in job.nodes)} points measured by the coordinator through the agents' job "
+            f"streams ({o.modes} random modes per node + the choices it verified)")
+
+
+# --- 4. the demo's check of the job's predictions ------------------------------------------------
+def _measurement(r) -> common_pb2.Measurement:  # a stored MeasurementRecord as the API's message
+    m = r.mode
+    return common_pb2.Measurement(id=r.id, node_id=r.node_id or "", device=r.device_model, workload=r.workload,
+                                  mode=common_pb2.PowerMode(cores=m.cores, cpu_mhz=m.cpu_mhz, gpu_mhz=m.gpu_mhz,
+                                                            emc_mhz=m.emc_mhz),
+                                  batch_size=r.batch_size, time_ms=r.time_ms, power_w=r.power_w)
+
+
+def check(story: Story, tick: Tick) -> str:
+    """Independent of the job: measure ``held_out`` random modes it never profiled, MAXN and the operator's
+    preset on each agent (Profile streams), predict them and every candidate with the job's model
+    (Estimator.Predict), and calibrate the round's option tables by the held-out power error."""
+    o = story.options
+    done = {"n": 0}
+    lock = threading.Lock()
+
+    def run(res: NodeResult) -> None:
+        node, agent = res.node, story.agent(res.node.node_id)
+        stored = story.suite.store.get_measurements(node.device, o.workload, "train", node.node_id)
+        res.profiled = [_measurement(r) for r in stored]  # the job's points (profiles and verifications)
+        res.stored = len(stored)
+        status = res.status
+        if status is not None:
+            res.attempts = max(1, len(stored) - o.modes) if status.HasField("measured_power_w") else 0
+        grid = named_grid(get_spec(node.device), CANDIDATE_GRID).array()
+        seen = {key(m.mode) for m in res.profiled}
+        fresh = [i for i, m in enumerate(grid) if mode_key(m) not in seen]
+        rng = np.random.default_rng(o.seed + 1000 + sorted(story.nodes).index(node.node_id))
+        held = grid[np.sort(rng.choice(fresh, min(o.held_out, len(fresh)), replace=False))]
+        baselines = [maxn_mode(res.device_spec)]
+        preset = operator_preset(res.device_spec, node.budget_w)
+        if preset is not None:
+            res.preset_name = preset.name
+            baselines.append(preset_mode(preset))
+        modes = [common_pb2.PowerMode(cores=int(m[0]), cpu_mhz=m[1], gpu_mhz=m[2], emc_mhz=m[3]) for m in held]
+        rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=modes + baselines,
+                                                          batch_sizes=[o.batch_size], seed=o.seed + 99))
+        byk = {key(m.mode): m for m in rows}
+        res.held_out = [byk[key(m)] for m in modes if key(m) in byk]
+        res.maxn = byk.get(key(baselines[0]))
+        res.preset = byk.get(key(baselines[1])) if len(baselines) > 1 else None
+        model = story.suite.estimator.find(f"tuning-{job_name(o)}-{node.node_id}")
+        if model is None:
+            raise RuntimeError(f"{node.node_id}: the estimator holds no model of the tuning job")
+        res.model = model
+        res.predictions = story.suite.estimator.predict(model, grid, o.batch_size)
+        pt, mt, pp, mp = held_out_pairs(res)
+        res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
+                                  story.tuning.z)
+        res.decision = decision_msg(status)
+        res.verified = verified_msg(status)
+        with lock:
+            done["n"] += 1
+            tick("check", done["n"], len(story.nodes))
+
+    tick("check", 0, len(story.nodes))
+    parallel(story.nodes.values(), run, workers=3)
     acc = accuracy(story)
     n_pred = sum(len(r.predictions or ()) for r in story.nodes.values())
-    return (f"{len(devices)} reference models fitted, {len(story.fleet)} transfers; {n_pred:,} modes predicted; "
-            f"held-out MAPE time {acc['time_mape']:.1f} %, power {acc['power_mape']:.1f} %")
+    return (f"{acc['points']} held-out modes measured on the agents; {n_pred:,} candidate modes predicted by the "
+            f"job's models; held-out MAPE time {acc['time_mape']:.1f} %, power {acc['power_mape']:.1f} %")
 
 
 def held_out_pairs(res: NodeResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -188,12 +268,32 @@ def accuracy(story: Story) -> dict[str, float]:
     return {"time_mape": mape_pct(pt, mt), "power_mape": mape_pct(pp, mp), "points": int(len(mt))}
 
 
+def job_rows(story: Story) -> list[dict]:
+    """One row per node of the job: phase, points, the choice, predicted and measured (job get's columns)."""
+    if story.job is None:
+        return []
+    rows = []
+    for n in job_view(story.job).nodes:
+        mode = f"{n.mode.cores}c/{n.mode.cpu_mhz:g}/{n.mode.gpu_mhz:g}/{n.mode.emc_mhz:g}" if n.mode else ""
+        rows.append({"node": n.id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
+                     "budget W": n.power_budget_w, "predicted W": _round(n.predicted_power_w),
+                     "upper W": _round(n.predicted_power_upper_w), "measured W": _round(n.measured_power_w),
+                     "predicted ms": _round(n.predicted_time_ms), "measured ms": _round(n.measured_time_ms),
+                     "reason": n.reason})
+    return rows
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def estimation_rows(story: Story) -> list[dict]:
     rows = []
     for r in story.nodes.values():
         pt, mt, pp, mp = held_out_pairs(r)
         rows.append({"node": r.node.node_id, "reference": story.references[r.node.device].model_id,
-                     "model": r.model_ref.model_id, "kind": r.model_ref.kind or "?", "trained on": len(r.profiled),
+                     "model": r.model_ref.model_id, "kind": r.model_ref.kind or "?",
+                     "trained on": r.model_ref.n_train or len(r.profiled),
                      "predicted modes": len(r.predictions or ()), "std": "yes" if r.model_ref.has_std else "no",
                      "time MAPE %": f"{mape_pct(pt, mt):.1f}", "power MAPE %": f"{mape_pct(pp, mp):.1f}",
                      "held-out power error (RMS) %": f"{100 * r.power_rel_err:.1f}"})
@@ -214,58 +314,28 @@ def pareto(story: Story) -> str:
     return f"Pareto-optimal modes out of each node's predicted grid: {sizes}"
 
 
-# --- 5. selection and verification ------------------------------------------------------------------
-def select_and_verify(story: Story, tick: Tick) -> str:
-    """Each node's tuner selects safely (Optimizer.Select: least predicted time with power + z(1 − risk) σ
-    within the budget, σ widened by the held-out relative power error) and measures the choice on the
-    agent; a choice measured over budget is dropped with every mode at or above its clocks, the error
-    widened, and the optimizer selects again (the policy's ``max_attempts``). MAXN and the operator's
-    preset are measured on the agent with the same protocol."""
-    o = story.options
-
-    def run(res: NodeResult) -> None:
-        node, agent = res.node, story.agent(res.node.node_id)
-        assert res.tuner is not None
-        baselines = [maxn_mode(res.device_spec)]
-        preset = operator_preset(res.device_spec, node.budget_w)
-        if preset is not None:
-            res.preset_name = preset.name
-            baselines.append(preset_mode(preset))
-        rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=baselines,
-                                                          batch_sizes=[o.batch_size], seed=o.seed + 99))
-        byk = {key(m.mode): m for m in rows}
-        res.maxn = byk.get(key(baselines[0]))
-        res.preset = byk.get(key(baselines[1])) if len(baselines) > 1 else None
-        d = res.tuner.select_and_verify(node.budget_w)
-        res.attempts, res.decision = d.attempts, decision_msg(d)
-        res.notes += list(d.notes)
-        if not d.feasible:
-            res.notes.append(f"no predicted mode fits {node.budget_w:g} W: {d.reason}")
-            res.verified = None
-        else:
-            measurer = res.tuner.measurer
-            assert isinstance(measurer, AgentMeasurer)
-            res.verified = next((m for purpose, m in reversed(measurer.measured)
-                                 if purpose == "verify" and mode_key(d.mode or ()) == key(m.mode)), None)
-        tick(node.node_id, d.attempts, d.attempts)
-
-    parallel(story.nodes.values(), run, workers=3)
-    ok = sum(r.within_budget for r in story.nodes.values())
-    retried = sum(r.attempts > 1 for r in story.nodes.values())
-    return (f"{ok}/{len(story.nodes)} chosen modes measured within budget"
-            + (f" ({retried} selected again after a first choice measured over)" if retried else " on the first try"))
-
-
-def decision_msg(d: Decision) -> common_pb2.Decision:
-    """The tuner's decision as the API's message (what the report and summary read)."""
-    msg = common_pb2.Decision(feasible=d.feasible, reason=d.reason, batch_size=d.batch_size)
-    if d.feasible and d.mode is not None:
-        msg.mode.CopyFrom(mode_msg(d.mode))
-        msg.time_ms, msg.power_w = d.predicted_time_ms or 0.0, d.predicted_power_w or 0.0
-        msg.energy_j = energy_j(msg.time_ms, msg.power_w)
-        if d.power_upper_w is not None:
-            msg.power_upper_w = d.power_upper_w
+def decision_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Decision | None:
+    """The coordinator's choice for a node (its job status) as a Decision message (what the report reads)."""
+    if status is None:
+        return None
+    if not status.HasField("predicted_power_w") or status.phase == tuning_pb2.NODE_PHASE_FAILED:
+        return common_pb2.Decision(feasible=False, reason=status.reason or "no choice")
+    msg = common_pb2.Decision(feasible=True, batch_size=status.batch_size, time_ms=status.predicted_time_ms,
+                              power_w=status.predicted_power_w, reason=status.reason)
+    msg.mode.CopyFrom(status.mode)
+    msg.energy_j = energy_j(msg.time_ms, msg.power_w)
+    if status.HasField("predicted_power_upper_w"):
+        msg.power_upper_w = status.predicted_power_upper_w
     return msg
+
+
+def verified_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Measurement | None:
+    """The choice as the coordinator measured it on the agent before applying it."""
+    if status is None or not status.HasField("measured_power_w"):
+        return None
+    return common_pb2.Measurement(node_id=status.node_id, device=status.device, mode=status.mode,
+                                  batch_size=status.batch_size, time_ms=status.measured_time_ms,
+                                  power_w=status.measured_power_w)
 
 
 def summary_rows(story: Story) -> list[dict]:

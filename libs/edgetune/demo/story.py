@@ -1,8 +1,9 @@
 """The demo's shared state and helpers: what the story learns about each node as the steps run
 (:class:`Story`, :class:`NodeResult`), how much work it does (:class:`Options`), and the small
-helpers every step uses (profiling on an agent, mode keys, baselines). Each node is tuned by the
-library's :class:`~edgetune.tuning.NodeTuner` under the story's :class:`~edgetune.tuning.TuningPolicy`
-(:func:`demo_policy`): the safety rules live there, not here."""
+helpers every step uses (profiling on an agent, mode keys, baselines). The nodes are tuned by the
+coordinator's reconcile loop (one TuningJob, :func:`job_spec`) under the library's
+:class:`~edgetune.tuning.TuningPolicy` (:func:`demo_policy`: its risk); the round's option tables
+apply the library's safety rules (:class:`NodeOptions`), not rules of their own."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
     profiler_pb2,
+    tuning_pb2,
 )
-from edgetune.tuning import ModelRef, NodeTuner, TuningPolicy, default_policy
-from edgetune.tuning.records import Predictions, mode_key
+from edgetune.tuning import ModelRef, TuningPolicy, default_policy
+from edgetune.tuning.records import OptionTable, Predictions, mode_key
+from edgetune.tuning.safety import SafetyState
 
 TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER
 RPC_TIMEOUT_S = 300.0
@@ -67,8 +70,46 @@ class Options:
 
 def demo_policy(options: Options) -> TuningPolicy:
     """The library's policy with the demo's schedule: ``modes`` random modes (no frontier rounds) and
-    ``held_out`` more to calibrate; risk, verification attempts and transfer method as the policy has them."""
+    ``held_out`` more to check; risk, verification attempts and transfer method as the policy has them
+    (the coordinator's reconcile loop runs the library's policy too)."""
     return default_policy().with_(n_initial=options.modes, rounds=0, held_out=options.held_out, seed=options.seed)
+
+
+def job_name(options: Options) -> str:
+    return f"demo-{options.workload}"
+
+
+def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]) -> tuning_pb2.TuningJobSpec:
+    """The demo's one TuningJob: every node of the fleet, ``modes`` random profiles, at the policy's risk.
+    Each node's budget is written in the job, so a later ``UpdateBudget`` is the round's to act on
+    (the planned round re-plans), not the job's."""
+    return tuning_pb2.TuningJobSpec(
+        name=job_name(options), workload=common_pb2.Workload(name=options.workload, role=TRAIN),
+        batch_sizes=[options.batch_size], nodes=[n.node_id for n in fleet],
+        objective=tuning_pb2.TUNING_OBJECTIVE_MIN_TIME, node_power_budget_w={n.node_id: n.budget_w for n in fleet},
+        risk=policy.risk, profiles=options.modes, method=tuning_pb2.TUNING_METHOD_RANDOM)
+
+
+@dataclass
+class NodeOptions:
+    """A node's predicted candidate modes (the job's transferred model) and the safety state its round
+    options are planned under: σ widened by the held-out error the demo measured, and by every config
+    measured over budget (:class:`~edgetune.tuning.safety.SafetyState`'s rules)."""
+
+    predictions: Predictions
+    safety: SafetyState
+    z: float
+
+    def option_table(self) -> OptionTable:
+        return self.safety.option_table(self.predictions, self.z)
+
+    def learn_from_miss_at(self, mode: tuple[float, float, float, float], measured_w: float | None) -> int:
+        """A config measured over its budget: drop it and every mode at or above its clocks."""
+        index = {mode_key(m): i for i, m in enumerate(self.predictions.modes)}.get(mode_key(mode))
+        if index is None:
+            return 0
+        return self.safety.learn_from_miss(self.predictions.modes, index, float(self.predictions.power_w[index]),
+                                           measured_w, self.z)
 
 
 @dataclass
@@ -81,7 +122,9 @@ class NodeResult:
     profiled: list[common_pb2.Measurement] = field(default_factory=list)
     held_out: list[common_pb2.Measurement] = field(default_factory=list)
     stored: int = 0
-    tuner: NodeTuner | None = None
+    #: The node's status in the demo's TuningJob (phase, choice, predicted and measured), as the coordinator reports it.
+    status: tuning_pb2.NodeTuningStatus | None = None
+    options: NodeOptions | None = None
     model: ModelRef | None = None
     #: The transferred model's predictions of every grid mode, and the optimizer's front of them
     #: (columns, as the columnar tables cross the wire).
@@ -113,8 +156,8 @@ class NodeResult:
 
     @property
     def power_rel_err(self) -> float:
-        """The tuner's error term (held-out calibration, widened by misses)."""
-        return self.tuner.safety.power_rel_err if self.tuner is not None else 0.0
+        """The round options' error term (held-out calibration, widened by misses)."""
+        return self.options.safety.power_rel_err if self.options is not None else 0.0
 
     def predicted(self) -> dict[ModeKey, int]:
         """Each predicted mode's row in :attr:`predictions`."""
@@ -152,6 +195,9 @@ class Story:
 
     #: How every node is tuned (:func:`demo_policy`).
     policy: TuningPolicy | None = None
+    #: The demo's TuningJob as it ended, and each node's last phase seen while watching it.
+    job: tuning_pb2.TuningJob | None = None
+    job_phases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.budgets = self.budgets or {n.node_id: n.budget_w for n in self.fleet}

@@ -1,22 +1,21 @@
-"""The edgetune suite on loopback: embedded Redis, coordinator, estimator, optimizer and one
-profiler agent per simulated Jetson — a :class:`LocalCluster` under the demo's
-:class:`Supervisor` — with the generated gRPC stubs the story talks to."""
+"""The edgetune control plane on loopback, started as ``edgetune up`` starts it: embedded Redis,
+the estimator, the optimizer, the coordinator (whose reconcile loop runs tuning jobs) and one
+profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the generated
+gRPC stubs the story talks to."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 import grpc
 
+from edgetune.coordination.controlplane import LocalNode, start_control_plane
 from edgetune.coordination.localcluster import LocalCluster
 from edgetune.coordination.processes import Child, Supervisor
 from edgetune.coordination.store import Store
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
 from edgetune.tuning.protocols import Estimator
 from edgetune.tuning.remote import ServiceEstimator
-
-ESTIMATOR_MODULE = "edgetune.services.estimator.server"
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -91,59 +90,38 @@ class Suite:
         self.cluster.close()
 
 
-def service_available() -> bool:
-    """True when the estimator service is installed (``edgetune serve estimator``)."""
-    try:
-        return importlib.util.find_spec(ESTIMATOR_MODULE) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
     ch = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
     suite_channels.append(ch)
     return ch
 
 
-def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, use_service: bool | None = None,
-                ray: bool = True, on_started=lambda name, child: None) -> Suite:
-    """Start every service under ``sup`` (as a :class:`LocalCluster`) and return the :class:`Suite`;
-    ``on_started(name, child)`` is called as each one serves. ``use_service``: None = the estimator
-    service when installed; ``ray``: the estimator runs its tasks on a local Ray (False: one after
-    another, in-process)."""
-    cluster = LocalCluster(sup.log_dir, heartbeat_ttl_s=10.0, lease_ms=2000, replica_id="demo", grace_s=1.0,
-                           supervisor=sup).start()  # Suite.close (or the demo's sup.close) stops it
+def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, ray: bool = True,
+                transfer_epochs: int = 0, on_started=lambda name, child: None) -> Suite:
+    """Start the control plane under ``sup`` as ``edgetune up`` does
+    (:func:`~edgetune.coordination.controlplane.start_control_plane`: the coordinator told the
+    estimator's and the optimizer's addresses, one agent per node registered with its budget) and
+    return the :class:`Suite`; ``on_started(name, child)`` is called for each process once all serve.
+    ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process);
+    ``transfer_epochs``: the coordinator's transfers (0: the estimator's default)."""
+    plane = start_control_plane(sup.log_dir, [LocalNode(n.node_id, n.device, n.budget_w) for n in fleet],
+                                ray=ray, seed=seed, references=False, supervisor=sup,
+                                coordinator_args=["--transfer-epochs", str(transfer_epochs)] if transfer_epochs else [])
+    cluster = plane.cluster
+    assert cluster.coordinator is not None and plane.estimator is not None and plane.optimizer is not None
     channels: list[grpc.Channel] = []
     on_started("redis", None)
-    on_started("coordinator", cluster.coordinator)
-
-    # Agents and the estimator start together (their start-ups overlap), then each is awaited.
-    spawned = {node.node_id: cluster.spawn_agent(node.node_id, node.device, node.budget_w, seed=seed + i)
-               for i, node in enumerate(fleet)}
-    use_service = service_available() if use_service is None else use_service
-    est_child = cluster.spawn_service("estimator", [] if ray else ["--no-ray"]) if use_service else None
-    opt = cluster.start_service("optimizer", "edgetune.v1.Optimizer")
-    on_started("optimizer", opt)
-    optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, opt.address))
-
+    for name, child in (("estimator", plane.estimator), ("optimizer", plane.optimizer),
+                        ("coordinator", cluster.coordinator)):
+        on_started(name, child)
     agents = {}
     for node in fleet:
-        child = cluster.wait_serving(spawned[node.node_id], "edgetune.v1.Profiler")
+        child = plane.agents[node.node_id]
         on_started(child.name, child)
         agents[node.node_id] = Agent(node, child, profiler_pb2_grpc.ProfilerStub(_channel(channels, child.address)))
-
-    if est_child is not None:
-        cluster.wait_serving(est_child, "edgetune.v1.Estimator")
-        on_started("estimator", est_child)
-        estimator: Estimator = ServiceEstimator(_channel(channels, est_child.address), est_child.address,
-                                                "local Ray" if ray else "no Ray")
-    else:  # the same pipeline in this process, through the same protocol
-        from edgetune.tuning.local import LibraryEstimator
-
-        estimator = LibraryEstimator()
-        estimator.where = "estimation library in-process (no estimator service in this checkout)"
-    if cluster.coordinator is None:
-        raise RuntimeError("the demo's cluster started no coordinator")
+    estimator = ServiceEstimator(_channel(channels, plane.estimator.address), plane.estimator.address,
+                                 "local Ray" if ray else "no Ray")
+    optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, plane.optimizer.address))
     coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 

@@ -108,6 +108,21 @@ class NodeTuner:
             self.on_round(self.sampler.rounds_done, n_picks, len(self.points))
         return self.predictions
 
+    def refresh(self, near: Sequence[float], n_points: int, *, seed: int = 0) -> Predictions:
+        """The board changed (drift): measure the ``n_points`` candidates nearest ``near`` (clocks
+        scaled by each column's largest value; ``near`` itself included when a candidate), let their
+        new measurements replace the old ones at the same modes, forget what verification measured,
+        and transfer again. Misses learned so far stay learned."""
+        scale = np.maximum(self.candidates.max(axis=0), 1e-9)
+        dist = np.linalg.norm((self.candidates - np.asarray(near, dtype=float).reshape(1, 4)) / scale, axis=1)
+        picks = np.sort(np.argsort(dist, kind="stable")[:max(1, int(n_points))])
+        fresh = self.measurer.measure(self.candidates[picks], self.batch_size, seed=seed, purpose="profile")
+        renewed = {mode_key(m) for m in fresh.modes}
+        self.points = self.points.subset([i for i, m in enumerate(self.points.modes) if mode_key(m) not in renewed])
+        self.points = self.points + fresh
+        self._verified.clear()
+        return self._refit(len(fresh))
+
     def calibrate(self) -> float:
         """Set the error term to the held-out relative power error (0 without held-out modes)."""
         self.safety.power_rel_err = self.held_out_error()

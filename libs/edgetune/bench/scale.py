@@ -1,0 +1,250 @@
+"""The control plane at scale: one TuningJob over 100 simulated nodes against one coordinator.
+
+``tuning_job_100_nodes``: Redis, the Estimator (``--no-ray``: on these 2 cores Ray adds start-up and
+no parallelism, so its transfers run one after another in its process), the Optimizer and a
+coordinator with its reconcile loop, as separate processes on loopback (a
+:class:`~edgetune.coordination.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
+:class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
+heartbeats (one thread beats for all); a few worker threads consume every node's job stream
+(``JobQueue``, as the agent does) and answer each point with the simulated board's truth plus
+measurement noise (3 % time, 1.5 % power), written under the id the real agent writes. The points
+skip the measurement protocol's wall time (a simulated agent settles and samples for ~0.1 s a point),
+so what is timed is the control plane: the reconcile loop, the Estimator's transfers and predictions,
+the Optimizer's selections, the store.
+
+Reported: the job's wall time (submit to Succeeded), each node's reconcile time (its status's start to
+Applied) with its phases (profiling, estimating, selecting + verifying, publishing) as medians and
+95th percentiles, one reconcile pass over the 100 Applied nodes (the steady-state cost of a pass), the
+estimator's and the optimizer's calls, and how many nodes were Applied within their budgets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgetune.bench.runner import benchmark
+
+#: The fleet: device model -> nodes (100 in all).
+FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
+PROFILES = 12
+WORKERS = 8
+
+
+@dataclass
+class SimulatedFleet:
+    """Many simulated agents in one process (module docstring)."""
+
+    coordinator: str
+    store: Any
+    nodes: dict[str, str]  # node id -> device model
+    workers: int = WORKERS
+    seed: int = 0
+    points: int = 0
+    _channel: Any = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> SimulatedFleet:
+        import grpc
+
+        from edgetune.coordination.controlplane import default_budget_w
+        from edgetune.powermodes.specs import get_spec
+        from edgetune.proto.convert import spec_to_proto
+        from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+        self._channel = grpc.insecure_channel(self.coordinator)
+        stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        interval = 5.0
+        for node_id, device in self.nodes.items():
+            reply = stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
+                node_id=node_id, hostname="fleet", address="fleet", device=spec_to_proto(get_spec(device)),
+                power_budget_w=default_budget_w(device), state="ready")), timeout=10)
+            interval = reply.heartbeat_interval_s or interval
+
+        def beat() -> None:
+            while not self._stop.wait(interval):
+                for node_id in self.nodes:
+                    stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=node_id, state="ready"), timeout=10)
+
+        ids = list(self.nodes)
+        shares = [ids[i::self.workers] for i in range(self.workers)]
+        self._threads = [threading.Thread(target=beat, name="fleet-heartbeat", daemon=True)]
+        self._threads += [threading.Thread(target=self._work, args=(share, i), name=f"fleet-{i}", daemon=True)
+                          for i, share in enumerate(shares)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def _work(self, node_ids: list[str], index: int) -> None:
+        from edgetune.coordination.jobs import JobQueue
+        from edgetune.coordination.store import MeasurementRecord
+        from edgetune.devices.simulated.tables import truth_table
+        from edgetune.powermodes.mode import PowerMode
+        from edgetune.profiling.protocol import measurement_id
+
+        queue = JobQueue(self.store)
+        rng = np.random.default_rng(self.seed + index)
+        consumer = f"fleet-{index}"
+        while not self._stop.is_set():
+            idle = True
+            for node_id in node_ids:
+                for job in queue.claim(node_id, consumer, block_ms=0, count=8):
+                    idle = False
+                    device, p = self.nodes[node_id], job.payload
+                    workload, role = p["workload"]["name"], p["workload"]["role"].removeprefix("ROLE_").lower()
+                    b = int(p["batch_sizes"][0])
+                    rows = []
+                    for m in p["modes"]:
+                        mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]),
+                                         float(m["emc_mhz"]))
+                        truth = truth_table(device, workload, role, np.asarray([mode.as_tuple()], dtype=float), [b])[0]
+                        rows.append(MeasurementRecord(
+                            measurement_id(device, node_id, workload, role, mode, b, job.job_id), device, workload,
+                            role, mode, b, truth["time_ms"] * float(rng.normal(1.0, 0.03)),
+                            truth["power_w"] * float(rng.normal(1.0, 0.015)), node_id))
+                    queue.complete(job, rows)
+                    with self._lock:
+                        self.points += len(rows)
+            if idle:
+                self._stop.wait(0.02)
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(10)
+        if self._channel is not None:
+            self._channel.close()
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=float)
+    if not a.size:
+        return {}
+    return {"p50_s": round(float(np.percentile(a, 50)), 3), "p95_s": round(float(np.percentile(a, 95)), 3),
+            "max_s": round(float(a.max()), 3)}
+
+
+def _phases(node: Any) -> dict[str, float]:
+    """Seconds a node spent per phase, from its status events (the first event of each phase)."""
+    first: dict[str, float] = {}
+    for e in node.events:
+        t = e.at.ToNanoseconds() / 1e9
+        msg = e.message
+        name = ("estimating" if msg.endswith("points profiled; transferring") or "transferring" in msg else
+                "selecting" if msg.startswith("selecting for") else
+                "verified" if msg.startswith("measured") else
+                "published" if "published" in msg else "")
+        if name and name not in first:
+            first[name] = t
+    start = node.started.ToNanoseconds() / 1e9
+    out = {}
+    marks = [("profiling", start, first.get("estimating")), ("estimating", first.get("estimating"), first.get("selecting")),
+             ("selecting_verifying", first.get("selecting"), first.get("verified")),
+             ("publishing", first.get("verified"), first.get("published"))]
+    for name, a, b in marks:
+        if a is not None and b is not None:
+            out[name] = b - a
+    return out
+
+
+@benchmark("tuning_job_100_nodes", "one TuningJob over 100 simulated nodes (40 Orin AGX, 30 Xavier AGX, 20 Orin "
+           "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time < 300 s on 2 cores "
+           "(reported: reconcile time per node and its phases, one reconcile pass)", "job_s", 300.0)
+def tuning_job_100_nodes() -> dict[str, Any]:
+    import tempfile
+    from pathlib import Path
+
+    import grpc
+
+    from edgetune.coordination.configs import ConfigStore
+    from edgetune.coordination.leader import LeaderLease
+    from edgetune.coordination.localcluster import LocalCluster
+    from edgetune.coordination.reconcile import Reconciler
+    from edgetune.coordination.registry import NodeRegistry
+    from edgetune.devices.simulated.tables import truth_table
+    from edgetune.powermodes.grids import named_grid
+    from edgetune.powermodes.specs import get_spec
+    from edgetune.proto.v1 import (
+        common_pb2,
+        estimator_pb2,
+        estimator_pb2_grpc,
+        tuning_pb2,
+    )
+    from edgetune.tuning.protocols import reference_model_id
+
+    nodes = {f"{device}-{i + 1}": device for device, n in FLEET.items() for i in range(n)}
+    with tempfile.TemporaryDirectory(prefix="edgetune-scale-") as tmp, \
+            LocalCluster(Path(tmp), tuning=True, heartbeat_ttl_s=30.0, lease_ms=5000) as cluster:
+        assert cluster.estimator is not None and cluster.coordinator is not None and cluster.stub is not None
+        assert cluster.store is not None
+        fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes)
+        try:
+            with grpc.insecure_channel(cluster.estimator.address) as channel:
+                estimator = estimator_pb2_grpc.EstimatorStub(channel)
+                for device in FLEET:  # a ResNet18 reference per device model, as `edgetune up` fits them
+                    grid = named_grid(get_spec(device), "fulcrum").array()
+                    grid = grid[np.sort(np.random.default_rng(0).choice(len(grid), min(80, len(grid)), replace=False))]
+                    ms = [common_pb2.Measurement(mode=common_pb2.PowerMode(
+                        cores=int(r["cores"]), cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"], emc_mhz=r["emc_mhz"]),
+                        batch_size=16, time_ms=r["time_ms"], power_w=r["power_w"])
+                        for r in truth_table(device, "resnet18", "train", grid, [16])]
+                    estimator.Fit(estimator_pb2.FitRequest(
+                        model_id=reference_model_id(device), kind="nn", device=device, workload="resnet18",
+                        role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=60, seed=0), timeout=300)
+            fleet.start()
+            stub = cluster.stub
+            spec = tuning_pb2.TuningJobSpec(
+                name="scale", workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_TRAIN),
+                batch_sizes=[16], nodes=list(nodes), profiles=PROFILES, method=tuning_pb2.TUNING_METHOD_RANDOM)
+            t0 = time.perf_counter()
+            stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=30)
+            done = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED)
+            deadline = time.monotonic() + 1200
+            while True:
+                job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name="scale"), timeout=30)
+                if job.phase in done or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            job_s = time.perf_counter() - t0
+        finally:
+            fleet.close()
+        # One reconcile pass over the 100 Applied nodes, as the leader runs it (a loop of this process
+        # under its own lease name, so it leads; nothing is left to start: the pass reads and decides)
+        store = cluster.store
+        lease = LeaderLease(store, "bench-reconcile-pass", lease_ms=5000, holder_id="bench")
+        lease.start()
+        try:
+            assert lease.wait_leader(10)
+            reconciler = Reconciler(store, NodeRegistry(store, heartbeat_ttl_s=30.0), ConfigStore(store), lease,
+                                    None, None)
+            passes = []
+            for _ in range(10):
+                p0 = time.perf_counter()
+                reconciler.run_once()
+                passes.append(time.perf_counter() - p0)
+        finally:
+            lease.stop()
+    applied = [n for n in job.nodes if n.phase == tuning_pb2.NODE_PHASE_APPLIED]
+    within = [n for n in applied if n.measured_power_w <= n.power_budget_w]
+    per_node = [n.updated.ToNanoseconds() / 1e9 - n.started.ToNanoseconds() / 1e9 for n in applied]
+    phases: dict[str, list[float]] = {}
+    for n in applied:
+        for name, s in _phases(n).items():
+            phases.setdefault(name, []).append(s)
+    failed = {n.node_id: n.reason for n in job.nodes if n.phase == tuning_pb2.NODE_PHASE_FAILED}
+    return {"job_s": round(job_s, 1) if len(applied) == len(nodes) else None, "wall_s_to_end": round(job_s, 1),
+            "nodes": len(nodes), "applied": len(applied), "within_budget": len(within),
+            "failed": dict(list(failed.items())[:5]), "points_measured": fleet.points,
+            "node_reconcile": _stats(per_node), "phases": {k: _stats(v) for k, v in phases.items()},
+            "pass_over_100_applied_ms": round(float(np.median(passes)) * 1e3, 1),
+            "nodes_per_minute": round(len(applied) / job_s * 60, 1),
+            "processes": "Redis, estimator (--no-ray: its transfers one after another in its process), optimizer, "
+                         "coordinator: separate processes, as edgetune up runs them",
+            "agents": f"{len(nodes)} simulated agents in the bench's process: gRPC RegisterNode + Heartbeat, "
+                      f"{WORKERS} threads consuming the nodes' job streams"}

@@ -1,0 +1,212 @@
+"""The reconcile loop's drift trigger, and its target selector and cache pruning, in one process: the
+leader's :class:`~edgetune.coordination.reconcile.Reconciler` on MemoryStore with the estimation
+library and the library's selector, and an agent thread that runs each queued point on the simulated
+board's truth (the measurement under the id the real agent writes). The board can be made hotter and
+slower after the node is Applied: the loop's periodic check measures the applied configuration, sees
+it off its prediction / over its budget, profiles near the choice under a new drift epoch and selects
+again within the budget.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edgetune.coordination.configs import ConfigStore
+from edgetune.coordination.jobs import JobQueue
+from edgetune.coordination.leader import LeaderLease
+from edgetune.coordination.reconcile import DriftPolicy, Reconciler, drift_reason
+from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.coordination.store import MeasurementRecord, MemoryStore
+from edgetune.coordination.tuningjobs import NodeStatus, TuningJobs, TuningJobSpec
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.errors import InvalidArgument
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.specs import get_spec
+from edgetune.profiling.protocol import measurement_id
+from edgetune.tuning import Points
+from edgetune.tuning.local import LibraryEstimator, LibrarySelector
+from edgetune.tuning.protocols import reference_model_id
+
+DEVICE, WORKLOAD, BUDGET_W = "orin-agx", "mobilenetv3", 25.0
+
+
+class Board:
+    """A simulated board behind a node's job stream; ``hot`` scales its power and time (a hotter, slower board)."""
+
+    def __init__(self, store: MemoryStore, node_id: str) -> None:
+        self.store, self.node_id = store, node_id
+        self.power_factor, self.time_factor = 1.0, 1.0
+        self.ran: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        queue = JobQueue(self.store)
+        while not self.stop.is_set():
+            for job in queue.claim(self.node_id, "agent", block_ms=50):
+                self.ran.append(job.job_id)
+                m = job.payload["modes"][0]
+                mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
+                b = int(job.payload["batch_sizes"][0])
+                row = truth_table(DEVICE, WORKLOAD, "train", np.asarray([mode.as_tuple()], dtype=float), [b])[0]
+                mid = measurement_id(DEVICE, self.node_id, WORKLOAD, "train", mode, b, job.job_id)
+                queue.complete(job, [MeasurementRecord(mid, DEVICE, WORKLOAD, "train", mode, b,
+                                                       row["time_ms"] * self.time_factor,
+                                                       row["power_w"] * self.power_factor, self.node_id)])
+
+
+@pytest.fixture(scope="module")
+def estimator() -> LibraryEstimator:
+    """The estimation library holding a ResNet18 reference of the Orin AGX (``reference-orin-agx-train``)."""
+    est = LibraryEstimator()
+    grid = named_grid(get_spec(DEVICE), "fulcrum").array()[::3]
+    rows = truth_table(DEVICE, "resnet18", "train", grid, [16])
+    est.fit(Points(grid, np.full(len(grid), 16), np.array([r["time_ms"] for r in rows]),
+                   np.array([r["power_w"] for r in rows]), DEVICE, "resnet18", "train"),
+            model_id=reference_model_id(DEVICE), method="nn", epochs=60)
+    return est
+
+
+def _leader(store: MemoryStore) -> LeaderLease:
+    lease = LeaderLease(store, "coordinator", lease_ms=5000, holder_id="test")
+    lease.start()
+    deadline = time.monotonic() + 10
+    while not lease.is_leader and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lease
+
+
+@pytest.fixture()
+def plane(estimator):
+    """A leader with its loop (drift checks every 0.3 s), two registered Orin nodes with boards, a reference."""
+    store = MemoryStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=120)
+    for node_id, labels in (("orin-agx-1", {"rack": "a"}), ("orin-agx-2", {"rack": "b"})):
+        registry.register(NodeRecord(node_id, device=spec_to_dict(get_spec(DEVICE)), labels=labels,
+                                     power_budget_w=BUDGET_W))
+    lease = _leader(store)
+    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
+                     point_timeout_s=60, transfer_epochs=40, drift=DriftPolicy(check_s=0.3, near_points=4))
+    boards = {n: Board(store, n) for n in ("orin-agx-1", "orin-agx-2")}
+    for b in boards.values():
+        b.thread.start()
+    rec.start()
+    try:
+        yield store, rec, boards
+    finally:
+        rec.stop()
+        for b in boards.values():
+            b.stop.set()
+            b.thread.join(2)
+        lease.stop()
+
+
+def _node(jobs: TuningJobs, name: str, node_id: str) -> NodeStatus | None:
+    status = jobs.get(name).status
+    return None if status is None else status.nodes.get(node_id)
+
+
+def _wait(what, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout_s:g} s")
+
+
+def test_a_hotter_slower_board_is_re_tuned_within_its_budget(plane):
+    store, rec, boards = plane
+    jobs = TuningJobs(store)
+    # the selector picks the node by its labels; the other Orin is not targeted
+    jobs.submit(TuningJobSpec("drift", WORKLOAD, selector_device=DEVICE, selector_labels={"rack": "a"},
+                              profiles=10, method="random"))
+    first = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase == "Applied" and n)
+    assert set(jobs.get("drift").status.nodes) == {"orin-agx-1"}  # type: ignore[union-attr]
+    assert not boards["orin-agx-2"].ran
+    assert first.measured_power_w is not None and first.measured_power_w <= BUDGET_W
+    revision = store.config_revisions(["orin-agx-1"])["orin-agx-1"]
+    board = boards["orin-agx-1"]
+
+    # An unchanged board: checks measure the applied mode and find no drift.
+    checks_before = len(board.ran)
+    _wait(lambda: len(board.ran) >= checks_before + 2, 20)
+    assert _node(jobs, "drift", "orin-agx-1").drift_epoch == 0  # type: ignore[union-attr]
+
+    # A hotter, slower board: the applied mode now draws 40 % more power and runs 30 % slower.
+    board.power_factor, board.time_factor = 1.4, 1.3
+    assert first.measured_power_w * 1.4 > BUDGET_W  # the applied choice is over budget now
+    ran_before = len(board.ran)
+    drifted = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.drift_epoch >= 1 and n)
+    assert any(e.message.startswith("drift: measured") for e in drifted.events), drifted.events
+    after = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase in ("Applied", "Failed")
+                  and n.drift_epoch >= 1 and n)
+    assert after.phase == "Applied", after
+    assert after.measured_power_w is not None and after.measured_power_w <= BUDGET_W  # measured on the hot board
+    assert after.mode != first.mode
+    assert store.config_revisions(["orin-agx-1"])["orin-agx-1"] > revision
+    # a few points near the old choice were profiled again (new job ids: measured, not read back)
+    assert len(board.ran) - ran_before >= 4 + 1
+    assert after.drift_epoch <= DriftPolicy().max_retunes
+    assert not boards["orin-agx-2"].ran
+
+
+def test_caches_of_cancelled_jobs_are_pruned(plane):
+    store, rec, _ = plane
+    jobs = TuningJobs(store)
+    jobs.submit(TuningJobSpec("prune", WORKLOAD, nodes=("orin-agx-1", "orin-agx-2"), profiles=6, method="random"))
+    _wait(lambda: (s := jobs.get("prune").status) is not None and len(s.nodes) == 2
+          and all(n.phase == "Applied" for n in s.nodes.values()))
+    cached = rec.cached()
+    assert cached["tuners"] == 2 and cached["writers"] == 1
+    jobs.cancel("prune")
+    rec.wake()
+    _wait(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "checked": 0, "refreshed": 0}, 20)
+
+
+def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimator):
+    """Its agent gone (no heartbeat, nobody consuming its points): the worker notices the lost heartbeat
+    and waits; once the node has been lost for ``lost_fail_s`` it is Failed, saying so."""
+    store = MemoryStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=1.0)
+    registry.register(NodeRecord("orin-agx-9", device=spec_to_dict(get_spec(DEVICE)), power_budget_w=BUDGET_W))
+    lease = _leader(store)
+    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
+                     point_timeout_s=60, lost_fail_s=2.0).start()
+    jobs = TuningJobs(store)
+    stop = threading.Event()
+
+    def beat() -> None:  # the agent heartbeats until its node is being profiled, then dies
+        while not stop.is_set():
+            registry.heartbeat("orin-agx-9", state="ready")
+            n = _node(jobs, "lost", "orin-agx-9")
+            if n is not None and n.phase == "Profiling":
+                return
+            time.sleep(0.1)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    try:
+        jobs.submit(TuningJobSpec("lost", WORKLOAD, nodes=("orin-agx-9",), profiles=6, method="random"))
+        beater.start()
+        failed = _wait(lambda: (n := _node(jobs, "lost", "orin-agx-9")) is not None and n.phase == "Failed" and n, 30)
+        assert failed.reason.startswith("node lost: no heartbeat for"), failed.reason
+        assert any("stopped heartbeating" in e.message for e in failed.events), failed.events
+    finally:
+        stop.set()
+        rec.stop()
+        lease.stop()
+
+
+def test_drift_reason_tolerates_the_miss_verification_accepted():
+    st = NodeStatus("n", predicted_time_ms=100.0, measured_time_ms=110.0)
+    assert drift_reason(st, 120.0, 24.0, 25.0, 0.25) == ""  # 20 % off: within 10 % accepted + 25 %
+    assert "ms vs predicted" in drift_reason(st, 140.0, 24.0, 25.0, 0.25)  # 40 % off
+    assert "W > budget" in drift_reason(st, 100.0, 26.0, 25.0, 0.25)  # over the budget
+    with pytest.raises(InvalidArgument):
+        DriftPolicy(check_s=-1)
