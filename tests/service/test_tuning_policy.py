@@ -7,45 +7,40 @@ changes what ``edgetune tune``, the demo's node tuners and the estimator service
   (their policy is the library's with the demo's schedule).
 - ``transfer_method``: the method ``edgetune tune`` transfers with, the demo's tuners send as
   ``params.method``, and the estimator service's ``Transfer`` uses when a request names none.
-- The demo's own tuning path (its steps: profile the fleet, estimate, select and verify on the agent)
-  on one simulated Orin AGX served in this process, with a short schedule: a stricter ``risk``
-  chooses slower modes (never faster), a different one somewhere; the retry limit bounds how
-  often a choice is measured and whether a miss is recovered from.
+- The demo's tuning path: the TuningJob it submits carries the library's policy, and the policy the
+  coordinator reads back from it, run on one simulated Orin AGX with a short schedule, follows it:
+  a stricter ``risk`` chooses slower modes (never faster), a different one somewhere; the retry
+  limit bounds how often a choice is measured and whether a miss is recovered from.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import grpc
 import pytest
 
 from edgetune.cli import main
-from edgetune.coordination.localcluster import LocalCluster
+from edgetune.coordination.reconcile import policy_for
 from edgetune.coordination.store import open_store
-from edgetune.coordination.store.memory import MemoryStore
-from edgetune.demo import steps
-from edgetune.demo.story import NodeResult, Options, Story
-from edgetune.demo.suite import FLEET, Agent, NodeSpec, Suite
-from edgetune.devices.simulated import truth_table
+from edgetune.demo.story import Options, Story, demo_policy, job_spec
+from edgetune.demo.suite import FLEET, NodeSpec
+from edgetune.devices.simulated import SimulatedJetson, truth_table
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
+from edgetune.profiling.protocol import ProfileConfig, Profiler
 from edgetune.proto.v1 import (
     common_pb2,
     estimator_pb2,
     estimator_pb2_grpc,
-    optimizer_pb2_grpc,
-    profiler_pb2,
-    profiler_pb2_grpc,
 )
+from edgetune.services.coordinator.convert import tuning_spec_from_proto
 from edgetune.services.estimator.server import create_server
-from edgetune.services.optimizer.server import create_server as optimizer_server
-from edgetune.services.profiler.server import create_server as profiler_server
 from edgetune.tables import write_table
+from edgetune.tuning import NodeTuner
 from edgetune.tuning import policy as tuning_policy
-from edgetune.tuning.local import LibraryEstimator
+from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
 
 MODE_KEYS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
 
@@ -136,82 +131,67 @@ def test_the_transfer_method_of_the_policy_is_the_estimator_service_default(file
 
 
 # --- the demo's tuning path ------------------------------------------------------------------------
+# The demo submits one TuningJob built from the library's policy (demo_policy -> job_spec); the
+# coordinator's reconcile loop reads it back (tuning_spec_from_proto -> policy_for) and runs a
+# NodeTuner under that policy. Here: the same chain, the tuner on one simulated Orin AGX in-process.
 NODE = NodeSpec("orin-1", "orin-agx", 20.0, 1000)
 #: A short schedule: 6 profiled modes, no held-out calibration, so the transfer misses some budgets.
-SHORT = Options(modes=6, held_out=0, reference_modes=300, reference_epochs=20, transfer_epochs=30)
+SHORT = Options(modes=6, held_out=0)
 BUDGETS_W = (18.0, 22.0, 28.0)
 
 
+def _job_policy() -> tuning_policy.TuningPolicy:
+    """The policy the coordinator tunes the demo's job under (read from the library default)."""
+    msg = job_spec(SHORT, demo_policy(SHORT), (NODE,))
+    return policy_for(tuning_spec_from_proto(msg))
+
+
 @pytest.fixture(scope="module")
-def demo_story(tmp_path_factory):
-    """The demo's steps 2, 3 (profile, estimate) on one simulated Orin AGX: its agent and the optimizer
-    served in this process over gRPC, the estimation pipeline in-process (as the demo without the
-    estimator service runs it)."""
-    d = tmp_path_factory.mktemp("demo")
-    store = MemoryStore()
-    agent, _ = profiler_server("sim:orin-agx", port=0, host="127.0.0.1", redis_url=None, store=store,
-                               state_dir=d, node_id=NODE.node_id, telemetry_hz=0, grace_s=0.5, max_workers=4)
-    opt, _ = optimizer_server(port=0, host="127.0.0.1", redis_url=None, store=store, grace_s=0.5, max_workers=4)
-    agent.start()
-    opt.start()
-    channels = [grpc.insecure_channel(agent.address), grpc.insecure_channel(opt.address)]
-    profiler = profiler_pb2_grpc.ProfilerStub(channels[0])
-    suite = Suite(LocalCluster(d, store=store), None, optimizer_pb2_grpc.OptimizerStub(channels[1]),
-                  LibraryEstimator(), {NODE.node_id: Agent(NODE, None, profiler)}, channels)
-    policy = tuning_policy.TuningPolicy(transfer_method="nn+gp")
-    story = Story(suite, SHORT, (NODE,), policy=steps_policy(policy))
-    story.nodes[NODE.node_id] = NodeResult(NODE, spec=profiler.GetDevice(profiler_pb2.GetDeviceRequest()).spec)
-    try:
-        steps.profile_fleet(story, lambda *a: None)
-        steps.estimate(story, lambda *a: None)
-        yield story
-    finally:
-        for ch in channels:
-            ch.close()
-        agent.stop(0)
-        opt.stop(0)
+def demo_base(files):
+    estimator = LibraryEstimator()
+    return estimator, estimator.add(TimePowerModel.load(files / "ref.model"), "base")
 
 
-def steps_policy(policy: tuning_policy.TuningPolicy) -> tuning_policy.TuningPolicy:
-    return policy.with_(n_initial=SHORT.modes, rounds=0, held_out=SHORT.held_out)
+def _demo_tune(demo_base, policy: tuning_policy.TuningPolicy, budgets_w=BUDGETS_W) -> list:
+    estimator, base = demo_base
+    candidates = modes_array(ORIN_AGX, "fulcrum")
+    with SimulatedJetson(ORIN_AGX, seed=0) as device:
+        measurer = DeviceMeasurer(Profiler(device, ProfileConfig()), SHORT.workload, "train", lambda *a: None)
+        tuner = NodeTuner(policy, measurer, estimator, LibrarySelector(), base=base, candidates=candidates,
+                          batch_size=SHORT.batch_size, device="orin-agx", workload=SHORT.workload, role="train",
+                          power_range_w=(min(budgets_w), max(budgets_w)))
+        decisions = tuner.tune(budgets_w)
+    assert len(tuner.points) == SHORT.modes  # the job's schedule was profiled (verification runs are not profiles)
+    return decisions
 
 
-def _demo_select(story: Story, policy, budgets_w=BUDGETS_W) -> list[NodeResult]:
-    """The demo's step 5 for each budget, with the node's tuner (its profiles, model and predictions)
-    selecting afresh under the demo's policy as ``policy`` sets the library default."""
-    res = story.nodes[NODE.node_id]
-    base = res.tuner
-    assert base is not None
-    out = []
-    for budget in budgets_w:
-        again = Story(story.suite, SHORT, (dataclasses.replace(NODE, budget_w=budget),))  # reads DEFAULT_POLICY
-        assert again.tuning == steps_policy(policy)
-        r = NodeResult(again.fleet[0], spec=res.spec, tuner=base.with_policy(again.tuning), model=res.model,
-                       predictions=res.predictions)
-        again.nodes[NODE.node_id] = r
-        steps.select_and_verify(again, lambda *a: None)
-        out.append(r)
-    return out
+def test_the_demo_job_carries_the_library_policy(policy):
+    p = policy(risk=0.01, max_attempts=2, transfer_method="nn+gp")
+    job = _job_policy()
+    assert (job.risk, job.max_attempts, job.transfer_method) == (0.01, 2, "nn+gp")
+    assert (job.n_initial, job.rounds) == (SHORT.modes, 0)  # the demo's schedule: random profiles only
+    assert Story(None, SHORT, (NODE,)).tuning.risk == p.risk
 
 
-def test_the_demo_tuning_path_follows_the_policy_risk(demo_story, policy):
-    tuner = demo_story.nodes[NODE.node_id].tuner
-    assert tuner is not None and len(tuner.points) == SHORT.modes  # the policy's schedule was profiled
-    loose = _demo_select(demo_story, policy(transfer_method="nn+gp", risk=0.3, max_attempts=1))
-    strict = _demo_select(demo_story, policy(transfer_method="nn+gp", risk=0.001, max_attempts=1))
+def test_the_demo_tuning_path_follows_the_policy_risk(demo_base, policy):
+    policy(transfer_method="nn+gp", risk=0.3, max_attempts=1)
+    loose = _demo_tune(demo_base, _job_policy())
+    policy(transfer_method="nn+gp", risk=0.001, max_attempts=1)
+    strict = _demo_tune(demo_base, _job_policy())
     for a, b in zip(loose, strict, strict=True):
-        assert a.decision is not None and b.decision is not None
-        if b.decision.feasible:  # fewer options fit the stricter bound: never a faster one
-            assert a.decision.feasible and b.decision.time_ms >= a.decision.time_ms - 1e-9
-            assert b.decision.power_upper_w <= b.node.budget_w + 1e-9
-    assert any(a.decision.mode != b.decision.mode for a, b in zip(loose, strict, strict=True))
+        if b.feasible:  # fewer options fit the stricter bound: never a faster one
+            assert a.feasible and b.predicted_time_ms >= a.predicted_time_ms - 1e-9
+            assert b.power_upper_w <= b.budget_w + 1e-9
+    assert any(a.mode != b.mode for a, b in zip(loose, strict, strict=True))
 
 
-def test_the_demo_tuning_path_follows_the_policy_retry_limit(demo_story, policy):
-    five = _demo_select(demo_story, policy(transfer_method="nn+gp", max_attempts=5))
-    one = _demo_select(demo_story, policy(transfer_method="nn+gp", max_attempts=1))
-    assert all(r.attempts == 1 for r in one)  # the limit bounds the choices measured
-    assert all(1 <= r.attempts <= 5 for r in five) and any(r.attempts > 1 for r in five)
-    missed = [r for r in one if not r.within_budget]
-    assert missed and all("after 1 attempts" in " ".join(r.notes) for r in missed)
-    assert sum(r.within_budget for r in five) > sum(r.within_budget for r in one)  # misses selected again
+def test_the_demo_tuning_path_follows_the_policy_retry_limit(demo_base, policy):
+    # the std-less transfer selects on the mean, so some choices measure over budget
+    policy(transfer_method="transfer", max_attempts=5)
+    sweep = tuple(float(b) for b in range(17, 51))  # as the tune test above: some of these miss
+    five = _demo_tune(demo_base, _job_policy(), sweep)
+    policy(transfer_method="transfer", max_attempts=1)
+    one = _demo_tune(demo_base, _job_policy(), sweep)
+    assert all(d.attempts <= 1 for d in one)  # the limit bounds the choices measured
+    assert all(d.attempts <= 5 for d in five) and any(d.attempts > 1 for d in five)
+    assert sum(d.within_budget for d in five) > sum(d.within_budget for d in one)  # misses selected again
