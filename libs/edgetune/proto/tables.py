@@ -16,7 +16,7 @@ the column and the row, e.g. ``candidates.table.time_ms[3]``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
