@@ -27,13 +27,32 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from edgetune.coordination.store import Store
+from edgetune.errors import InvalidArgument
+from edgetune.identity import ServerSecurity
 from edgetune.services.common import reflection
+from edgetune.services.common.auth import AuthInterceptor
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
 
 log = logging.getLogger("edgetune.services.common.server")
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+ANY_HOSTS = ("0.0.0.0", "::", "[::]")
+
+
+def listen_host(host: str, security: ServerSecurity) -> str:
+    """Where a server may listen: anywhere once it is secured (TLS or authentication) or ``--insecure``;
+    otherwise loopback only (the default host then), and a request for another address is refused."""
+    if security.secured or security.insecure:
+        return host or "0.0.0.0"
+    if not host:
+        return "127.0.0.1"
+    if host not in LOOPBACK_HOSTS:
+        raise InvalidArgument("--host", f"{host!r} would expose a service without TLS or authentication",
+                              "a loopback address, or give --tls-cert/--tls-key, --auth-tokens, or --insecure")
+    return host
 
 
 class _NameRecorder:
@@ -58,12 +77,19 @@ class _NameRecorder:
 class ServiceServer:
     """A gRPC server with health, reflection, metrics and graceful shutdown (see module doc)."""
 
-    def __init__(self, name: str, *, host: str = "0.0.0.0", port: int = 0, max_workers: int = 16,
+    def __init__(self, name: str, *, host: str = "", port: int = 0, max_workers: int = 16,
                  metrics_port: int | None = None, metrics_host: str | None = None, grace_s: float = 10.0,
                  ready_file: str | None = None,
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
-                 options: Sequence[tuple[str, Any]] = ()) -> None:
+                 options: Sequence[tuple[str, Any]] = (),
+                 security: ServerSecurity | None = None, audit_store: Store | None = None) -> None:
+        """``host`` "" means loopback unless ``security`` is secured or insecure, then every address
+        (:func:`listen_host`); ``audit_store`` receives the audit stream (:mod:`.auth`)."""
         self.name = name
+        security = security or ServerSecurity()
+        host = listen_host(host, security)
+        tokens = security.tokens()  # read before anything listens: a bad file fails the start
+        self.auth = AuthInterceptor(name, tokens=tokens, client_certs=bool(security.tls_client_ca), store=audit_store)
         self.grace_s = grace_s
         #: Called once on shutdown after in-flight RPCs finished (or the grace ran out), in
         #: reverse order; exceptions are logged and do not stop the others.
@@ -73,10 +99,16 @@ class ServiceServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
             # Metrics outermost so they see the code the error interceptor mapped to.
-            interceptors=[MetricsInterceptor(), ErrorInterceptor(), *interceptors],
+            # Auth innermost: a refused call is counted and never reaches the servicer.
+            interceptors=[MetricsInterceptor(), ErrorInterceptor(), self.auth, *interceptors],
             options=list(options),
         )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if security.tls:
+            self.port = self._server.add_secure_port(f"{host}:{port}", security.credentials())
+        else:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        self.security = security
+        _warn_about(name, host, security)
         if self.port == 0:
             raise OSError(f"{name}: cannot listen on {host}:{port} (in use?); choose another with --port N "
                           f"(env EDGETUNE_PORT; 0: any free port)")
@@ -104,6 +136,11 @@ class ServiceServer:
             if n not in self.service_names:
                 self.service_names.append(n)
         return recorder.names
+
+    @property
+    def host(self) -> str:
+        """The address it listens on (resolved: never "")."""
+        return self._host
 
     @property
     def address(self) -> str:
@@ -216,6 +253,19 @@ class ServiceServer:
         for sig, previous in self._previous_handlers.items():
             signal.signal(sig, previous)
         self._previous_handlers.clear()
+
+
+def _warn_about(name: str, host: str, security: ServerSecurity) -> None:
+    everywhere = host not in LOOPBACK_HOSTS
+    if security.insecure and not security.secured:
+        log.warning("--insecure: serving without TLS or authentication; anyone who reaches %s controls it",
+                    host, extra={"service": name, "host": host})
+    elif security.tls and not security.authenticates and everywhere:
+        log.warning("TLS without --auth-tokens or --tls-client-ca: every caller has every right",
+                    extra={"service": name, "host": host})
+    elif security.auth_tokens and not security.tls and everywhere:
+        log.warning("bearer tokens without TLS: tokens cross the network in clear text (give --tls-cert/--tls-key)",
+                    extra={"service": name, "host": host})
 
 
 def build_server(name: str, services: Sequence[tuple[object, Callable[[Any, Any], None]]] = (),

@@ -41,9 +41,10 @@ from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, 
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import CONNECTION_ERRORS, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import coordinator_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
-from edgetune.services.common.config import env_name
+from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
@@ -156,12 +157,13 @@ def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.Kube
 def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *,
                        lease_ms: int = DEFAULT_LEASE_MS, heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S,
                        replica_id: str = "", advertise: str = "", kube_mode: str = "none",
-                       kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "0.0.0.0",
+                       kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
-                       reconcile_s: float = 1.0) -> Coordinator:
+                       reconcile_s: float = 1.0, security: ServerSecurity | None = None,
+                       client: ClientSecurity | None = None) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
@@ -169,6 +171,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     returned ones (None: the heartbeat interval, TTL / 3; 0: never).
     ``estimator`` / ``optimizer``: the services' addresses the leader's reconcile loop calls
     (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval.
+    ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
+    the optimizer and the leader replica (TLS, token).
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
@@ -177,11 +181,12 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
-                                   options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
+                                   options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
+                                   security=security, audit_store=store)
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
-        bound = host not in ("", "0.0.0.0", "::", "[::]")
-        where = advertise or (f"{host}:{server.port}" if bound else
+        bound = server.host not in ("", "0.0.0.0", "::", "[::]")
+        where = advertise or (f"{server.host}:{server.port}" if bound else
                               f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}")
         lease = LeaderLease(store, "coordinator", lease_ms=lease_ms,
                             holder_id=f"{replica_id}@{where}" if replica_id else default_holder_id(where),
@@ -189,7 +194,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         rounds = RoundCoordinator(store, registry, configs, lease)
         watcher = _kube_watcher(kube_mode, kube_selector, registry)
 
-        est, sel = remote_services(estimator, optimizer)
+        est, sel = remote_services(estimator, optimizer, client)
         reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s)
 
         def on_register(record: NodeRecord) -> None:
@@ -203,7 +208,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                     log.exception("re-plan after the registration of %s failed", record.node_id)
 
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
-                                       watch_block_ms=watch_block_ms, on_job_change=reconciler.wake)
+                                       watch_block_ms=watch_block_ms, on_job_change=reconciler.wake,
+                                       client=client)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
@@ -278,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         redis_url=args.redis, lease_ms=args.lease_ms, heartbeat_ttl_s=args.heartbeat_ttl_s,
         replica_id=args.replica_id, advertise=args.advertise, kube_mode=args.kube,
         kube_selector=args.kube_selector, estimator=args.estimator, optimizer=args.optimizer,
-        **server_kwargs(args)))
+        client=client_security(args), **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,6 +43,7 @@ from edgetune import validation
 from edgetune.coordination.jobs import Job, JobQueue
 from edgetune.coordination.store import STORE_ERRORS
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
 from edgetune.services.profiler import metrics
@@ -99,7 +100,7 @@ class CoordinatorLink:
 
     def __init__(self, servicer: ProfilerServicer, coordinator: str, address: str, *,
                  power_budget_w: float | None = None, node_id: str = "",
-                 labels: Mapping[str, str] | None = None) -> None:
+                 labels: Mapping[str, str] | None = None, security: ClientSecurity | None = None) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
         validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
@@ -112,7 +113,7 @@ class CoordinatorLink:
         self.heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
         #: Revision of the last config applied (or superseded while pending): reported in heartbeats.
         self.applied_revision = 0
-        self._channel = grpc.insecure_channel(coordinator)
+        self._channel = open_channel(coordinator, security)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._jobs = JobQueue(servicer.store) if servicer.store is not None else None
         self._consumer = f"{socket.gethostname()}-{os.getpid()}"

@@ -40,6 +40,7 @@ from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
 from .memory import ManualClock, MemoryStore
 from .records import (
     ROLES,
+    AuditRecord,
     DeadJob,
     Heartbeat,
     InferenceTarget,
@@ -63,6 +64,7 @@ __all__ = [
     "ROLES",
     "STORE_ERRORS",
     "UNAVAILABLE",
+    "AuditRecord",
     "BlobRef",
     "DeadJob",
     "EmbeddedRedisServer",
