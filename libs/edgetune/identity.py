@@ -214,7 +214,8 @@ class ClientSecurity:
     #: Force TLS with the system roots (no ``ca``).
     tls: bool = field(default=False)
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """InvalidArgument naming the flag when the settings cannot work (checked when a channel opens)."""
         if bool(self.cert) != bool(self.key):
             raise InvalidArgument("--tls-cert" if not self.cert else "--tls-key",
                                   "is needed with the other", "both --tls-cert and --tls-key, or neither")
@@ -261,6 +262,7 @@ def open_channel(address: str, security: ClientSecurity | None = None,
     import grpc
 
     security = security or ClientSecurity()
+    security.check()
     opts = list(options)
     if security.uses_tls:
         creds = grpc.ssl_channel_credentials(

@@ -30,7 +30,16 @@ from typing import Any
 import grpc
 
 from edgetune.coordination.store import AuditRecord, Store
-from edgetune.identity import ADMIN, AGENT, AUTHORIZATION, OPERATOR, VIEWER, Identity, TokenTable, certificate_identity
+from edgetune.identity import (
+    ADMIN,
+    AGENT,
+    AUTHORIZATION,
+    OPERATOR,
+    VIEWER,
+    Identity,
+    TokenTable,
+    certificate_identity,
+)
 from edgetune.services.common.handlers import wrap_handler
 from edgetune.services.common.metrics import split_method
 

@@ -26,8 +26,8 @@ import grpc
 
 from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
-from edgetune.identity import ServerSecurity
 from edgetune.estimation import parallel
+from edgetune.identity import ServerSecurity
 from edgetune.proto.v1 import estimator_pb2_grpc
 from edgetune.services.common import (
     add_option,
