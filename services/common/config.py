@@ -104,6 +104,8 @@ def add_server_options(parser: argparse.ArgumentParser, default_port: int,
     add_option(parser, "log_level", "INFO", "log level", environ=environ)
     add_option(parser, "ready_file", "", "once serving, write {service, address, port, metrics_port, pid} "
                "as JSON to this file (for supervisors: independent of the log level)", environ=environ)
+    add_option(parser, "health_port", 0, "also serve gRPC health checks alone, in plain text, on this port "
+               "(for probes that speak no TLS; 0: none)", environ=environ)
     add_security_options(parser, environ)
 
 
@@ -150,4 +152,5 @@ def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "grace_s": args.grace_s,
         "ready_file": args.ready_file or None,
         "security": server_security(args),
+        "health_port": args.health_port or None,
     }

@@ -82,9 +82,12 @@ class ServiceServer:
                  ready_file: str | None = None,
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
                  options: Sequence[tuple[str, Any]] = (),
-                 security: ServerSecurity | None = None, audit_store: Store | None = None) -> None:
+                 security: ServerSecurity | None = None, audit_store: Store | None = None,
+                 health_port: int | None = None) -> None:
         """``host`` "" means loopback unless ``security`` is secured or insecure, then every address
-        (:func:`listen_host`); ``audit_store`` receives the audit stream (:mod:`.auth`)."""
+        (:func:`listen_host`); ``audit_store`` receives the audit stream (:mod:`.auth`).
+        ``health_port``: also serve gRPC health checking alone, in plain text, there (kubelet's
+        gRPC probes speak no TLS); None: not."""
         self.name = name
         security = security or ServerSecurity()
         host = listen_host(host, security)
@@ -109,6 +112,17 @@ class ServiceServer:
             self.port = self._server.add_insecure_port(f"{host}:{port}")
         self.security = security
         _warn_about(name, host, security)
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
+        if health_port is not None:
+            # Health only: nothing else is registered on this server, so plain text reveals nothing.
+            self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2,
+                                                                         thread_name_prefix=f"{name}-health"))
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.health_port = self._health_server.add_insecure_port(f"{host}:{health_port}")
+            if self.health_port == 0:
+                raise OSError(f"{name}: cannot serve health checks on {host}:{health_port} (in use?); "
+                              f"choose another with --health-port N")
         if self.port == 0:
             raise OSError(f"{name}: cannot listen on {host}:{port} (in use?); choose another with --port N "
                           f"(env EDGETUNE_PORT; 0: any free port)")
@@ -157,6 +171,8 @@ class ServiceServer:
             self._metrics_httpd, self.metrics_port = start_metrics_server(self._metrics_request,
                                                                           self._metrics_host)
         self._server.start()
+        if self._health_server is not None:
+            self._health_server.start()
         self._started = True
         for n in self.service_names:
             self.health.set(n, health_pb2.HealthCheckResponse.SERVING)
@@ -187,6 +203,8 @@ class ServiceServer:
             # NOT_SERVING first, so load balancers / probes drain us while RPCs finish.
             self.health.enter_graceful_shutdown()
             self._server.stop(grace).wait()
+            if self._health_server is not None:
+                self._health_server.stop(0)
             for hook in reversed(self.on_shutdown):
                 try:
                     hook()

@@ -163,7 +163,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, security: ServerSecurity | None = None,
-                       client: ClientSecurity | None = None) -> Coordinator:
+                       client: ClientSecurity | None = None, health_port: int | None = None) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
@@ -182,7 +182,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
-                                   security=security, audit_store=store)
+                                   security=security, audit_store=store, health_port=health_port)
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
         bound = server.host not in ("", "0.0.0.0", "::", "[::]")

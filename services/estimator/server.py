@@ -60,7 +60,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                   ray_address: str | None = None, ray_num_cpus: int | None = None,
                   model_cache_size: int = DEFAULT_MODEL_CACHE, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
                   store: Store | None = None, ready_file: str | None = None,
-                  security: ServerSecurity | None = None) -> tuple[ServiceServer, EstimatorServicer]:
+                  security: ServerSecurity | None = None, health_port: int | None = None) -> tuple[ServiceServer, EstimatorServicer]:
     """The estimator's server, not yet started, and its servicer (see :func:`serve`)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
@@ -83,7 +83,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               max_workers=max_workers, ready_file=ready_file,
                               options=[("grpc.max_receive_message_length", size),
                                        ("grpc.max_send_message_length", size)],
-                              security=security, audit_store=store)
+                              security=security, audit_store=store, health_port=health_port)
     owner.close_with(server)
     if use_ray:
         server.on_shutdown.append(parallel.shutdown)  # stops only a Ray this process started

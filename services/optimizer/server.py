@@ -48,7 +48,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                   host: str = "", grace_s: float = 10.0, max_workers: int = 16,
                   session_ttl_s: float = DEFAULT_TTL_S, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
                   store: Store | None = None, ready_file: str | None = None,
-                  security: ServerSecurity | None = None) -> tuple[ServiceServer, OptimizerServicer]:
+                  security: ServerSecurity | None = None, health_port: int | None = None) -> tuple[ServiceServer, OptimizerServicer]:
     """The optimizer's server, not yet started, and its servicer (see :func:`serve`)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
@@ -62,7 +62,7 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               max_workers=max_workers, ready_file=ready_file,
                               options=[("grpc.max_receive_message_length", size),
                                        ("grpc.max_send_message_length", size)],
-                              security=security, audit_store=store)
+                              security=security, audit_store=store, health_port=health_port)
     owner.close_with(server)
     log.info("optimizer ready", extra={"port": server.port, "store": repr(store), "session_ttl_s": session_ttl_s})
     return server, servicer

@@ -63,7 +63,8 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
                   max_workers: int = 16, store: Store | None = None, ready_file: str | None = None,
                   telemetry_hz: float = DEFAULT_TELEMETRY_HZ,
                   telemetry_source: str = "auto",
-                  security: ServerSecurity | None = None) -> tuple[ServiceServer, ProfilerServicer]:
+                  security: ServerSecurity | None = None,
+                  health_port: int | None = None) -> tuple[ServiceServer, ProfilerServicer]:
     """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
@@ -86,7 +87,7 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
             server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                                   host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
                                   max_workers=max_workers, ready_file=ready_file, security=security,
-                                  audit_store=store)
+                                  audit_store=store, health_port=health_port)
     except BaseException:
         keeper.close()
         raise

@@ -293,11 +293,18 @@ def ca(tmp_path) -> TestCA:
 
 def test_tls_with_tokens_handshakes_only_with_the_right_ca(ca, token_file, tmp_path):
     cert = ca.server()
-    server, _ = create_optimizer(port=0, store=MemoryStore(), grace_s=0.5, max_workers=4, security=ServerSecurity(
-        tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(token_file)))
+    server, _ = create_optimizer(port=0, store=MemoryStore(), grace_s=0.5, max_workers=4, health_port=0,
+                                 security=ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key),
+                                                         auth_tokens=str(token_file)))
     server.start()
     address = f"localhost:{server.port}"
     try:
+        # Probes speak no TLS: the plain health port answers health checks, and nothing else.
+        probe = grpc.insecure_channel(f"127.0.0.1:{server.health_port}")
+        assert health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(), timeout=5).status \
+            == health_pb2.HealthCheckResponse.SERVING
+        assert code_of(lambda: optimizer_pb2_grpc.OptimizerStub(probe).StartSearch(_start_search(), timeout=5)) \
+            == grpc.StatusCode.UNIMPLEMENTED
         good = optimizer_pb2_grpc.OptimizerStub(open_channel(address, as_("alice", ca=str(ca.path))))
         assert good.StartSearch(_start_search(), timeout=10).session_id
         anonymous_tls = optimizer_pb2_grpc.OptimizerStub(open_channel(address, ClientSecurity(ca=str(ca.path))))
