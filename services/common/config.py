@@ -124,6 +124,8 @@ def add_security_options(parser: argparse.ArgumentParser, environ: Mapping[str, 
     add_option(parser, "tls_ca", "", "CA (PEM) that verifies the services this one calls (turns TLS on for them)",
                environ=environ)
     add_option(parser, "token", "", "bearer token this service sends when it calls another", environ=environ)
+    add_option(parser, "tls_server_name", "", "name in this service's own certificate: verifies a replica of it "
+               "reached by IP (the coordinator forwarding to its leader)", environ=environ)
 
 
 def server_security(args: argparse.Namespace) -> ServerSecurity:
@@ -136,7 +138,7 @@ def client_security(args: argparse.Namespace) -> ClientSecurity:
     mTLS), and its ``--token``."""
     tls = bool(args.tls_ca)
     return ClientSecurity(ca=args.tls_ca, cert=args.tls_cert if tls else "", key=args.tls_key if tls else "",
-                          token=args.token)
+                          token=args.token, server_name=args.tls_server_name)
 
 
 def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:

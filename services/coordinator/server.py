@@ -27,7 +27,7 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -194,7 +194,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         rounds = RoundCoordinator(store, registry, configs, lease)
         watcher = _kube_watcher(kube_mode, kube_selector, registry)
 
-        est, sel = remote_services(estimator, optimizer, client)
+        # The estimator and optimizer are reached by their own names; server_name is for replicas (by IP).
+        est, sel = remote_services(estimator, optimizer, replace(client, server_name="") if client else None)
         reconciler = Reconciler(store, registry, configs, lease, est, sel, interval_s=reconcile_s)
 
         def on_register(record: NodeRecord) -> None:
