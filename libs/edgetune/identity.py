@@ -233,13 +233,13 @@ def _bearer_interceptor(token: str) -> Any:
 
     header = (AUTHORIZATION, f"Bearer {token}")
 
-    class _Details(grpc.ClientCallDetails):  # type: ignore[misc]
+    class _Details(grpc.ClientCallDetails):
         def __init__(self, d: Any) -> None:
             self.method, self.timeout, self.credentials = d.method, d.timeout, d.credentials
             self.wait_for_ready, self.compression = d.wait_for_ready, d.compression
             self.metadata = [*(d.metadata or ()), header]
 
-    class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
                  grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
         def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
             return continuation(_Details(details), request)
