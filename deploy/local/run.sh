@@ -75,12 +75,6 @@ service() {  # service NAME PORT METRICS_PORT [extra flags...]
   local name="$1" port="$2" metrics="$3"; shift 3
   start "$name" env EDGETUNE_PORT="$port" EDGETUNE_METRICS_PORT="$metrics" edgetune serve "$name" "$@"
 }
-# Agent addresses are known up front (fixed ports), so the coordinator gets them at start.
-agent_list=()
-i=0
-for device in $agents; do agent_list+=("127.0.0.1:$((50051 + 10 * i))"); i=$((i + 1)); done
-export EDGETUNE_AGENTS="${agent_list[*]:-}"
-
 service estimator 50052 9092
 service optimizer 50053 9093
 service coordinator 50054 9094
@@ -90,7 +84,7 @@ for device in $agents; do
   port=$((50051 + 10 * i)); metrics=$((9101 + i))
   node="local-$(echo "$device" | tr -c 'a-zA-Z0-9\n' '-')-$i"
   start "agent-$i" env EDGETUNE_PORT="$port" EDGETUNE_METRICS_PORT="$metrics" \
-    EDGETUNE_DEVICE="$device" EDGETUNE_NODE_ID="$node" EDGETUNE_ADVERTISE_ADDRESS="127.0.0.1:$port" \
+    EDGETUNE_DEVICE="$device" EDGETUNE_NODE_ID="$node" EDGETUNE_ADVERTISE="127.0.0.1:$port" \
     EDGETUNE_STATE_DIR="$dir/agent-state/$i" edgetune serve profiler
   i=$((i + 1))
 done

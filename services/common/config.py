@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from typing import cast as cast_to
 
 from edgetune.errors import InvalidArgument
+from edgetune.identity import ClientSecurity, ServerSecurity
 
 ENV_PREFIX = "EDGETUNE_"
 T = TypeVar("T")
@@ -93,7 +94,8 @@ def add_server_options(parser: argparse.ArgumentParser, default_port: int,
                        environ: Mapping[str, str] | None = None) -> None:
     """The options every service has; :func:`edgetune.services.common.server.build_server`
     takes them as keywords (``**server_kwargs(args)``)."""
-    add_option(parser, "host", "0.0.0.0", "address to listen on", environ=environ)
+    add_option(parser, "host", "", "address to listen on (default: every address when secured or --insecure, "
+               "else 127.0.0.1 only)", environ=environ)
     add_option(parser, "port", default_port, "gRPC port (0: any free port)", environ=environ)
     add_option(parser, "metrics_port", 9090, "Prometheus metrics HTTP port (0: no metrics endpoint)",
                environ=environ)
@@ -102,6 +104,41 @@ def add_server_options(parser: argparse.ArgumentParser, default_port: int,
     add_option(parser, "log_level", "INFO", "log level", environ=environ)
     add_option(parser, "ready_file", "", "once serving, write {service, address, port, metrics_port, pid} "
                "as JSON to this file (for supervisors: independent of the log level)", environ=environ)
+    add_option(parser, "health_port", 0, "also serve gRPC health checks alone, in plain text, on this port "
+               "(for probes that speak no TLS; 0: none)", environ=environ)
+    add_security_options(parser, environ)
+
+
+def add_security_options(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
+    """TLS, client certificates, bearer tokens (docs/contract.md, "Identity"); the client side
+    (``--tls-ca``, ``--token``) is what this service uses when it calls another."""
+    add_option(parser, "tls_cert", "", "serve TLS with this certificate chain (PEM); also this service's client "
+               "certificate when it calls another with --tls-ca", environ=environ)
+    add_option(parser, "tls_key", "", "private key of --tls-cert (PEM)", environ=environ)
+    add_option(parser, "tls_client_ca", "", "require client certificates signed by this CA (PEM): mTLS; the "
+               "certificate's CN is the caller, its OU the role", environ=environ)
+    add_option(parser, "auth_tokens", "", "bearer tokens file (YAML: tokens: [{token, role, name[, nodes]}]); "
+               "callers then need a token or a client certificate", environ=environ)
+    add_option(parser, "insecure", False, "listen on every address without TLS or authentication (warns)",
+               environ=environ)
+    add_option(parser, "tls_ca", "", "CA (PEM) that verifies the services this one calls (turns TLS on for them)",
+               environ=environ)
+    add_option(parser, "token", "", "bearer token this service sends when it calls another", environ=environ)
+    add_option(parser, "tls_server_name", "", "name in this service's own certificate: verifies a replica of it "
+               "reached by IP (the coordinator forwarding to its leader)", environ=environ)
+
+
+def server_security(args: argparse.Namespace) -> ServerSecurity:
+    return ServerSecurity(tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                          auth_tokens=args.auth_tokens, insecure=bool(args.insecure))
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """How this service calls others: TLS when ``--tls-ca`` is given (with its own certificate for
+    mTLS), and its ``--token``."""
+    tls = bool(args.tls_ca)
+    return ClientSecurity(ca=args.tls_ca, cert=args.tls_cert if tls else "", key=args.tls_key if tls else "",
+                          token=args.token, server_name=args.tls_server_name)
 
 
 def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,4 +153,6 @@ def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "max_workers": args.max_workers,
         "grace_s": args.grace_s,
         "ready_file": args.ready_file or None,
+        "security": server_security(args),
+        "health_port": args.health_port or None,
     }

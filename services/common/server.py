@@ -27,7 +27,11 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from edgetune.coordination.store import Store
+from edgetune.errors import InvalidArgument
+from edgetune.identity import ServerSecurity
 from edgetune.services.common import reflection
+from edgetune.services.common.auth import AuthInterceptor
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.limits import LimitsInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
@@ -35,6 +39,21 @@ from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_s
 log = logging.getLogger("edgetune.services.common.server")
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+ANY_HOSTS = ("0.0.0.0", "::", "[::]")
+
+
+def listen_host(host: str, security: ServerSecurity) -> str:
+    """Where a server may listen: anywhere once it is secured (TLS or authentication) or ``--insecure``;
+    otherwise loopback only (the default host then), and a request for another address is refused."""
+    if security.secured or security.insecure:
+        return host or "0.0.0.0"
+    if not host:
+        return "127.0.0.1"
+    if host not in LOOPBACK_HOSTS:
+        raise InvalidArgument("--host", f"{host!r} would expose a service without TLS or authentication",
+                              "a loopback address, or give --tls-cert/--tls-key, --auth-tokens, or --insecure")
+    return host
 
 
 class _NameRecorder:
@@ -59,12 +78,22 @@ class _NameRecorder:
 class ServiceServer:
     """A gRPC server with health, reflection, metrics and graceful shutdown (see module doc)."""
 
-    def __init__(self, name: str, *, host: str = "0.0.0.0", port: int = 0, max_workers: int = 16,
+    def __init__(self, name: str, *, host: str = "", port: int = 0, max_workers: int = 16,
                  metrics_port: int | None = None, metrics_host: str | None = None, grace_s: float = 10.0,
                  ready_file: str | None = None,
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
-                 options: Sequence[tuple[str, Any]] = ()) -> None:
+                 options: Sequence[tuple[str, Any]] = (),
+                 security: ServerSecurity | None = None, audit_store: Store | None = None,
+                 health_port: int | None = None) -> None:
+        """``host`` "" means loopback unless ``security`` is secured or insecure, then every address
+        (:func:`listen_host`); ``audit_store`` receives the audit stream (:mod:`.auth`).
+        ``health_port``: also serve gRPC health checking alone, in plain text, there (kubelet's
+        gRPC probes speak no TLS); None: not."""
         self.name = name
+        security = security or ServerSecurity()
+        host = listen_host(host, security)
+        tokens = security.tokens()  # read before anything listens: a bad file fails the start
+        self.auth = AuthInterceptor(name, tokens=tokens, client_certs=bool(security.tls_client_ca), store=audit_store)
         self.grace_s = grace_s
         #: Called once on shutdown after in-flight RPCs finished (or the grace ran out), in
         #: reverse order; exceptions are logged and do not stop the others.
@@ -75,11 +104,29 @@ class ServiceServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
             # Metrics outermost so they see the code the error interceptor mapped to.
-            # Limits inside the error mapping: a refused request is INVALID_ARGUMENT / RESOURCE_EXHAUSTED.
-            interceptors=[MetricsInterceptor(), ErrorInterceptor(), self.limits, *interceptors],
+            # Auth innermost but for the limits: a refused call is counted and never reaches the
+            # servicer; limits inside the error mapping: a refused request is INVALID_ARGUMENT /
+            # RESOURCE_EXHAUSTED.
+            interceptors=[MetricsInterceptor(), ErrorInterceptor(), self.auth, self.limits, *interceptors],
             options=list(options),
         )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if security.tls:
+            self.port = self._server.add_secure_port(f"{host}:{port}", security.credentials())
+        else:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        self.security = security
+        _warn_about(name, host, security)
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
+        if health_port is not None:
+            # Health only: nothing else is registered on this server, so plain text reveals nothing.
+            self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2,
+                                                                         thread_name_prefix=f"{name}-health"))
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.health_port = self._health_server.add_insecure_port(f"{host}:{health_port}")
+            if self.health_port == 0:
+                raise OSError(f"{name}: cannot serve health checks on {host}:{health_port} (in use?); "
+                              f"choose another with --health-port N")
         if self.port == 0:
             raise OSError(f"{name}: cannot listen on {host}:{port} (in use?); choose another with --port N "
                           f"(env EDGETUNE_PORT; 0: any free port)")
@@ -109,6 +156,11 @@ class ServiceServer:
         return recorder.names
 
     @property
+    def host(self) -> str:
+        """The address it listens on (resolved: never "")."""
+        return self._host
+
+    @property
     def address(self) -> str:
         host = "127.0.0.1" if self._host in ("0.0.0.0", "[::]", "::") else self._host
         return f"{host}:{self.port}"
@@ -123,6 +175,8 @@ class ServiceServer:
             self._metrics_httpd, self.metrics_port = start_metrics_server(self._metrics_request,
                                                                           self._metrics_host)
         self._server.start()
+        if self._health_server is not None:
+            self._health_server.start()
         self._started = True
         for n in self.service_names:
             self.health.set(n, health_pb2.HealthCheckResponse.SERVING)
@@ -153,6 +207,8 @@ class ServiceServer:
             # NOT_SERVING first, so load balancers / probes drain us while RPCs finish.
             self.health.enter_graceful_shutdown()
             self._server.stop(grace).wait()
+            if self._health_server is not None:
+                self._health_server.stop(0)
             for hook in reversed(self.on_shutdown):
                 try:
                     hook()
@@ -219,6 +275,19 @@ class ServiceServer:
         for sig, previous in self._previous_handlers.items():
             signal.signal(sig, previous)
         self._previous_handlers.clear()
+
+
+def _warn_about(name: str, host: str, security: ServerSecurity) -> None:
+    everywhere = host not in LOOPBACK_HOSTS
+    if security.insecure and not security.secured:
+        log.warning("--insecure: serving without TLS or authentication; anyone who reaches %s controls it",
+                    host, extra={"service": name, "host": host})
+    elif security.tls and not security.authenticates and everywhere:
+        log.warning("TLS without --auth-tokens or --tls-client-ca: every caller has every right",
+                    extra={"service": name, "host": host})
+    elif security.auth_tokens and not security.tls and everywhere:
+        log.warning("bearer tokens without TLS: tokens cross the network in clear text (give --tls-cert/--tls-key)",
+                    extra={"service": name, "host": host})
 
 
 def build_server(name: str, services: Sequence[tuple[object, Callable[[Any, Any], None]]] = (),

@@ -28,7 +28,7 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -43,9 +43,10 @@ from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, 
 from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import CONNECTION_ERRORS, Store
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import coordinator_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
-from edgetune.services.common.config import env_name
+from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
@@ -159,14 +160,15 @@ def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.Kube
 def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", *,
                        lease_ms: int = DEFAULT_LEASE_MS, heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S,
                        replica_id: str = "", advertise: str = "", kube_mode: str = "none",
-                       kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "0.0.0.0",
+                       kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
                        store: Store | None = None, watch_block_ms: int = 500,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
                        drift_time_tolerance: float = DriftPolicy.time_tolerance,
-                       transfer_epochs: int = 0) -> Coordinator:
+                       transfer_epochs: int = 0, security: ServerSecurity | None = None,
+                       client: ClientSecurity | None = None, health_port: int | None = None) -> Coordinator:
     """A replica, not yet started (``coordinator.server.start()``; the lease starts with it).
 
     ``store``: a Store to use instead of ``redis_url`` (the caller owns it).
@@ -177,6 +179,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     ``drift_check_s`` / ``drift_time_tolerance``: how often an Applied node's configuration is measured
     again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
     ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
+    ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
+    the optimizer and the leader replica (TLS, token).
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
@@ -185,11 +189,12 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         configs = ConfigStore(store)
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
-                                   options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
+                                   options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
+                                   security=security, audit_store=store, health_port=health_port)
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
-        bound = host not in ("", "0.0.0.0", "::", "[::]")
-        where = advertise or (f"{host}:{server.port}" if bound else
+        bound = server.host not in ("", "0.0.0.0", "::", "[::]")
+        where = advertise or (f"{server.host}:{server.port}" if bound else
                               f"{os.environ.get('EDGETUNE_POD_IP') or socket.gethostname()}:{server.port}")
         lease = LeaderLease(store, "coordinator", lease_ms=lease_ms,
                             holder_id=f"{replica_id}@{where}" if replica_id else default_holder_id(where),
@@ -197,7 +202,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         rounds = RoundCoordinator(store, registry, configs, lease)
         watcher = _kube_watcher(kube_mode, kube_selector, registry)
 
-        est, sel = remote_services(estimator, optimizer)
+        # The estimator and optimizer are reached by their own names; server_name is for replicas (by IP).
+        est, sel = remote_services(estimator, optimizer, replace(client, server_name="") if client else None)
         drift = DriftPolicy(check_s=drift_check_s, time_tolerance=drift_time_tolerance)
         if transfer_epochs:
             validation.count(transfer_epochs, "transfer_epochs", minimum=1, maximum=100_000)
@@ -215,7 +221,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                     log.exception("re-plan after the registration of %s failed", record.node_id)
 
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
-                                       watch_block_ms=watch_block_ms, on_job_change=reconciler.wake)
+                                       watch_block_ms=watch_block_ms, on_job_change=reconciler.wake,
+                                       client=client)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
@@ -298,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kube_selector=args.kube_selector, estimator=args.estimator, optimizer=args.optimizer,
         reconcile_s=args.reconcile_s, drift_check_s=args.drift_check_s,
         drift_time_tolerance=args.drift_time_tolerance, transfer_epochs=args.transfer_epochs,
-        **server_kwargs(args)))
+        client=client_security(args), **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

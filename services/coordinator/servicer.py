@@ -36,6 +36,7 @@ from edgetune.coordination.rounds import RoundCoordinator
 from edgetune.coordination.store import RevisionConflict
 from edgetune.coordination.tuningjobs import TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
+from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
 from edgetune.proto.convert import budgets_from_dict, mode_from_proto, optional_value
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
@@ -54,10 +55,17 @@ def leader_address(holder: str | None) -> str | None:
     return address or None
 
 
+def _caller_credentials(context: grpc.ServicerContext) -> list[tuple[str, str]]:
+    """The caller's bearer token, passed on when forwarding so the leader authorises the caller,
+    not this replica (a caller known by its certificate is authorised as this replica's identity)."""
+    return [(k, v) for k, v in (context.invocation_metadata() or ()) if k == AUTHORIZATION]
+
+
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None) -> None:
+                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None,
+                 client: ClientSecurity | None = None) -> None:
         self.registry = registry
         self.configs = configs
         self.rounds = rounds
@@ -68,6 +76,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         self.queue = JobQueue(registry.store)
         #: Wakes the leader's reconcile loop (a job submitted or cancelled); None: it polls.
         self.on_job_change = on_job_change
+        #: How a standby reaches the leader (TLS, this replica's own token after the caller's).
+        self.client = client
         self._channels: dict[str, grpc.Channel] = {}  # the leader's address -> channel (forwarding)
         self._channels_lock = threading.Lock()
         #: Set on shutdown so WatchConfig streams end promptly instead of holding the grace period.
@@ -109,10 +119,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         with self._channels_lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address)
+                channel = self._channels[address] = open_channel(address, self.client)
         try:
             return getattr(coordinator_pb2_grpc.CoordinatorStub(channel), rpc)(
-                request, timeout=min(context.time_remaining() or FORWARD_TIMEOUT_S, FORWARD_TIMEOUT_S), metadata=[(FORWARDED, "1")])
+                request, timeout=min(context.time_remaining() or FORWARD_TIMEOUT_S, FORWARD_TIMEOUT_S),
+                metadata=[(FORWARDED, "1"), *_caller_credentials(context)])
         except grpc.RpcError as exc:
             context.abort(exc.code(), exc.details() or "")
 

@@ -27,6 +27,7 @@ import grpc
 from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
+from edgetune.identity import ServerSecurity
 from edgetune.proto.v1 import estimator_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -55,10 +56,11 @@ if status_for(Unimplemented("")) is not grpc.StatusCode.UNIMPLEMENTED:
 
 
 def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_port: int | None = None, *,
-                  host: str = "0.0.0.0", grace_s: float = 10.0, max_workers: int = 16, use_ray: bool = True,
+                  host: str = "", grace_s: float = 10.0, max_workers: int = 16, use_ray: bool = True,
                   ray_address: str | None = None, ray_num_cpus: int | None = None,
                   model_cache_size: int = DEFAULT_MODEL_CACHE, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-                  store: Store | None = None, ready_file: str | None = None) -> tuple[ServiceServer, EstimatorServicer]:
+                  store: Store | None = None, ready_file: str | None = None,
+                  security: ServerSecurity | None = None, health_port: int | None = None) -> tuple[ServiceServer, EstimatorServicer]:
     """The estimator's server, not yet started, and its servicer (see :func:`serve`)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
@@ -80,7 +82,8 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
                               max_workers=max_workers, ready_file=ready_file,
                               options=[("grpc.max_receive_message_length", size),
-                                       ("grpc.max_send_message_length", size)])
+                                       ("grpc.max_send_message_length", size)],
+                              security=security, audit_store=store, health_port=health_port)
     owner.close_with(server)
     if use_ray:
         server.on_shutdown.append(parallel.shutdown)  # stops only a Ray this process started

@@ -23,6 +23,7 @@ from typing import Any
 
 from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
+from edgetune.identity import ServerSecurity
 from edgetune.proto.v1 import optimizer_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -44,9 +45,10 @@ DEFAULT_MAX_MESSAGE_MB = 64
 
 
 def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", metrics_port: int | None = None, *,
-                  host: str = "0.0.0.0", grace_s: float = 10.0, max_workers: int = 16,
+                  host: str = "", grace_s: float = 10.0, max_workers: int = 16,
                   session_ttl_s: float = DEFAULT_TTL_S, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-                  store: Store | None = None, ready_file: str | None = None) -> tuple[ServiceServer, OptimizerServicer]:
+                  store: Store | None = None, ready_file: str | None = None,
+                  security: ServerSecurity | None = None, health_port: int | None = None) -> tuple[ServiceServer, OptimizerServicer]:
     """The optimizer's server, not yet started, and its servicer (see :func:`serve`)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
@@ -59,7 +61,8 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
                               max_workers=max_workers, ready_file=ready_file,
                               options=[("grpc.max_receive_message_length", size),
-                                       ("grpc.max_send_message_length", size)])
+                                       ("grpc.max_send_message_length", size)],
+                              security=security, audit_store=store, health_port=health_port)
     owner.close_with(server)
     log.info("optimizer ready", extra={"port": server.port, "store": repr(store), "session_ttl_s": session_ttl_s})
     return server, servicer

@@ -48,6 +48,7 @@ from edgetune import validation
 from edgetune.coordination.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.coordination.store import STORE_ERRORS
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
 from edgetune.services.profiler import metrics
@@ -104,7 +105,8 @@ class CoordinatorLink:
 
     def __init__(self, servicer: ProfilerServicer, coordinator: str, address: str, *,
                  power_budget_w: float | None = None, node_id: str = "",
-                 labels: Mapping[str, str] | None = None, job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> None:
+                 labels: Mapping[str, str] | None = None, job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+                 security: ClientSecurity | None = None) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
         validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
@@ -121,7 +123,7 @@ class CoordinatorLink:
         #: The last config refused (0: none since one was applied) and why: reported in heartbeats.
         self.refused_revision = 0
         self.refused_reason = ""
-        self._channel = grpc.insecure_channel(coordinator)
+        self._channel = open_channel(coordinator, security)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._jobs = (JobQueue(servicer.store, idle_timeout_ms=job_idle_timeout_ms)
                       if servicer.store is not None else None)

@@ -35,6 +35,7 @@ from edgetune.coordination.jobs import DEFAULT_IDLE_TIMEOUT_MS
 from edgetune.coordination.store import Store
 from edgetune.devices.factory import open_device
 from edgetune.devices.workloads import split_workload_path
+from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -42,6 +43,7 @@ from edgetune.services.common import (
     build_server,
     server_kwargs,
 )
+from edgetune.services.common.config import client_security
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
@@ -61,10 +63,12 @@ DEFAULT_TELEMETRY_HZ = 1.0
 
 def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
                   state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
-                  host: str = "0.0.0.0", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
+                  host: str = "", node_id: str = "", seed: int = 0, grace_s: float = 10.0,
                   max_workers: int = 16, store: Store | None = None, ready_file: str | None = None,
                   telemetry_hz: float = DEFAULT_TELEMETRY_HZ, telemetry_source: str = "auto",
-                  workload_path: str | Sequence[str | os.PathLike] = ()) -> tuple[ServiceServer, ProfilerServicer]:
+                  workload_path: str | Sequence[str | os.PathLike] = (),
+                  security: ServerSecurity | None = None,
+                  health_port: int | None = None) -> tuple[ServiceServer, ProfilerServicer]:
     """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
@@ -88,7 +92,8 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
             servicer = ProfilerServicer(keeper, store=store, node_id=node_id, workload_path=paths)
             server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                                   host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
-                                  max_workers=max_workers, ready_file=ready_file)
+                                  max_workers=max_workers, ready_file=ready_file, security=security,
+                                  audit_store=store, health_port=health_port)
     except BaseException:
         keeper.close()
         raise
@@ -112,12 +117,13 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
 
 def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coordinator: str, address: str, *,
                         power_budget_w: float | None = None,
-                        job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> CoordinatorLink:
+                        job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+                        client: ClientSecurity | None = None) -> CoordinatorLink:
     """Start the agent's coordinator link for a started ``server`` reachable at ``address``; it stops
     first on shutdown (hooks run last-registered first), before profiles are cancelled and the mode
     restored."""
     link = CoordinatorLink(servicer, coordinator, address, power_budget_w=power_budget_w,
-                           job_idle_timeout_ms=job_idle_timeout_ms)
+                           job_idle_timeout_ms=job_idle_timeout_ms, security=client)
     server.on_shutdown.append(link.stop)
     return link.start()
 
@@ -125,7 +131,8 @@ def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coord
 def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "embedded",
           state_dir: str | os.PathLike | None = None, metrics_port: int | None = None, *,
           block: bool = True, coordinator: str = "", power_budget_w: float | None = None, advertise: str = "",
-          job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS, **kwargs: Any) -> ServiceServer:
+          job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS, client: ClientSecurity | None = None,
+          **kwargs: Any) -> ServiceServer:
     """Start the agent for ``device_spec``; with ``block`` serve until SIGTERM / SIGINT.
 
     ``redis_url``: a store URL (``embedded`` by default, ``none``: measurements are streamed,
@@ -134,16 +141,17 @@ def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "e
     ``power_budget_w`` and the ``advertise`` address, default the bind host or hostname and
     port); its profiling jobs come from the store. Keywords: ``host``, ``node_id``, ``seed``,
     ``grace_s``, ``max_workers``, ``store`` (a Store object to use instead of ``redis_url``;
-    the caller owns it). ``block=False`` returns the started server (``server.port``,
-    ``server.stop()``).
+    the caller owns it), ``security`` (TLS / authentication of this server). ``client``: how the
+    link calls the coordinator (TLS, token). ``block=False`` returns the started server
+    (``server.port``, ``server.stop()``).
     """
     server, servicer = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
     server.start()  # before the link: the address it registers must already answer
     if coordinator:
         try:
-            address = advertise or advertised_address(kwargs.get("host", "0.0.0.0"), server.port)
+            address = advertise or advertised_address(server.host, server.port)
             link_to_coordinator(server, servicer, coordinator, address, power_budget_w=power_budget_w,
-                                job_idle_timeout_ms=job_idle_timeout_ms)
+                                job_idle_timeout_ms=job_idle_timeout_ms, client=client)
         except BaseException:
             server.stop(0)
             raise
@@ -189,7 +197,8 @@ def _start(args: argparse.Namespace) -> None:
     serve(args.device, redis_url=args.redis, state_dir=args.state_dir or None, node_id=args.node_id,
           seed=args.seed, coordinator=args.coordinator, power_budget_w=args.power_budget_w or None,
           advertise=args.advertise, telemetry_hz=args.telemetry_hz, telemetry_source=args.telemetry_source,
-          workload_path=args.workload_path, job_idle_timeout_ms=args.job_idle_timeout_ms, **server_kwargs(args))
+          workload_path=args.workload_path, job_idle_timeout_ms=args.job_idle_timeout_ms,
+          client=client_security(args), **server_kwargs(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -72,8 +72,8 @@ def test_every_manifest_is_valid_kubernetes(variant: str) -> None:
     objs = objects(variant)
     assert objs
     for obj in objs:
-        if obj["apiVersion"].startswith(("ray.io/", "monitoring.coreos.com/")):
-            continue  # a CRD (KubeRay, Prometheus Operator): no schema in kubernetes-validate
+        if obj["apiVersion"].startswith(("ray.io/", "monitoring.coreos.com/", "cert-manager.io/")):
+            continue  # a CRD (KubeRay, Prometheus Operator, cert-manager): no schema in kubernetes-validate
         for version in KUBE_VERSIONS:
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
@@ -239,7 +239,7 @@ def test_node_access_off_means_no_rbac_and_no_token() -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_service_probes_are_grpc_on_the_service_port(variant: str) -> None:
+def test_service_probes_are_grpc_on_the_plain_health_port(variant: str) -> None:
     objs = objects(variant)
     seen = set()
     for w in workloads(objs):
@@ -248,8 +248,11 @@ def test_service_probes_are_grpc_on_the_service_port(variant: str) -> None:
         seen.add(component(w))
         c = pod_spec(w)["containers"][0]
         grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+        env = env_of(c)
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-            assert c[probe]["grpc"]["port"] == grpc_port, f"{w['metadata']['name']} {probe}"
+            # kubelet's gRPC probes speak no TLS: the services answer them on a plain health-only port.
+            assert c[probe]["grpc"]["port"] == 8086 == int(env["EDGETUNE_HEALTH_PORT"]["value"]), \
+                f"{w['metadata']['name']} {probe}"
         assert c["command"] == ["edgetune", "serve"] and c["args"][0] == (
             "profiler" if component(w) == "agent" else component(w))
         env = env_of(c)
@@ -344,7 +347,7 @@ def test_external_redis_replaces_the_statefulset() -> None:
         ref = env_of(pod_spec(w)["containers"][0])["EDGETUNE_REDIS"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "edgetune-redis-url", "key": "redis-url"}
     objs = render_with({"redis": {"enabled": False, "external": {"url": "rediss://:pw@r.example:6380/1"}}})
-    (secret,) = find(objs, "Secret")
+    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"] != "edgetune-tls"]
     assert secret["data"]["redis-url"]  # created by the chart from the value
 
 
@@ -380,10 +383,13 @@ def test_network_policies_default_deny_and_allowed_paths() -> None:
                 for p in rule.get("from", rule.get("to", []))}
 
     coord = pols["edgetune-coordinator"]["spec"]
-    assert "agent" in peers(coord["ingress"][0]) and coord["ingress"][0]["ports"] == [{"port": 50054, "protocol": "TCP"}]
-    assert {c for r in coord["egress"] for c in peers(r)} >= {"estimator", "optimizer", "agent"}
+    assert {"agent", "coordinator"} <= peers(coord["ingress"][0])
+    assert coord["ingress"][0]["ports"] == [{"port": 50054, "protocol": "TCP"}]
+    # The coordinator calls the estimator, the optimizer and its leader replica; never an agent (they pull).
+    assert {c for r in coord["egress"] for c in peers(r)} >= {"estimator", "optimizer", "coordinator"}
+    assert "agent" not in {c for r in coord["egress"] for c in peers(r)}
     assert peers(pols["edgetune-estimator"]["spec"]["ingress"][0]) == {"coordinator"}
-    assert peers(pols["edgetune-agent"]["spec"]["ingress"][0]) == {"coordinator"}
+    assert peers(pols["edgetune-agent"]["spec"]["ingress"][0]) == {"?"}  # clients: by namespace and label
     redis_in = pols["edgetune-redis"]["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
     assert set(redis_in[1]["values"]) == set(SERVICES)
     metrics_rules = [r for r in pols["edgetune-agent"]["spec"]["ingress"] if r["ports"][0]["port"] == 9090]
@@ -580,3 +586,140 @@ def test_user_workloads_mount_read_only_and_become_the_agents_workload_path() ->
         assert mount["mountPath"] == "/opt/edgetune/workloads" and mount["readOnly"] is True
         volume = {v["name"]: v for v in spec["volumes"]}["workloads"]
         assert {k: v for k, v in volume.items() if k != "name"} == source
+
+
+# --------------------------------------------------------------------------- security
+
+CERT_MANAGER = ("cert-manager.io/v1",)
+TOKENS = {"security": {"tokens": {"existingSecret": "edgetune-tokens"}}}
+
+
+def service_containers(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {component(w): pod_spec(w)["containers"][0] for w in workloads(objs) if component(w) in SERVICES}
+
+
+def volumes_of(objs: list[dict[str, Any]], comp: str) -> dict[str, dict[str, Any]]:
+    (w,) = [w for w in workloads(objs) if component(w) == comp]
+    return {v["name"]: v for v in pod_spec(w)["volumes"]}
+
+
+def test_without_cert_manager_the_chart_generates_a_ca_and_a_certificate_for_every_service() -> None:
+    import base64
+
+    from cryptography import x509
+
+    objs = objects("default")
+    (secret,) = [o for o in find(objs, "Secret") if o["metadata"]["name"] == "edgetune-tls"]
+    assert secret["type"] == "kubernetes.io/tls" and secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    for comp in SERVICES:
+        assert f"edgetune-{comp}.edgetune.svc" in names
+    assert not [o for o in objs if o["apiVersion"].startswith("cert-manager.io/")]
+    for comp, c in service_containers(objs).items():
+        env = env_of(c)
+        assert env["EDGETUNE_TLS_CERT"]["value"] == "/etc/edgetune/tls/tls.crt", comp
+        assert env["EDGETUNE_TLS_KEY"]["value"] == "/etc/edgetune/tls/tls.key"
+        assert env["EDGETUNE_TLS_CA"]["value"] == "/etc/edgetune/tls/ca.crt"  # verifies whom it calls
+        assert "EDGETUNE_INSECURE" not in env and "EDGETUNE_AUTH_TOKENS" not in env
+        assert {"name": "tls", "mountPath": "/etc/edgetune/tls", "readOnly": True} in c["volumeMounts"]
+        assert volumes_of(objs, comp)["tls"]["secret"]["secretName"] == "edgetune-tls"
+    coord = env_of(service_containers(objs)["coordinator"])
+    assert coord["EDGETUNE_TLS_SERVER_NAME"]["value"] == "edgetune-coordinator.edgetune.svc"  # standby -> leader by IP
+
+
+def test_with_cert_manager_a_self_signed_issuer_signs_the_services_certificate() -> None:
+    objs = render_with({}, api_versions=CERT_MANAGER)
+    for obj in objs:
+        if not obj["apiVersion"].startswith(("cert-manager.io/", "ray.io/", "monitoring.coreos.com/")):
+            kubernetes_validate.validate(obj, KUBE_VERSIONS[0], strict=True)
+    cm = {(o["kind"], o["metadata"]["name"]): o for o in objs if o["apiVersion"] == "cert-manager.io/v1"}
+    assert set(cm) == {("Issuer", "edgetune-selfsigned"), ("Certificate", "edgetune-ca"), ("Issuer", "edgetune-ca"),
+                       ("Certificate", "edgetune-tls")}
+    tls = cm[("Certificate", "edgetune-tls")]["spec"]
+    assert tls["issuerRef"] == {"kind": "Issuer", "name": "edgetune-ca"} and tls["secretName"] == "edgetune-tls"
+    assert {"server auth", "client auth"} <= set(tls["usages"])
+    assert "edgetune-optimizer.edgetune.svc" in tls["dnsNames"]
+    assert not [o for o in find(objs, "Secret") if o["metadata"]["name"] == "edgetune-tls"]  # cert-manager writes it
+    # A user issuer: no self-signed chain.
+    objs = render_with({"security": {"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp"}}}}},
+                       api_versions=CERT_MANAGER)
+    cm = {(o["kind"], o["metadata"]["name"]): o for o in objs if o["apiVersion"] == "cert-manager.io/v1"}
+    assert set(cm) == {("Certificate", "edgetune-tls")}
+    assert cm[("Certificate", "edgetune-tls")]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp"}
+
+
+def test_a_user_tls_secret_is_mounted_as_is() -> None:
+    objs = render_with({"security": {"tls": {"existingSecret": "my-tls"}}})
+    assert not [o for o in find(objs, "Secret") if o["metadata"]["name"] == "edgetune-tls"]
+    for comp in SERVICES:
+        assert volumes_of(objs, comp)["tls"]["secret"]["secretName"] == "my-tls"
+    with pytest.raises(helm.HelmError, match="security.tls.existingSecret is required"):
+        render({"security": {"tls": {"mode": "secret"}}})
+
+
+def test_tokens_come_from_a_secret_and_the_callers_send_theirs() -> None:
+    objs = render_with(TOKENS)
+    for comp, c in service_containers(objs).items():
+        env = env_of(c)
+        assert env["EDGETUNE_AUTH_TOKENS"]["value"] == "/etc/edgetune/auth/tokens.yaml", comp
+        auth = volumes_of(objs, comp)["auth-tokens"]["secret"]
+        # Only the token file is mounted: the tokens services send stay env vars of their own pods.
+        assert auth == {"secretName": "edgetune-tokens", "items": [{"key": "tokens.yaml", "path": "tokens.yaml"}]}
+        sends = env.get("EDGETUNE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
+        want = {"coordinator": "coordinator", "agent": "agent"}.get(comp)
+        assert (sends == {"name": "edgetune-tokens", "key": want}) if want else sends is None, comp
+
+
+def test_no_tls_and_no_tokens_is_refused_unless_insecure_is_explicit() -> None:
+    with pytest.raises(helm.HelmError, match="security.insecure=true"):
+        render({"security": {"tls": {"mode": "none"}}})
+    objs = render_with({"security": {"tls": {"mode": "none"}, "insecure": True}})
+    for comp, c in service_containers(objs).items():
+        env = env_of(c)
+        assert env["EDGETUNE_INSECURE"]["value"] == "true" and "EDGETUNE_TLS_CERT" not in env, comp
+        assert "tls" not in volumes_of(objs, comp)
+    objs = render_with({"security": {"tls": {"mode": "none"}}, **TOKENS})  # tokens alone suffice
+    assert all("EDGETUNE_INSECURE" not in env_of(c) for c in service_containers(objs).values())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_edgetune_env_var_the_chart_sets_is_read_by_its_service(variant: str) -> None:
+    """A misspelt variable (the agent's EDGETUNE_ADVERTISE_ADDRESS, the coordinator's EDGETUNE_AGENTS)
+    is silently ignored by the service: each must be one of its flags or a variable it reads itself."""
+    import importlib
+
+    read_directly = {"EDGETUNE_POD_NAME", "EDGETUNE_POD_NAMESPACE", "EDGETUNE_POD_IP", "EDGETUNE_REDIS_PASSWORD",
+                     "EDGETUNE_RAY_ADDRESS"}
+    modules = {"agent": "profiler", "coordinator": "coordinator", "estimator": "estimator", "optimizer": "optimizer"}
+    for comp, c in service_containers(objects(variant)).items():
+        parser_of = importlib.import_module(f"edgetune.services.{modules[comp]}.server").parse_args
+        flags = vars(parser_of([]))
+        for name in env_of(c):
+            if not name.startswith("EDGETUNE_") or name in read_directly:
+                continue
+            assert name.removeprefix("EDGETUNE_").lower() in flags, f"{variant}: {comp} does not read {name}"
+
+
+def test_every_in_cluster_peer_is_selected_by_namespace_as_well_as_by_label() -> None:
+    objs = render_with({"networkPolicy": {"clientNamespaces": ["flower"]}})
+    for pol in find(objs, "NetworkPolicy"):
+        spec = pol["spec"]
+        for rule in spec.get("ingress", []) + spec.get("egress", []):
+            for peer in rule.get("from", rule.get("to", [])):
+                if "ipBlock" in peer:
+                    continue
+                if "podSelector" in peer and pol["metadata"]["name"] != "edgetune-redis":
+                    ns = peer.get("namespaceSelector")
+                    assert ns, f"{pol['metadata']['name']}: a peer by label only"
+                    assert ns.get("matchLabels") or ns.get("matchExpressions"), \
+                        f"{pol['metadata']['name']}: a peer in any namespace"
+    pols = {p["metadata"]["name"]: p["spec"] for p in find(objs, "NetworkPolicy")}
+    clients = pols["edgetune-agent"]["ingress"][0]["from"][0]
+    assert clients["namespaceSelector"]["matchExpressions"][0]["values"] == ["flower"]
+    assert clients["podSelector"]["matchLabels"] == {"edgetune.io/client": "true"}
+    default = {p["metadata"]["name"]: p["spec"] for p in find(objects("default"), "NetworkPolicy")}
+    peer = default["edgetune-coordinator"]["ingress"][0]["from"][-1]
+    assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == ["edgetune"]  # the release's namespace only

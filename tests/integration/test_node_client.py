@@ -221,3 +221,37 @@ def test_tuning_jobs_submit_get_list_cancel(coordinator, tmp_path):
     path.write_text("[1]")
     usage = node_cli(address, "job-submit", "--spec", str(path))
     assert usage.returncode == 2 and "not a JSON object" in usage.stderr
+
+
+def test_tls_and_token_flags_reach_a_secured_coordinator(node_modules, tmp_path):
+    """The Node client over TLS (a CA made here) with a bearer token: an agent token registers its
+    own node, is refused another (PERMISSION_DENIED), and no token is UNAUTHENTICATED (exit 1)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
+    from tls_certs import TestCA
+
+    from edgetune.coordination.store import MemoryStore
+    from edgetune.identity import ServerSecurity
+    from edgetune.services.coordinator.server import create_coordinator, start
+
+    ca = TestCA(tmp_path)
+    cert = ca.server()
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps({"tokens": [{"token": "agent-7-token-0123456789", "role": "agent", "name": "jetson-7"},
+                                             {"token": "vera-token-0123456789", "role": "viewer", "name": "vera"}]}))
+    c = start(create_coordinator(port=0, store=MemoryStore(), lease_ms=1000, grace_s=0.5, security=ServerSecurity(
+        tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(tokens))))
+    try:
+        address = f"localhost:{c.server.port}"
+        tls = ["--tls-ca", str(ca.path)]
+        reg = ok_json(node_cli(address, *tls, "--token", "agent-7-token-0123456789", "register", "--node-id",
+                               "jetson-7", "--device", "orin-agx"))
+        assert reg["node_id"] == "jetson-7"
+        other = node_cli(address, *tls, "--token", "agent-7-token-0123456789", "register", "--node-id", "jetson-8",
+                         "--device", "orin-agx")
+        assert other.returncode == 1 and "PERMISSION_DENIED" in other.stderr, other.stderr
+        anonymous = node_cli(address, *tls, "nodes")
+        assert anonymous.returncode == 1 and "UNAUTHENTICATED" in anonymous.stderr, anonymous.stderr
+        listed = node_cli(address, *tls, "--token", "vera-token-0123456789", "nodes")
+        assert listed.returncode == 0 and "jetson-7" in listed.stdout, listed.stderr
+    finally:
+        c.server.stop(0)

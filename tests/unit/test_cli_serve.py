@@ -42,3 +42,16 @@ def test_profiler_refuses_a_bad_device_with_exit_2(tmp_path):
 def test_profiler_refuses_a_bad_flag_with_exit_2():
     result = CliRunner().invoke(cli, ["serve", "profiler", "--no-such-flag"])
     assert result.exit_code == 2 and "unrecognized arguments: --no-such-flag" in result.output
+
+
+def test_an_exposed_unauthenticated_service_or_a_bad_token_file_exits_2(tmp_path):
+    exposed = CliRunner().invoke(cli, ["serve", "optimizer", "--host", "0.0.0.0", "--port", "0", "--metrics-port", "0"])
+    assert exposed.exit_code == 2 and "--host: '0.0.0.0' would expose" in exposed.output and "--insecure" in exposed.output
+    bad = tmp_path / "tokens.yaml"
+    bad.write_text("tokens: [{token: short, role: admin, name: x}]\n")
+    refused = CliRunner().invoke(cli, ["serve", "optimizer", "--port", "0", "--metrics-port", "0",
+                                       "--auth-tokens", str(bad)])
+    assert refused.exit_code == 2 and "tokens[0].token: is 5 characters long" in refused.output
+    half = CliRunner().invoke(cli, ["serve", "optimizer", "--port", "0", "--metrics-port", "0",
+                                    "--tls-cert", str(bad)])
+    assert half.exit_code == 2 and "--tls-key" in half.output

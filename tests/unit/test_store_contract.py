@@ -24,6 +24,7 @@ import pytest
 from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS, redis_children
 
 from edgetune.coordination.store import (
+    AuditRecord,
     DeadJob,
     DocWrite,
     EmbeddedRedisServer,
@@ -657,3 +658,21 @@ def test_model_record_round_trips_and_reads_its_old_dict_shape():
               "n_train": 90, "rows": 100, "has_std": False, "metrics": {"time_mape": 4.2}, "fit_s": 2.0}
     old = ModelRecord.from_dict(legacy)
     assert (old.kind, old.n_train, old.seconds, old.metrics) == ("nn", 90, 2.0, {"time_mape": 4.2})
+
+
+# --------------------------------------------------------------------------- audit stream
+
+
+def test_audit_stream_keeps_the_newest_records_in_order(store):
+    assert store.audit_records(10) == []
+    records = [AuditRecord(1000.0 + i, "coordinator", "UpdateBudget", f"user-{i}", "operator", "token",
+                           "OK" if i % 2 else "PERMISSION_DENIED", peer="ipv4:127.0.0.1:1", target=f"n{i}")
+               for i in range(5)]
+    for r in records:
+        store.append_audit(r, max_len=3)
+    assert store.audit_records(10) == records[2:]  # trimmed to max_len, oldest first
+    assert store.audit_records(2) == records[3:]
+    assert store.audit_records(0) == []
+    with pytest.raises(InvalidArgument, match="max_len"):
+        store.append_audit(records[0], max_len=0)
+    assert store.audit_records(10) == records[2:]

@@ -247,6 +247,7 @@ true
 {{/* ---------------------------------------------------------------- probes --------- */}}
 
 {{/* gRPC health probes (grpc.health.v1, overall status) on the service port. */}}
+{{/* gRPC health probes on the plain-text health port (security.healthPort): kubelet speaks no TLS. */}}
 {{- define "edgetune.grpcProbes" -}}
 startupProbe:
   grpc:
@@ -279,8 +280,134 @@ prometheus.io/path: {{ .root.Values.metrics.path | quote }}
 
 {{/* A NetworkPolicy peer: pods of this release with a component label. */}}
 {{- define "edgetune.np.peer" -}}
-- podSelector:
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .root.Release.Namespace }}
+  podSelector:
     matchLabels:
       {{- include "edgetune.selectorLabels" .root | nindent 6 }}
       app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* ---------------------------------------------------------------- security -- */}}
+{{/* The TLS source in effect: certManager, secret, generate or none (values.yaml, security.tls.mode). */}}
+{{- define "edgetune.tlsMode" -}}
+{{- $t := .Values.security.tls -}}
+{{- if ne $t.mode "auto" -}}
+{{- $t.mode -}}
+{{- else if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}
+certManager
+{{- else if $t.existingSecret -}}
+secret
+{{- else -}}
+generate
+{{- end -}}
+{{- end -}}
+
+{{- define "edgetune.tlsSecretName" -}}
+{{- if eq (include "edgetune.tlsMode" .) "secret" -}}
+{{- required "security.tls.existingSecret is required with security.tls.mode=secret" .Values.security.tls.existingSecret -}}
+{{- else -}}
+{{- include "edgetune.fullname" . }}-tls
+{{- end -}}
+{{- end -}}
+
+{{/* The names the services' certificate carries: every Service, short and qualified. */}}
+{{- define "edgetune.tlsDnsNames" -}}
+{{- range $c := list "coordinator" "estimator" "optimizer" "agent" }}
+{{- $n := include "edgetune.componentName" (dict "root" $ "component" $c) }}
+- {{ $n }}
+- {{ $n }}.{{ $.Release.Namespace }}
+- {{ $n }}.{{ $.Release.Namespace }}.svc
+- {{ $n }}.{{ $.Release.Namespace }}.svc.cluster.local
+{{- end }}
+{{- end -}}
+
+{{/* TLS, tokens, the health port, --insecure: env of a service container (dict "root" $ "component" NAME). */}}
+{{- define "edgetune.securityEnv" -}}
+{{- $root := .root -}}
+{{- $s := $root.Values.security -}}
+- name: EDGETUNE_HEALTH_PORT
+  value: {{ $s.healthPort | quote }}
+{{- if ne (include "edgetune.tlsMode" $root) "none" }}
+- name: EDGETUNE_TLS_CERT
+  value: /etc/edgetune/tls/tls.crt
+- name: EDGETUNE_TLS_KEY
+  value: /etc/edgetune/tls/tls.key
+# The CA also verifies the services this one calls (coordinator -> estimator / optimizer, agent -> coordinator).
+- name: EDGETUNE_TLS_CA
+  value: /etc/edgetune/tls/ca.crt
+{{- if eq .component "coordinator" }}
+# A standby reaches the leader at its pod IP: verify it under the Service's name.
+- name: EDGETUNE_TLS_SERVER_NAME
+  value: {{ printf "%s.%s.svc" (include "edgetune.componentName" .) $root.Release.Namespace | quote }}
+{{- end }}
+{{- end }}
+{{- with $s.tokens.existingSecret }}
+- name: EDGETUNE_AUTH_TOKENS
+  value: /etc/edgetune/auth/{{ $s.tokens.fileKey }}
+{{- $key := "" }}
+{{- if eq $.component "coordinator" }}{{ $key = $s.tokens.coordinatorTokenKey }}{{ end }}
+{{- if eq $.component "agent" }}{{ $key = $s.tokens.agentTokenKey }}{{ end }}
+{{- if $key }}
+- name: EDGETUNE_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
+{{- if $s.insecure }}
+- name: EDGETUNE_INSECURE
+  value: "true"
+{{- end }}
+{{- end -}}
+
+{{- define "edgetune.securityVolumeMounts" -}}
+{{- if ne (include "edgetune.tlsMode" .) "none" }}
+- name: tls
+  mountPath: /etc/edgetune/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.security.tokens.existingSecret }}
+- name: auth-tokens
+  mountPath: /etc/edgetune/auth
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "edgetune.securityVolumes" -}}
+{{- if ne (include "edgetune.tlsMode" .) "none" }}
+- name: tls
+  secret:
+    secretName: {{ include "edgetune.tlsSecretName" . }}
+{{- end }}
+{{- with .Values.security.tokens.existingSecret }}
+# Only the token file: the tokens the coordinator and the agents send reach them as env vars.
+- name: auth-tokens
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.Values.security.tokens.fileKey }}
+        path: {{ $.Values.security.tokens.fileKey }}
+{{- end }}
+{{- end -}}
+
+{{/* Client peers: pods labelled networkPolicy.clientPodLabels in clientNamespaces (default: the
+     release's), then any extra networkPolicy.clientsFrom peers. */}}
+{{- define "edgetune.np.clients" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $namespaces := $np.clientNamespaces | default (list .Release.Namespace) -}}
+- namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values:
+          {{- toYaml $namespaces | nindent 10 }}
+  podSelector:
+    matchLabels:
+      {{- toYaml $np.clientPodLabels | nindent 6 }}
+{{- with $np.clientsFrom }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}

@@ -88,13 +88,14 @@ spec:
               protocol: TCP
           env:
             {{- include "edgetune.commonEnv" (dict "root" $root "port" $v.port "metricsPort" $v.metricsPort) | nindent 12 }}
+            {{- include "edgetune.securityEnv" $ctx | nindent 12 }}
             {{- with .extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
-          {{- include "edgetune.grpcProbes" (dict "port" $v.port "startupFailures" .startupFailures) | nindent 10 }}
+          {{- include "edgetune.grpcProbes" (dict "port" $root.Values.security.healthPort "startupFailures" .startupFailures) | nindent 10 }}
           resources:
             {{- toYaml $v.resources | nindent 12 }}
           securityContext:
@@ -102,10 +103,12 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- include "edgetune.securityVolumeMounts" $root | nindent 12 }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 256Mi
+        {{- include "edgetune.securityVolumes" $root | nindent 8 }}
 ---
 apiVersion: v1
 kind: Service

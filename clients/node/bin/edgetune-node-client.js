@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { connect, statusName, toPlain } from '../src/client.js';
 
-const USAGE = `usage: edgetune-node-client [--address HOST:PORT] [--timeout-s S] COMMAND [options]
+const USAGE = `usage: edgetune-node-client [--address HOST:PORT] [--timeout-s S] [--token TOKEN]
+                            [--tls-ca CA.pem [--tls-cert CERT.pem --tls-key KEY.pem]] COMMAND [options]
 
 commands:
   register --node-id ID [--device MODEL] [--power-budget-w W] [--hostname H]
@@ -30,11 +31,17 @@ commands:
                         grpc.health.v1 Check ("" = the whole server); prints {"status": ...}
 
 --address defaults to $EDGETUNE_COORDINATOR or 127.0.0.1:50054 (the coordinator's default port).
+--token (default $EDGETUNE_TOKEN) is sent as 'authorization: Bearer TOKEN'; --tls-ca (default
+$EDGETUNE_TLS_CA) turns TLS on, --tls-cert / --tls-key add a client certificate (mTLS).
 Numbers are checked for syntax here; their ranges are checked by the coordinator, which
 answers INVALID_ARGUMENT naming the field. A negative value needs '=': --power-budget-w=-5.`;
 
 const OPTIONS = {
   address: { type: 'string' },
+  token: { type: 'string' },
+  'tls-ca': { type: 'string' },
+  'tls-cert': { type: 'string' },
+  'tls-key': { type: 'string' },
   'timeout-s': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   'node-id': { type: 'string' },
@@ -63,7 +70,7 @@ const COMMANDS = {
   'job-cancel': ['name'],
   health: ['service'],
 };
-const GLOBAL = new Set(['address', 'timeout-s', 'help']);
+const GLOBAL = new Set(['address', 'timeout-s', 'help', 'token', 'tls-ca', 'tls-cert', 'tls-key']);
 
 class UsageError extends Error {}
 
@@ -196,6 +203,27 @@ function prepare(command, values) {
   }
 }
 
+/** --token (or $EDGETUNE_TOKEN) and the TLS files (or $EDGETUNE_TLS_CA / _CERT / _KEY), read here. */
+function readSecurity(values) {
+  const file = (flag, env) => {
+    const path = values[flag] ?? process.env[env];
+    if (!path) return undefined;
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new UsageError(`--${flag}: ${path}: ${err.message}`);
+    }
+  };
+  const security = {
+    token: values.token ?? process.env.EDGETUNE_TOKEN ?? undefined,
+    ca: file('tls-ca', 'EDGETUNE_TLS_CA'),
+    cert: file('tls-cert', 'EDGETUNE_TLS_CERT'),
+    key: file('tls-key', 'EDGETUNE_TLS_KEY'),
+  };
+  if (Boolean(security.cert) !== Boolean(security.key)) throw new UsageError('--tls-cert and --tls-key go together');
+  return security;
+}
+
 async function main(argv) {
   let run;
   let args;
@@ -213,7 +241,14 @@ async function main(argv) {
   }
   const address = args.values.address ?? process.env.EDGETUNE_COORDINATOR ?? '127.0.0.1:50054';
   const timeoutMs = args.timeoutS !== undefined ? args.timeoutS * 1000 : undefined;
-  const client = connect(address, { timeoutMs });
+  let security;
+  try {
+    security = readSecurity(args.values);
+  } catch (err) {
+    process.stderr.write(`error: ${err.message}\n`);
+    return 2;
+  }
+  const client = connect(address, { timeoutMs, ...security });
   try {
     await run(client);
     return 0;

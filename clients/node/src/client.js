@@ -87,19 +87,57 @@ function unary(stub, method, request, timeoutMs) {
   });
 }
 
+/**
+ * Channel credentials for a coordinator that serves TLS (`ca`: PEM that verifies it; `cert` +
+ * `key`: a client certificate for mTLS) and/or takes a bearer token (sent as
+ * `authorization: Bearer TOKEN` on every call). No TLS material: a plain channel (the token,
+ * if any, is still sent; keep that to loopback).
+ * @param {{ca?: Buffer, cert?: Buffer, key?: Buffer, token?: string}} [security]
+ * @returns {grpc.ChannelCredentials}
+ */
+export function channelCredentials({ ca, cert, key, token } = {}) {
+  if (Boolean(cert) !== Boolean(key)) throw new Error('a client certificate needs both cert and key');
+  const tls = ca || cert;
+  const base = tls ? grpc.credentials.createSsl(ca ?? null, key ?? null, cert ?? null) : grpc.credentials.createInsecure();
+  if (!token) return base;
+  const bearer = (_params, callback) => {
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${token}`);
+    callback(null, md);
+  };
+  if (tls) return grpc.credentials.combineChannelCredentials(base, grpc.credentials.createFromMetadataGenerator(bearer));
+  // grpc-js refuses call credentials on an insecure channel: attach the header with an interceptor instead.
+  return base;
+}
+
+/** A client interceptor that adds the bearer token (plain channels; TLS ones use call credentials). */
+function bearerInterceptor(token) {
+  return (options, nextCall) => new grpc.InterceptingCall(nextCall(options), {
+    start(metadata, listener, next) {
+      metadata.set('authorization', `Bearer ${token}`);
+      next(metadata, listener);
+    },
+  });
+}
+
 export class EdgetuneClient {
   /**
    * @param {string} address host:port of a Coordinator replica
-   * @param {{credentials?: grpc.ChannelCredentials, timeoutMs?: number}} [options]
+   * @param {{credentials?: grpc.ChannelCredentials, timeoutMs?: number, token?: string,
+   *          ca?: Buffer, cert?: Buffer, key?: Buffer}} [options]
+   *   `credentials` wins over `ca` / `cert` / `key` / `token` (see channelCredentials).
    */
-  constructor(address, { credentials = grpc.credentials.createInsecure(), timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
+  constructor(address, { credentials, timeoutMs = DEFAULT_TIMEOUT_MS, token, ca, cert, key } = {}) {
     const { Coordinator, Health } = loadServices();
     this.address = address;
     this.timeoutMs = timeoutMs;
     /** The raw Coordinator stub, for the RPCs this wrapper does not cover (PlanRound, ...). */
-    this.coordinator = new Coordinator(address, credentials);
+    const creds = credentials ?? channelCredentials({ ca, cert, key, token });
+    const plainToken = !credentials && token && !(ca || cert);
+    const options = plainToken ? { interceptors: [bearerInterceptor(token)] } : {};
+    this.coordinator = new Coordinator(address, creds, options);
     // Same channel for health checks: a SERVING answer then says something about *this* connection.
-    this.healthStub = new Health(address, credentials, { channelOverride: this.coordinator.getChannel() });
+    this.healthStub = new Health(address, creds, { ...options, channelOverride: this.coordinator.getChannel() });
   }
 
   /**

@@ -17,18 +17,20 @@ the server's message; UNAVAILABLE (and a deadline passing) exits 1 naming the ad
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
+from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.tuning_convert import JobView, NodeView, job_view, load_job_file
 from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
 
@@ -64,33 +66,28 @@ def rpc_error(exc: grpc.RpcError, address: str) -> click.ClickException:
 class Client:
     """The Coordinator's job RPCs at one address (bearer token when given)."""
 
-    def __init__(self, address: str, token: str | None = None) -> None:
+    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address)
+        self.channel = open_channel(address, security)  # TLS when asked; every call carries the token
         self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
 
     def submit(self, spec: tuning_pb2.TuningJobSpec) -> tuning_pb2.TuningJob:
-        return self.stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=CALL_TIMEOUT_S,
-                                         metadata=self.metadata)
+        return self.stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=CALL_TIMEOUT_S)
 
     def get(self, name: str) -> tuning_pb2.TuningJob:
-        return self.stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S,
-                                      metadata=self.metadata)
+        return self.stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S)
 
     def list(self) -> list[tuning_pb2.TuningJob]:
-        reply = self.stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=CALL_TIMEOUT_S,
-                                         metadata=self.metadata)
+        reply = self.stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=CALL_TIMEOUT_S)
         return list(reply.jobs)
 
     def cancel(self, name: str) -> tuning_pb2.TuningJob:
-        return self.stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S,
-                                         metadata=self.metadata)
+        return self.stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S)
 
     def watch(self, name: str, after_revision: int = 0, timeout_s: float | None = None) -> Iterator[tuning_pb2.TuningJob]:
         """Every change of the job until it is done (or ``timeout_s`` passes: DEADLINE_EXCEEDED)."""
         stream = self.stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after_revision),
-                                          timeout=timeout_s, metadata=self.metadata)
+                                          timeout=timeout_s)
         try:
             for job in stream:
                 yield job
@@ -104,8 +101,8 @@ class Client:
 
 
 @contextmanager
-def connected(address: str, token: str | None) -> Iterator[Client]:
-    client = Client(address, token)
+def connected(address: str, security: ClientSecurity) -> Iterator[Client]:
+    client = Client(address, security)
     try:
         yield client
     except grpc.RpcError as exc:
@@ -115,6 +112,26 @@ def connected(address: str, token: str | None) -> Iterator[Client]:
 
 
 def coordinator_options(fn: F) -> F:
+    """--coordinator, --token and the TLS flags; the command gets ``address`` and ``security``."""
+
+    command = fn
+
+    @functools.wraps(command)
+    def with_security(*args: Any, token: str | None, tls_ca: str | None, tls_cert: str | None,
+                      tls_key: str | None, tls_server_name: str | None, **kwargs: Any) -> Any:
+        security = ClientSecurity(ca=tls_ca or "", cert=tls_cert or "", key=tls_key or "", token=token or "",
+                                  server_name=tls_server_name or "")
+        return command(*args, security=security, **kwargs)
+
+    fn = cast(F, with_security)
+    fn = click.option("--tls-server-name", envvar="EDGETUNE_TLS_SERVER_NAME", default=None, metavar="NAME",
+                      help="Name the coordinator's certificate carries when the address's host is not it.")(fn)
+    fn = click.option("--tls-key", envvar="EDGETUNE_TLS_KEY", default=None, metavar="PEM",
+                      help="Private key of --tls-cert.")(fn)
+    fn = click.option("--tls-cert", envvar="EDGETUNE_TLS_CERT", default=None, metavar="PEM",
+                      help="Client certificate (mTLS).")(fn)
+    fn = click.option("--tls-ca", envvar="EDGETUNE_TLS_CA", default=None, metavar="PEM",
+                      help="Verify the coordinator's TLS certificate with this CA (turns TLS on).")(fn)
     fn = click.option("--token", envvar="EDGETUNE_TOKEN", default=None, metavar="TOKEN",
                       help="Bearer token (default: $EDGETUNE_TOKEN).")(fn)
     fn = click.option("--coordinator", "address", envvar="EDGETUNE_COORDINATOR", required=True, metavar="HOST:PORT",
@@ -268,10 +285,10 @@ def command() -> None:
 @click.option("--timeout-s", type=float, default=None, help="With --wait: give up after this long (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @reports_errors
-def submit(file: Path, address: str, token: str | None, wait: bool, timeout_s: float | None, as_json: bool) -> None:
+def submit(file: Path, address: str, security: ClientSecurity, wait: bool, timeout_s: float | None, as_json: bool) -> None:
     """Submit the job in FILE.yaml (schema-checked first)."""
     spec = load_job_file(file)
-    with connected(address, token) as client:
+    with connected(address, security) as client:
         job = client.submit(spec)
         if wait:
             job = wait_done(client, job, timeout_s=timeout_s, quiet=as_json)
@@ -287,8 +304,8 @@ def _one_job_command(verb: str, doc: str, call: Callable[[Client, str], tuning_p
     @coordinator_options
     @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
     @reports_errors
-    def run(name: str, address: str, token: str | None, as_json: bool) -> None:
-        with connected(address, token) as client:
+    def run(name: str, address: str, security: ClientSecurity, as_json: bool) -> None:
+        with connected(address, security) as client:
             job = call(client, name)
         show(job, as_json)
     return run
@@ -304,9 +321,9 @@ cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
 @reports_errors
-def list_jobs(address: str, token: str | None, as_json: bool) -> None:
+def list_jobs(address: str, security: ClientSecurity, as_json: bool) -> None:
     """List the jobs with their phases."""
-    with connected(address, token) as client:
+    with connected(address, security) as client:
         jobs = client.list()
     views = [job_view(j) for j in jobs]
     if as_json:
@@ -321,7 +338,7 @@ def list_jobs(address: str, token: str | None, as_json: bool) -> None:
 @click.argument("name")
 @coordinator_options
 @reports_errors
-def watch(name: str, address: str, token: str | None) -> None:
+def watch(name: str, address: str, security: ClientSecurity) -> None:
     """Follow a job's progress per node until it is done (Ctrl-C stops watching, not the job)."""
-    with connected(address, token) as client:
+    with connected(address, security) as client:
         follow(client.watch(name))

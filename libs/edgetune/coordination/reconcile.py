@@ -62,6 +62,7 @@ from edgetune.coordination.tuningjobs import (
 )
 from edgetune.devices.workloads import is_user_workload
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.identity import ClientSecurity, open_channel
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
@@ -340,17 +341,16 @@ class CountedSelector:
                                                                          objective=objective))
 
 
-def remote_services(estimator_address: str, optimizer_address: str) -> tuple[Estimator | None, Selector | None]:
-    """The Estimator and the Optimizer over gRPC (empty address: none), counted."""
-    import grpc
-
+def remote_services(estimator_address: str, optimizer_address: str,
+                    security: ClientSecurity | None = None) -> tuple[Estimator | None, Selector | None]:
+    """The Estimator and the Optimizer over gRPC (empty address: none), counted; ``security``: TLS and token."""
     from edgetune.proto.v1 import optimizer_pb2_grpc
     from edgetune.tuning.remote import OptimizerSelector, ServiceEstimator
 
-    estimator = (CountedEstimator(ServiceEstimator(grpc.insecure_channel(estimator_address), estimator_address))
+    estimator = (CountedEstimator(ServiceEstimator(open_channel(estimator_address, security), estimator_address))
                  if estimator_address else None)
     selector = (CountedSelector(OptimizerSelector(optimizer_pb2_grpc.OptimizerStub(
-        grpc.insecure_channel(optimizer_address)))) if optimizer_address else None)
+        open_channel(optimizer_address, security)))) if optimizer_address else None)
     return estimator, selector
 
 

@@ -62,6 +62,7 @@ from flwr.server.strategy import Strategy
 from edgetune import validation
 from edgetune.devices.base import Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.identity import ClientSecurity, open_channel
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.proto.convert import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
 from edgetune.proto.tables import table_to_proto
@@ -213,7 +214,8 @@ class PowerAwareStrategy(Strategy):
                  role: Role | str = Role.TRAIN, objective: str = "makespan", deadline_s: float | None = None,
                  site_power_budget_w: float | None = None, node_ids: Mapping[str, str] | None = None,
                  samples: Mapping[str, int] | None = None, tuning: Tuning | None = None,
-                 round_prefix: str = "flower", timeout_s: float = RPC_TIMEOUT_S) -> None:
+                 round_prefix: str = "flower", timeout_s: float = RPC_TIMEOUT_S,
+                 security: ClientSecurity | None = None) -> None:
         super().__init__()
         self.strategy = strategy
         self.coordinator = coordinator
@@ -239,7 +241,7 @@ class PowerAwareStrategy(Strategy):
         #: server round -> its plan, assignments and the clients' reports.
         self.rounds: dict[int, RoundRecord] = {}
         self._clients: dict[str, ClientNode] = {}
-        self._channel = grpc.insecure_channel(coordinator)
+        self._channel = open_channel(coordinator, security)  # ``security``: TLS and an operator token
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     def __repr__(self) -> str:
@@ -407,7 +409,7 @@ def _busy(exc: grpc.RpcError) -> bool:
 
 @contextmanager
 def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TIMEOUT_S,
-               busy_wait_s: float = DEFAULT_BUSY_WAIT_S) -> Iterator[PowerMode]:
+               busy_wait_s: float = DEFAULT_BUSY_WAIT_S, security: ClientSecurity | None = None) -> Iterator[PowerMode]:
     """Apply ``mode`` through the node agent at ``agent_address`` for the ``with`` body, then restore.
 
     Yields the mode as applied (exact table values). While a profile holds the device
@@ -415,7 +417,7 @@ def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TI
     agent's error (INVALID_ARGUMENT naming the field); a failed restore is logged, not raised
     (the agent restores on exit in any case, and the training result is worth keeping).
     """
-    with grpc.insecure_channel(agent_address) as channel:
+    with open_channel(agent_address, security) as channel:  # ``security``: TLS and an operator token
         stub = profiler_pb2_grpc.ProfilerStub(channel)
         applied = _retry_busy(lambda: stub.ApplyPowerMode(
             profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(mode)), timeout=timeout_s), busy_wait_s)
@@ -453,7 +455,8 @@ class PowerAwareClient(NumPyClient):
     """
 
     def __init__(self, client: NumPyClient, node_id: str, samples: int, *, agent_address: str = "",
-                 timeout_s: float = RPC_TIMEOUT_S, busy_wait_s: float = DEFAULT_BUSY_WAIT_S) -> None:
+                 timeout_s: float = RPC_TIMEOUT_S, busy_wait_s: float = DEFAULT_BUSY_WAIT_S,
+                 security: ClientSecurity | None = None) -> None:
         if not node_id:
             raise InvalidArgument("node_id", "is empty", "the node id the agent registered")
         if samples <= 0:
@@ -464,6 +467,7 @@ class PowerAwareClient(NumPyClient):
         self.agent_address = agent_address
         self.timeout_s = timeout_s
         self.busy_wait_s = busy_wait_s
+        self.security = security
 
     def get_properties(self, config: Config) -> dict[str, Scalar]:
         return {**self.client.get_properties(config), NODE_ID: self.node_id, SAMPLES: self.samples}
@@ -481,7 +485,8 @@ class PowerAwareClient(NumPyClient):
         if not agent:
             raise InvalidArgument(AGENT, "no agent address to apply the mode through",
                                   "agent_address=..., or an agent registered with its address")
-        with power_mode(agent, plan.mode, timeout_s=self.timeout_s, busy_wait_s=self.busy_wait_s) as applied:
+        with power_mode(agent, plan.mode, timeout_s=self.timeout_s, busy_wait_s=self.busy_wait_s,
+                        security=self.security) as applied:
             new_parameters, n, metrics = self.client.fit(parameters, config)
         applied_metrics = {f"{APPLIED_PREFIX}{k}": v for k, v in applied.as_dict().items()}
         return new_parameters, n, {**metrics, **applied_metrics, NODE_ID: self.node_id, BATCH_SIZE: plan.batch_size,

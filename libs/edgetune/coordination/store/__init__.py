@@ -42,6 +42,7 @@ from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
 from .memory import ManualClock, MemoryStore
 from .records import (
     ROLES,
+    AuditRecord,
     DeadJob,
     Heartbeat,
     InferenceTarget,
@@ -65,6 +66,7 @@ __all__ = [
     "ROLES",
     "STORE_ERRORS",
     "UNAVAILABLE",
+    "AuditRecord",
     "BlobRef",
     "ConfigChanges",
     "DocWrite",

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
-from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState
+from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState
 
 DEFAULT_NAMESPACE = "edgetune"
 
@@ -354,4 +354,13 @@ class Store(Protocol):
 
     def set_round_members(self, members: Sequence[str]) -> bool:
         """Record the round's plannable members; False when there is no round."""
+        ...
+
+    # -- audit ------------------------------------------------------------------------------
+    def append_audit(self, record: AuditRecord, *, max_len: int) -> None:
+        """Append to the audit stream, keeping its newest ``max_len`` records."""
+        ...
+
+    def audit_records(self, count: int) -> list[AuditRecord]:
+        """The newest ``count`` audit records, oldest first."""
         ...

@@ -39,7 +39,7 @@ from .base import (
     escape_part,
     key_parts,
 )
-from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
+from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
 
 Key = tuple[str, ...]
 #: Changes the config feed keeps (a watcher further behind re-reads everything).
@@ -123,6 +123,7 @@ class MemoryStore:
         #: The change feed: (sequence, node id), the last FEED_LEN changes.
         self._feed: deque[tuple[int, str]] = deque(maxlen=FEED_LEN)
         self._feed_seq = 0
+        self._audit: deque[bytes] = deque()
 
     # -- health -----------------------------------------------------------------------------
 
@@ -399,6 +400,22 @@ class MemoryStore:
     def dead_jobs(self, node_id: str) -> list[DeadJob]:
         with self._cond:
             return list(self._queue(node_id).dead)
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def append_audit(self, record: AuditRecord, *, max_len: int) -> None:
+        if max_len < 1:
+            raise InvalidArgument("max_len", f"{max_len} is below 1", ">= 1")
+        data = record.to_json()  # stored serialised, like every other backend
+        with self._cond:
+            self._audit.append(data)
+            while len(self._audit) > max_len:
+                self._audit.popleft()
+
+    def audit_records(self, count: int) -> list[AuditRecord]:
+        with self._cond:
+            newest = list(self._audit)[-count:] if count > 0 else []
+        return [AuditRecord.from_json(d) for d in newest]
 
     # -- node configs -----------------------------------------------------------------------
 

@@ -536,3 +536,39 @@ class RoundState(_Record):
 
     def with_members(self, members: Sequence[str]) -> RoundState:
         return replace(self, members=tuple(sorted(members)))
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditRecord(_Record):
+    """One mutating (or refused) RPC: who called what, when, and how it ended."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    time_s: float
+    service: str
+    method: str
+    #: The caller's identity name ("anonymous" when the server authenticates nobody).
+    who: str
+    role: str
+    #: ``token``, ``certificate`` or ``none``.
+    via: str
+    #: The gRPC status code name (OK, PERMISSION_DENIED, ...).
+    outcome: str
+    peer: str = ""
+    #: The node / session / model the call was about, when the policy names one.
+    target: str = ""
+
+    def _fields(self) -> dict[str, Any]:
+        return {"time_s": self.time_s, "service": self.service, "method": self.method, "who": self.who,
+                "role": self.role, "via": self.via, "outcome": self.outcome, "peer": self.peer, "target": self.target}
+
+    @classmethod
+    def _from_fields(cls, doc: Mapping[str, Any]) -> AuditRecord:
+        return cls(_number(doc.get("time_s"), "time_s"), _text(doc.get("service"), "service"),
+                   _text(doc.get("method"), "method"), _text(doc.get("who"), "who"),
+                   _text(doc.get("role"), "role", empty_ok=True), _text(doc.get("via"), "via"),
+                   _text(doc.get("outcome"), "outcome"), _text(doc.get("peer", ""), "peer", empty_ok=True),
+                   _text(doc.get("target", ""), "target", empty_ok=True))

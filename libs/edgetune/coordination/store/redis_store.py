@@ -65,7 +65,7 @@ from .base import (
     redact_url,
     unescape_part,
 )
-from .records import DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
+from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
 
 #: Errors that mean "cannot talk to the store now" (a restart, a failover): retry later.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -564,6 +564,20 @@ class RedisBase:
         entries = cast("list[Any]", self.client.xrange(self.key("jobs-dead", check_node_id(node_id))))
         return [DeadJob(_text(f[b"job_id"]), json.loads(f[b"job"]), int(f.get(b"deliveries") or 0))
                 for _id, f in entries]
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def append_audit(self, record: AuditRecord, *, max_len: int) -> None:
+        if max_len < 1:
+            raise InvalidArgument("max_len", f"{max_len} is below 1", ">= 1")
+        # Exact trim: the stream never holds more than max_len records.
+        self.client.xadd(self.key("audit"), {"record": record.to_json()}, maxlen=max_len, approximate=False)
+
+    def audit_records(self, count: int) -> list[AuditRecord]:
+        if count <= 0:
+            return []
+        entries = cast("list[Any]", self.client.xrevrange(self.key("audit"), count=count))
+        return [AuditRecord.from_json(f[b"record"]) for _id, f in reversed(entries)]
 
     # -- node configs -----------------------------------------------------------------------
 
