@@ -44,30 +44,13 @@ DATA_ALLOWED = "MODULE:FUNCTION whose FUNCTION() returns (train, val), each (inp
 
 def load_data(spec: str) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """``(train, val)`` of the user's data function, checked; errors name ``data`` and the spec."""
-    import importlib
-
     import torch
 
     from edgetune.devices.workloads import parse_spec
+    from edgetune.workloads.user import call_entry
 
-    try:
-        module_name, function = parse_spec(spec)
-    except InvalidArgument as exc:
-        raise InvalidArgument(FIELD, exc.message, DATA_ALLOWED) from None
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise InvalidArgument(FIELD, f"{spec}: no module named {exc.name!r} on PYTHONPATH", DATA_ALLOWED) from None
-    except Exception as exc:
-        raise InvalidArgument(FIELD, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
-                              DATA_ALLOWED) from None
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        raise InvalidArgument(FIELD, f"{spec}: {module_name} has no function {function!r}", DATA_ALLOWED)
-    try:
-        got = fn()
-    except Exception as exc:
-        raise InvalidArgument(FIELD, f"{spec}: {function}() raised {type(exc).__name__}: {exc}", DATA_ALLOWED) from None
+    got = call_entry(spec, field=FIELD, allowed=DATA_ALLOWED)
+    function = parse_spec(spec)[1]
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise InvalidArgument(FIELD, f"{spec}: {function}() returned {type(got).__name__}, not (train, val)",
                               DATA_ALLOWED)

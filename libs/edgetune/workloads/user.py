@@ -99,23 +99,24 @@ def _within(path: Path, roots: Sequence[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-def _import(spec: str, module_name: str, allowed_path: Sequence[Path] | None) -> Any:
+def _import(spec: str, module_name: str, allowed_path: Sequence[Path] | None, field: str = FIELD,
+            allowed: str = SPEC_ALLOWED) -> Any:
     """The module, imported by name; with ``allowed_path``, only from those directories."""
     if allowed_path is None:
         try:
             return importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            raise InvalidArgument(FIELD, f"{spec}: no module named {exc.name!r} on PYTHONPATH", SPEC_ALLOWED) from None
+            raise InvalidArgument(field, f"{spec}: no module named {exc.name!r} on PYTHONPATH", allowed) from None
         except Exception as exc:  # the user's module raised while importing
-            raise InvalidArgument(FIELD, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
-                                  SPEC_ALLOWED) from None
+            raise InvalidArgument(field, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
+                                  allowed) from None
     roots = [Path(p).resolve() for p in allowed_path]
     allowed_text = ", ".join(str(r) for r in roots) or "(none: this agent loads no user workloads)"
     refused = f"{spec}: module {module_name!r} is not in this agent's workload path ({allowed_text})"
     top = module_name.split(".", 1)[0]
     found = importlib.machinery.PathFinder.find_spec(top, [str(r) for r in roots]) if roots else None
     if found is None:
-        raise InvalidArgument(FIELD, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
+        raise InvalidArgument(field, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
     with _IMPORT_LOCK:
         # The search path grows only while this import runs; a module of the same name that is
         # already loaded from elsewhere is caught below by its file.
@@ -124,16 +125,16 @@ def _import(spec: str, module_name: str, allowed_path: Sequence[Path] | None) ->
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            raise InvalidArgument(FIELD, f"{spec}: no module named {exc.name!r} in {allowed_text}",
-                                  SPEC_ALLOWED) from None
+            raise InvalidArgument(field, f"{spec}: no module named {exc.name!r} in {allowed_text}",
+                                  allowed) from None
         except Exception as exc:
-            raise InvalidArgument(FIELD, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
-                                  SPEC_ALLOWED) from None
+            raise InvalidArgument(field, f"{spec}: importing {module_name} failed: {type(exc).__name__}: {exc}",
+                                  allowed) from None
         finally:
             sys.path[:] = saved
     file = getattr(module, "__file__", None)
     if file is None or not _within(Path(file).resolve(), roots):
-        raise InvalidArgument(FIELD, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
+        raise InvalidArgument(field, refused, "a module under --workload-path / " + WORKLOAD_PATH_ENV)
     return module
 
 
@@ -223,6 +224,27 @@ def structure_hash(model: nn.Module, sample_inputs: Any = None) -> str:
 # --------------------------------------------------------------------------- loading
 
 
+def call_entry(spec: str, allowed_path: Sequence[Path] | None = None, *, field: str = FIELD,
+               allowed: str = SPEC_ALLOWED) -> Any:
+    """What ``FUNCTION()`` of ``MODULE:FUNCTION`` returns: the module imported by name (with
+    ``allowed_path``, only from those directories), the function called with no arguments. Every
+    failure is ``InvalidArgument(field)`` whose message starts with ``spec``."""
+    try:
+        module_name, function = parse_spec(spec)
+    except InvalidArgument as exc:
+        raise InvalidArgument(field, exc.message, allowed) from None
+    module = _import(spec, module_name, allowed_path, field, allowed)
+    fn = getattr(module, function, None)
+    if fn is None:
+        raise InvalidArgument(field, f"{spec}: module {module_name} has no function {function!r}", allowed)
+    if not callable(fn):
+        raise InvalidArgument(field, f"{spec}: {function} is a {type(fn).__name__}, not a function", allowed)
+    try:
+        return fn()
+    except Exception as exc:
+        raise InvalidArgument(field, f"{spec}: {function}() raised {type(exc).__name__}: {exc}", allowed) from None
+
+
 _LOADED: OrderedDict[str, UserWorkload] = OrderedDict()
 _LOADED_LOCK = threading.Lock()
 
@@ -235,16 +257,7 @@ def load_workload(spec: str, allowed_path: Sequence[Path] | None = None) -> User
     ``InvalidArgument(field="workload")`` whose message starts with ``spec``.
     """
     module_name, function = parse_spec(spec)
-    module = _import(spec, module_name, allowed_path)
-    fn = getattr(module, function, None)
-    if fn is None:
-        raise InvalidArgument(FIELD, f"{spec}: module {module_name} has no function {function!r}", SPEC_ALLOWED)
-    if not callable(fn):
-        raise InvalidArgument(FIELD, f"{spec}: {function} is a {type(fn).__name__}, not a function", SPEC_ALLOWED)
-    try:
-        result = fn()
-    except Exception as exc:
-        raise InvalidArgument(FIELD, f"{spec}: {function}() raised {type(exc).__name__}: {exc}", SPEC_ALLOWED) from None
+    result = call_entry(spec, allowed_path)
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         got = f"a {len(result)}-tuple" if isinstance(result, (tuple, list)) else type(result).__name__
         raise InvalidArgument(FIELD, f"{spec}: {function}() returned {got}, not (model, make_batch, loss_fn)",
