@@ -262,8 +262,8 @@ def test_prediction_table_wire_form_holds_exactly_the_values(batch_high):
     n = 501
     modes = np.column_stack([rng.integers(1, 200, n), rng.uniform(100, 2200, n), rng.uniform(100, 1300, n),
                              rng.uniform(200, 3200, n)])
-    rows = tables.PredictionArrays(modes, rng.integers(0, batch_high, n), rng.uniform(1, 500, n),
-                                   rng.uniform(0, 60, n), rng.uniform(0, 5, n), None)
+    rows = Predictions(modes, rng.integers(0, batch_high, n), rng.uniform(1, 500, n),
+                       rng.uniform(0, 60, n), rng.uniform(0, 5, n), None)
     msg = tables.table_to_proto(rows)
     assert list(msg.cores) == rows.modes[:, 0].astype(int).tolist()
     assert list(msg.batch_size) == rows.batch_size.tolist() and list(msg.time_ms) == rows.time_ms.tolist()
