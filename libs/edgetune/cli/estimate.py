@@ -70,8 +70,7 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 
 @command.command("transfer")
 @click.option("--base", "base_path", required=True, type=click.Path(dir_okay=False),
-              help="Reference model written by `estimate fit`, or a shipped one: reference:orin-agx, "
-                   "reference:xavier-agx.")
+              help="Reference model written by `estimate fit`, or a shipped one: reference:orin-agx.")
 @click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
               help="Small profile table of the new workload / device (~50 rows).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
