@@ -60,7 +60,14 @@ from collections.abc import Generator, Iterable
 from typing import Any
 
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Evaluation, LatencyProblem, Problem, TrainProblem
+from edgetune.optimization.problems import (
+    ROLE_INFER,
+    ROLE_TRAIN,
+    Evaluation,
+    LatencyProblem,
+    Problem,
+    TrainProblem,
+)
 from edgetune.optimization.strategies.base import Batch, SearchGen, SearchStrategy
 from edgetune.powermodes.mode import PowerMode
 
