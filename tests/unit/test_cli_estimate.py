@@ -36,7 +36,7 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ref_model(files):
     code = main(["estimate", "fit", "--profiles", str(files / "ref.csv"), "--out", str(files / "ref.model"),
-                 "--epochs", "15", "--seed", "3"])
+                 "--epochs", "15", "--seed", "3", "--cv-folds", "0"])  # CV: tested below, on a GP
     assert code == 0
     return files / "ref.model"
 
@@ -45,7 +45,7 @@ def ref_model(files):
 def test_fit_transfer_predict_end_to_end(files, ref_model, capsys, method):
     new_model = files / f"new-{method}.model"
     code, out, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
-                         "--out", str(new_model), "--method", method)
+                         "--out", str(new_model), "--method", method, "--cv-folds", "0")
     assert code == 0, err
     assert "mobilenetv3" in out and "40 rows" in out
     pred_path = files / f"pred-{method}.csv"
@@ -126,7 +126,8 @@ def test_bad_method_and_bad_model_file_exit_2(files, capsys, tmp_path):
 
 def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp_path):
     lin = tmp_path / "lin.model"
-    assert run(capsys, "fit", "--profiles", str(files / "ref.csv"), "--out", str(lin), "--method", "linear")[0] == 0
+    assert run(capsys, "fit", "--profiles", str(files / "ref.csv"), "--out", str(lin), "--method", "linear",
+               "--cv-folds", "0")[0] == 0
     code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
                        str(tmp_path / "x.model"))
     assert code == 2 and "base" in err and "--method nn" in err
@@ -148,17 +149,44 @@ def test_predict_refuses_modes_of_another_device_naming_both(files, ref_model, c
     assert code == 2 and "xavier-agx" in err and "orin-agx" in err, err
 
 
-def test_ref_gp_transfer_prints_and_stores_its_cross_validated_mape(files, capsys, tmp_path):
-    # a transfer says how good it is, from held-out folds of the profiled rows
-    write_table(read_profile_table(files / "ref.csv").rows[::8], tmp_path / "ref-small.csv")  # a GP fit stays quick
+def test_transfer_prints_and_stores_its_cross_validated_accuracy(files, capsys, tmp_path):
+    # a transfer says how good it is, from held-out folds of the profiled rows (a GP: quick, and has a σ)
+    write_table(read_profile_table(files / "ref.csv").rows[::8], tmp_path / "ref-small.csv")
     code, _, err = run(capsys, "fit", "--profiles", str(tmp_path / "ref-small.csv"), "--out",
-                       str(tmp_path / "gp.model"), "--method", "gp")
+                       str(tmp_path / "gp.model"), "--method", "gp", "--cv-folds", "0")
     assert code == 0, err
     code, out, err = run(capsys, "transfer", "--base", str(tmp_path / "gp.model"), "--profiles",
-                         str(files / "new.csv"), "--out", str(tmp_path / "new.model"), "--method", "ref+gp")
+                         str(files / "new.csv"), "--out", str(tmp_path / "new.model"), "--method", "gp",
+                         "--cv-folds", "4")
     assert code == 0, err
-    assert "cross-validated MAPE: time" in out
+    assert "4-fold cross-validated on 40 rows: MAPE time" in out and "90 % interval covers" in out
     from edgetune.estimation.bundle import TimePowerModel
 
-    metrics = TimePowerModel.load(tmp_path / "new.model").last_event["metrics"]
-    assert 0 < metrics["time_mape_cv"] < 100 and 0 < metrics["power_mape_cv"] < 100
+    model = TimePowerModel.load(tmp_path / "new.model")
+    metrics, cv = model.last_event["metrics"], model.cross_validation
+    assert cv is not None and cv.folds == 4 and cv.rows == 40
+    assert 0 < cv.time_mape_pct < 100 and 0 < cv.power_mape_pct < 100
+    # held-out error is larger than the in-sample error the event also records
+    assert cv.time_mape_pct > metrics["time_mape_train"]
+    assert cv.time_coverage is not None and 0.5 <= cv.time_coverage <= 1.0  # a probability, and not a broken σ
+    assert metrics["time_mape_cv"] == cv.time_mape_pct and metrics["power_coverage_cv"] == cv.power_coverage
+    # the printed numbers are the stored ones
+    assert f"time {cv.time_mape_pct:.1f} %" in out and f"power {cv.power_mape_pct:.1f} %" in out
+
+
+def test_fit_cross_validates_and_folds_zero_skips_it(files, capsys, tmp_path):
+    small = tmp_path / "small.csv"
+    write_table(read_profile_table(files / "ref.csv").rows[::10], small)  # 45 rows: a GP fit is quick
+    code, out, err = run(capsys, "fit", "--profiles", str(small), "--out", str(tmp_path / "a.model"),
+                         "--method", "gp", "--cv-folds", "3")
+    assert code == 0, err
+    from edgetune.estimation.bundle import TimePowerModel
+
+    cv = TimePowerModel.load(tmp_path / "a.model").cross_validation
+    assert cv is not None and cv.folds == 3 and cv.rows == 45 and "3-fold cross-validated" in out
+    # a GP on 30 rows of a smooth table predicts the held-out third well, and worse than its training fit
+    assert cv.time_mape_pct < 25 and cv.power_mape_pct < 10
+    code, out, err = run(capsys, "fit", "--profiles", str(small), "--out", str(tmp_path / "b.model"),
+                         "--method", "gp", "--cv-folds", "0")
+    assert code == 0 and "cross-validated" not in out
+    assert TimePowerModel.load(tmp_path / "b.model").cross_validation is None

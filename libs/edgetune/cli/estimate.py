@@ -1,12 +1,15 @@
 """``edgetune estimate``: fit, transfer and apply time / power predictors (docs/contract.md).
 
-    edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S]
-    edgetune estimate transfer --base ref.model --profiles new.csv --out new.model [--method transfer|nn+gp|...]
+    edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S] [--cv-folds K]
+    edgetune estimate transfer --base ref.model|reference:NAME --profiles new.csv --out new.model
+                               [--method transfer|ref+gp|...] [--cv-folds K]
     edgetune estimate predict  --model new.model --modes modes.csv --out pred.csv
 
 ``predict`` writes the mode table with ``time_ms`` and ``power_w`` added (replacing columns of
 those names), plus ``time_std_ms`` / ``power_std_w`` when the model has uncertainty; rows keep
-their order and every other column is carried through. Epoch progress shows on stderr (a bar on a terminal, plain lines elsewhere).
+their order and every other column is carried through. ``fit`` and ``transfer`` print their
+K-fold cross-validated accuracy (MAPE of time and power, coverage of the 90 % interval) and
+write it into the model file (``--cv-folds 0`` skips it). Epoch progress shows on stderr (a bar on a terminal, plain lines elsewhere).
 Bad input exits 2 with a message naming the field.
 """
 
@@ -48,7 +51,9 @@ def command() -> None:
 @click.option("--method", type=click.Choice(FIT_METHODS), default="nn", show_default=True)
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="NN training epochs [default: 100].")
 @click.option("--seed", type=int, default=0, show_default=True)
-def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, seed: int) -> None:
+@click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
+def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, seed: int, cv_folds: int) -> None:
     """Fit time and power predictors on a profile table."""
     from edgetune.estimation.bundle import TimePowerModel
     from edgetune.tables import read_profile_table
@@ -56,16 +61,17 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
     table = read_profile_table(profiles_path)
     kw = _nn_kwargs(method, epochs)
     with progress_display("epochs") as show:
-        model = TimePowerModel.fit_table(table, method=method, seed=seed, progress=show, **kw)
+        model = TimePowerModel.fit_table(table, method=method, seed=seed, progress=show, cv_folds=cv_folds, **kw)
     model.save(out_path)
     fits = model.predictors["time_ms"].meta["fit"], model.predictors["power_w"].meta["fit"]
     click.echo(f"fitted {method} on {len(table)} rows of {model.describe()} in "
                f"{fits[0]['seconds'] + fits[1]['seconds']:.1f} s; wrote {out_path}")
+    _echo_cv(model)
 
 
 @command.command("transfer")
 @click.option("--base", "base_path", required=True, type=click.Path(dir_okay=False),
-              help="Reference model written by `estimate fit`.")
+              help="Reference model written by `estimate fit`, or a shipped one: reference:orin-agx.")
 @click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
               help="Small profile table of the new workload / device (~50 rows).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
@@ -73,22 +79,32 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
               help="transfer / nn / nn-asym / nn+gp adapt the reference NN; ref+gp puts a GP around the "
                    "reference's predictions (chosen by CV); gp, linear, rf fit the new table alone.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
-def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None) -> None:
+@click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
+def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None,
+                 cv_folds: int) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
     from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.estimation.references import PREFIX, load_reference
     from edgetune.tables import read_profile_table
 
-    base = TimePowerModel.load(base_path)
+    base = load_reference(base_path) if base_path.startswith(PREFIX) else TimePowerModel.load(base_path)
     table = read_profile_table(profiles_path)
     settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
     with progress_display("epochs") as show, _warnings_to_stderr():
-        model = base.transfer_table(table, method=method, progress=show, nn_settings=settings)
+        model = base.transfer_table(table, method=method, progress=show, nn_settings=settings, cv_folds=cv_folds)
     model.save(out_path)
     click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "
                f"wrote {out_path}")
-    metrics = model.last_event.get("metrics", {})
-    if "time_mape_cv" in metrics and "power_mape_cv" in metrics:
-        click.echo(f"cross-validated MAPE: time {metrics['time_mape_cv']:.1f} %, power {metrics['power_mape_cv']:.1f} %")
+    _echo_cv(model)
+
+
+def _echo_cv(model: object) -> None:
+    from edgetune.estimation.bundle import TimePowerModel
+
+    cv = model.cross_validation if isinstance(model, TimePowerModel) else None
+    if cv is not None:
+        click.echo(cv.describe())
 
 
 @command.command("predict")

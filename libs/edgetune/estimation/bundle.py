@@ -17,6 +17,7 @@ import io
 import json
 import os
 import time
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, fe
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.tables import Table
+
+#: Folds of the cross-validation ``estimate fit`` / ``transfer`` run by default.
+CV_FOLDS = 5
+#: z of the two-sided 90 % interval whose coverage the cross-validation reports.
+Z90 = 1.6448536269514722
 
 MODEL_FORMAT = "edgetune-model"
 MODEL_VERSION = 1
@@ -60,13 +66,15 @@ class TimePowerModel:
     @classmethod
     def fit_table(cls, table: Table, method: str = "nn", seed: int = 0, progress: ProgressFn | None = None, *,
                   runner: TaskRunner | None = None, validation_fraction: float = 0.0, source: str | None = None,
-                  **kw: Any) -> TimePowerModel:
+                  cv_folds: int = 0, **kw: Any) -> TimePowerModel:
         """Fit both targets of a (large, reference) profile table with ``method``, one task per target.
 
         ``validation_fraction`` > 0 holds that fraction of the rows out (seeded) and records each
         target's MAPE on them in the fit's history event. ``runner`` runs the per-target tasks
         (:data:`TaskRunner`; default: in order, in this process — the estimator service passes
-        its Ray runner); ``progress`` reaches the predictors only in this process.
+        its Ray runner); ``progress`` reaches the predictors only in this process. ``cv_folds`` ≥ 2
+        also cross-validates the method on the table (:func:`cross_validate`, in this process) and
+        records it in the event (``cv`` and the ``*_cv`` metrics).
         """
         ident = _identity(table)
         columns = feature_columns(table)
@@ -87,18 +95,24 @@ class TimePowerModel:
             event.update(metrics={f"{t.split('_')[0]}_mape": mape_pct(pred[t], table.column(t)[held])
                                   for t in TARGETS},
                          held_out_rows=len(held), validation_fraction=validation_fraction, seed=seed)
+        if cv_folds:
+            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
+                return Predictor.from_bytes(fit_target(x=xt, y=yt, columns=columns, method=method, target=target,
+                                                       seed=seed, kw=_for_target(kw, target)))
+            _record_cv(event, cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, seed))
         model.history.append(event)
         return model
 
     def transfer_table(self, table: Table, method: str = "transfer", progress: ProgressFn | None = None, *,
                        runner: TaskRunner | None = None, nn_settings: Mapping[str, Any] | None = None,
-                       source: str | None = None, **kw: Any) -> TimePowerModel:
+                       source: str | None = None, cv_folds: int = 0, **kw: Any) -> TimePowerModel:
         """A new model for ``table`` (a small profile table of a new workload or device); self is kept.
 
         ``nn_settings`` (``transfer_epochs``, ``transfer_lr``, ``transfer_mode``, ``seed``) configure
         the fine-tuning of the reference MLP (the only place they are set); ``kw`` go to
         :func:`~edgetune.estimation.registry.adapt` (per target as in :meth:`fit_table`). The
-        history event records the in-sample MAPE: a ~50-row table is too small to hold rows out.
+        history event records the in-sample MAPE and, with ``cv_folds`` ≥ 2, the K-fold
+        cross-validated accuracy of the whole transfer (the reference adapted on the other folds).
         """
         ident = _identity(table)
         columns = self.columns
@@ -121,12 +135,20 @@ class TimePowerModel:
         pred = model.predict(x)
         event = _event("transfer", method, table, ident, len(table), source)
         event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
-        for t in TARGETS:  # methods that choose by cross-validation (ref+gp) report the winner's held-out MAPE
-            info = (predictors[t].meta.get("transfers") or [{}])[-1]
-            if "cv_mape_pct" in info and info.get("choice") in info["cv_mape_pct"]:
-                event["metrics"][f"{t.split('_')[0]}_mape_cv"] = info["cv_mape_pct"][info["choice"]]
+        if cv_folds:
+            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
+                return Predictor.from_bytes(transfer_target(
+                    base=self.predictors[target].to_bytes(), x=xt, y=yt, method=method,
+                    kw=_for_target(kw, target), nn_settings=dict(nn_settings or {})))
+            _record_cv(event, cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, 0))
         model.history.append(event)
         return model
+
+    @property
+    def cross_validation(self) -> CrossValidation | None:
+        """The cross-validated accuracy of the fit or transfer that made this model, if it ran one."""
+        cv = self.last_event.get("cv")
+        return CrossValidation.from_dict(cv) if cv else None
 
     @property
     def last_event(self) -> dict[str, Any]:
@@ -255,6 +277,78 @@ def _batch_sizes(table: Table) -> list[int]:
 
 def _fmt(sizes: list[int]) -> str:
     return ", ".join(str(s) for s in sizes) or "unknown"
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """K-fold cross-validated accuracy of a fit or transfer: every row predicted by the method
+    refitted without its fold. Coverage: the share of rows inside their 90 % interval
+    (μ ± 1.645 σ), a fraction; None for a method without uncertainty."""
+
+    folds: int
+    rows: int
+    time_mape_pct: float
+    power_mape_pct: float
+    time_coverage: float | None = None
+    power_coverage: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"folds": self.folds, "rows": self.rows, "time_mape_pct": self.time_mape_pct,
+                "power_mape_pct": self.power_mape_pct, "time_coverage": self.time_coverage,
+                "power_coverage": self.power_coverage}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CrossValidation:
+        def opt(v: Any) -> float | None:
+            return None if v is None else float(v)
+        return cls(int(d["folds"]), int(d["rows"]), float(d["time_mape_pct"]), float(d["power_mape_pct"]),
+                   opt(d.get("time_coverage")), opt(d.get("power_coverage")))
+
+    def describe(self) -> str:
+        cov = ""
+        if self.time_coverage is not None and self.power_coverage is not None:
+            cov = (f"; 90 % interval covers {100 * self.time_coverage:.0f} % (time), "
+                   f"{100 * self.power_coverage:.0f} % (power)")
+        return (f"{self.folds}-fold cross-validated on {self.rows} rows: MAPE time {self.time_mape_pct:.1f} %, "
+                f"power {self.power_mape_pct:.1f} %{cov}")
+
+
+def cross_validate(x: np.ndarray, ys: Mapping[str, np.ndarray],
+                   refit: Callable[[np.ndarray, np.ndarray, str], Predictor], folds: int,
+                   seed: int) -> CrossValidation | None:
+    """K-fold CV of ``refit`` (features, target values, target name -> fitted predictor) over the
+    rows of ``x``; None when there are too few rows for two folds of two."""
+    n = len(x)
+    k = min(int(folds), n // 2)
+    if k < 2:
+        return None
+    parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
+    mape: dict[str, float] = {}
+    coverage: dict[str, float | None] = {}
+    for target, y in ys.items():
+        mean, std = np.empty(n), np.full(n, np.nan)
+        for part in parts:
+            rest = np.setdiff1d(np.arange(n), part)
+            with warnings.catch_warnings():  # a fold may reach outside the others' ranges: that is the test
+                warnings.simplefilter("ignore")
+                m, sd = refit(x[rest], y[rest], target).predict(x[part], check_ranges=False)
+            mean[part] = m
+            if sd is not None:
+                std[part] = sd
+        mape[target] = mape_pct(mean, y)
+        coverage[target] = (None if np.isnan(std).any()
+                            else float(np.mean(np.abs(y - mean) <= Z90 * std)))
+    return CrossValidation(k, n, mape["time_ms"], mape["power_w"], coverage["time_ms"], coverage["power_w"])
+
+
+def _record_cv(event: dict[str, Any], cv: CrossValidation | None) -> None:
+    """The cross-validation in a history event: the record, and its numbers among the metrics."""
+    if cv is None:
+        return
+    event["cv"] = cv.to_dict()
+    metrics = event.setdefault("metrics", {})
+    metrics.update(time_mape_cv=cv.time_mape_pct, power_mape_cv=cv.power_mape_pct,
+                   time_coverage_cv=cv.time_coverage, power_coverage_cv=cv.power_coverage)
 
 
 def _for_target(kw: dict[str, Any], target: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@ trials and read the answers from ``self.obs`` when resumed: the algorithm reads 
 like the paper's pseudo-code instead of an explicit state machine. The base class
 
 - drops points that were already observed (a configuration profiled once is reused for free),
-- enforces the trial budget (trials asked beyond it are cut, and the strategy is done),
+- enforces the budget as a hard limit on profiling runs (trials that would exceed it are cut,
+  and the strategy is done when it is spent),
 - starts warm from points profiled earlier (:meth:`warm_start`; the dynamic-rate solver re-solves
   each window this way, so only points never profiled before cost a profile),
 - persists a session as its configuration plus the told history (:meth:`state_dict`) and
@@ -22,9 +23,12 @@ like the paper's pseudo-code instead of an explicit state machine. The base clas
 A *trial* is one configuration: a mode and the batch size the problem decides (training: the
 fixed training batch size; inference and concurrent: the inference minibatch size β). It lists
 the (role, batch size) points still to measure — concurrent trials need the training point of
-the mode and the inference point of (mode, β). Budgets count trials, as the paper counts
-"power modes" (concurrent GMD15: 15 configurations); ``profiled`` (distinct points measured)
-is what the driver and the CLI report.
+the mode and the inference point of (mode, β). Budgets count *profiling runs*: one run is one
+(power mode, batch size) of one role measured, so a concurrent trial at a mode whose training
+point is not yet profiled costs two runs, and one whose training point is known costs one.
+``spent`` never exceeds ``budget`` (concurrent GMD15: at most 15 runs, not 15 configurations
+of up to two runs each); ``profiled`` (distinct points measured) is what the driver and the
+CLI report, and it is at most ``spent``.
 """
 
 from __future__ import annotations
@@ -165,6 +169,7 @@ class SearchStrategy(ABC):
         self._pending: list[Trial] = []
         self._history: list[tuple[Trial, dict[str, Point]]] = []
         self._n_trials = 0  # trials handed out (each measures something new)
+        self._n_runs = 0  # profiling runs handed out: (mode, role, batch size) points, the budget's unit
         self._next_number = 0
         self._done = False
         self._prior: list[tuple[PowerMode, str, int, Point]] = []  # warm-start points (state_dict "prior")
@@ -180,8 +185,13 @@ class SearchStrategy(ABC):
 
     @property
     def remaining(self) -> int:
-        """Trials left in the budget."""
-        return max(0, self.budget - self._n_trials)
+        """Profiling runs left in the budget."""
+        return max(0, self.budget - self._n_runs)
+
+    @property
+    def spent(self) -> int:
+        """Profiling runs handed out so far (never more than ``budget``)."""
+        return self._n_runs
 
     def observed(self, mode: PowerMode, batch_size: int) -> bool:
         """Whether every point of the configuration has been observed."""
@@ -240,22 +250,28 @@ class SearchStrategy(ABC):
                 return []
             trials: list[Trial] = []
             seen: set[tuple[ModeKey, int]] = set()
+            claimed: set[tuple[ModeKey, str, int]] = set()  # points an earlier trial of this batch measures
             for item in batch:
-                if len(trials) >= self.remaining:
-                    break
                 mode, b = item[0], int(item[1])
                 wanted = item[2] if len(item) > 2 else self.problem.points_for(b)
-                points = tuple(p for p in wanted if not self.obs.has(mode, *p))
                 key = (mode_key(mode), b)
+                points = tuple(p for p in wanted if not self.obs.has(mode, *p) and (key[0], *p) not in claimed)
                 if not points or key in seen or not self.space.available(mode):
                     continue
+                if len(points) > self.remaining - sum(len(t.points) for t in trials):
+                    continue  # over budget: a cheaper trial later in the batch may still fit
                 seen.add(key)
+                claimed.update((key[0], *p) for p in points)
                 trials.append(Trial(self._next_number, mode, int(b), points))
                 self._next_number += 1
             if trials:
                 self._n_trials += len(trials)
+                self._n_runs += sum(len(t.points) for t in trials)
                 self._pending = trials
                 return list(trials)
+            if self.remaining <= 0:
+                self._done = True
+                return []
 
     def tell(self, trial: Trial, measurement: Measurement | None) -> None:
         """Record what ``trial`` measured (``None``: the measurement failed; nothing is recorded)."""

@@ -11,7 +11,9 @@ class Exhaustive(SearchStrategy):
     name = "exhaustive"
 
     def default_budget(self) -> int:
-        return len(self.space.configurations(self.problem))
+        # every profiling run of the space: a concurrent mode's training point once, not per β
+        return len({(m, *p) for m, b in self.space.configurations(self.problem)
+                    for p in self.problem.points_for(b)})
 
     def _search(self) -> SearchGen:
         yield from self.measure(self.space.configurations(self.problem))

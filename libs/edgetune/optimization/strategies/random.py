@@ -1,8 +1,9 @@
 """Random-N: profile N configurations drawn uniformly, decide on the observed front (Fulcrum's RND).
 
 Training draws N modes. Inference and concurrent draw whole modes and profile every inference
-batch size of each (the paper's RND150 = 30 modes × 5 batch sizes), ⌈N / |B|⌉ modes cut to N
-configurations.
+batch size of each (the paper's RND150 = 30 modes × 5 batch sizes), ⌈N / |B|⌉ modes; the
+budget counts profiling runs, so a concurrent mode (5 inference points and its training point)
+costs 6 and RND150 there profiles 25 whole modes.
 """
 
 from __future__ import annotations

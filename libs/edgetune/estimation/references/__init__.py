@@ -1,0 +1,67 @@
+"""Shipped reference models: time and power predictors of a reference workload on a device,
+fitted on the simulator's grid of that device, so that ``estimate transfer`` (and a tuning
+job's default reference) can start from them without hours of profiling a board.
+
+Each is a :class:`~edgetune.estimation.bundle.TimePowerModel` file in this package, named
+``DEVICE-WORKLOAD-ROLE.vN.model``; :data:`REFERENCES` lists them and :func:`load_reference`
+loads one by device name (``orin-agx``) or by full name (``orin-agx-resnet18-train``).
+``tools/make_references.py`` regenerates them (bump :data:`REFERENCE_VERSION` when what
+they are fitted on changes).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from edgetune.errors import InvalidArgument
+from edgetune.estimation.bundle import TimePowerModel
+
+#: Version of the shipped files (part of their names).
+REFERENCE_VERSION = 1
+#: How ``--base`` names a shipped reference on the CLI.
+PREFIX = "reference:"
+
+
+@dataclass(frozen=True)
+class Reference:
+    device: str
+    workload: str = "resnet18"
+    role: str = "train"
+    batch_size: int = 16
+    grid: str = "powertrain"  # the simulator's grid it is fitted on
+    method: str = "nn"
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}-{self.workload}-{self.role}"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.v{REFERENCE_VERSION}.model"
+
+
+#: The Xavier AGX's (7,056-row grid) is not shipped yet: its fit did not finish on the shared machine;
+#: ``tools/make_references.py`` makes it once listed here.
+REFERENCES: tuple[Reference, ...] = (Reference("orin-agx"),)
+
+
+def find_reference(name: str) -> Reference:
+    """The shipped reference called ``name`` (its device, or its full name)."""
+    name = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    for ref in REFERENCES:
+        if name in (ref.device, ref.name):
+            return ref
+    raise InvalidArgument("reference", f"no shipped reference model {name!r}",
+                          ", ".join(r.device for r in REFERENCES))
+
+
+def reference_path(name: str) -> str:
+    """The file of a shipped reference (inside the installed package)."""
+    ref = find_reference(name)
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), ref.filename)
+
+
+def load_reference(name: str) -> TimePowerModel:
+    """A shipped reference model, loaded."""
+    return TimePowerModel.load(reference_path(name))
