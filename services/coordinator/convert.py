@@ -212,7 +212,7 @@ _TUNING_OBJECTIVES = {tuning_pb2.TUNING_OBJECTIVE_UNSPECIFIED: "min-time",
                       tuning_pb2.TUNING_OBJECTIVE_MIN_TIME: "min-time",
                       tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY: "min-energy"}
 _TUNING_METHODS = {tuning_pb2.TUNING_METHOD_UNSPECIFIED: "frontier", tuning_pb2.TUNING_METHOD_FRONTIER: "frontier",
-                   tuning_pb2.TUNING_METHOD_RANDOM: "random"}
+                   tuning_pb2.TUNING_METHOD_RANDOM: "random", tuning_pb2.TUNING_METHOD_CAP_SEARCH: "cap-search"}
 _NODE_PHASES = {name: getattr(tuning_pb2, f"NODE_PHASE_{name.upper()}") for name in NODE_PHASES}
 _JOB_PHASES = {name: getattr(tuning_pb2, f"JOB_PHASE_{name.upper()}") for name in JOB_PHASES}
 
@@ -222,7 +222,7 @@ def tuning_spec_from_proto(msg: tuning_pb2.TuningJobSpec) -> TuningJobSpec:
     if msg.objective not in _TUNING_OBJECTIVES:
         raise InvalidArgument("spec.objective", f"unknown value {msg.objective}", "MIN_TIME, MIN_ENERGY")
     if msg.method not in _TUNING_METHODS:
-        raise InvalidArgument("spec.method", f"unknown value {msg.method}", "FRONTIER, RANDOM")
+        raise InvalidArgument("spec.method", f"unknown value {msg.method}", "FRONTIER, RANDOM, CAP_SEARCH")
     sizes = tuple(msg.batch_sizes) or ((msg.workload.batch_size,) if msg.workload.batch_size else (16,))
     return TuningJobSpec(
         name=msg.name, workload=msg.workload.name,
@@ -244,7 +244,7 @@ def tuning_spec_to_proto(spec: TuningJobSpec) -> tuning_pb2.TuningJobSpec:
         objective=(tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY if spec.objective == "min-energy"
                    else tuning_pb2.TUNING_OBJECTIVE_MIN_TIME),
         node_power_budget_w=dict(spec.node_power_budget_w), profiles=spec.profiles,
-        method=tuning_pb2.TUNING_METHOD_RANDOM if spec.method == "random" else tuning_pb2.TUNING_METHOD_FRONTIER,
+        method=next(k for k, v in _TUNING_METHODS.items() if v == spec.method and k),
         reference_model_id=spec.reference_model_id)
     for name in ("time_budget_ms", "power_budget_w", "risk"):
         value = getattr(spec, name)

@@ -213,3 +213,18 @@ def test_follow_on_a_terminal_draws_a_table():
     assert follow(iter([tuning_job(), done]), stream=out) is done
     text = out.getvalue()
     assert "job mnv3-train: Succeeded" in text and "orin-agx-1" in text and "nano-1" in text and "Profiling" in text
+
+
+def test_method_cap_search_parses_and_round_trips():
+    doc = {**yaml.safe_load(ISSUE_EXAMPLE), "method": "cap-search", "workload": {"name": "mobilenetv3",
+                                                                              "batch_sizes": [32, 16, 8]}}
+    spec = spec_from_doc(doc)
+    assert spec.method == tuning_pb2.TUNING_METHOD_CAP_SEARCH
+    assert spec_to_doc(spec)["method"] == "cap-search" and spec_from_doc(spec_to_doc(spec)) == spec
+
+
+def test_bad_method_names_the_allowed_values():
+    with pytest.raises(InvalidArgument) as err:
+        spec_from_doc({"name": "a", "workload": {"name": "x"}, "nodes": ["n"], "method": "cap_search"})
+    assert err.value.field == "job:method"
+    assert all(f"'{m}'" in str(err.value) for m in ("frontier", "random", "cap-search"))

@@ -42,6 +42,8 @@ def _spec(**kw) -> TuningJobSpec:
     ({"profiles": 1}, "spec.profiles"),
     ({"node_power_budget_w": {"a": -1.0}}, "spec.node_power_budget_w[a]"),
     ({"batch_sizes": (0,)}, "spec.batch_sizes[0]"),
+    ({"method": "cap_search"}, "spec.method"),
+    ({"method": "cap-search", "objective": "min-energy", "time_budget_ms": 100.0}, "spec.objective"),
 ])
 def test_spec_errors_name_the_field(changes, field):
     with pytest.raises(InvalidArgument) as err:

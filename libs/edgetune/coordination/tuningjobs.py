@@ -35,7 +35,7 @@ STATUS_KIND = "tuning-job-status"
 MAX_EVENTS = 12
 DEFAULT_PROFILES = 50
 OBJECTIVES = ("min-time", "min-energy")
-METHODS = ("frontier", "random")
+METHODS = ("frontier", "random", "cap-search")
 ROLES = ("train", "infer")
 
 NODE_PHASES = ("Pending", "Profiling", "Estimating", "Selecting", "Verifying", "Applied", "Failed")
@@ -113,6 +113,8 @@ class TuningJobSpec:
         validation.count(self.profiles, "spec.profiles", minimum=3, maximum=100_000)
         if self.method not in METHODS:
             raise InvalidArgument("spec.method", f"{self.method!r}", ", ".join(METHODS))
+        if self.method == "cap-search" and self.objective != "min-time":  # it applies the fastest point
+            raise InvalidArgument("spec.objective", f"{self.objective!r} with method cap-search", "min-time")
         return self
 
     def budget_for(self, node_id: str, registered_w: float | None) -> float | None:

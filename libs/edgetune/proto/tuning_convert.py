@@ -31,7 +31,8 @@ JOB_SCHEMA = "job"
 
 OBJECTIVES: dict[str, int] = {"min-time": tuning_pb2.TUNING_OBJECTIVE_MIN_TIME,
                               "min-energy": tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY}
-METHODS: dict[str, int] = {"frontier": tuning_pb2.TUNING_METHOD_FRONTIER, "random": tuning_pb2.TUNING_METHOD_RANDOM}
+METHODS: dict[str, int] = {"frontier": tuning_pb2.TUNING_METHOD_FRONTIER, "random": tuning_pb2.TUNING_METHOD_RANDOM,
+                           "cap-search": tuning_pb2.TUNING_METHOD_CAP_SEARCH}
 ROLES: dict[str, int] = {"train": common_pb2.ROLE_TRAIN, "infer": common_pb2.ROLE_INFER}
 JOB_PHASES: dict[int, str] = {
     tuning_pb2.JOB_PHASE_UNSPECIFIED: "Pending",

@@ -61,6 +61,11 @@ class _TuningMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TuningMe
     """A few random modes, then rounds on the predicted (time, power) front near the budget."""
     TUNING_METHOD_RANDOM: _TuningMethod.ValueType  # 2
     """Every profile drawn at random (PowerTrain's protocol)."""
+    TUNING_METHOD_CAP_SEARCH: _TuningMethod.ValueType  # 3
+    """Ahmed et al.'s efficient order under the node's power budget as the cap (largest batch size first,
+    GPU clock upward until the measured peak power reaches the cap); the measured point with the least
+    time per sample whose peak power is strictly under the cap is applied (no estimator: the measured points are the table).
+    """
 
 class TuningMethod(_TuningMethod, metaclass=_TuningMethodEnumTypeWrapper): ...
 
@@ -70,6 +75,11 @@ TUNING_METHOD_FRONTIER: TuningMethod.ValueType  # 1
 """A few random modes, then rounds on the predicted (time, power) front near the budget."""
 TUNING_METHOD_RANDOM: TuningMethod.ValueType  # 2
 """Every profile drawn at random (PowerTrain's protocol)."""
+TUNING_METHOD_CAP_SEARCH: TuningMethod.ValueType  # 3
+"""Ahmed et al.'s efficient order under the node's power budget as the cap (largest batch size first,
+GPU clock upward until the measured peak power reaches the cap); the measured point with the least
+time per sample whose peak power is strictly under the cap is applied (no estimator: the measured points are the table).
+"""
 Global___TuningMethod: _TypeAlias = TuningMethod  # noqa: Y015
 
 class _NodePhase:
