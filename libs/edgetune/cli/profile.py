@@ -28,7 +28,7 @@ from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
 from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.mode import PowerMode
-from edgetune.profiling.order import CapSearch, descending_order
+from edgetune.profiling.order import CapSearch, descending_order, gpu_levels
 from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
 from edgetune.tables import read_mode_table, write_table
 
@@ -216,9 +216,7 @@ def cap_search_levels(device: Device, modes_path: str | None) -> list[PowerMode]
             raise InvalidArgument("--modes", f"{modes_path} has no rows", "a mode table with at least one row")
         return [validation.power_mode(device.spec, PowerMode.from_mapping(row), f"{modes_path}:{line}", ":")
                 for line, row in enumerate(table.rows, start=2)]
-    spec = device.spec
-    return [PowerMode(max(spec.core_counts), max(spec.cpu_mhz), float(f), max(spec.emc_mhz))
-            for f in sorted(spec.gpu_mhz)]
+    return gpu_levels(device.spec)
 
 
 def open_backend(open_device: Callable[..., Device], name: str, seed: int) -> Device:

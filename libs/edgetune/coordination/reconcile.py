@@ -17,6 +17,12 @@ nodes from the registry and starts one worker per (job, node) that is not Applie
    (fenced by the lease). A config whose digest is unchanged adds no revision, and a resumed node
    that already has its decision publishes that one, so a new leader never adds a second revision.
 
+A ``method: cap-search`` node skips steps 2-3: :class:`~edgetune.profiling.order.CapSearch` (Ahmed et
+al.'s order) under the node's budget as the cap, over the GPU clocks and the job's batch sizes, each point
+a job on the node's stream; the measured point with the least time per sample whose peak power is strictly
+under the cap is applied (:func:`~edgetune.profiling.order.fastest_under_cap`), its measured time and peak
+power in the status.
+
 Triggers: a pass runs every ``interval_s`` and at once on :meth:`Reconciler.wake` (a job submitted,
 a node registered). A node whose budget changed after Applied (``UpdateBudget``) is selected again
 from its stored predictions (the tuner kept in memory, or replayed from the store: no new profiling).
@@ -36,6 +42,7 @@ jobs that are gone or cancelled and of the nodes no longer targeted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -52,7 +59,7 @@ from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.leader import LeaderLease, NotLeader
 from edgetune.coordination.registry import NodeRecord, NodeRegistry
-from edgetune.coordination.store import CONNECTION_ERRORS, LeaseLost, NodeConfig, Store
+from edgetune.coordination.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, Store
 from edgetune.coordination.tuningjobs import (
     NodeStatus,
     StatusWriter,
@@ -61,12 +68,13 @@ from edgetune.coordination.tuningjobs import (
     TuningJobView,
 )
 from edgetune.devices.workloads import is_user_workload
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
+from edgetune.profiling.order import CapPoint, CapSearch, fastest_under_cap, gpu_levels
 from edgetune.profiling.protocol import measurement_id
 from edgetune.tuning import (
     Choice,
@@ -188,6 +196,14 @@ class QueueMeasurer:
         self.workload_id = workload
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
+        rows = self.records(modes, batch_size, seed=seed, purpose=purpose)
+        return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
+                      np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
+                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload_id, self.role)
+
+    def records(self, modes: np.ndarray, batch_size: int, *, seed: int = 0,
+                purpose: str = "profile") -> list[MeasurementRecord]:
+        """The points' stored measurements, in order (a point the device skipped is left out)."""
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
         self.on_purpose(purpose)
         wanted: list[tuple[str, str]] = []  # (job id, measurement id)
@@ -217,14 +233,12 @@ class QueueMeasurer:
         ids = {r.workload for r in rows}
         if len(ids) == 1:
             self.workload_id = ids.pop()
-        return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
-                      np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
-                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload_id, self.role)
+        return rows
 
-    def _wait(self, ids: list[str]) -> dict:
+    def _wait(self, ids: list[str]) -> dict[str, MeasurementRecord]:
         """The measurements as they land; a point still missing once the node's queue is drained
         (acknowledged without a measurement: the device skipped it) is left out."""
-        found: dict = {}
+        found: dict[str, MeasurementRecord] = {}
         deadline = time.monotonic() + self.timeout_s
         drained_since: float | None = None
         live_checked = time.monotonic()
@@ -628,6 +642,9 @@ class Reconciler:
                                                           reason="no power budget: the job gives none and the "
                                                                  "node registered none"))
             return
+        if spec.method == "cap-search":  # needs no estimator / optimizer: the measured points are the table
+            self._cap_search(spec, node, writer, should_stop, budget, phase)
+            return
         if self.estimator is None or self.selector is None:
             writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase="Pending",
                                                           reason="the coordinator has no --estimator / --optimizer"))
@@ -665,6 +682,47 @@ class Reconciler:
         decided = writer.update(node_id, lambda s: s.with_event(
             f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase="Verifying",
             **_decision_fields(decision)))
+        self._publish(spec, node, writer, decided, budget)
+
+    def _cap_search(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter,
+                    should_stop: Callable[[], bool], budget: float, phase: Callable[..., None]) -> None:
+        """A ``method: cap-search`` node (module docstring): CapSearch's order under the budget as the cap,
+        one point at a time on the node (each peak power decides the next point); the fastest measured
+        point (per sample) whose peak power is strictly under the cap is applied. A resumed or re-budgeted search reads
+        its points back from the store (same job ids); a drift re-tune measures anew (its epoch)."""
+        node_id = node.node_id
+        epoch = writer.update(node_id, lambda s: s).drift_epoch
+        phase("Profiling", f"cap search under {budget:g} W", power_budget_w=budget, device=node.device_model,
+              reason="")
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
+                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
+                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=epoch,
+                                 node_live=lambda: self._live(node_id))
+        search = CapSearch(gpu_levels(get_spec(node.device_model)), spec.batch_sizes, budget)
+        measured: list[CapPoint] = []
+        while (point := search.ask()) is not None:
+            if should_stop():
+                raise Stopped()
+            b, mode = point
+            rows = measurer.records(np.asarray([mode.as_tuple()], dtype=float), b, purpose="cap-search")
+            peak_w = _peak_power_w(rows[0]) if rows else float("inf")  # a skipped point counts as over the cap
+            search.tell(peak_w)
+            if rows:
+                measured.append(CapPoint(b, mode, rows[0].time_ms, peak_w))
+            n = search.result().profiled
+            note = f"{n} points measured (bs={b}, GPU {mode.gpu_mhz:g} MHz: peak {peak_w:.2f} W)"
+            writer.update(node_id, functools.partial(NodeStatus.with_event, message=note, profiled=n))
+        n = search.result().profiled
+        best = fastest_under_cap(measured, budget)
+        if best is None:
+            reason = f"no measured point has a peak power under the {budget:g} W cap ({n} profiled)"
+            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed", reason=reason))
+            return
+        decided = writer.update(node_id, lambda s: s.with_event(
+            f"fastest under the cap: {best.time_ms:.1f} ms at peak {best.peak_power_w:.2f} W of {n} points",
+            phase="Verifying", mode=tuple(float(v) for v in best.mode.as_tuple()), batch_size=best.batch_size,
+            predicted_time_ms=None, predicted_power_w=None, predicted_power_upper_w=None,
+            measured_time_ms=best.time_ms, measured_power_w=best.peak_power_w))
         self._publish(spec, node, writer, decided, budget)
 
     def _publish(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter, status: NodeStatus,
@@ -742,6 +800,14 @@ class Reconciler:
                         np.asarray([r.power_w for r in rows]), node.device_model, spec.workload, spec.role)
         return self.estimator.fit(points, model_id=f"reference-{node.device_model}-{spec.workload}-{spec.role}",
                                   method="nn")
+
+
+def _peak_power_w(row: MeasurementRecord) -> float:
+    """A measurement's peak power (the agent stores it with every point), which the cap rule is on."""
+    peak = row.extra.get("peak_power_w")
+    if isinstance(peak, bool) or not isinstance(peak, int | float):
+        raise FailedPrecondition(f"measurement {row.id} carries no peak_power_w: cap-search needs the peak power")
+    return float(peak)
 
 
 def _decision_fields(d: Decision) -> dict[str, Any]:

@@ -6,7 +6,15 @@
 - ``order``     descending-frequency order (PowerTrain) and the power-cap search order (Ahmed et al.)
 """
 
-from edgetune.profiling.order import CapSearch, CapSearchResult, descending_order, run_cap_search
+from edgetune.profiling.order import (
+    CapPoint,
+    CapSearch,
+    CapSearchResult,
+    descending_order,
+    fastest_under_cap,
+    gpu_levels,
+    run_cap_search,
+)
 from edgetune.profiling.protocol import (
     ROW_COLUMNS,
     Measurement,
@@ -19,7 +27,8 @@ from edgetune.profiling.protocol import (
 from edgetune.profiling.stats import integrate_energy_j, repetitions
 
 __all__ = [
-    "CapSearch", "CapSearchResult", "Measurement", "PowerLimitExceeded", "ProfileConfig", "Profiler",
-    "ProgressEvent", "ROW_COLUMNS", "descending_order", "integrate_energy_j", "measurement_id",
+    "CapPoint", "CapSearch", "CapSearchResult", "Measurement", "PowerLimitExceeded", "ProfileConfig", "Profiler",
+    "ProgressEvent", "ROW_COLUMNS", "descending_order", "fastest_under_cap", "gpu_levels", "integrate_energy_j",
+    "measurement_id",
     "repetitions", "run_cap_search",
 ]

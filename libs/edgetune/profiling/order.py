@@ -10,6 +10,8 @@
   the next (smaller) batch size resumes from the previous one's highest feasible
   frequency. It is an ask/tell iterator: each measured peak power decides the next point.
   The result is each batch size's highest feasible level and how many points it profiled.
+  :func:`gpu_levels` gives its default levels; :func:`fastest_under_cap` picks from the measured
+  points (a TuningJob ``method: cap-search`` applies that pick).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import under_cap
 from edgetune.powermodes.mode import PowerMode
+from edgetune.powermodes.spec import DeviceSpec
 
 #: Dimensions whose upward changes some JetPack versions refuse (PowerTrain, footnote 7).
 DOWNWARD_ONLY_DIMS: tuple[str, ...] = ("cpu_mhz", "gpu_mhz")
@@ -178,3 +181,29 @@ def run_cap_search(search: CapSearch, peak_power_w: Callable[[int, PowerMode], f
     while (point := search.ask()) is not None:
         search.tell(peak_power_w(*point))
     return search.result()
+
+
+def gpu_levels(spec: DeviceSpec) -> list[PowerMode]:
+    """The default levels of :class:`CapSearch`: the GPU clocks from the lowest up, with the cores,
+    CPU and EMC clocks at their highest (the GPU clock dominates a training step's power)."""
+    return [PowerMode(max(spec.core_counts), max(spec.cpu_mhz), float(f), max(spec.emc_mhz))
+            for f in sorted(spec.gpu_mhz)]
+
+
+@dataclass(frozen=True)
+class CapPoint:
+    """One measured point of a cap search: its time per minibatch and its peak power."""
+
+    batch_size: int
+    mode: PowerMode
+    time_ms: float
+    peak_power_w: float
+
+
+def fastest_under_cap(points: Sequence[CapPoint], power_cap_w: float) -> CapPoint | None:
+    """The fastest measured point whose peak power is strictly under the cap
+    (:func:`~edgetune.optimization.joint.under_cap`); None when none is. Fastest: least time per sample
+    (time per minibatch / batch size), the joint LUT's time for the same samples with no batch-efficiency
+    table (every batch size taken to need as many samples); the larger batch on a tie."""
+    feasible = [p for p in points if under_cap(p.peak_power_w, power_cap_w)]
+    return min(feasible, key=lambda p: (p.time_ms / p.batch_size, -p.batch_size), default=None)
