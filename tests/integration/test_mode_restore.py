@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -261,3 +262,35 @@ def test_stopping_the_server_mid_profile_restores_the_mode(sim_agent, tmp_path):
     assert servicer.device.current_mode() == ORIN.maxn() and list(tmp_path.glob("*.json")) == []
     with pytest.raises(grpc.RpcError):
         list(call)
+
+
+def _long_profile(n_minibatches: int) -> profiler_pb2.ProfileRequest:
+    # lstm-tiny on this machine's CPU: real minibatch wall time, a few ms each.
+    return profiler_pb2.ProfileRequest(workload=common_pb2.Workload(name="lstm-tiny"), random_modes=3,
+                                       random_grid=common_pb2.GRID_FULCRUM, batch_sizes=[16],
+                                       n_minibatches=n_minibatches, warmup_minibatches=-1, seed=1)
+
+
+def test_sigterm_mid_profile_exits_within_the_grace_and_puts_every_file_back(sysroot, tmp_path):
+    """SIGTERM while a point runs thousands of real minibatches: the agent does not wait for the
+    point (tens of seconds) but stops between minibatches, restores every file and exits in time."""
+    grace_s = 1.0  # the Agent's --grace-s
+    agent = Agent(sysroot, tmp_path / "state")
+    try:
+        # A short profile first builds the model (torch import, zoo) so the long one is in its
+        # minibatch loop at once; the runner is cached per (workload, role, batch size).
+        assert sum(e.HasField("measurement") for e in agent.stub.Profile(_long_profile(2))) == 3
+        call = agent.stub.Profile(_long_profile(10_000))
+        assert next(call).HasField("progress")
+        time.sleep(2.0)  # inside the first point: 10,000 minibatches take far longer than this
+        assert _record(tmp_path / "state") is not None and _differences(FIXTURE, sysroot)
+        t0 = time.monotonic()
+        agent.proc.send_signal(signal.SIGTERM)
+        rc = agent.proc.wait(timeout=30)  # without the stop it would run the whole point (TimeoutExpired)
+        took_s = time.monotonic() - t0
+    finally:
+        rc = agent.end(signal.SIGKILL) if agent.proc.poll() is None else agent.end(signal.SIGTERM)
+    assert rc == 0, agent.log[-2000:]
+    assert took_s < grace_s + 5.0, f"took {took_s:.1f} s to stop\n{agent.log[-2000:]}"
+    assert _differences(FIXTURE, sysroot) == []
+    assert _record(tmp_path / "state") is None

@@ -207,3 +207,60 @@ def test_a_service_away_or_busy_is_retried_not_a_node_failure():
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     assert _transient(err.value)
     assert not _transient(ValueError("a bug")) and not _transient(InvalidArgument("x", "bad"))
+
+
+class _Killed(BaseException):
+    """Stands for the coordinator's SIGKILL: nothing of the leader runs afterwards."""
+
+
+class _DyingStore(MemoryStore):
+    """Killed right before or right after the config publish's write."""
+
+    kill: str = ""
+
+    def publish_configs(self, configs, **kw):
+        if self.kill == "before":
+            raise _Killed
+        out = super().publish_configs(configs, **kw)
+        if self.kill == "after":
+            raise _Killed
+        return out
+
+
+@pytest.mark.parametrize("kill", ["before", "after"])
+def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_status(kill):
+    """The tuned config and the node's Applied status (with its revision) are one atomic write: a
+    leader killed before it leaves neither, killed after it leaves both; the next leader's publish
+    of the same decision adds no revision."""
+    from edgetune.coordination.configs import ConfigStore
+    from edgetune.coordination.reconcile import Reconciler
+    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+
+    store = _DyingStore()
+    configs = ConfigStore(store)
+    lease = LeaderLease(store, "coordinator", holder_id="r0", lease_ms=5000)
+    assert lease.try_acquire()
+    rec = Reconciler(store, NodeRegistry(store), configs, lease, None, None)
+    spec = _spec()
+    rec.jobs.submit(spec)
+    writer = rec._writer(spec.name)
+    writer.ensure(["a"], {"a": "orin-agx"})
+    decided = writer.update("a", lambda s: s.with_event("verified", phase="Verifying", mode=(4, 1200.0, 600.0, 2133.0),
+                                                        batch_size=16, measured_power_w=18.0))
+    node = NodeRecord("a", device={"name": "orin-agx"})
+    store.kill = kill
+    with pytest.raises(_Killed):
+        rec._publish(spec, node, writer, decided, 20.0)
+    status = rec.jobs.get(spec.name).status
+    assert status is not None
+    cfg = configs.get_or_none("a")
+    if kill == "before":
+        assert cfg is None and status.nodes["a"].phase == "Verifying"
+    else:
+        assert cfg is not None and cfg.revision == 1
+        assert status.nodes["a"].phase == "Applied" and status.nodes["a"].config_revision == 1
+    store.kill = ""  # the next leader publishes the same decision: one revision in all
+    rec._publish(spec, node, writer, decided, 20.0)
+    after = rec.jobs.get(spec.name).status
+    assert after is not None and after.nodes["a"].phase == "Applied" and after.nodes["a"].config_revision == 1
+    assert configs.revision("a") == 1

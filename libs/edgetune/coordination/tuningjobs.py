@@ -21,16 +21,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from edgetune import validation
-from edgetune.coordination.store import Fence, RevisionConflict, Store
+from edgetune.coordination.store import DocWrite, Fence, RevisionConflict, Store
 from edgetune.coordination.store.records import UnknownSchema
 from edgetune.devices.workloads import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument, NotFound
 
 SPEC_KIND = "tuning-job-spec"
 STATUS_KIND = "tuning-job-status"
+T = TypeVar("T")
 #: Events kept per node (oldest dropped first).
 MAX_EVENTS = 12
 DEFAULT_PROFILES = 50
@@ -347,6 +348,18 @@ class StatusWriter:
             nodes = {**status.nodes, node_id: node}
             self.jobs.put_status(replace(status, nodes=nodes, updated_s=time.time()), self.fence())
             return node
+
+    def update_with(self, node_id: str, change: Callable[[NodeStatus], NodeStatus],
+                    write: Callable[[DocWrite], T]) -> tuple[NodeStatus, T]:
+        """As :meth:`update`, but the status doc is handed to ``write`` (a config publish carrying it
+        in ``docs=``), so the two land in one atomic step; compare-and-set on the status revision
+        read here, so nothing written meanwhile is lost (RevisionConflict instead)."""
+        with self._lock:
+            view = self.jobs.get(self.name)
+            status = view.status or TuningJobStatus(self.name)
+            node = change(status.nodes.get(node_id) or NodeStatus(node_id))
+            doc = replace(status, nodes={**status.nodes, node_id: node}, updated_s=time.time()).to_dict()
+            return node, write(DocWrite(STATUS_KIND, self.name, doc, expected_revision=view.status_revision))
 
     def ensure(self, node_ids: Sequence[str], devices: Mapping[str, str]) -> TuningJobStatus:
         """Every target node in the status (Pending when new); the status as stored."""
