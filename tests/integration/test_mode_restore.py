@@ -291,6 +291,8 @@ def test_sigterm_mid_profile_exits_within_the_grace_and_puts_every_file_back(sys
     finally:
         rc = agent.end(signal.SIGKILL) if agent.proc.poll() is None else agent.end(signal.SIGTERM)
     assert rc == 0, agent.log[-2000:]
-    assert took_s < grace_s + 5.0, f"took {took_s:.1f} s to stop\n{agent.log[-2000:]}"
+    # grace, then the teardown (restore, store, process exit); the margin allows a loaded CI machine,
+    # and is still far below the point's own run time (the stop is what makes it this short)
+    assert took_s < grace_s + 15.0, f"took {took_s:.1f} s to stop\n{agent.log[-2000:]}"
     assert _differences(FIXTURE, sysroot) == []
     assert _record(tmp_path / "state") is None
