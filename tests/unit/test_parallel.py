@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
+from edgetune import stopping
 from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
 from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
@@ -93,3 +96,19 @@ def test_cluster_address_comes_from_argument_then_environment(monkeypatch):
     monkeypatch.setenv(parallel.ADDRESS_ENV, "ray://head:10001")
     assert parallel.resolve_address() == "ray://head:10001"
     assert parallel.resolve_address("auto") == "auto"
+
+
+def test_a_caller_that_goes_away_stops_its_ray_tasks(local_ray):
+    """An estimator job on Ray whose RPC is cancelled (edgetune.stopping) stops waiting and cancels
+    its tasks: the workers are free again at once, not after the tasks' own minute."""
+    def slow(seconds):  # a closure: Ray carries it by value
+        time.sleep(seconds)
+        return seconds
+
+    t0 = time.monotonic()
+    with stopping.stop_when(lambda: time.monotonic() - t0 > 1.0), pytest.raises(stopping.Stopped):
+        run_tasks(slow, [{"seconds": 60.0}, {"seconds": 60.0}])
+    assert time.monotonic() - t0 < 10.0
+    t1 = time.monotonic()
+    assert run_tasks(slow, [{"seconds": 0.0}, {"seconds": 0.0}]) == [0.0, 0.0]  # both CPUs free again
+    assert time.monotonic() - t1 < 20.0

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from edgetune import stopping
 from edgetune.errors import EdgetuneError, InvalidArgument
 
 ADDRESS_ENV = "EDGETUNE_RAY_ADDRESS"
@@ -243,6 +244,10 @@ def _run_sequential(fn, name, tasks, common, progress) -> list[Any]:
     return results
 
 
+#: How often a Ray job checks whether its caller went away (seconds).
+RAY_POLL_S = 0.25
+
+
 def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
     ray = ensure_ray(address, num_cpus)
     from ray.exceptions import RayError
@@ -259,7 +264,10 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
     done = 0
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            # a short wait so that a caller who went away (edgetune.stopping: RPC cancelled, deadline
+            # passed, server stopping) stops the job: the tasks still pending are cancelled below
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+            stopping.check()
             for ref in ready:
                 i = pending.pop(ref)
                 try:
@@ -273,8 +281,10 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
                 done += 1
                 if progress is not None:
                     progress(done, len(tasks))
-    except BaseException:
-        for ref in pending:  # don't leave the rest running after a failure or Ctrl-C
-            ray.cancel(ref, force=False)
+    except BaseException as exc:
+        # don't leave the rest running after a failure, Ctrl-C or a caller gone; a stopped job's
+        # workers are killed (an interrupt can land in a worker's imports and leave it broken)
+        for ref in pending:
+            ray.cancel(ref, force=isinstance(exc, stopping.Stopped))
         raise
     return results
