@@ -136,6 +136,7 @@ def test_after_the_store_lost_its_data_watches_deliver_the_new_config(leader, st
             pass
 
     threading.Thread(target=read, daemon=True).start()
+    _wait(lambda: configs.hub.watches == 1, 10, "the stream to be open and waiting on the hub")
 
     store.client.flushall()  # Redis lost its data (a restart without persistence)
     time.sleep(0.01)  # the new epoch is a later millisecond

@@ -94,7 +94,9 @@ def plan_rounds(story: Story) -> str:
     deadline = round(max(ms.makespan_s * 1.5, slow_after * 1.1), 1)
     en = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline, apply=True)
     story.round_id = en.round_id
+    story.round_deadline_s = deadline
     en = verify_configs(story, [n.node_id for n in en.nodes], budgets, deadline) or en
+    deadline = story.round_deadline_s
     story.rounds.append(RoundResult("energy", "energy", en, fast_e, fast_ms, deadline))
     checks = [c for r in story.nodes.values() for c in r.config_checks]
     fixed = sum(not c["within_budget"] for c in checks)
@@ -148,6 +150,18 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
             return replanned
         replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline_s, apply=True,
                          round_id=story.round_id, must=False)
+        if not replanned.feasible and deadline_s is not None:
+            # A miss drops the node's faster modes too, which can put the deadline out of reach: rather
+            # than keep a config measured over budget, extend the deadline to what the options allow.
+            _, fastest_s = _fastest(story, budgets)
+            if fastest_s * 1.1 > deadline_s:
+                deadline_s = round(fastest_s * 1.1, 1)
+                story.round_deadline_s = deadline_s
+                for n in over:
+                    story.nodes[n].notes.append(f"deadline extended to {deadline_s:g} s after a config measured "
+                                                "over budget removed faster modes")
+                replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline_s, apply=True,
+                                 round_id=story.round_id, must=False)
         if not replanned.feasible:  # nothing published: the previous configs stay; say why
             for n in over:
                 story.nodes[n].notes.append(f"re-plan after a config measured over budget: {replanned.reason}")
@@ -207,14 +221,15 @@ def change_budget(story: Story) -> str:
     budgets = dict(story.budgets)
     res = story.nodes[node_id]
     n_checks = len(res.config_checks)
-    replanned = verify_configs(story, [node_id], budgets, energy.deadline_s)
+    replanned = verify_configs(story, [node_id], budgets, story.round_deadline_s)
     if replanned is None:  # the coordinator's own re-plan stands: the same request, planned again to show it
-        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=energy.deadline_s, must=False)
+        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=story.round_deadline_s,
+                         must=False)
     if not replanned.feasible:
         raise RuntimeError(f"after the budget change no plan meets the round's deadline: {replanned.reason}")
     fast_e, fast_ms = _fastest(story, budgets)
     story.rounds.append(RoundResult("energy, after budget change", "energy", replanned, fast_e, fast_ms,
-                                    energy.deadline_s))
+                                    story.round_deadline_s))
     after = revisions(story)
     checks = res.config_checks[n_checks:]
     final = checks[-1]

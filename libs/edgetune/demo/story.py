@@ -190,6 +190,8 @@ class Story:
     budget_change: dict = field(default_factory=dict)
     concurrent: dict = field(default_factory=dict)
     round_id: str = ""  # the applied round
+    #: The applied energy round's deadline (verification may extend it: see rounds.verify_configs).
+    round_deadline_s: float | None = None
     #: Each node's power budget now (the budget change updates it).
     budgets: dict[str, float] = field(default_factory=dict)
 
