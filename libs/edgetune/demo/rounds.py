@@ -216,7 +216,6 @@ def change_budget(story: Story) -> str:
             raise
     finally:
         watch.cancel()
-    energy = next(r for r in story.rounds if r.label == "energy")
     story.budgets[node_id] = new_w
     budgets = dict(story.budgets)
     res = story.nodes[node_id]
