@@ -111,4 +111,4 @@ def test_a_caller_that_goes_away_stops_its_ray_tasks(local_ray):
     assert time.monotonic() - t0 < 10.0
     t1 = time.monotonic()
     assert run_tasks(slow, [{"seconds": 0.0}, {"seconds": 0.0}]) == [0.0, 0.0]  # both CPUs free again
-    assert time.monotonic() - t1 < 20.0
+    assert time.monotonic() - t1 < 45.0  # uncancelled, they would hold both CPUs until t0 + 60 s
