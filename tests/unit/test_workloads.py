@@ -252,6 +252,27 @@ def test_loader_with_two_workers_matches_in_process_loading():
         assert xa.shape == (4, 3, 64, 64) and torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
+def test_synthetic_loader_serves_a_pool_made_when_it_is_built():
+    """The timed interval holds collation and the copy, not item generation (data.py docs): the
+    items are made once, bounded in bytes, and item i is pool item i mod P, as in-process and in
+    loader workers alike."""
+    from edgetune.workloads.data import POOL_BYTES, PooledItems, dataset_for
+
+    wl = get_workload("resnet18", input_size=32)
+    loader = make_loader(wl, 8, n_samples=4096, shuffle=False)
+    pooled = loader.dataset
+    assert isinstance(pooled, PooledItems) and len(pooled) == 4096
+    item_bytes = 3 * 32 * 32 * 4 + 8
+    assert len(pooled.items) == min(4096, POOL_BYTES // item_bytes)
+    plain = dataset_for(wl, 4096)
+    p = len(pooled.items)
+    assert torch.equal(pooled[5][0], plain[5][0]) and torch.equal(pooled[p + 5][0], plain[5][0])
+    # a minibatch larger than the byte bound is still pooled whole, so no minibatch repeats an item
+    big = make_loader(get_workload("yolov8n", input_size=640), 16, n_samples=32).dataset
+    assert len(big.items) == 16
+    assert not isinstance(make_loader(wl, 8, source="digits").dataset, PooledItems)
+
+
 def test_digits_loader():
     wl = get_workload("resnet18", input_size=40, num_classes=10)
     x, y = next(iter(make_loader(wl, 16, source="digits")))

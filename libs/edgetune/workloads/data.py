@@ -11,6 +11,14 @@ Nothing is downloaded. Sources:
   preprocessing work on the CPU, as a real pipeline has.
 
 Each item is ``(input, target)``; default collation stacks them into a minibatch.
+
+A loader over a synthetic source makes a bounded pool of distinct items once, when it is
+built, and serves item ``i`` as pool item ``i mod P`` (:class:`PooledItems`): a minibatch's
+timed interval then holds what a dataset already in memory costs (collation, pinning, the
+copy), not our random number generator. On an H200 the per-item generation was 50–99 % of an
+image workload's measured minibatch (``tools/cuda_check.py``, check ``pipeline``), so mode
+choices would have followed the CPU clock that generator runs on. The digits source keeps its
+per-item work: it stands for a real pipeline's preprocessing.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ if TYPE_CHECKING:
     from edgetune.workloads.registry import WorkloadDef
 
 SOURCES = ("synthetic", "digits")
+#: Most bytes a loader's pool of synthetic items holds (at least one minibatch is always pooled).
+POOL_BYTES = 64 * 2**20
 IGNORE_INDEX = -100  # target value the MLM loss skips (unmasked positions)
 
 
@@ -165,6 +175,26 @@ class SyntheticDetection(Dataset):
         return image, target
 
 
+class PooledItems(Dataset):
+    """``dataset``'s first ``pool`` items, made now, served as item ``i mod pool`` (``len`` unchanged)."""
+
+    def __init__(self, dataset: Dataset, pool: int) -> None:
+        self.n = len(cast(Sized, dataset))
+        self.items = [dataset[i] for i in range(min(pool, self.n))]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.items[i % len(self.items)]
+
+
+def pool_size(item: tuple[torch.Tensor, ...], batch_size: int, n_items: int) -> int:
+    """Items a pool holds: as many as :data:`POOL_BYTES` allows, at least ``batch_size``, at most ``n_items``."""
+    item_bytes = max(sum(t.numel() * t.element_size() for t in item), 1)
+    return min(n_items, max(batch_size, POOL_BYTES // item_bytes))
+
+
 def dataset_for(
     workload: WorkloadDef, n_samples: int | None = None, source: str = "synthetic", seed: int = 0
 ) -> Dataset:
@@ -218,7 +248,8 @@ def make_loader(
     PowerTrain YOLO runs); n ≥ 1 starts n loader processes that prefetch. ``pin_memory``
     (for CUDA) puts batches in page-locked memory so ``.to(device, non_blocking=True)`` can
     overlap the copy. ``drop_last`` keeps every minibatch at ``batch_size`` so their times
-    compare. ``n_samples`` defaults to 64 minibatches (the digits source has 1,797 items).
+    compare. ``n_samples`` defaults to 64 minibatches (the digits source has 1,797 items); a
+    synthetic source serves them from a pool made here (module docs).
     """
     if isinstance(workload, str):
         from edgetune.workloads.registry import get_workload
@@ -233,6 +264,8 @@ def make_loader(
     n_items = len(cast(Sized, ds))
     if batch_size > n_items:
         raise InvalidArgument("batch_size", f"{batch_size} exceeds the {n_items} samples", f"1..{n_items}")
+    if source == "synthetic":
+        ds = PooledItems(ds, pool_size(ds[0], batch_size, n_items))
     kwargs: dict = {}
     if num_workers > 0:
         kwargs["prefetch_factor"] = prefetch_factor or 2
