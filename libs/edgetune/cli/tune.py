@@ -66,8 +66,8 @@ def _log(text: str) -> None:
               help="Reference model (edgetune estimate fit) to transfer from.")
 @click.option("--modes", "modes_path", required=True, type=click.Path(dir_okay=False),
               help="The modes to choose from (a mode table, e.g. edgetune modes --grid powertrain).")
-@click.option("--power-budget", "power_budget", required=True,
-              help="Power budget W, or a sweep A:B:STEP; its range is where the front is sampled.")
+@click.option("--power-budget", "power_budget", required=True, metavar="W|A:B[:STEP]",
+              help="Power budget W, or a sweep A:B[:STEP]; its range is where the front is sampled.")
 @click.option("--risk", type=float, default=DEFAULT_RISK, show_default=True,
               help="Select with power_w + z(1-risk)·power_std_w within the budget.")
 @click.option("--method", default=None,
