@@ -57,7 +57,7 @@ def _log(text: str) -> None:
 
 
 @click.command("tune")
-@click.option("--device", "device_name", required=True, help="sim:<device>, sysfs or replay:<table.csv>.")
+@click.option("--device", "device_name", required=True, help="sim:<device>, sysfs[:ROOT] or replay:<table.csv>.")
 @click.option("--workload", required=True,
               help="Zoo workload, or your own MODULE:FUNCTION (found on PYTHONPATH; tuned under its id).")
 @click.option("--role", type=click.Choice(ROLES), default="train", show_default=True)
