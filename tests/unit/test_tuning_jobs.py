@@ -232,14 +232,12 @@ class _DyingStore(MemoryStore):
         return out
 
 
-@pytest.mark.parametrize("kill", ["before", "after"])
-def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_status(kill):
-    """The tuned config and the node's Applied status (with its revision) are one atomic write: a
-    leader killed before it leaves neither, killed after it leaves both; the next leader's publish
-    of the same decision adds no revision."""
+def _verified_on_a_dying_store():
+    """A leader's reconciler whose node ``a`` is Verifying a decision, on a :class:`_DyingStore`; the
+    reconciler, its store and config store, the job's spec, status writer and ``a``'s status."""
     from edgetune.coordination.configs import ConfigStore
     from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+    from edgetune.coordination.registry import NodeRegistry
 
     store = _DyingStore()
     configs = ConfigStore(store)
@@ -252,6 +250,17 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     writer.ensure(["a"], {"a": "orin-agx"})
     decided = writer.update("a", lambda s: s.with_event("verified", phase="Verifying", mode=(4, 1200.0, 600.0, 2133.0),
                                                         batch_size=16, measured_power_w=18.0))
+    return rec, store, configs, spec, writer, decided
+
+
+@pytest.mark.parametrize("kill", ["before", "after"])
+def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_status(kill):
+    """The tuned config and the node's Applied status (with its revision) are one atomic write: a
+    leader killed before it leaves neither, killed after it leaves both; the next leader's publish
+    of the same decision adds no revision."""
+    from edgetune.coordination.registry import NodeRecord
+
+    rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     node = NodeRecord("a", device={"name": "orin-agx"})
     store.kill = kill
     with pytest.raises(_Killed):
@@ -275,21 +284,9 @@ def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_pub
     """Another publish to the node lands between the leader's decision and its publish: the status
     written in the same atomic step as the config says the revision the store gave that config
     (not one guessed from what was read before), with nothing written after it to correct it."""
-    from edgetune.coordination.configs import ConfigStore
-    from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+    from edgetune.coordination.registry import NodeRecord
 
-    store = _DyingStore()
-    configs = ConfigStore(store)
-    lease = LeaderLease(store, "coordinator", holder_id="r0", lease_ms=5000)
-    assert lease.try_acquire()
-    rec = Reconciler(store, NodeRegistry(store), configs, lease, None, None)
-    spec = _spec()
-    rec.jobs.submit(spec)
-    writer = rec._writer(spec.name)
-    writer.ensure(["a"], {"a": "orin-agx"})
-    decided = writer.update("a", lambda s: s.with_event("verified", phase="Verifying", mode=(4, 1200.0, 600.0, 2133.0),
-                                                        batch_size=16, measured_power_w=18.0))
+    rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     store.kill = "between"
     with pytest.raises(_Killed):  # killed right after the write: only what that write holds counts
         rec._publish(spec, NodeRecord("a", device={"name": "orin-agx"}), writer, decided, 20.0)
