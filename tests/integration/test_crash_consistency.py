@@ -17,6 +17,7 @@ import time
 
 import grpc
 import pytest
+from harness import durable_redis, restart_redis
 
 from edgetune.coordination.faults import ENV as FAULT_ENV
 from edgetune.coordination.localcluster import LocalCluster
@@ -68,13 +69,8 @@ class Fleet:
 
     def restart_redis(self, *, keep_data: bool) -> None:
         """Stop Redis (SIGTERM: the AOF is flushed) and start it on the same port, with or without its data."""
-        assert self.redis is not None and self.redis.data_dir is not None
-        port, data_dir = self.redis.port, self.redis.data_dir
-        self.redis.stop()
-        if not keep_data:
-            shutil.rmtree(data_dir)
-        self.redis = EmbeddedRedisServer(port=port, dir=data_dir, appendfsync="always")
-        self.redis.start()
+        assert self.redis is not None
+        self.redis = restart_redis(self.redis, before_start=(lambda _dir: None) if keep_data else shutil.rmtree)
 
     def retry(self, call, timeout_s: float = 30.0):
         """``call(stub)`` until the coordinator is back on its feet (store reconnected, lease taken again)."""
@@ -177,8 +173,7 @@ class Fleet:
 @pytest.fixture
 def fleet(request, tmp_path, monkeypatch):
     """The cluster; its first coordinator armed with ``request.param`` (indirect parametrization) if given."""
-    redis = EmbeddedRedisServer(port=0, dir=tmp_path / "redis", appendfsync="always")
-    redis.start()
+    redis = durable_redis(tmp_path / "redis")
     # Generous start-up time: each process imports the whole stack (seconds on a busy CI box).
     # A 2 s lease: a busy box must not make the leader miss its renewals (a 1 s one flapped).
     cluster = LocalCluster(tmp_path, external_redis=redis.url, lease_ms=2000, heartbeat_ttl_s=3.0,
