@@ -7,6 +7,8 @@ Imported as ``harness`` (``tests/conftest.py`` puts this directory on ``sys.path
   stopped on exit;
 - :func:`durable_redis` / :func:`restart_redis`: a redis-server on TCP with an AOF fsynced on
   every write, and the same one again on its port after a stop (the fault tests' outages);
+- :func:`free_port` / :func:`wait_serving`: a port for a service run as its own process, and a
+  channel to it once it serves;
 - :func:`wait_for` / :func:`wait_job`: poll until something holds, failing after a timeout.
 
 Test defaults are short (a 1 s lease, a 0.5 s grace, a 100 ms watch block) so that a suite on
@@ -15,6 +17,8 @@ two shared cores neither waits long at shutdown nor misses a change.
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from edgetune.coordination.processes import SupervisorError, wait_process_serving
 from edgetune.coordination.store import EmbeddedRedisServer, Store
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.common.server import ServiceServer
@@ -76,6 +81,23 @@ def restart_redis(server: EmbeddedRedisServer, *, pause_s: float = 0.0,
     time.sleep(pause_s)
     before_start(data_dir)
     return durable_redis(data_dir, port)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process told its port on the command line)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> grpc.Channel:
+    """A channel to the service ``proc`` runs at ``address`` once it answers health checks; a process
+    that exits or never serves fails the test with its stderr."""
+    try:
+        wait_process_serving(address, proc, timeout_s=timeout_s)
+    except SupervisorError as exc:
+        raise AssertionError(str(exc)) from None
+    return grpc.insecure_channel(address)
 
 
 def wait_for(predicate: Callable[[], T | None], timeout_s: float, what: str = "it", poll_s: float = 0.1) -> T:

@@ -12,12 +12,11 @@ Afterwards the registry, the configs, the last round and the agents agree, and e
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 
 import grpc
 import pytest
-from harness import durable_redis, restart_redis
+from harness import durable_redis, free_port, restart_redis
 
 from edgetune.coordination.faults import ENV as FAULT_ENV
 from edgetune.coordination.localcluster import LocalCluster
@@ -45,12 +44,6 @@ def _plan(round_id: str) -> coordinator_pb2.PlanRoundRequest:
 
 def _budget(node_id: str, watts: float) -> coordinator_pb2.UpdateBudgetRequest:
     return coordinator_pb2.UpdateBudgetRequest(node_id=node_id, budgets=common_pb2.Budgets(power_budget_w=watts))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Fleet:
@@ -178,7 +171,7 @@ def fleet(request, tmp_path, monkeypatch):
     # A 2 s lease: a busy box must not make the leader miss its renewals (a 1 s one flapped).
     cluster = LocalCluster(tmp_path, external_redis=redis.url, lease_ms=2000, heartbeat_ttl_s=3.0,
                            supervisor=Supervisor(tmp_path, start_timeout_s=180.0))
-    f = Fleet(cluster, _free_port(), monkeypatch)
+    f = Fleet(cluster, free_port(), monkeypatch)
     f.redis = redis
     try:
         cluster.start(coordinator=False)
