@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -18,12 +19,12 @@ import threading
 import time
 
 import grpc
+import harness
 import pytest
 
 from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.store import EmbeddedRedisServer, open_store
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from edgetune.services.coordinator.server import create_coordinator, start
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +59,16 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
          "--metrics-port", "0", "--redis", redis_tcp.url, "--lease-ms", str(lease_ms), "--replica-id", "coord-a",
          "--kube", "none", "--log-level", "WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    store = open_store(redis_tcp.url)
-    standby = None
-    try:
+    with contextlib.ExitStack() as cleanup:
+        store = cleanup.enter_context(open_store(redis_tcp.url))
+        cleanup.callback(_kill, leader)
         deadline = time.monotonic() + 30
         while (store.lease_holder("coordinator") or "").split("@")[0] != "coord-a":
             assert leader.poll() is None, leader.stderr.read().decode()
             assert time.monotonic() < deadline, "the leader process never took the lease"
             time.sleep(0.05)
-        standby = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=lease_ms,
-                                           replica_id="coord-b", grace_s=0.5))
+        standby = cleanup.enter_context(harness.coordinator(store, leader=False, host="127.0.0.1", lease_ms=lease_ms,
+                                                            replica_id="coord-b"))
         time.sleep(0.3)
         assert not standby.lease.is_leader
         with grpc.insecure_channel(standby.server.address) as channel:
@@ -88,27 +89,21 @@ def test_standby_takes_over_within_one_lease_after_the_leader_is_killed(redis_tc
             assert standby.lease.is_leader
             assert takeover_ms <= lease_ms + 100  # within one lease (+ scheduling slack on a busy box)
             assert stub.PlanRound(_plan(["n1"])).feasible
-    finally:
-        _kill(leader)
-        if standby is not None:
-            standby.server.stop(0)
-        store.close()
 
 
 def test_redis_restart_with_aof_keeps_state_and_the_coordinator_reconnects(tmp_path):
     data_dir = tmp_path / "redis"
-    server = EmbeddedRedisServer(port=0, dir=data_dir, appendfsync="always")
-    server.start()
+    server = harness.durable_redis(data_dir)
     port = server.port
-    store = open_store(server.url, retries=2)  # few retries: the outage below outlasts them
-    coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=1000, grace_s=0.5,
-                                           watch_block_ms=100))
-    channel = grpc.insecure_channel(coordinator.server.address)
-    stub = coordinator_pb2_grpc.CoordinatorStub(channel)
     pushed: queue.Queue = queue.Queue()
     call = None
-    try:
-        assert coordinator.lease.wait_leader(3)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: server.stop())  # the one running then (restarted below)
+        store = cleanup.enter_context(open_store(server.url, retries=2))  # few retries: the outage outlasts them
+        coordinator = cleanup.enter_context(harness.coordinator(store, host="127.0.0.1"))
+        stub = coordinator_pb2_grpc.CoordinatorStub(cleanup.enter_context(
+            grpc.insecure_channel(coordinator.server.address)))
+        cleanup.callback(lambda: call is not None and call.cancel())
         ids = [stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
             hostname=f"n{i}", power_budget_w=50.0, device=ORIN))).node_id for i in range(3)]
         assert stub.PlanRound(_plan(ids)).feasible
@@ -129,8 +124,7 @@ def test_redis_restart_with_aof_keeps_state_and_the_coordinator_reconnects(tmp_p
             stub.ListNodes(coordinator_pb2.ListNodesRequest())
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # transient, not UNKNOWN
         down = time.monotonic()
-        server = EmbeddedRedisServer(port=port, dir=data_dir, appendfsync="always")
-        server.start()
+        server = harness.durable_redis(data_dir, port)
         print(f"redis down for {(time.monotonic() - down) * 1000:.0f} ms")
         assert store.info()["aof_enabled"]
 
@@ -143,13 +137,6 @@ def test_redis_restart_with_aof_keeps_state_and_the_coordinator_reconnects(tmp_p
                                                               budgets=common_pb2.Budgets(power_budget_w=35.0)))
         cfg = pushed.get(timeout=10)  # the open watch re-read after the outage and streams on
         assert cfg.revision == 2 and cfg.mode.cores == 8
-    finally:
-        if call is not None:
-            call.cancel()
-        channel.close()
-        coordinator.server.stop(0)
-        store.close()
-        server.stop()
 
 
 AGENT = textwrap.dedent("""

@@ -12,11 +12,11 @@ Afterwards the registry, the configs, the last round and the agents agree, and e
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 
 import grpc
 import pytest
+from harness import durable_redis, free_port, restart_redis
 
 from edgetune.coordination.faults import ENV as FAULT_ENV
 from edgetune.coordination.localcluster import LocalCluster
@@ -46,12 +46,6 @@ def _budget(node_id: str, watts: float) -> coordinator_pb2.UpdateBudgetRequest:
     return coordinator_pb2.UpdateBudgetRequest(node_id=node_id, budgets=common_pb2.Budgets(power_budget_w=watts))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Fleet:
     """The cluster, its coordinator on a fixed port (replaced after each kill) and what was seen."""
 
@@ -68,13 +62,8 @@ class Fleet:
 
     def restart_redis(self, *, keep_data: bool) -> None:
         """Stop Redis (SIGTERM: the AOF is flushed) and start it on the same port, with or without its data."""
-        assert self.redis is not None and self.redis.data_dir is not None
-        port, data_dir = self.redis.port, self.redis.data_dir
-        self.redis.stop()
-        if not keep_data:
-            shutil.rmtree(data_dir)
-        self.redis = EmbeddedRedisServer(port=port, dir=data_dir, appendfsync="always")
-        self.redis.start()
+        assert self.redis is not None
+        self.redis = restart_redis(self.redis, before_start=(lambda _dir: None) if keep_data else shutil.rmtree)
 
     def retry(self, call, timeout_s: float = 30.0):
         """``call(stub)`` until the coordinator is back on its feet (store reconnected, lease taken again)."""
@@ -177,13 +166,12 @@ class Fleet:
 @pytest.fixture
 def fleet(request, tmp_path, monkeypatch):
     """The cluster; its first coordinator armed with ``request.param`` (indirect parametrization) if given."""
-    redis = EmbeddedRedisServer(port=0, dir=tmp_path / "redis", appendfsync="always")
-    redis.start()
+    redis = durable_redis(tmp_path / "redis")
     # Generous start-up time: each process imports the whole stack (seconds on a busy CI box).
     # A 2 s lease: a busy box must not make the leader miss its renewals (a 1 s one flapped).
     cluster = LocalCluster(tmp_path, external_redis=redis.url, lease_ms=2000, heartbeat_ttl_s=3.0,
                            supervisor=Supervisor(tmp_path, start_timeout_s=180.0))
-    f = Fleet(cluster, _free_port(), monkeypatch)
+    f = Fleet(cluster, free_port(), monkeypatch)
     f.redis = redis
     try:
         cluster.start(coordinator=False)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import time
 
 import grpc
 import pytest
+from harness import wait_for
 
 from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.localcluster import LocalCluster
@@ -58,14 +58,6 @@ HAS_OPTIMIZER = importlib.util.find_spec("edgetune.services.optimizer.server") i
 Point = tuple[tuple[int, float, float, float], int]
 
 
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
-
-
 def _options(cluster: LocalCluster, node_id: str) -> dict[Point, tuple[float, float]]:
     """(mode, batch size) -> (time_ms, power_w) of the node's stored measurements."""
     model = NODES[node_id][0]
@@ -93,7 +85,7 @@ def _agents_follow(cluster, agents, configs) -> None:
         return all(listed[n].state == "running" and mode_from_proto(listed[n].current_mode) ==
                    mode_from_proto(configs[n].mode) for n in NODES)
 
-    _wait(in_mode, 15, "the agents to apply their pushed configs and report them")
+    wait_for(in_mode, 15, "the agents to apply their pushed configs and report them")
 
 
 def _check_budgets(options, configs, budgets_w, site_w=None) -> dict[str, float]:
@@ -161,8 +153,8 @@ def test_profile_plan_push_and_replan(tmp_path):
             assert not stub.SubmitProfiling(request, timeout=10).duplicate
             assert stub.SubmitProfiling(request, timeout=10).duplicate  # a retried call queues nothing
         expected = N_MODES * len(BATCH_SIZES)
-        _wait(lambda: all(len(_options(cluster, n)) == expected for n in NODES), 60, "the profiling jobs")
-        _wait(lambda: all(jobs.pending_count(n) == 0 and jobs.backlog(n) == 0 for n in NODES), 10, "the job acks")
+        wait_for(lambda: all(len(_options(cluster, n)) == expected for n in NODES), 60, "the profiling jobs")
+        wait_for(lambda: all(jobs.pending_count(n) == 0 and jobs.backlog(n) == 0 for n in NODES), 10, "the job acks")
         options = {n: _options(cluster, n) for n in NODES}
 
         # 2. Makespan round from the stored measurements, applied and pushed.

@@ -10,7 +10,6 @@ import filecmp
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import free_port, wait_serving
 
-from edgetune.coordination.processes import SupervisorError, wait_process_serving
 from edgetune.devices.sysfs import SysfsJetson
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto, mode_to_proto
@@ -54,25 +53,11 @@ def _differences(a: Path, b: Path) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> grpc.Channel:
-    try:
-        wait_process_serving(address, proc, timeout_s=timeout_s)
-    except SupervisorError as exc:  # a test failure, with the agent's stderr
-        raise AssertionError(str(exc)) from None
-    return grpc.insecure_channel(address)
-
-
 class Agent:
     """The profiler agent as a process on ``sysfs:<root>``."""
 
     def __init__(self, root: Path, state_dir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         # Through the CLI (`edgetune serve profiler`); the service test runs the module directly.
         cmd = [sys.executable, "-m", "edgetune.cli", "serve", "profiler", "--device", f"sysfs:{root}",
                "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", "0", "--redis", "none",

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import grpc
+import harness
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -231,16 +232,14 @@ def test_tls_and_token_flags_reach_a_secured_coordinator(node_modules, tmp_path)
 
     from edgetune.coordination.store import MemoryStore
     from edgetune.identity import ServerSecurity
-    from edgetune.services.coordinator.server import create_coordinator, start
 
     ca = TestCA(tmp_path)
     cert = ca.server()
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(json.dumps({"tokens": [{"token": "agent-7-token-0123456789", "role": "agent", "name": "jetson-7"},
                                              {"token": "vera-token-0123456789", "role": "viewer", "name": "vera"}]}))
-    c = start(create_coordinator(port=0, store=MemoryStore(), lease_ms=1000, grace_s=0.5, security=ServerSecurity(
-        tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(tokens))))
-    try:
+    with harness.coordinator(MemoryStore(), security=ServerSecurity(
+            tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(tokens))) as c:
         address = f"localhost:{c.server.port}"
         tls = ["--tls-ca", str(ca.path)]
         reg = ok_json(node_cli(address, *tls, "--token", "agent-7-token-0123456789", "register", "--node-id",
@@ -253,5 +252,3 @@ def test_tls_and_token_flags_reach_a_secured_coordinator(node_modules, tmp_path)
         assert anonymous.returncode == 1 and "UNAUTHENTICATED" in anonymous.stderr, anonymous.stderr
         listed = node_cli(address, *tls, "--token", "vera-token-0123456789", "nodes")
         assert listed.returncode == 0 and "jetson-7" in listed.stdout, listed.stderr
-    finally:
-        c.server.stop(0)

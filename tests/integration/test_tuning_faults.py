@@ -11,61 +11,19 @@
 from __future__ import annotations
 
 import signal
-import time
 
-import grpc
-import numpy as np
 import pytest
+from harness import durable_redis, restart_redis, wait_job
 
+from edgetune.coordination.controlplane import fit_references
 from edgetune.coordination.jobs import JobQueue
 from edgetune.coordination.localcluster import LocalCluster
-from edgetune.coordination.store import EmbeddedRedisServer
-from edgetune.devices.simulated.tables import truth_table
-from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.specs import get_spec
-from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc, tuning_pb2
+from edgetune.proto.v1 import common_pb2, tuning_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NODES = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
 PROFILES = 10
-
-
-def _fit_references(address: str) -> dict[str, str]:
-    """A ResNet18 reference per device model (the simulator's truth on 60 fulcrum modes), by the Estimator's Fit."""
-    out = {}
-    with grpc.insecure_channel(address) as channel:
-        stub = estimator_pb2_grpc.EstimatorStub(channel)
-        for device in sorted({m for m, _ in NODES.values()}):
-            grid = named_grid(get_spec(device), "fulcrum").array()
-            grid = grid[np.sort(np.random.default_rng(7).choice(len(grid), min(60, len(grid)), replace=False))]
-            ms = [common_pb2.Measurement(
-                device=device, workload="resnet18", role=common_pb2.ROLE_TRAIN, batch_size=16,
-                mode=common_pb2.PowerMode(cores=r["cores"], cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"],
-                                          emc_mhz=r["emc_mhz"]),
-                time_ms=r["time_ms"], power_w=r["power_w"]) for r in truth_table(device, "resnet18", "train", grid, [16])]
-            stub.Fit(estimator_pb2.FitRequest(model_id=f"ref-{device}", kind="nn", device=device, workload="resnet18",
-                                              role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=60, seed=0),
-                     timeout=120)
-            out[device] = f"ref-{device}"
-    return out
-
-
-def _wait_job(stub, name: str, timeout_s: float, until=None) -> tuning_pb2.TuningJob:
-    """The job once ``until(job)`` (default: finished); UNAVAILABLE (the store away) is retried."""
-    until = until or (lambda job: job.phase in (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED))
-    deadline = time.monotonic() + timeout_s
-    job = None
-    while time.monotonic() < deadline:
-        try:
-            job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=5)
-            if until(job):
-                return job
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-        time.sleep(0.2)
-    raise AssertionError(f"job {name} did not get there in {timeout_s:g} s: {job}")
 
 
 def _spec(name: str, nodes: list[str], refs: dict[str, str]) -> tuning_pb2.TuningJobSpec:
@@ -88,27 +46,21 @@ def _applied(job: tuning_pb2.TuningJob) -> None:
 
 
 def test_redis_restart_and_a_killed_agent_mid_job(tmp_path):
-    data_dir = tmp_path / "redis"
-    redis = EmbeddedRedisServer(port=0, dir=data_dir, appendfsync="always")
-    redis.start()
-    port = redis.port
+    redis = durable_redis(tmp_path / "redis")
     try:
         with LocalCluster(tmp_path / "cluster", tuning=True, external_redis=redis.url,
                           job_idle_timeout_ms=1000) as cluster:
             assert cluster.stub is not None and cluster.estimator is not None and cluster.store is not None
             agents = cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-            refs = _fit_references(cluster.estimator.address)
+            refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=60, epochs=60)
             stub = cluster.stub
 
             # 1. Redis restarted mid-job (the AOF keeps the job, its status, the points and the queue)
             spec = _spec("restart", ["orin-agx-1"], refs)
             stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
-            _wait_job(stub, spec.name, 60, lambda j: any(n.profiled >= 2 for n in j.nodes))
-            redis.stop()
-            time.sleep(0.5)
-            redis = EmbeddedRedisServer(port=port, dir=data_dir, appendfsync="always")
-            redis.start()
-            job = _wait_job(stub, spec.name, 120)
+            wait_job(stub, spec.name, 60, lambda j: any(n.profiled >= 2 for n in j.nodes))
+            redis = restart_redis(redis, pause_s=0.5)
+            job = wait_job(stub, spec.name, 120)
             _applied(job)
             assert _stored(cluster, "orin-agx-1") <= PROFILES + 5  # no point measured twice
             assert cluster.store.config_revisions(["orin-agx-1"])["orin-agx-1"] == 1
@@ -118,13 +70,13 @@ def test_redis_restart_and_a_killed_agent_mid_job(tmp_path):
             before = _stored(cluster, "orin-nano-1")
             spec = _spec("kill-agent", ["orin-nano-1"], refs)
             stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
-            _wait_job(stub, spec.name, 60, lambda j: any(0 < n.profiled for n in j.nodes))
+            wait_job(stub, spec.name, 60, lambda j: any(0 < n.profiled for n in j.nodes))
             agents["orin-nano-1"].proc.send_signal(signal.SIGKILL)
             agents["orin-nano-1"].proc.wait(10)
             model, budget = NODES["orin-nano-1"]
             again = cluster.spawn_agent("orin-nano-1", model, budget, seed=1)
             cluster.wait_serving(again, "edgetune.v1.Profiler")
-            job = _wait_job(stub, spec.name, 120)
+            job = wait_job(stub, spec.name, 120)
             _applied(job)
             assert _stored(cluster, "orin-nano-1") - before <= PROFILES + 5
             assert "profiling job done" in again.log_path.read_text()  # the restarted agent finished the job

@@ -14,18 +14,14 @@ import signal
 import time
 
 import grpc
-import numpy as np
 import pytest
+from harness import wait_job
 
+from edgetune.coordination.controlplane import fit_references
 from edgetune.coordination.localcluster import LocalCluster
-from edgetune.devices.simulated.tables import truth_table
-from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.specs import get_spec
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
-    estimator_pb2,
-    estimator_pb2_grpc,
     tuning_pb2,
 )
 
@@ -36,30 +32,6 @@ NODES = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
 APPLIED = tuning_pb2.NODE_PHASE_APPLIED
 
 
-def _fit_references(address: str) -> dict[str, str]:
-    """A ResNet18 reference per device model (the simulator's truth on 80 fulcrum modes), fitted
-    through the Estimator's Fit: what a job's ``reference_model_id`` names."""
-    out = {}
-    with grpc.insecure_channel(address) as channel:
-        stub = estimator_pb2_grpc.EstimatorStub(channel)
-        for device in sorted({m for m, _ in NODES.values()}):
-            grid = named_grid(get_spec(device), "fulcrum").array()
-            rng = np.random.default_rng(7)
-            grid = grid[np.sort(rng.choice(len(grid), min(80, len(grid)), replace=False))]
-            rows = truth_table(device, "resnet18", "train", grid, [16])
-            ms = [common_pb2.Measurement(
-                device=device, workload="resnet18", role=common_pb2.ROLE_TRAIN, batch_size=16,
-                mode=common_pb2.PowerMode(cores=r["cores"], cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"],
-                                          emc_mhz=r["emc_mhz"]),
-                time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
-            model_id = f"ref-{device}"
-            stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload="resnet18",
-                                              role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=100, seed=0),
-                     timeout=120)
-            out[device] = model_id
-    return out
-
-
 def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True) -> tuning_pb2.TuningJobSpec:
     """A job over the nodes of ``device``; ``budgets``: per-node budgets in the job (else the
     nodes' registered ones)."""
@@ -68,22 +40,6 @@ def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True)
         name=name, workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_TRAIN),
         batch_sizes=[16], nodes=nodes, profiles=12, reference_model_id=refs[device],
         node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
-
-
-def _wait_job(stub, name: str, timeout_s: float, until=None) -> tuning_pb2.TuningJob:
-    until = until or (lambda job: job.phase in (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED))
-    deadline = time.monotonic() + timeout_s
-    job = None
-    while time.monotonic() < deadline:
-        try:
-            job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=5)
-            if until(job):
-                return job
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-        time.sleep(0.3)
-    raise AssertionError(f"job {name} did not get there in {timeout_s:g} s: {job}")
 
 
 def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
@@ -106,7 +62,7 @@ def test_job_reaches_applied_within_budget(tmp_path):
     with LocalCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.stub is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = _fit_references(cluster.estimator.address)
+        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
         stub = cluster.stub
         # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
         jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
@@ -117,7 +73,7 @@ def test_job_reaches_applied_within_budget(tmp_path):
             assert again.spec == submitted.spec
         chosen = {}
         for spec in jobs:
-            job = _wait_job(stub, spec.name, 90)
+            job = wait_job(stub, spec.name, 90)
             _check_applied(cluster, job)
             chosen.update({n.node_id: n.mode for n in job.nodes})
         listed = stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=10).jobs
@@ -138,7 +94,7 @@ def test_job_reaches_applied_within_budget(tmp_path):
         new_budget = 18.0
         stub.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
             node_id=orin, budgets=common_pb2.Budgets(power_budget_w=new_budget)), timeout=10)
-        job = _wait_job(stub, "mnv3-orin-agx", 60, lambda j: j.nodes[0].power_budget_w == new_budget and
+        job = wait_job(stub, "mnv3-orin-agx", 60, lambda j: j.nodes[0].power_budget_w == new_budget and
                         j.nodes[0].phase in (APPLIED, tuning_pb2.NODE_PHASE_FAILED))
         _check_applied(cluster, job, {orin: new_budget})
         later = [e.message for e in job.nodes[0].events if e.at.ToNanoseconds() / 1e9 > changed_at]
@@ -152,7 +108,7 @@ def test_leader_killed_mid_job_standby_finishes(tmp_path):
         assert cluster.supervisor is not None
         cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = _fit_references(cluster.estimator.address)
+        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
         target = f"ipv4:127.0.0.1:{cluster.coordinator.address.rsplit(':', 1)[1]}," \
                  f"127.0.0.1:{standby.address.rsplit(':', 1)[1]}"
         with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
@@ -161,9 +117,9 @@ def test_leader_killed_mid_job_standby_finishes(tmp_path):
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             spec = _spec("mnv3-kill", refs, "orin-agx")
             stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)
-            _wait_job(stub, spec.name, 60, lambda j: any(n.profiled >= 3 for n in j.nodes))
+            wait_job(stub, spec.name, 60, lambda j: any(n.profiled >= 3 for n in j.nodes))
             cluster.coordinator.proc.send_signal(signal.SIGKILL)
-            job = _wait_job(stub, spec.name, 90)
+            job = wait_job(stub, spec.name, 90)
         _check_applied(cluster, job)
         assert cluster.store is not None
         for node in job.nodes:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import wait_job
 
 from edgetune.cli import main
 from edgetune.coordination.controlplane import fit_references
@@ -37,17 +38,6 @@ power_budget_w: {{{node}: {budget:g}}}
 profiles: 10
 reference_model: reference-{device}-train
 """
-
-
-def _wait(stub, name: str, timeout_s: float) -> tuning_pb2.TuningJob:
-    deadline = time.monotonic() + timeout_s
-    job = None
-    while time.monotonic() < deadline:
-        job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=5)
-        if job.phase in (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED):
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {name} not done in {timeout_s:g} s: {job}")
 
 
 def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys):
@@ -77,7 +67,7 @@ def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, 
                                    device=DEVICE))
         assert main(["job", "submit", str(good), "--coordinator", address]) == 0, capsys.readouterr().err
         capsys.readouterr()
-        job = _wait(stub, "sensor-cnn", 150)
+        job = wait_job(stub, "sensor-cnn", 150)
         assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
         (node,) = job.nodes
         assert node.phase == tuning_pb2.NODE_PHASE_APPLIED and node.measured_power_w <= BUDGET_W, node
@@ -108,7 +98,7 @@ def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, 
                                   device=DEVICE))
         assert main(["job", "submit", str(bad), "--coordinator", address, "--wait", "--json"]) == 1
         view = json.loads(capsys.readouterr().out)
-        job = _wait(stub, "bad-forward", 60)
+        job = wait_job(stub, "bad-forward", 60)
         assert job.phase == tuning_pb2.JOB_PHASE_FAILED and view["phase"] == "Failed"
         reason = job.nodes[0].reason
         assert "sensor_cnn:bad_forward" in reason and "forward pass" in reason and "RuntimeError" in reason, reason

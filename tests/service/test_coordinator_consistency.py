@@ -16,6 +16,7 @@ import threading
 import time
 
 import grpc
+import harness
 import pytest
 
 from edgetune.coordination.store import EmbeddedStore, NodeConfig
@@ -23,7 +24,6 @@ from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from edgetune.services.coordinator.server import create_coordinator, start
 from edgetune.services.profiler.server import create_server, link_to_coordinator
 
 SPEC = get_spec("orin-agx")
@@ -41,13 +41,9 @@ def store():
 
 @pytest.fixture
 def leader(store):
-    coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=1000, grace_s=0.5,
-                                           watch_block_ms=100, membership_check_s=0))
-    channel = grpc.insecure_channel(coordinator.server.address)
-    assert coordinator.lease.wait_leader(3.0)
-    yield coordinator, coordinator_pb2_grpc.CoordinatorStub(channel)
-    channel.close()
-    coordinator.server.stop(0)
+    with harness.coordinator(store, host="127.0.0.1", membership_check_s=0) as coordinator, \
+            grpc.insecure_channel(coordinator.server.address) as channel:
+        yield coordinator, coordinator_pb2_grpc.CoordinatorStub(channel)
 
 
 def _register(stub, node_id: str, budget_w: float = 50.0) -> None:
@@ -57,14 +53,6 @@ def _register(stub, node_id: str, budget_w: float = 50.0) -> None:
 
 def _node(stub, node_id: str) -> coordinator_pb2.NodeInfo:
     return next(n for n in stub.ListNodes(coordinator_pb2.ListNodesRequest()).nodes if n.node_id == node_id)
-
-
-def _wait(predicate, timeout_s: float = 10.0, what: str = "it"):
-    deadline = time.monotonic() + timeout_s
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return result
 
 
 def test_a_failing_update_budget_changes_nothing(leader):
@@ -105,13 +93,13 @@ def test_a_refused_config_is_reported_as_refused_with_its_reason(leader, tmp_pat
         configs = coordinator.servicer.configs
         # A mode this device does not have (13 cores at 9,999 MHz): the leader's library path could push it.
         configs.publish(NodeConfig("agent-1", mode=PowerMode(13, 9999.0, 1300.5, 3199.0), batch_size=32))
-        node = _wait(lambda: (n := _node(stub, "agent-1")).refused_revision == 1 and n, what="the refusal")
+        node = harness.wait_for(lambda: (n := _node(stub, "agent-1")).refused_revision == 1 and n, 10, "the refusal")
         assert node.applied_revision == 0 and "13" in node.refused_reason
         assert servicer.device.current_mode() != PowerMode(13, 9999.0, 1300.5, 3199.0)
 
         good = PowerMode(8, 1728.0, 930.75, 3199.0)
         configs.publish(NodeConfig("agent-1", mode=good, batch_size=32))
-        node = _wait(lambda: (n := _node(stub, "agent-1")).applied_revision == 2 and n, what="the apply")
+        node = harness.wait_for(lambda: (n := _node(stub, "agent-1")).applied_revision == 2 and n, 10, "the apply")
         assert (node.refused_revision, node.refused_reason) == (0, "")
         assert node.applied_epoch == configs.epoch() > 0 and servicer.device.current_mode() == good
     finally:
@@ -136,13 +124,13 @@ def test_after_the_store_lost_its_data_watches_deliver_the_new_config(leader, st
             pass
 
     threading.Thread(target=read, daemon=True).start()
-    _wait(lambda: configs.hub.watches == 1, 10, "the stream to be open and waiting on the hub")
+    harness.wait_for(lambda: configs.hub.watches == 1, 10, "the stream to be open and waiting on the hub")
 
     store.client.flushall()  # Redis lost its data (a restart without persistence)
     time.sleep(0.01)  # the new epoch is a later millisecond
     _register(stub, "n1")
     configs.publish(NodeConfig("n1", mode=PowerMode(12, 2201.6, 1300.5, 3199.0), batch_size=8))
-    _wait(lambda: got, what="the open stream to deliver revision 1 of the new epoch")
+    harness.wait_for(lambda: got, 10, "the open stream to deliver revision 1 of the new epoch")
     assert (got[0].revision, got[0].batch_size) == (1, 8) and got[0].epoch > old.epoch
     # A new stream from the old (epoch, revision), as an agent reconnecting would open it.
     again = next(stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id="n1", after_revision=3,
@@ -162,7 +150,7 @@ def test_many_open_watches_share_one_feed_reader_and_every_rpc_still_answers(lea
     calls = [stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=i)) for i in ids]
     try:
         hub = coordinator.servicer.configs.hub
-        _wait(lambda: hub.watches == n, 30, "every stream to wait on the hub")
+        harness.wait_for(lambda: hub.watches == n, 30, "every stream to wait on the hub")
         for k in range(20):
             assert not stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=ids[k]), timeout=5).reregister
         assert len(stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=5).nodes) == n

@@ -10,8 +10,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from contextlib import contextmanager
 
 import grpc
+import harness
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -20,7 +22,6 @@ from edgetune.coordination.store import EmbeddedStore, MeasurementRecord
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, profiler_pb2, tuning_pb2
-from edgetune.services.coordinator.server import create_coordinator, start
 
 SPEC = get_spec("orin-agx")
 # Three operating points of the Orin AGX (real table values): fast/hungry, middle, slow/frugal.
@@ -43,20 +44,18 @@ def store():
     s.close()
 
 
-def _replica(store, **kw):
-    coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=kw.pop("lease_ms", 1000),
-                                           grace_s=1.0, watch_block_ms=100, **kw))
-    channel = grpc.insecure_channel(coordinator.server.address)
-    return coordinator, channel, coordinator_pb2_grpc.CoordinatorStub(channel)
+@contextmanager
+def _replica(store, *, leader: bool = True, **kw):
+    """A replica and a stub on it; ``leader``: once it holds the lease."""
+    with harness.coordinator(store, leader=leader, host="127.0.0.1", grace_s=1.0, **kw) as coordinator, \
+            grpc.insecure_channel(coordinator.server.address) as channel:
+        yield coordinator, coordinator_pb2_grpc.CoordinatorStub(channel)
 
 
 @pytest.fixture
 def leader(store):
-    coordinator, channel, stub = _replica(store, replica_id="coord-0")
-    assert coordinator.lease.wait_leader(3.0)
-    yield coordinator, stub
-    channel.close()
-    coordinator.server.stop(0)
+    with _replica(store, replica_id="coord-0") as (coordinator, stub):
+        yield coordinator, stub
 
 
 def _register(stub, name: str, budget: float | None = None) -> str:
@@ -151,9 +150,7 @@ def test_watch_from_zero_starts_with_the_current_config(leader):
 
 
 def test_lost_nodes_are_planned_around(store):
-    coordinator, channel, stub = _replica(store, heartbeat_ttl_s=1.0)  # long enough that a and b never lapse
-    try:
-        assert coordinator.lease.wait_leader(3.0)
+    with _replica(store, heartbeat_ttl_s=1.0) as (coordinator, stub):  # long enough that a and b never lapse
         ids = [_register(stub, n) for n in ("a", "b", "c")]
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # a and b keep beating, c went silent
@@ -168,9 +165,6 @@ def test_lost_nodes_are_planned_around(store):
         with pytest.raises(grpc.RpcError) as err:
             stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id="c"))
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    finally:
-        channel.close()
-        coordinator.server.stop(0)
 
 
 def _code(fn, request):
@@ -239,8 +233,7 @@ def test_plan_from_stored_measurements(leader):
 def test_standby_forwards_planning_to_the_leader(leader, store):
     coordinator, stub = leader
     _register(stub, "a")
-    standby, channel, standby_stub = _replica(store, replica_id="coord-1")
-    try:
+    with _replica(store, leader=False, replica_id="coord-1") as (standby, standby_stub):
         time.sleep(0.1)
         assert not standby.lease.is_leader
         # the standby relays the leader's answers (its errors included): no call fails for reaching it
@@ -267,9 +260,6 @@ def test_standby_forwards_planning_to_the_leader(leader, store):
         coordinator.server.stop(0)
         assert standby.lease.wait_leader(2.0)
         assert standby_stub.PlanRound(_plan_request(["a"])).feasible
-    finally:
-        channel.close()
-        standby.server.stop(0)
 
 
 def test_health_and_reflection(leader):
@@ -306,9 +296,7 @@ def test_plan_round_batch_sizes_efficiency_and_energy_saved(leader):
 
 
 def test_lost_and_returning_nodes_replan_the_round(store):
-    coordinator, channel, stub = _replica(store, heartbeat_ttl_s=1.0, membership_check_s=0.1)
-    try:
-        assert coordinator.lease.wait_leader(3.0)
+    with _replica(store, heartbeat_ttl_s=1.0, membership_check_s=0.1) as (coordinator, stub):
         ids = [_register(stub, n) for n in ("a", "b", "c")]
         plan = stub.PlanRound(_plan_request(ids, site_power_budget_w=100.0))
         assert plan.feasible and len(plan.nodes) == 3
@@ -328,9 +316,6 @@ def test_lost_and_returning_nodes_replan_the_round(store):
         after = {i: stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=i)) for i in ids}
         assert after["c"].revision >= revs["c"]
         assert sum(1 for i in ids if after[i].mode.cores == 12) <= 2  # 3 × 42 W would break 100 W
-    finally:
-        channel.close()
-        coordinator.server.stop(0)
 
 
 def test_update_budget_arrival_rate_replaces_only_the_inference_node(leader):

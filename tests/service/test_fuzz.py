@@ -15,12 +15,14 @@ RPC, each call under a short deadline; the whole file takes well under a minute.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import harness
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -138,7 +140,6 @@ def services(tmp_path_factory) -> Iterator[dict[str, tuple[Any, Any, grpc.Channe
     import torch
 
     from edgetune.estimation.proxy import load_proxy_data
-    from edgetune.services.coordinator.server import create_coordinator, start
     from edgetune.services.estimator.server import create_server as estimator_server
     from edgetune.services.optimizer.server import create_server as optimizer_server
     from edgetune.services.profiler.server import create_server as profiler_server
@@ -146,33 +147,27 @@ def services(tmp_path_factory) -> Iterator[dict[str, tuple[Any, Any, grpc.Channe
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     load_proxy_data("digits", 8)
 
-    store = EmbeddedStore()
-    coordinator = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=1000, grace_s=0.5,
-                                           watch_block_ms=100, replica_id="fuzz"))
-    assert coordinator.lease.wait_leader(3.0)
-    estimator, _ = estimator_server(port=0, host="127.0.0.1", store=store, grace_s=0.5, use_ray=False)
-    optimizer, _ = optimizer_server(port=0, host="127.0.0.1", store=store, grace_s=0.5)
-    profiler, _ = profiler_server("sim:orin-agx", port=0, host="127.0.0.1", redis_url="none", grace_s=0.5,
-                                  state_dir=tmp_path_factory.mktemp("agent"), telemetry_hz=0)
-    servers = {"Coordinator": (coordinator.server, coordinator_pb2, coordinator_pb2_grpc),
-               "Estimator": (estimator.start(), estimator_pb2, estimator_pb2_grpc),
-               "Optimizer": (optimizer.start(), optimizer_pb2, optimizer_pb2_grpc),
-               "Profiler": (profiler.start(), profiler_pb2, profiler_pb2_grpc)}
-    out = {}
-    for name, (server, pb2, pb2_grpc) in servers.items():
-        channel = grpc.insecure_channel(server.address)
-        out[name] = (getattr(pb2_grpc, f"{name}Stub")(channel), pb2.DESCRIPTOR.services_by_name[name], channel)
-    # A node the coordinator knows, so that requests naming it get past NOT_FOUND.
-    out["Coordinator"][0].RegisterNode(coordinator_pb2.RegisterNodeRequest(
-        node=coordinator_pb2.NodeInfo(node_id="n0", device={"name": "orin-agx"})), timeout=5)
-    out["servers"] = {name: server for name, (server, *_rest) in servers.items()}
-    yield out
-    del out["servers"]
-    for _stub, _desc, channel in out.values():
-        channel.close()
-    for server, *_ in servers.values():
-        server.stop(0)
-    store.close()
+    with contextlib.ExitStack() as running:
+        store = running.enter_context(EmbeddedStore())
+        coordinator = running.enter_context(harness.coordinator(store, host="127.0.0.1", replica_id="fuzz"))
+        local = {"port": 0, "host": "127.0.0.1", "grace_s": 0.5}
+        estimator, _ = running.enter_context(harness.serving(estimator_server(store=store, use_ray=False, **local)))
+        optimizer, _ = running.enter_context(harness.serving(optimizer_server(store=store, **local)))
+        profiler, _ = running.enter_context(harness.serving(profiler_server(
+            "sim:orin-agx", redis_url="none", state_dir=tmp_path_factory.mktemp("agent"), telemetry_hz=0, **local)))
+        servers = {"Coordinator": (coordinator.server, coordinator_pb2, coordinator_pb2_grpc),
+                   "Estimator": (estimator, estimator_pb2, estimator_pb2_grpc),
+                   "Optimizer": (optimizer, optimizer_pb2, optimizer_pb2_grpc),
+                   "Profiler": (profiler, profiler_pb2, profiler_pb2_grpc)}
+        out = {}
+        for name, (server, pb2, pb2_grpc) in servers.items():
+            channel = running.enter_context(grpc.insecure_channel(server.address))
+            out[name] = (getattr(pb2_grpc, f"{name}Stub")(channel), pb2.DESCRIPTOR.services_by_name[name], channel)
+        # A node the coordinator knows, so that requests naming it get past NOT_FOUND.
+        out["Coordinator"][0].RegisterNode(coordinator_pb2.RegisterNodeRequest(
+            node=coordinator_pb2.NodeInfo(node_id="n0", device={"name": "orin-agx"})), timeout=5)
+        out["servers"] = {name: server for name, (server, *_rest) in servers.items()}
+        yield out
 
 
 def _methods() -> list[tuple[str, str]]:

@@ -9,11 +9,13 @@ service expects one); clients are real gRPC channels opened by :func:`edgetune.i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
 
 import grpc
+import harness
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -41,7 +43,6 @@ from edgetune.proto.v1 import (
     tuning_pb2,
 )
 from edgetune.services.common.server import ServiceServer
-from edgetune.services.coordinator.server import create_coordinator, start
 from edgetune.services.estimator.server import create_server as create_estimator
 from edgetune.services.optimizer.server import create_server as create_optimizer
 from edgetune.services.profiler.server import create_server as create_agent
@@ -95,6 +96,12 @@ class Stubs:
         for c in self.channels:
             c.close()
 
+    def __enter__(self) -> Stubs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _node(node_id: str, budget: float, address: str = "127.0.0.1:50051") -> coordinator_pb2.NodeInfo:
     return coordinator_pb2.NodeInfo(node_id=node_id, hostname=node_id, address=address, device=spec_to_proto(ORIN),
@@ -113,15 +120,9 @@ def _plan(node_ids) -> coordinator_pb2.PlanRoundRequest:
 
 @pytest.fixture
 def coordinator(token_file):
-    store = MemoryStore()
-    c = start(create_coordinator(port=0, store=store, lease_ms=1000, grace_s=0.5, watch_block_ms=100,
-                                 security=ServerSecurity(auth_tokens=str(token_file))))
-    assert c.lease.wait_leader(3.0)
-    stubs = Stubs(c.server.address, coordinator_pb2_grpc.CoordinatorStub)
-    yield c, store, stubs
-    stubs.close()
-    c.server.stop(0)
-    store.close()
+    with MemoryStore() as store, harness.coordinator(store, security=ServerSecurity(auth_tokens=str(token_file))) as c, \
+            Stubs(c.server.address, coordinator_pb2_grpc.CoordinatorStub) as stubs:
+        yield c, store, stubs
 
 
 def test_anonymous_coordinator_attacks_are_refused_and_an_operator_succeeds(coordinator):
@@ -196,11 +197,9 @@ def test_an_agent_token_without_a_node_id_registers_as_its_node(coordinator):
 
 
 def test_profiler_apply_power_mode_needs_an_operator(token_file, tmp_path):
-    server, servicer = create_agent("sim:orin-agx", port=0, state_dir=tmp_path, store=MemoryStore(), grace_s=0.5,
-                                    security=ServerSecurity(auth_tokens=str(token_file)), telemetry_hz=0)
-    server.start()
-    stubs = Stubs(server.address, profiler_pb2_grpc.ProfilerStub)
-    try:
+    with harness.serving(create_agent("sim:orin-agx", port=0, state_dir=tmp_path, store=MemoryStore(), grace_s=0.5,
+                                      security=ServerSecurity(auth_tokens=str(token_file)), telemetry_hz=0)) \
+            as (server, servicer), Stubs(server.address, profiler_pb2_grpc.ProfilerStub) as stubs:
         before = servicer.device.current_mode()
         low = FULCRUM.mode_at(0)
         request = profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(low))
@@ -214,18 +213,13 @@ def test_profiler_apply_power_mode_needs_an_operator(token_file, tmp_path):
         assert servicer.device.current_mode() == low
         stubs["alice"].RestorePowerMode(profiler_pb2.RestorePowerModeRequest())
         assert servicer.device.current_mode() == before
-    finally:
-        stubs.close()
-        server.stop(0)
 
 
 def test_estimator_fit_refused_without_a_token_plants_nothing(token_file):
     store = MemoryStore()
-    server, _ = create_estimator(port=0, store=store, use_ray=False, grace_s=0.5, max_workers=4,
-                                 security=ServerSecurity(auth_tokens=str(token_file)))
-    server.start()
-    stubs = Stubs(server.address, estimator_pb2_grpc.EstimatorStub)
-    try:
+    with harness.serving(create_estimator(port=0, store=store, use_ray=False, grace_s=0.5, max_workers=4,
+                                          security=ServerSecurity(auth_tokens=str(token_file)))) as (server, _), \
+            Stubs(server.address, estimator_pb2_grpc.EstimatorStub) as stubs:
         modes = FULCRUM.modes()
         rows = truth_table(ORIN, "resnet18", "train", [modes[i] for i in range(0, len(modes), 9)], [16])
         fit = estimator_pb2.FitRequest(device="orin-agx", workload="resnet18", role=common_pb2.ROLE_TRAIN, epochs=5,
@@ -241,9 +235,6 @@ def test_estimator_fit_refused_without_a_token_plants_nothing(token_file):
         assert len(stubs["vera"].ListModels(estimator_pb2.ListModelsRequest()).models) == 1
         assert [(r.method, r.who, r.outcome) for r in store.audit_records(10)] == [
             ("Fit", "unauthenticated", "UNAUTHENTICATED"), ("Fit", "vera", "PERMISSION_DENIED"), ("Fit", "alice", "OK")]
-    finally:
-        stubs.close()
-        server.stop(0)
 
 
 def _start_search() -> optimizer_pb2.StartSearchRequest:
@@ -255,14 +246,10 @@ def _start_search() -> optimizer_pb2.StartSearchRequest:
 
 @pytest.fixture
 def optimizer(token_file):
-    store = MemoryStore()
-    server, _ = create_optimizer(port=0, store=store, grace_s=0.5, max_workers=4,
-                                 security=ServerSecurity(auth_tokens=str(token_file)))
-    server.start()
-    stubs = Stubs(server.address, optimizer_pb2_grpc.OptimizerStub)
-    yield server, stubs
-    stubs.close()
-    server.stop(0)
+    with harness.serving(create_optimizer(port=0, store=MemoryStore(), grace_s=0.5, max_workers=4,
+                                          security=ServerSecurity(auth_tokens=str(token_file)))) as (server, _), \
+            Stubs(server.address, optimizer_pb2_grpc.OptimizerStub) as stubs:
+        yield server, stubs
 
 
 def test_optimizer_sessions_are_owned_by_who_started_them(optimizer):
@@ -293,12 +280,10 @@ def ca(tmp_path) -> TestCA:
 
 def test_tls_with_tokens_handshakes_only_with_the_right_ca(ca, token_file, tmp_path):
     cert = ca.server()
-    server, _ = create_optimizer(port=0, store=MemoryStore(), grace_s=0.5, max_workers=4, health_port=0,
-                                 security=ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key),
-                                                         auth_tokens=str(token_file)))
-    server.start()
-    address = f"localhost:{server.port}"
-    try:
+    with harness.serving(create_optimizer(port=0, store=MemoryStore(), grace_s=0.5, max_workers=4, health_port=0,
+                                          security=ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key),
+                                                                  auth_tokens=str(token_file)))) as (server, _):
+        address = f"localhost:{server.port}"
         # Probes speak no TLS: the plain health port answers health checks, and nothing else.
         probe = grpc.insecure_channel(f"127.0.0.1:{server.health_port}")
         assert health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(), timeout=5).status \
@@ -314,19 +299,14 @@ def test_tls_with_tokens_handshakes_only_with_the_right_ca(ca, token_file, tmp_p
         other = TestCA(tmp_path, "other-ca")
         wrong = optimizer_pb2_grpc.OptimizerStub(open_channel(address, as_("alice", ca=str(other.path))))
         assert code_of(lambda: wrong.StartSearch(_start_search(), timeout=3)) == grpc.StatusCode.UNAVAILABLE
-    finally:
-        server.stop(0)
 
 
 def test_mtls_identity_and_role_come_from_the_client_certificate(ca):
     cert = ca.server()
     store = MemoryStore()
-    c = start(create_coordinator(port=0, store=store, lease_ms=1000, grace_s=0.5, watch_block_ms=100,
-                                 security=ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key),
-                                                         tls_client_ca=str(ca.path))))
-    address = f"localhost:{c.server.port}"
-    try:
-        assert c.lease.wait_leader(3.0)
+    with harness.coordinator(store, security=ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key),
+                                                            tls_client_ca=str(ca.path))) as c:
+        address = f"localhost:{c.server.port}"
 
         def stub(issued=None):
             tls = {"ca": str(ca.path)}
@@ -349,27 +329,22 @@ def test_mtls_identity_and_role_come_from_the_client_certificate(ca):
         who = {(r.method, r.who, r.via, r.outcome) for r in store.audit_records(100)}
         assert ("UpdateBudget", "carol", "certificate", "OK") in who
         assert ("RegisterNode", "jetson-a", "certificate", "PERMISSION_DENIED") in who
-    finally:
-        c.server.stop(0)
 
 
 def test_agent_link_over_tls_with_its_token_registers_its_own_node_only(ca, token_file, tmp_path):
     cert = ca.server()
     security = ServerSecurity(tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(token_file))
     store = MemoryStore()
-    c = start(create_coordinator(port=0, store=store, lease_ms=1000, grace_s=0.5, watch_block_ms=100,
-                                 security=security))
-    address = f"localhost:{c.server.port}"
-    agents = []
-    try:
+    with harness.coordinator(store, leader=False, security=security) as c, contextlib.ExitStack() as agents:
+        address = f"localhost:{c.server.port}"
         # Its token names jetson-a: with no --node-id it registers as jetson-a.
-        agents.append(serve_agent("sim:orin-agx", port=0, redis_url="none", state_dir=tmp_path / "a", block=False,
-                                  coordinator=address, client=as_("jetson-a", ca=str(ca.path)), grace_s=0.5,
-                                  telemetry_hz=0, security=security))
+        agents.callback(serve_agent("sim:orin-agx", port=0, redis_url="none", state_dir=tmp_path / "a", block=False,
+                                    coordinator=address, client=as_("jetson-a", ca=str(ca.path)), grace_s=0.5,
+                                    telemetry_hz=0, security=security).stop, 0)
         # The same token claiming another node id is refused, so that agent never registers.
-        agents.append(serve_agent("sim:orin-agx", port=0, redis_url="none", state_dir=tmp_path / "b", block=False,
-                                  coordinator=address, client=as_("jetson-a", ca=str(ca.path)), grace_s=0.5,
-                                  telemetry_hz=0, node_id="jetson-b", security=security))
+        agents.callback(serve_agent("sim:orin-agx", port=0, redis_url="none", state_dir=tmp_path / "b", block=False,
+                                    coordinator=address, client=as_("jetson-a", ca=str(ca.path)), grace_s=0.5,
+                                    telemetry_hz=0, node_id="jetson-b", security=security).stop, 0)
         viewer = coordinator_pb2_grpc.CoordinatorStub(open_channel(address, as_("vera", ca=str(ca.path))))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -381,17 +356,12 @@ def test_agent_link_over_tls_with_its_token_registers_its_own_node_only(ca, toke
         assert [n.node_id for n in viewer.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=5).nodes] == ["jetson-a"]
         refused = [r for r in store.audit_records(100) if r.method == "RegisterNode" and r.outcome != "OK"]
         assert refused and all(r.who == "jetson-a" and r.outcome == "PERMISSION_DENIED" for r in refused)
-    finally:
-        for a in agents:
-            a.stop(0)
-        c.server.stop(0)
 
 
 def test_cli_job_commands_send_tls_and_token(ca, token_file):
     cert = ca.server()
-    c = start(create_coordinator(port=0, store=MemoryStore(), lease_ms=1000, grace_s=0.5, security=ServerSecurity(
-        tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(token_file))))
-    try:
+    with harness.coordinator(MemoryStore(), leader=False, security=ServerSecurity(
+            tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(token_file))) as c:
         address = f"localhost:{c.server.port}"
         runner = CliRunner()
         ok = runner.invoke(cli, ["job", "list", "--coordinator", address, "--tls-ca", str(ca.path),
@@ -402,8 +372,6 @@ def test_cli_job_commands_send_tls_and_token(ca, token_file):
         assert anonymous.exit_code == 1 and "UNAUTHENTICATED" in anonymous.output
         half = runner.invoke(cli, ["job", "list", "--coordinator", address, "--tls-cert", str(cert.cert)])
         assert half.exit_code == 2 and "--tls-key" in half.output
-    finally:
-        c.server.stop(0)
 
 
 # --------------------------------------------------------------------------- where a server listens

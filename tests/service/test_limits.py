@@ -10,6 +10,7 @@ import math
 import time
 
 import grpc
+import harness
 import pytest
 
 from edgetune.coordination.store import EmbeddedStore
@@ -51,27 +52,18 @@ def store():
 
 @pytest.fixture(scope="module")
 def coordinator(store):
-    from edgetune.services.coordinator.server import create_coordinator, start
-
-    c = start(create_coordinator(port=0, host="127.0.0.1", store=store, lease_ms=1000, grace_s=0.5,
-                                 watch_block_ms=100, replica_id="limits"))
-    assert c.lease.wait_leader(3.0)
-    channel = grpc.insecure_channel(c.server.address)
-    yield coordinator_pb2_grpc.CoordinatorStub(channel)
-    channel.close()
-    c.server.stop(0)
+    with harness.coordinator(store, host="127.0.0.1", replica_id="limits") as c, \
+            grpc.insecure_channel(c.server.address) as channel:
+        yield coordinator_pb2_grpc.CoordinatorStub(channel)
 
 
 @pytest.fixture(scope="module")
 def estimator(store):
     from edgetune.services.estimator.server import create_server
 
-    server, _ = create_server(port=0, host="127.0.0.1", store=store, grace_s=0.5, use_ray=False)
-    server.start()
-    channel = grpc.insecure_channel(server.address)
-    yield server, estimator_pb2_grpc.EstimatorStub(channel)
-    channel.close()
-    server.stop(0)
+    with harness.serving(create_server(port=0, host="127.0.0.1", store=store, grace_s=0.5, use_ray=False)) \
+            as (server, _), grpc.insecure_channel(server.address) as channel:
+        yield server, estimator_pb2_grpc.EstimatorStub(channel)
 
 
 @pytest.fixture
@@ -79,13 +71,10 @@ def agent(tmp_path, monkeypatch):
     from edgetune.services.profiler.server import create_server
 
     monkeypatch.setenv("EDGETUNE_MAX_HEAVY_RPCS", "1")
-    server, servicer = create_server("sim:orin-agx", port=0, host="127.0.0.1", redis_url="none", grace_s=0.5,
-                                     state_dir=tmp_path, telemetry_hz=0)
-    server.start()
-    channel = grpc.insecure_channel(server.address)
-    yield server, servicer, profiler_pb2_grpc.ProfilerStub(channel)
-    channel.close()
-    server.stop(0)
+    with harness.serving(create_server("sim:orin-agx", port=0, host="127.0.0.1", redis_url="none", grace_s=0.5,
+                                       state_dir=tmp_path, telemetry_hz=0)) as (server, servicer), \
+            grpc.insecure_channel(server.address) as channel:
+        yield server, servicer, profiler_pb2_grpc.ProfilerStub(channel)
 
 
 # --- coordinator ---------------------------------------------------------------------------------

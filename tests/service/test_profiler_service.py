@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,10 +16,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from harness import free_port, wait_serving
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgetune.coordination.processes import SupervisorError, wait_process_serving
 from edgetune.coordination.store import open_store
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -361,20 +360,6 @@ def test_other_bad_requests_name_the_field(agent, tmp_path):
 
 
 # --- the agent as its own process ------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> grpc.Channel:
-    try:
-        wait_process_serving(address, proc, timeout_s=timeout_s)
-    except SupervisorError as exc:  # a test failure, with the agent's stderr
-        raise AssertionError(str(exc)) from None
-    return grpc.insecure_channel(address)
-
-
 def _metrics(port: int) -> dict[tuple[str, tuple], float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -382,7 +367,7 @@ def _metrics(port: int) -> dict[tuple[str, tuple], float]:
 
 
 def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "edgetune.services.profiler.server", "--device", "sim:orin-agx",
            "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
            "--redis", store.url, "--state-dir", str(tmp_path), "--node-id", "jetson-7", "--grace-s", "1"]
@@ -434,7 +419,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
 # --- continuous telemetry -----------------------------------------------------------
 def test_idle_agent_metrics_show_a_growing_energy_counter_and_temperatures(store, tmp_path):
     """A real agent process on the simulator, left idle: two scrapes a few telemetry periods apart."""
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "edgetune.services.profiler.server", "--device", "sim:orin-nx",
            "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
            "--redis", "none", "--state-dir", str(tmp_path), "--grace-s", "1", "--telemetry-hz", "10"]

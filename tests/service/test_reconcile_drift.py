@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from harness import wait_for
 
 from edgetune.coordination.configs import ConfigStore
 from edgetune.coordination.jobs import JobQueue
@@ -111,23 +112,13 @@ def _node(jobs: TuningJobs, name: str, node_id: str) -> NodeStatus | None:
     return None if status is None else status.nodes.get(node_id)
 
 
-def _wait(what, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s:g} s")
-
-
 def test_a_hotter_slower_board_is_re_tuned_within_its_budget(plane):
     store, rec, boards = plane
     jobs = TuningJobs(store)
     # the selector picks the node by its labels; the other Orin is not targeted
     jobs.submit(TuningJobSpec("drift", WORKLOAD, selector_device=DEVICE, selector_labels={"rack": "a"},
                               profiles=10, method="random"))
-    first = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase == "Applied" and n)
+    first = wait_for(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase == "Applied" and n, 60)
     assert set(jobs.get("drift").status.nodes) == {"orin-agx-1"}  # type: ignore[union-attr]
     assert not boards["orin-agx-2"].ran
     assert first.measured_power_w is not None and first.measured_power_w <= BUDGET_W
@@ -136,17 +127,17 @@ def test_a_hotter_slower_board_is_re_tuned_within_its_budget(plane):
 
     # An unchanged board: checks measure the applied mode and find no drift.
     checks_before = len(board.ran)
-    _wait(lambda: len(board.ran) >= checks_before + 2, 20)
+    wait_for(lambda: len(board.ran) >= checks_before + 2, 20)
     assert _node(jobs, "drift", "orin-agx-1").drift_epoch == 0  # type: ignore[union-attr]
 
     # A hotter, slower board: the applied mode now draws 40 % more power and runs 30 % slower.
     board.power_factor, board.time_factor = 1.4, 1.3
     assert first.measured_power_w * 1.4 > BUDGET_W  # the applied choice is over budget now
     ran_before = len(board.ran)
-    drifted = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.drift_epoch >= 1 and n)
+    drifted = wait_for(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.drift_epoch >= 1 and n, 60)
     assert any(e.message.startswith("drift: measured") for e in drifted.events), drifted.events
-    after = _wait(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase in ("Applied", "Failed")
-                  and n.drift_epoch >= 1 and n)
+    after = wait_for(lambda: (n := _node(jobs, "drift", "orin-agx-1")) is not None and n.phase in ("Applied", "Failed")
+                     and n.drift_epoch >= 1 and n, 60)
     assert after.phase == "Applied", after
     assert after.measured_power_w is not None and after.measured_power_w <= BUDGET_W  # measured on the hot board
     assert after.mode != first.mode
@@ -161,13 +152,13 @@ def test_caches_of_cancelled_jobs_are_pruned(plane):
     store, rec, _ = plane
     jobs = TuningJobs(store)
     jobs.submit(TuningJobSpec("prune", WORKLOAD, nodes=("orin-agx-1", "orin-agx-2"), profiles=6, method="random"))
-    _wait(lambda: (s := jobs.get("prune").status) is not None and len(s.nodes) == 2
-          and all(n.phase == "Applied" for n in s.nodes.values()))
+    wait_for(lambda: (s := jobs.get("prune").status) is not None and len(s.nodes) == 2
+             and all(n.phase == "Applied" for n in s.nodes.values()), 60)
     cached = rec.cached()
     assert cached["tuners"] == 2 and cached["writers"] == 1
     jobs.cancel("prune")
     rec.wake()
-    _wait(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "checked": 0, "refreshed": 0}, 20)
+    wait_for(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "checked": 0, "refreshed": 0}, 20)
 
 
 def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimator):
@@ -194,7 +185,7 @@ def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimat
     try:
         jobs.submit(TuningJobSpec("lost", WORKLOAD, nodes=("orin-agx-9",), profiles=6, method="random"))
         beater.start()
-        failed = _wait(lambda: (n := _node(jobs, "lost", "orin-agx-9")) is not None and n.phase == "Failed" and n, 30)
+        failed = wait_for(lambda: (n := _node(jobs, "lost", "orin-agx-9")) is not None and n.phase == "Failed" and n, 30)
         assert failed.reason.startswith("node lost: no heartbeat for"), failed.reason
         assert any("stopped heartbeating" in e.message for e in failed.events), failed.events
     finally:

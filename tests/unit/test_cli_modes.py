@@ -154,3 +154,20 @@ def test_thor_is_refused_with_the_reason():
     for name in ("thor", "sim:thor"):
         res = run("--device", name)
         assert res.exit_code == 2 and "not published" in res.output and "Traceback" not in res.output
+
+
+def test_a_backend_names_the_device_too_sysfs_tables_and_replayed_values(tmp_path):
+    """``--device`` takes every backend form here as everywhere: a sysroot's discovered tables give the
+    same modes as the built-in spec of that board; a replayed table's grid is the values it recorded."""
+    sysroot = Path(__file__).resolve().parents[1] / "fixtures" / "sysroots" / "orin-agx-jp6"
+    for grid in ("full", "fulcrum"):
+        res = run("--device", f"sysfs:{sysroot}", "--grid", grid)
+        assert res.exit_code == 0, res.output
+        assert res.output == run("--device", "orin-agx", "--grid", grid).output
+    table = tmp_path / "truth.csv"
+    table.write_text("cores,cpu_mhz,gpu_mhz,emc_mhz,batch_size,time_ms,power_w,workload,role\n"
+                     "12,2201.6,1300.5,3199,16,10,30,resnet18,train\n8,1728,930.75,3199,16,15,20,resnet18,train\n")
+    got = {(r["cores"], r["gpu_mhz"]) for r in rows(run("--device", f"replay:{table}").output)}
+    assert got == {(c, g) for c in ("8", "12") for g in ("930.75", "1300.5")}
+    missing = run("--device", f"replay:{tmp_path / 'none.csv'}")
+    assert missing.exit_code == 2 and "--device" in missing.output and "replay:FILE.csv" in missing.output

@@ -19,25 +19,16 @@ from edgetune.integrations.flower_client import MODE_PREFIX, STATE, WINDOWS, WOR
 from edgetune.online import OnlineTuner, simulated_reference
 from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.powermodes.specs import get_spec
+from tests.fixtures.workloads.sensor_cnn import SensorCNN, make_batches
 
 BATCH = 16
 STEPS_PER_ROUND = 1500
 NODE = "orin-agx-1"
+#: Under what the sensor CNN's training draws at MAXN (about 18.5 W on the simulated Orin): the choice is another mode.
+BUDGET_W = 18.0
 
 
-class SensorCNN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv1d(6, 64, 7, padding=3), nn.ReLU(), nn.Conv1d(64, 128, 5, padding=2),
-                                  nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(128, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
-
-
-def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(batch_size)
-    return torch.randn(batch_size, 6, 128, generator=g), torch.randint(0, 8, (batch_size,), generator=g)
+make_batch = make_batches()
 
 
 class LocalTrainer(NumPyClient):
@@ -72,7 +63,7 @@ def test_rounds_profile_in_place_then_run_the_choice_and_feed_the_planner() -> N
     dev = SimulatedJetson("orin-agx", seed=0)
     start = dev.current_mode()
     trainer = LocalTrainer()
-    tuner = OnlineTuner(dev, trainer.model, power_budget_w=17.0, profiles=10, seed=0, make_batch=make_batch,
+    tuner = OnlineTuner(dev, trainer.model, power_budget_w=BUDGET_W, profiles=10, seed=0, make_batch=make_batch,
                         reference=simulated_reference("orin-agx", "train", epochs=20), settle_s=0.5,
                         store=store, handle_signals=False)
     client = OnlineTuningClient(trainer, tuner, NODE, samples=4000)
@@ -92,7 +83,7 @@ def test_rounds_profile_in_place_then_run_the_choice_and_feed_the_planner() -> N
     assert rounds[0][STATE] != "STEADY" and rounds[0][WINDOWS] > 0  # round 1 profiled in place
     last = rounds[-1]
     assert last[STATE] == "STEADY", rounds
-    assert last["edgetune_measured_power_w"] <= 17.0
+    assert last["edgetune_measured_power_w"] <= BUDGET_W
     wid = last[WORKLOAD]
     stored = store.get_measurements("orin-agx", wid, "train", NODE)
     assert len(stored) == last[WINDOWS] >= 10
@@ -101,13 +92,13 @@ def test_rounds_profile_in_place_then_run_the_choice_and_feed_the_planner() -> N
     registry = NodeRegistry(store, heartbeat_ttl_s=60.0)
     lease = LeaderLease(store, holder_id="coordinator", lease_ms=10_000)
     lease.try_acquire()
-    registry.register(NodeRecord(NODE, device=spec_to_dict(get_spec("orin-agx")), power_budget_w=17.0))
+    registry.register(NodeRecord(NODE, device=spec_to_dict(get_spec("orin-agx")), power_budget_w=BUDGET_W))
     out = RoundCoordinator(store, registry, ConfigStore(store), lease).plan(
         RoundRequest((RoundNode(NODE, 4000),), round_id="r1", workload={"name": wid}))
     assert out.plan.feasible
     planned = out.plan.nodes[0]
     assert planned.mode in {m.mode for m in stored}
-    assert planned.power_w <= 17.0
+    assert planned.power_w <= BUDGET_W
 
 
 def test_client_needs_a_node_and_samples() -> None:

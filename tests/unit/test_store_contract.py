@@ -443,6 +443,28 @@ def test_publish_writes_its_docs_values_and_round_with_the_configs_or_nothing(st
     assert 0 < store.ttl(("hb",)) <= 5.0 and store.get_round() == state
 
 
+def test_publish_stamps_the_revisions_it_writes_into_its_docs(store):
+    """A doc's ``config_revisions`` get the revision this publish gives each named node's config, in
+    the same atomic step: a changed config's new one, an unchanged config's current one."""
+    store.publish_configs([_cfg("n1"), _cfg("n2")])
+    store.publish_configs([_cfg("n1", 64)])  # another writer's publish: n1 at 2 now
+    doc = {"nodes": [{"id": "n1", "rev": 0, "note": "x"}, {"id": "n2", "rev": 0}], "at": 1.25}
+    out = store.publish_configs([_cfg("n1", 16), _cfg("n2")], docs=[
+        DocWrite("status", "j", doc, 0, ((("nodes", 0, "rev"), "n1"), (("nodes", 1, "rev"), "n2"),
+                                         (("n2-rev",), "n2")))])
+    assert [(p.revision, p.changed) for p in out] == [(3, True), (1, False)]
+    assert store.get_doc("status", "j").doc == {
+        "nodes": [{"id": "n1", "rev": 3, "note": "x"}, {"id": "n2", "rev": 1}], "at": 1.25, "n2-rev": 1}
+    assert doc["nodes"][0]["rev"] == 0  # the caller's doc is not changed
+    rev = store.get_doc("status", "j").revision
+    for bad in [((("nodes", 0, "rev"), "n9"),),  # no config for n9 in this publish
+                ((("nodes", 5, "rev"), "n1"),), ((("gone", "rev"), "n1"),), (((), "n1"),)]:
+        with pytest.raises(InvalidArgument) as err:
+            store.publish_configs([_cfg("n1", 8)], docs=[DocWrite("status", "j", doc, rev, bad)])
+        assert err.value.field == "docs.config_revisions"
+    assert store.get_config("n1").revision == 3 and store.get_doc("status", "j").revision == rev  # nothing written
+
+
 def test_the_epoch_tells_a_watcher_its_revision_is_from_before_a_data_loss(store):
     for b in (1, 2, 3):
         store.publish_configs([_cfg("n1", b)])

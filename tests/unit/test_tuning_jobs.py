@@ -4,6 +4,7 @@ leader's fenced status, watching a job, the job-stream measurer's replay, the pr
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -214,27 +215,29 @@ class _Killed(BaseException):
 
 
 class _DyingStore(MemoryStore):
-    """Killed right before or right after the config publish's write."""
+    """Killed right before or right after the config publish's write; ``between``: another publish
+    to the same nodes lands first (after the leader read what it read), then killed after the write."""
 
     kill: str = ""
 
     def publish_configs(self, configs, **kw):
         if self.kill == "before":
             raise _Killed
+        if self.kill == "between" and kw.get("docs"):
+            super().publish_configs([replace(c, batch_size=c.batch_size + 1) for c in configs])
+            self.kill = "after"
         out = super().publish_configs(configs, **kw)
         if self.kill == "after":
             raise _Killed
         return out
 
 
-@pytest.mark.parametrize("kill", ["before", "after"])
-def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_status(kill):
-    """The tuned config and the node's Applied status (with its revision) are one atomic write: a
-    leader killed before it leaves neither, killed after it leaves both; the next leader's publish
-    of the same decision adds no revision."""
+def _verified_on_a_dying_store():
+    """A leader's reconciler whose node ``a`` is Verifying a decision, on a :class:`_DyingStore`; the
+    reconciler, its store and config store, the job's spec, status writer and ``a``'s status."""
     from edgetune.coordination.configs import ConfigStore
     from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+    from edgetune.coordination.registry import NodeRegistry
 
     store = _DyingStore()
     configs = ConfigStore(store)
@@ -247,6 +250,17 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     writer.ensure(["a"], {"a": "orin-agx"})
     decided = writer.update("a", lambda s: s.with_event("verified", phase="Verifying", mode=(4, 1200.0, 600.0, 2133.0),
                                                         batch_size=16, measured_power_w=18.0))
+    return rec, store, configs, spec, writer, decided
+
+
+@pytest.mark.parametrize("kill", ["before", "after"])
+def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_status(kill):
+    """The tuned config and the node's Applied status (with its revision) are one atomic write: a
+    leader killed before it leaves neither, killed after it leaves both; the next leader's publish
+    of the same decision adds no revision."""
+    from edgetune.coordination.registry import NodeRecord
+
+    rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     node = NodeRecord("a", device={"name": "orin-agx"})
     store.kill = kill
     with pytest.raises(_Killed):
@@ -264,3 +278,19 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     after = rec.jobs.get(spec.name).status
     assert after is not None and after.nodes["a"].phase == "Applied" and after.nodes["a"].config_revision == 1
     assert configs.revision("a") == 1
+
+
+def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_publish_in_between():
+    """Another publish to the node lands between the leader's decision and its publish: the status
+    written in the same atomic step as the config says the revision the store gave that config
+    (not one guessed from what was read before), with nothing written after it to correct it."""
+    from edgetune.coordination.registry import NodeRecord
+
+    rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
+    store.kill = "between"
+    with pytest.raises(_Killed):  # killed right after the write: only what that write holds counts
+        rec._publish(spec, NodeRecord("a", device={"name": "orin-agx"}), writer, decided, 20.0)
+    cfg = configs.get_or_none("a")
+    status = rec.jobs.get(spec.name).status
+    assert cfg is not None and cfg.revision == 2 and cfg.batch_size == 16  # the other publish got 1
+    assert status is not None and status.nodes["a"].phase == "Applied" and status.nodes["a"].config_revision == 2

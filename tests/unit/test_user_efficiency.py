@@ -1,7 +1,7 @@
 """``edgetune estimate efficiency`` with the user's own model and proxy data (``MODULE:FUNCTION`` both):
 passes to the target per batch size written as the ``optimize joint --efficiency`` table, and bad
-entries exit 2 naming the field. The model and data are defined in this file (a 1-D CNN over
-sensor windows, two classes)."""
+entries exit 2 naming the field. The model is the tests' sensor-window CNN (narrow, two classes:
+``sensor_cnn:make_small``); the proxy data are defined in this file."""
 
 from __future__ import annotations
 
@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from edgetune.cli import main
 from edgetune.optimization.joint_tables import read_efficiency
+from tests.fixtures.workloads.sensor_cnn import CHANNELS
 
 MODULE = Path(__file__).stem
-
-
-def sensor_cnn():
-    """The workload: (model, make_batch, loss_fn), the model as returned being the checkpoint."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv1d(3, 8, 5, padding=2), nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(),
-                          nn.Linear(8, 2))
-
-    def make_batch(batch_size: int):
-        return torch.randn(batch_size, 3, 32), torch.randint(0, 2, (batch_size,))
-
-    return model, make_batch, nn.functional.cross_entropy
+WORKLOAD = "tests.fixtures.workloads.sensor_cnn:make_small"
 
 
 def sensor_windows():
@@ -37,7 +26,7 @@ def sensor_windows():
 
     def split(n: int):
         y = torch.randint(0, 2, (n,), generator=g)
-        x = torch.randn(n, 3, 32, generator=g) + 1.0 * y.view(-1, 1, 1).float()
+        x = torch.randn(n, CHANNELS, 32, generator=g) + 1.0 * y.view(-1, 1, 1).float()
         return x, y
 
     return split(512), split(200)
@@ -56,7 +45,7 @@ def importable(monkeypatch):
 
 def test_passes_to_target_per_batch_size_of_the_users_model_and_data(tmp_path, capsys):
     out = tmp_path / "eff.csv"
-    code = main(["estimate", "efficiency", "--workload", f"{MODULE}:sensor_cnn", "--data", f"{MODULE}:sensor_windows",
+    code = main(["estimate", "efficiency", "--workload", WORKLOAD, "--data", f"{MODULE}:sensor_windows",
                  "--batch-sizes", "8,32", "--target-accuracy", "0.8", "--seeds", "0,1", "--max-passes", "15",
                  "--base-lr", "0.05", "--no-ray", "--out", str(out)])
     _, err = capsys.readouterr()
@@ -79,7 +68,7 @@ def test_bad_entries_exit_2_naming_the_field(tmp_path, capsys, args, needle):
     base = {"--target-accuracy": "0.8"}
     if "--target-accuracy" in args:
         base = {}
-    argv = ["estimate", "efficiency", "--workload", f"{MODULE}:sensor_cnn", "--batch-sizes", "8", "--no-ray",
+    argv = ["estimate", "efficiency", "--workload", WORKLOAD, "--batch-sizes", "8", "--no-ray",
             "--out", str(tmp_path / "eff.csv"), *[x for kv in base.items() for x in kv], *args]
     code = main(argv)
     out, err = capsys.readouterr()

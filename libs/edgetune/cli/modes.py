@@ -4,7 +4,9 @@
     edgetune modes --device NAME --presets [--nvpmodel /etc/nvpmodel.conf]
 
 ``NAME`` is a built-in device model (``orin-agx``, ``orin-nx``, ``orin-nano-super``, …) or the same
-name as a simulated backend spells it (``sim:orin-nx``): both mean the model's spec.
+name as a simulated backend spells it (``sim:orin-nx``): both mean the model's spec. As everywhere
+``--device`` is taken, a backend also names one: ``sysfs[:ROOT]`` (the tables a real board, or a
+sysroot, exposes) and ``replay:FILE.csv`` (the values a recorded table holds per knob).
 
 The table has the header ``cores,cpu_mhz,gpu_mhz,emc_mhz`` and goes to stdout unless ``--out``
 is given (then a one-line summary goes to stderr). ``--presets`` lists the device's nvpmodel
@@ -19,6 +21,7 @@ from pathlib import Path
 import click
 
 from edgetune.cli.errors import checked, reports_errors
+from edgetune.devices.factory import open_device
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
 from edgetune.powermodes.mode import MODE_FIELDS
@@ -28,19 +31,26 @@ from edgetune.powermodes.specs import SPECS, get_spec
 PRESET_FIELDS = ("id", "name", "budget_w", *MODE_FIELDS)
 
 
+ALLOWED = f"{', '.join(SPECS)}, sim:NAME, sysfs[:ROOT] or replay:FILE.csv"
+
+
 def _device(value: str, field: str):
     # checked at run time (not click.Choice) so devices registered later are accepted too;
     # "sim:NAME" is the simulated backend of NAME, whose spec is NAME's
-    name = value[4:] if value.startswith("sim:") else value
+    kind = value.partition(":")[0]
     try:
-        return get_spec(name)
+        if kind in ("sysfs", "replay"):
+            # only the spec is read: the backend is not closed, as closing restores (writes) a board's mode
+            return open_device(value).spec
+        return get_spec(value[4:] if kind == "sim" else value)
     except InvalidArgument as exc:
-        raise InvalidArgument(field, exc.message, f"{', '.join(SPECS)}, or sim:NAME") from None
+        raise InvalidArgument(field, exc.message, ALLOWED) from None
 
 
 @click.command("modes")
 @click.option("--device", "spec", required=True, callback=checked(_device), metavar="NAME",
-              help=f"Device model: {', '.join(SPECS)} (or sim:NAME).")
+              help=f"Device model: {', '.join(SPECS)} (or sim:NAME); or a backend's tables: sysfs[:ROOT], "
+                   "replay:FILE.csv.")
 @click.option("--grid", "grid_name", type=click.Choice(GRID_NAMES), default="full", show_default=True,
               help="full: every mode; powertrain: PowerTrain's uniform subset; fulcrum: Fulcrum's grid.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -63,8 +63,8 @@ def _selection_json(table, sel: Selection, bounded: bool) -> dict:
 @command.command("select")
 @click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False),
               help="Profile table (CSV) of the options: modes × batch sizes with time_ms and power_w.")
-@click.option("--power-budget", "power_budget", default=None,
-              help="Power budget W, or a sweep A:B:STEP (e.g. 17:50:1, inclusive).")
+@click.option("--power-budget", "power_budget", default=None, metavar="W|A:B[:STEP]",
+              help="Power budget W, or a sweep A:B[:STEP] (e.g. 17:50:1, inclusive; step 1 by default).")
 @click.option("--time-budget-ms", type=float, default=None, callback=checked(validation.time_budget_ms),
               help="Optional per-minibatch time budget (ms).")
 @click.option("--objective", type=click.Choice(["time", "power", "energy"]), default="time", show_default=True,

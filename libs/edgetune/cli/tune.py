@@ -57,7 +57,7 @@ def _log(text: str) -> None:
 
 
 @click.command("tune")
-@click.option("--device", "device_name", required=True, help="sim:<device>, sysfs or replay:<table.csv>.")
+@click.option("--device", "device_name", required=True, help="sim:<device>, sysfs[:ROOT] or replay:<table.csv>.")
 @click.option("--workload", required=True,
               help="Zoo workload, or your own MODULE:FUNCTION (found on PYTHONPATH; tuned under its id).")
 @click.option("--role", type=click.Choice(ROLES), default="train", show_default=True)
@@ -66,8 +66,8 @@ def _log(text: str) -> None:
               help="Reference model (edgetune estimate fit) to transfer from.")
 @click.option("--modes", "modes_path", required=True, type=click.Path(dir_okay=False),
               help="The modes to choose from (a mode table, e.g. edgetune modes --grid powertrain).")
-@click.option("--power-budget", "power_budget", required=True,
-              help="Power budget W, or a sweep A:B:STEP; its range is where the front is sampled.")
+@click.option("--power-budget", "power_budget", required=True, metavar="W|A:B[:STEP]",
+              help="Power budget W, or a sweep A:B[:STEP]; its range is where the front is sampled.")
 @click.option("--risk", type=float, default=DEFAULT_RISK, show_default=True,
               help="Select with power_w + z(1-risk)·power_std_w within the budget.")
 @click.option("--method", default=None,

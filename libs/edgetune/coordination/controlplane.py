@@ -123,15 +123,16 @@ def local_nodes(requests: Sequence[NodeRequest]) -> list[LocalNode]:
 
 
 def fit_references(estimator_address: str, devices: Sequence[str], *, workload: str = REFERENCE_WORKLOAD,
-                   seed: int = 0) -> dict[str, str]:
-    """Fit a training reference per device model through the Estimator; ``device -> model id``."""
+                   seed: int = 0, points: int = REFERENCE_POINTS, epochs: int = REFERENCE_EPOCHS) -> dict[str, str]:
+    """Fit a training reference per device model through the Estimator (the simulator's truth on
+    ``points`` random fulcrum modes, ``epochs`` of training); ``device -> model id``."""
     out: dict[str, str] = {}
     with grpc.insecure_channel(estimator_address) as channel:
         stub = estimator_pb2_grpc.EstimatorStub(channel)
         for device in dict.fromkeys(devices):  # once per model, in fleet order
             grid = named_grid(get_spec(device), "fulcrum").array()
             rng = np.random.default_rng(seed)
-            grid = grid[np.sort(rng.choice(len(grid), min(REFERENCE_POINTS, len(grid)), replace=False))]
+            grid = grid[np.sort(rng.choice(len(grid), min(points, len(grid)), replace=False))]
             rows = truth_table(device, workload, "train", grid, [REFERENCE_BATCH_SIZE])
             measurements = [common_pb2.Measurement(
                 device=device, workload=workload, role=common_pb2.ROLE_TRAIN, batch_size=REFERENCE_BATCH_SIZE,
@@ -141,7 +142,7 @@ def fit_references(estimator_address: str, devices: Sequence[str], *, workload: 
             model_id = reference_model_id(device)
             stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload=workload,
                                               role=common_pb2.ROLE_TRAIN, measurements=measurements,
-                                              epochs=REFERENCE_EPOCHS, seed=seed), timeout=300)
+                                              epochs=epochs, seed=seed), timeout=300)
             out[device] = model_id
     return out
 

@@ -14,7 +14,8 @@ nodes from the registry and starts one worker per (job, node) that is not Applie
    model and workload (other nodes'), else the node fails saying so.
 3. **Selecting / Verifying**: ``Optimizer.Select`` at the job's risk, the choice measured on the node.
 4. **Applied**: the choice is written to the status (Verifying), then published as the node's config
-   together with the status Applied, in one atomic write fenced by the lease. A config whose digest is unchanged adds no revision, and a resumed node
+   together with the status Applied, in one atomic write fenced by the lease; the store writes the revision it gives
+   the config into the status (never guessed). A config whose digest is unchanged adds no revision, and a resumed node
    that already has its decision publishes that one, so a new leader never adds a second revision.
 
 A ``method: cap-search`` node skips steps 2-3: :class:`~edgetune.profiling.order.CapSearch` (Ahmed et
@@ -732,22 +733,13 @@ class Reconciler:
         cfg = NodeConfig(node.node_id, PowerMode(int(m[0]), m[1], m[2], m[3]), status.batch_size,
                          {"name": spec.workload}, spec.role, round_id=f"tuning/{spec.name}", power_budget_w=budget,
                          reason=f"tuning job {spec.name}")
-        # The status says Applied with the revision the publish will get (the leader is the only
-        # writer of tuning configs: same digest, same revision; else one more), and goes in the same
-        # atomic write: a crash never leaves the config published and the node not Applied.
-        current = self.configs.get_or_none(node.node_id)
-        revision = (0 if current is None else current.revision) + \
-            (0 if current is not None and current.digest() == cfg.digest() else 1)
-
-        def applied(rev: int) -> Callable[[NodeStatus], NodeStatus]:
-            return lambda s: s.with_event(f"config revision {rev} published", phase="Applied", reason="",
-                                          config_revision=rev)
-
-        _, (published,) = writer.update_with(
-            node.node_id, applied(revision), lambda doc: self.configs.publish_many([cfg], fence=self.lease, docs=[doc]))
+        # The status says Applied and goes in the same atomic write, with the revision the store
+        # gives the config stamped in by the store: a crash never leaves the config published and
+        # the node not Applied, and a publish to the node in between never leaves a wrong revision.
+        (published,) = writer.update_with(
+            node.node_id, lambda s: s.with_event("config published", phase="Applied", reason=""),
+            lambda doc: self.configs.publish_many([cfg], fence=self.lease, docs=[doc]))
         STEPS.labels("publish" if published.changed else "publish_unchanged").inc()
-        if published.revision != revision:  # another publish to this node came between the read and ours
-            writer.update(node.node_id, applied(published.revision))
 
     def _new_tuner(self, spec: TuningJobSpec, node: NodeRecord, budget: float, writer: StatusWriter,
                    should_stop: Callable[[], bool]) -> NodeTuner | None:

@@ -350,16 +350,20 @@ class StatusWriter:
             return node
 
     def update_with(self, node_id: str, change: Callable[[NodeStatus], NodeStatus],
-                    write: Callable[[DocWrite], T]) -> tuple[NodeStatus, T]:
-        """As :meth:`update`, but the status doc is handed to ``write`` (a config publish carrying it
-        in ``docs=``), so the two land in one atomic step; compare-and-set on the status revision
-        read here, so nothing written meanwhile is lost (RevisionConflict instead)."""
+                    write: Callable[[DocWrite], T]) -> T:
+        """As :meth:`update`, but the status doc is handed to ``write``, a publish of the node's config
+        carrying it in ``docs=``: the two land in one atomic step, and the store writes the revision
+        it gives that config into the node's ``config_revision``. Compare-and-set on the status
+        revision read here, so nothing written meanwhile is lost (RevisionConflict instead)."""
         with self._lock:
             view = self.jobs.get(self.name)
             status = view.status or TuningJobStatus(self.name)
             node = change(status.nodes.get(node_id) or NodeStatus(node_id))
-            doc = replace(status, nodes={**status.nodes, node_id: node}, updated_s=time.time()).to_dict()
-            return node, write(DocWrite(STATUS_KIND, self.name, doc, expected_revision=view.status_revision))
+            nodes = {**status.nodes, node_id: node}
+            doc = replace(status, nodes=nodes, updated_s=time.time()).to_dict()
+            at = (("nodes", list(nodes).index(node_id), "config_revision"), node_id)
+            return write(DocWrite(STATUS_KIND, self.name, doc, expected_revision=view.status_revision,
+                                  config_revisions=(at,)))
 
     def ensure(self, node_ids: Sequence[str], devices: Mapping[str, str]) -> TuningJobStatus:
         """Every target node in the status (Pending when new); the status as stored."""

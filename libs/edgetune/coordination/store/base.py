@@ -29,7 +29,7 @@ What it holds (records in :mod:`.records`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -73,13 +73,23 @@ class BlobRef(NamedTuple):
     latest_version: int
 
 
+#: Where a doc holds a config's revision: keys into nested objects, indexes into lists.
+DocPath = tuple[str | int, ...]
+
+
 class DocWrite(NamedTuple):
-    """A doc written with a publish (``Store.publish_configs(docs=...)``), compare-and-set as ``put_doc``."""
+    """A doc written with a publish (``Store.publish_configs(docs=...)``), compare-and-set as ``put_doc``.
+
+    ``config_revisions``: ``(path, node_id)`` pairs; the store writes the revision this same
+    publish gives ``node_id``'s config into the doc at ``path`` (an int), in the same atomic step,
+    so the doc never says a revision other than the one published (another writer may publish
+    that node's config in between a read and this write)."""
 
     kind: str
     key: str
     doc: Any
     expected_revision: int | None = None
+    config_revisions: tuple[tuple[DocPath, str], ...] = ()
 
 
 class ConfigChanges(NamedTuple):
@@ -159,6 +169,34 @@ def check_expected_revision(expected_revision: int | None) -> None:
 def check_version(version: int | None) -> None:
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise InvalidArgument("version", f"{version!r}", allowed="an int >= 1, or None for the latest")
+
+
+def stamp_config_revisions(write: DocWrite, node_ids: Sequence[str], value_of: Callable[[int], Any]) -> Any:
+    """A copy of ``write.doc`` with ``value_of(i)`` at each ``config_revisions`` path, ``i`` the
+    index in ``node_ids`` (the publish's configs) of the node named (its last, the one that stays);
+    the input is checked first (every node published here, every path into the doc), so a bad
+    stamp writes nothing."""
+    doc = write.doc
+    last = {n: i for i, n in enumerate(node_ids)}
+    for path, node_id in write.config_revisions:
+        if node_id not in last:
+            raise InvalidArgument("docs.config_revisions", f"node {node_id!r} has no config in this publish",
+                                  "a node whose config the same publish writes")
+        if not path:
+            raise InvalidArgument("docs.config_revisions", "an empty path", "a path into the doc")
+        doc = _copy_along(doc, path, value_of(last[node_id]))
+    return doc
+
+
+def _copy_along(doc: Any, path: DocPath, value: Any) -> Any:
+    """``doc`` with ``value`` at ``path``, copying only the containers on the way."""
+    head, rest = path[0], path[1:]
+    if isinstance(doc, dict) and isinstance(head, str) and (not rest or head in doc):
+        return {**doc, head: _copy_along(doc[head], rest, value) if rest else value}
+    if isinstance(doc, list) and isinstance(head, int) and not isinstance(head, bool) and 0 <= head < len(doc):
+        return [*doc[:head], _copy_along(doc[head], rest, value) if rest else value, *doc[head + 1:]]
+    raise InvalidArgument("docs.config_revisions", f"path part {head!r} is not in the doc",
+                          "object keys and list indexes that exist (the last key may be new)")
 
 
 def check_node_id(node_id: str) -> str:
@@ -305,8 +343,10 @@ class Store(Protocol):
                         values: Sequence[tuple[KeyLike, Any, float | None]] = (),
                         round_state: RoundState | None = None) -> list[Published]:
         """Each node's config becomes current with revision+1 when its digest changed, and
-        ``docs`` (compare-and-set), ``values`` (``set_many``'s items) and ``round_state``
-        (``put_round``) are written with them: all in one atomic step or nothing. With
+        ``docs`` (compare-and-set; each doc's ``config_revisions`` get the revisions written
+        here), ``values`` (``set_many``'s items) and ``round_state`` (``put_round``) are written
+        with them: all in one atomic step or nothing. Returns each config's revision as written
+        (the caller never predicts one). With
         ``fence``: only while the lease is held, else :class:`LeaseLost`; a doc at another
         revision than expected: :class:`RevisionConflict`. The first publish into an empty
         store sets the config epoch."""

@@ -38,6 +38,7 @@ from .base import (
     check_version,
     escape_part,
     key_parts,
+    stamp_config_revisions,
 )
 from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
 
@@ -432,12 +433,13 @@ class MemoryStore:
                         round_state: RoundState | None = None) -> list[Published]:
         prepared = [(check_node_id(c.node_id), NodeConfig.from_json(c.with_revision(0).to_json()), c.digest())
                     for c in configs]
+        node_ids = [node_id for node_id, _cfg, _digest in prepared]
         doc_writes = []
         for d in docs:
             check_expected_revision(d.expected_revision)
             escape_part(d.kind)
             escape_part(d.key)
-            doc_writes.append((d, dumps(d.doc, "doc")))
+            doc_writes.append((d, dumps(stamp_config_revisions(d, node_ids, lambda _i: 0), "doc")))
         kv = [(_key(k), dumps(v, "value"), None if t is None else check_ttl(t)) for k, v, t in values]
         new_round = (RoundState.from_json(round_state.to_json()).with_options(round_state.options_npz)
                      if round_state is not None else None)
@@ -450,9 +452,6 @@ class MemoryStore:
                     raise LeaseLost(fence.name, lease[0] if lease else None)
             for d, _raw in doc_writes:
                 self._check_write(d.kind, d.key, d.expected_revision, None)
-            for d, raw in doc_writes:
-                self._doc_rev += 1
-                self._docs[(d.kind, d.key)] = (raw, self._doc_rev)
             now = self.clock()
             for key, raw, ttl_s in kv:
                 self._kv[key] = (raw, None if ttl_s is None else now + max(1, round(ttl_s * 1000)) / 1000.0)
@@ -473,6 +472,11 @@ class MemoryStore:
                 self._feed_seq += 1
                 self._feed.append((self._feed_seq, node_id))
                 out.append(Published(node_id, current.revision, True, self._epoch))
+            for d, raw in doc_writes:  # after the configs: a doc's config_revisions are theirs
+                if d.config_revisions:
+                    raw = dumps(stamp_config_revisions(d, node_ids, lambda i: out[i].revision), "doc")
+                self._doc_rev += 1
+                self._docs[(d.kind, d.key)] = (raw, self._doc_rev)
             self._cond.notify_all()
         return out
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -63,6 +64,7 @@ from .base import (
     escape_part,
     parts_of,
     redact_url,
+    stamp_config_revisions,
     unescape_part,
 )
 from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState, dumps
@@ -128,20 +130,15 @@ return entry
 _PUBLISH = """
 local nd, nv, nc = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
-local k, a = 6, 8
+local dk, da = 6, 9
 for i = 0, nd - 1 do
-  local expected = ARGV[a + 3 * i + 1]
+  local expected = ARGV[da + 4 * i + 1]
   if expected ~= '' then
-    local cur = tonumber(redis.call('HGET', KEYS[k + 2 * i], 'rev') or '0')
+    local cur = tonumber(redis.call('HGET', KEYS[dk + 2 * i], 'rev') or '0')
     if cur ~= tonumber(expected) then return {-2, i, cur} end
   end
 end
-for i = 0, nd - 1 do
-  local rev = redis.call('INCR', KEYS[4])
-  redis.call('HSET', KEYS[k + 2 * i], 'doc', ARGV[a + 3 * i], 'rev', rev)
-  redis.call('SADD', KEYS[k + 2 * i + 1], ARGV[a + 3 * i + 2])
-end
-k, a = k + 2 * nd, a + 3 * nd
+local k, a = dk + 2 * nd, da + 4 * nd
 for i = 0, nv - 1 do
   local px = ARGV[a + 2 * i + 1]
   if px == '' then redis.call('SET', KEYS[k + i], ARGV[a + 2 * i])
@@ -158,7 +155,7 @@ if nc > 0 and not epoch then
   epoch = ARGV[2]
   redis.call('SET', KEYS[2], epoch)
 end
-local out = {1, tonumber(epoch or '0')}
+local out, revs = {1, tonumber(epoch or '0')}, {}
 for i = 0, nc - 1 do
   local key, log = KEYS[k + 2 * i], KEYS[k + 2 * i + 1]
   local cur = redis.call('HMGET', key, 'rev', 'digest')
@@ -174,6 +171,18 @@ for i = 0, nc - 1 do
     table.insert(out, rev)
     table.insert(out, 1)
   end
+  revs[i] = rev
+end
+-- the docs after the configs: each placeholder "<ARGV[8]>-<i>" becomes config i's revision
+for i = 0, nd - 1 do
+  local doc = ARGV[da + 4 * i]
+  for idx in string.gmatch(ARGV[da + 4 * i + 3], '%d+') do
+    local s, e = string.find(doc, '"' .. ARGV[8] .. '-' .. idx .. '"', 1, true)
+    doc = string.sub(doc, 1, s - 1) .. string.format('%d', revs[tonumber(idx)]) .. string.sub(doc, e + 1)
+  end
+  local rev = redis.call('INCR', KEYS[4])
+  redis.call('HSET', KEYS[dk + 2 * i], 'doc', doc, 'rev', rev)
+  redis.call('SADD', KEYS[dk + 2 * i + 1], ARGV[da + 4 * i + 2])
 end
 return out
 """
@@ -594,18 +603,30 @@ class RedisBase:
             return []
         # KEYS: lease, epoch, feed, doc-rev, round, then per doc (doc, doc-index), per value
         # (kv), per config (config, config-log). ARGV: holder, epoch candidate, log_len, counts,
-        # has-round, then per doc (doc, expected, index member), per value (raw, px), the round
-        # (state, options), per config (config, digest, node id).
+        # has-round, placeholder prefix, then per doc (doc, expected, index member, the config
+        # indexes of its placeholders), per value (raw, px), the round (state, options), per
+        # config (config, digest, node id).
         keys: list[str] = [self.key("leader", fence.name) if fence is not None else self.key("leader", "-"),
                            self.key("config-epoch"), self.key("config-feed"), self.key("doc-rev"),
                            self.key(*ROUND_KEY)]
+        # A doc's config revisions are known inside the script only: the doc goes with a unique
+        # string at each place, which the script replaces with the revision it wrote.
+        prefix = f"edgetune-config-revision-{uuid.uuid4().hex}"
         args: list[Any] = [fence.holder if fence is not None else "", int(time.time() * 1000), log_len,
-                           len(docs), len(values), len(configs), "1" if round_state is not None else "0"]
+                           len(docs), len(values), len(configs), "1" if round_state is not None else "0", prefix]
+        node_ids = [cfg.node_id for cfg in configs]
         for d in docs:
             check_expected_revision(d.expected_revision)
             keys += [self.key("doc", d.kind, d.key), self.key("doc-index", d.kind)]
-            args += [dumps(d.doc, "doc"), "" if d.expected_revision is None else d.expected_revision,
-                     escape_part(d.key)]
+            placed: list[int] = []
+
+            def place(i: int, placed: list[int] = placed) -> str:
+                placed.append(i)
+                return f"{prefix}-{i}"
+
+            raw = dumps(stamp_config_revisions(d, node_ids, place), "doc")
+            args += [raw, "" if d.expected_revision is None else d.expected_revision, escape_part(d.key),
+                     " ".join(map(str, placed))]
         for k, v, t in values:
             keys.append(self._kv(k))
             args += [dumps(v, "value"), "" if t is None else max(1, round(check_ttl(t) * 1000))]
