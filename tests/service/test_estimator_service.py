@@ -139,7 +139,7 @@ def test_transfer_from_a_shipped_reference_is_not_stored_as_a_model(estimator, s
     rows = truth_table(ORIN, "mobilenetv3", "train", profiled, [16])
     before = len(store.list_blobs(BLOB_KIND))
     new = estimator.Transfer(estimator_pb2.TransferRequest(
-        base_model_id="reference:orin-agx", model_id="shipped-base/mobilenetv3", workload="mobilenetv3",
+        base_model_id="reference:orin-agx", model_id="shipped-base/mobilenetv3-from-shipped", workload="mobilenetv3-from-shipped",
         measurements=_measurements(rows), params={"method": "ref+gp"})).model
     assert new.base_model_id == "reference:orin-agx@1" and new.kind == "ref+gp" and new.device == "orin-agx"
     assert len(store.list_blobs(BLOB_KIND)) == before + 1  # the transfer; the shipped base stays package data
