@@ -149,6 +149,13 @@ def test_transfer_from_a_shipped_reference_is_not_stored_as_a_model(estimator, s
     code, details = _code(lambda: estimator.Transfer(estimator_pb2.TransferRequest(
         base_model_id="reference:thor", workload="w", measurements=_measurements(rows))))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "base_model_id" in details and "reference:orin-agx" in details
+    again = estimator.Transfer(estimator_pb2.TransferRequest(  # the base id the transfer recorded names it again
+        base_model_id=new.base_model_id, model_id="shipped-base/again", workload="mobilenetv3-from-shipped",
+        measurements=_measurements(rows), params={"method": "gp"})).model
+    assert again.base_model_id == "reference:orin-agx@1"
+    code, details = _code(lambda: estimator.Transfer(estimator_pb2.TransferRequest(
+        base_model_id="reference:orin-agx@2", workload="w", measurements=_measurements(rows))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "version 1" in details
 
 
 def test_predict_fulcrum_grid_streams_in_order_and_matches_library(estimator, store, fitted):
