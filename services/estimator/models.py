@@ -23,13 +23,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.coordination.store import ModelRecord, Store
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.features import STD_COLUMNS, TARGETS
+from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference, load_reference
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.services.estimator import metrics
-from edgetune.services.estimator.convert import BLOB_KIND, ModelRef
+from edgetune.services.estimator.convert import BLOB_KIND, ModelRef, parse_model_id
 
 V = TypeVar("V")
 
@@ -150,6 +152,30 @@ class ModelRepository:
 
         model, meta = self._models.get_or_make((ref.parts, version), fetch, metrics.MODEL_CACHE)
         return Loaded(model, meta, version, ref)
+
+    def base(self, text: str, field: str = "base_model_id") -> Loaded:
+        """A transfer's base: a stored model (``id[@version]``), or a reference shipped with the package
+        (``reference:orin-agx``, ``@1`` optional), read from the package once and never stored."""
+        if not text.startswith(PREFIX):
+            return self.load(parse_model_id(text, field), field)
+        name, at, version = text.partition("@")
+        if at and version != str(REFERENCE_VERSION):  # the id a transfer from it records carries the version
+            raise InvalidArgument(field, f"{validation.shown(text)}: the shipped references are version "
+                                  f"{REFERENCE_VERSION}", f"{name} or {name}@{REFERENCE_VERSION}")
+        shipped = find_reference(name, field)
+        ref = ModelRef((PREFIX + shipped.device,), REFERENCE_VERSION)
+
+        def read() -> tuple[TimePowerModel, ModelRecord]:
+            model = load_reference(shipped.device)
+            event = model.last_event
+            meta = ModelRecord(ref.model_id, shipped.method, model.device, model.workload, model.role,
+                               int(event.get("n_train", 0)), int(event.get("rows", 0)), model.gives_std,
+                               tuple(model.batch_sizes), tuple(model.columns), dict(event.get("metrics", {})),
+                               source=str(event.get("source", "")))
+            return model, meta
+
+        model, meta = self._models.get_or_make((ref.parts, ref.version), read, metrics.MODEL_CACHE)
+        return Loaded(model, meta, REFERENCE_VERSION, ref)
 
     def list(self, device: str = "", workload: str = "") -> list[tuple[ModelRecord, int]]:
         """(record, latest version) of every model, filtered, sorted by id."""

@@ -101,7 +101,7 @@ class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     # -- Transfer -------------------------------------------------------------------------------------
     @map_errors
     def Transfer(self, request, context):
-        base = self.models.load(convert.parse_model_id(request.base_model_id, "base_model_id"), "base_model_id")
+        base = self.models.base(request.base_model_id)
         method = convert.method_from_kind(request.params.get("method", ""), self.policy.transfer_method,
                                          "params.method")
         if method in TRANSFER_METHODS and base.meta.kind not in NN_METHODS:

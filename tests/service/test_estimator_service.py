@@ -133,6 +133,31 @@ def test_fit_then_transfer_store_versioned_models(fitted, reference_rows, small_
     assert new.n_train == len(small_rows)
 
 
+def test_transfer_from_a_shipped_reference_is_not_stored_as_a_model(estimator, store):
+    modes = FULCRUM.modes()
+    profiled = [modes[i] for i in np.random.default_rng(3).choice(len(modes), 40, replace=False)]
+    rows = truth_table(ORIN, "mobilenetv3", "train", profiled, [16])
+    before = len(store.list_blobs(BLOB_KIND))
+    new = estimator.Transfer(estimator_pb2.TransferRequest(
+        base_model_id="reference:orin-agx", model_id="shipped-base/mobilenetv3-from-shipped", workload="mobilenetv3-from-shipped",
+        measurements=_measurements(rows), params={"method": "ref+gp"})).model
+    assert new.base_model_id == "reference:orin-agx@1" and new.kind == "ref+gp" and new.device == "orin-agx"
+    assert len(store.list_blobs(BLOB_KIND)) == before + 1  # the transfer; the shipped base stays package data
+    _, preds = _predict(estimator, model_id=new.model_id, grid=common_pb2.GRID_FULCRUM)
+    truth = truth_table(ORIN, "mobilenetv3", "train", FULCRUM.modes(), [16])
+    assert np.mean(np.abs(preds.time_ms / np.array([r["time_ms"] for r in truth]) - 1)) < 0.10
+    code, details = _code(lambda: estimator.Transfer(estimator_pb2.TransferRequest(
+        base_model_id="reference:thor", workload="w", measurements=_measurements(rows))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "base_model_id" in details and "reference:orin-agx" in details
+    again = estimator.Transfer(estimator_pb2.TransferRequest(  # the base id the transfer recorded names it again
+        base_model_id=new.base_model_id, model_id="shipped-base/again", workload="mobilenetv3-from-shipped",
+        measurements=_measurements(rows), params={"method": "gp"})).model
+    assert again.base_model_id == "reference:orin-agx@1"
+    code, details = _code(lambda: estimator.Transfer(estimator_pb2.TransferRequest(
+        base_model_id="reference:orin-agx@2", workload="w", measurements=_measurements(rows))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "version 1" in details
+
+
 def test_predict_fulcrum_grid_streams_in_order_and_matches_library(estimator, store, fitted):
     _, new = fitted
     chunks, preds = _predict(estimator, model_id=new.model_id, grid=common_pb2.GRID_FULCRUM, chunk_size=100)

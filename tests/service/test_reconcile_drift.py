@@ -201,3 +201,40 @@ def test_drift_reason_tolerates_the_miss_verification_accepted():
     assert "W > budget" in drift_reason(st, 100.0, 26.0, 25.0, 0.25)  # over the budget
     with pytest.raises(InvalidArgument):
         DriftPolicy(check_s=-1)
+
+
+def test_a_job_naming_no_reference_transfers_from_the_shipped_one_and_says_so():
+    """The estimator holds no reference: the Orin node's tuner transfers from the reference shipped with
+    the package (its events name the file) and reaches Applied within its budget; an Orin Nano, for
+    which none is shipped and the store holds no measurements, fails saying so, before any profiling."""
+    store = MemoryStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=120)
+    registry.register(NodeRecord("orin-agx-1", device=spec_to_dict(get_spec(DEVICE)), power_budget_w=BUDGET_W))
+    registry.register(NodeRecord("orin-nano-1", device=spec_to_dict(get_spec("orin-nano")), power_budget_w=10.0))
+    lease = _leader(store)
+    estimator = LibraryEstimator()
+    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
+                     point_timeout_s=60, transfer_epochs=40)
+    board = Board(store, "orin-agx-1")
+    board.thread.start()
+    rec.start()
+    try:
+        jobs = TuningJobs(store)
+        jobs.submit(TuningJobSpec("shipped", WORKLOAD, nodes=("orin-agx-1", "orin-nano-1"), profiles=10,
+                                  method="random"))
+        done = _wait(lambda: (s := jobs.get("shipped").status) is not None and len(s.nodes) == 2
+                     and all(n.phase in ("Applied", "Failed") for n in s.nodes.values()) and s.nodes)
+        orin, nano = done["orin-agx-1"], done["orin-nano-1"]
+        assert orin.phase == "Applied", orin.reason
+        said = [e.message for e in orin.events if e.message.startswith("reference model ")]
+        assert said == ["reference model reference:orin-agx: shipped with edgetune (orin-agx-resnet18-train.v1.model: "
+                        "resnet18 train, batch size 16, fitted on the simulator's powertrain grid)"]
+        assert orin.measured_power_w is not None and orin.measured_power_w <= BUDGET_W
+        assert set(estimator.models) == {"reference:orin-agx", "tuning-shipped-orin-agx-1"}
+        assert nano.phase == "Failed" and "none is shipped for orin-nano (train)" in nano.reason, nano.reason
+        assert nano.profiled == 0
+    finally:
+        rec.stop()
+        board.stop.set()
+        board.thread.join(2)
+        lease.stop()

@@ -1,6 +1,6 @@
 """Shipped reference models (edgetune.estimation.references): they load by name, are small,
-say what they are, predict their device's simulator table sensibly, and ``estimate transfer``
-starts from them."""
+say what they are (and their held-out accuracy), predict their device's simulator table sensibly,
+and ``estimate transfer`` and the library estimator (a tuning job's default) start from them."""
 
 from __future__ import annotations
 
@@ -13,10 +13,18 @@ from edgetune.cli import main
 from edgetune.devices.simulated import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.metrics import mape_pct
-from edgetune.estimation.references import REFERENCES, find_reference, load_reference, reference_path
+from edgetune.estimation.references import (
+    REFERENCES,
+    find_reference,
+    load_reference,
+    reference_path,
+    shipped_for,
+)
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table, write_table
+from edgetune.tuning import Points
+from edgetune.tuning.local import LibraryEstimator
 
 
 @pytest.mark.parametrize("ref", REFERENCES, ids=lambda r: r.device)
@@ -33,6 +41,10 @@ def test_reference_loads_and_predicts_its_device(ref):
     assert mape_pct(pred["time_ms"], table.column("time_ms")) < 10.0
     assert mape_pct(pred["power_w"], table.column("power_w")) < 6.0
     assert np.all(pred["power_w"] > 0)
+    # the file says how well it fits its own grid: MAPE on the modes held out of its fit
+    event = model.last_event
+    assert event["held_out_rows"] >= 400 and event["source"] == f"simulator {ref.grid} grid"
+    assert event["metrics"]["time_mape"] < 2.0 and event["metrics"]["power_mape"] < 1.0
 
 
 def test_unknown_reference_is_refused_naming_the_shipped_ones():
@@ -41,6 +53,29 @@ def test_unknown_reference_is_refused_naming_the_shipped_ones():
     assert "orin-agx" in str(err.value.allowed)
     assert find_reference("reference:orin-agx").device == "orin-agx"
     assert find_reference("orin-agx-resnet18-train").device == "orin-agx"
+    assert find_reference("reference:xavier-agx").name == "xavier-agx-resnet18-train"
+
+
+def test_a_device_model_and_role_have_a_shipped_reference_or_none():
+    assert shipped_for("orin-agx") == find_reference("orin-agx")
+    assert shipped_for("xavier-agx", "train") == find_reference("xavier-agx")
+    assert shipped_for("orin-agx", "infer") is None and shipped_for("orin-nano") is None
+
+
+def test_the_library_estimator_transfers_from_a_shipped_reference_by_name():
+    est = LibraryEstimator()
+    assert est.find("reference-orin-agx-train") is None and est.find("reference:xavier-agx") is not None
+    modes = named_grid(get_spec("xavier-agx"), "fulcrum").array()
+    idx = np.random.default_rng(1).choice(len(modes), 30, replace=False)
+    rows = truth_table("xavier-agx", "mobilenetv3", "train", modes[idx], [16])
+    points = Points(modes[idx], np.full(30, 16), np.array([r["time_ms"] for r in rows]),
+                    np.array([r["power_w"] for r in rows]), "xavier-agx", "mobilenetv3", "train")
+    base = est.find("reference:xavier-agx")
+    assert base is not None and (base.device, base.workload) == ("xavier-agx", "resnet18")
+    new = est.transfer(base, points, model_id="new", method="ref+gp")
+    pred = est.predict(new, modes, 16)
+    truth = truth_table("xavier-agx", "mobilenetv3", "train", modes, [16])
+    assert mape_pct(pred.time_ms, np.array([r["time_ms"] for r in truth])) < 10.0
 
 
 def test_transfer_from_a_shipped_reference(tmp_path, capsys):

@@ -84,5 +84,7 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str]) -> str:
         v = r["value"]
         shown = f"{v:.4g}" if isinstance(v, float) else str(v)
         met = {True: "yes", False: "**no**", None: "–"}[r["met"]]
+        note = r.get("details", {}).get("note")  # a benchmark's one-line account of where a target is missed
+        shown += f" ({note})" if note else ""
         lines.append(f"| {r['name']} | {r['target']} | {r['metric']} = {shown} | {met} |")
     return "\n".join(lines) + "\n"

@@ -10,8 +10,11 @@ nodes from the registry and starts one worker per (job, node) that is not Applie
    as run key, so the measurement's id is known before it lands. A point already stored is read
    back, not profiled again: a new leader re-running the tuner replays to where the old one stopped.
 2. **Estimating**: Transfer / Predict on the Estimator service from the spec's
-   ``reference_model_id``, else a reference fitted from the stored measurements of the device
-   model and workload (other nodes'), else the node fails saying so.
+   ``reference_model_id``, else the estimator's reference of the device model and role
+   (``reference-orin-agx-train``: what ``edgetune up`` fits), else the reference shipped with the
+   package for that device model and role (``reference:orin-agx``), else a reference fitted from the
+   stored measurements of the device model and workload (other nodes'), else the node fails saying
+   so. The node's events name the reference used and where it came from.
 3. **Selecting / Verifying**: ``Optimizer.Select`` at the job's risk, the choice measured on the node.
 4. **Applied**: the choice is written to the status (Verifying), then published as the node's config
    together with the status Applied, in one atomic write fenced by the lease; the store writes the revision it gives
@@ -70,6 +73,7 @@ from edgetune.coordination.tuningjobs import (
 )
 from edgetune.devices.workloads import is_user_workload
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.estimation.references import PREFIX, shipped_for
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
 from edgetune.powermodes.grids import named_grid
@@ -764,13 +768,15 @@ class Reconciler:
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
                                  should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
                                  timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
-        base = self._reference(spec, node)
-        if base is None:
-            reason = (f"no reference model: the job names none and the store holds fewer than "
-                      f"{MIN_REFERENCE_POINTS} measurements of {spec.workload} ({spec.role}) on {device} "
-                      "to fit one")
+        found = self._reference(spec, node)
+        if found is None:
+            reason = (f"no reference model: the job names none, none is shipped for {device} ({spec.role}) and the "
+                      f"store holds fewer than {MIN_REFERENCE_POINTS} measurements of {spec.workload} ({spec.role}) "
+                      f"on {device} to fit one")
             writer.update(node_id, lambda s: s.with_event(reason, phase="Failed", reason=reason))
             return None
+        base, which = found
+        writer.update(node_id, lambda s: s.with_event(f"reference model {base.model_id}: {which}"))
         candidates = named_grid(get_spec(device), CANDIDATE_GRID).array()
         return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
@@ -785,15 +791,22 @@ class Reconciler:
         except EdgetuneError:  # deregistered
             return False
 
-    def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> ModelRef | None:
+    def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
+        """The model the node's tuner transfers from, and where it came from (the node's events say it)."""
+        device = node.device_model
         if spec.reference_model_id:
-            return ModelRef(spec.reference_model_id, "", node.device_model, spec.workload)
+            return ModelRef(spec.reference_model_id, "", device, spec.workload), "the job's reference_model"
         assert self.estimator is not None
         # the estimator's reference for the node's device and role (edgetune up fits one per device)
-        shipped = self.estimator.find(reference_model_id(node.device_model, spec.role))
+        held = self.estimator.find(reference_model_id(device, spec.role))
+        if held is not None:
+            return held, f"the estimator's reference for {device} ({spec.role})"
+        shipped = shipped_for(device, spec.role)
         if shipped is not None:
-            return shipped
-        rows = [m for m in self.store.get_measurements(node.device_model, spec.workload, spec.role)
+            return (ModelRef(PREFIX + shipped.device, shipped.method, shipped.device, shipped.workload),
+                    f"shipped with edgetune ({shipped.filename}: {shipped.workload} {shipped.role}, batch size "
+                    f"{shipped.batch_size}, fitted on the simulator's {shipped.grid} grid)")
+        rows = [m for m in self.store.get_measurements(device, spec.workload, spec.role)
                 if m.node_id != node.node_id]
         if len(rows) < MIN_REFERENCE_POINTS:
             return None
@@ -801,8 +814,8 @@ class Reconciler:
         points = Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float),
                         np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
                         np.asarray([r.power_w for r in rows]), node.device_model, spec.workload, spec.role)
-        return self.estimator.fit(points, model_id=f"reference-{node.device_model}-{spec.workload}-{spec.role}",
-                                  method="nn")
+        fitted = self.estimator.fit(points, model_id=f"reference-{device}-{spec.workload}-{spec.role}", method="nn")
+        return fitted, f"fitted on {len(rows)} stored measurements of {spec.workload} ({spec.role}) on other {device} nodes"
 
 
 def _peak_power_w(row: MeasurementRecord) -> float:

@@ -11,6 +11,7 @@ import numpy as np
 
 from edgetune.estimation.bundle import TaskRunner, TimePowerModel
 from edgetune.estimation.features import mode_features
+from edgetune.estimation.references import PREFIX, load_reference
 from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.optimization.select import Candidates, make_selector
 from edgetune.powermodes.mode import PowerMode
@@ -64,8 +65,16 @@ class LibraryEstimator:
         return self._ref(model_id, model)
 
     def find(self, model_id: str) -> ModelRef | None:
+        """The model held under ``model_id``, or the shipped reference it names (``reference:orin-agx``)."""
         model = self.models.get(model_id)
+        if model is None and model_id.startswith(PREFIX):
+            model = self._model(model_id)
         return None if model is None else self._ref(model_id, model)
+
+    def _model(self, model_id: str) -> TimePowerModel:
+        if model_id not in self.models and model_id.startswith(PREFIX):
+            self.models[model_id] = load_reference(model_id)  # a shipped reference, read on first use
+        return self.models[model_id]
 
     @staticmethod
     def _ref(model_id: str, model: TimePowerModel) -> ModelRef:
@@ -89,12 +98,12 @@ class LibraryEstimator:
             if transfer_epochs:
                 settings["transfer_epochs"] = transfer_epochs
         kw: dict[str, Any] = {k: int(v) if str(v).isdigit() else v for k, v in (params or {}).items()}
-        model = self.models[base.model_id].transfer_table(points.table(), method, runner=self.runner,
+        model = self._model(base.model_id).transfer_table(points.table(), method, runner=self.runner,
                                                            nn_settings=settings, **kw)
         return self.add(model, model_id)
 
     def predict(self, model: ModelRef, modes: np.ndarray, batch_size: int) -> Predictions:
-        m = self.models[model.model_id]
+        m = self._model(model.model_id)
         modes = np.asarray(modes, dtype=float).reshape(-1, 4)
         batch = np.full(len(modes), int(batch_size))
         out = m.predict(mode_features(modes, batch, m.columns))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.bundle import TimePowerModel
+from edgetune.validation import shown
 
 #: Version of the shipped files (part of their names).
 REFERENCE_VERSION = 1
@@ -41,19 +42,22 @@ class Reference:
         return f"{self.name}.v{REFERENCE_VERSION}.model"
 
 
-#: The Xavier AGX's (7,056-row grid) is not shipped yet: its fit did not finish on the shared machine;
-#: ``tools/make_references.py`` makes it once listed here.
-REFERENCES: tuple[Reference, ...] = (Reference("orin-agx"),)
+REFERENCES: tuple[Reference, ...] = (Reference("orin-agx"), Reference("xavier-agx"))
 
 
-def find_reference(name: str) -> Reference:
-    """The shipped reference called ``name`` (its device, or its full name)."""
+def find_reference(name: str, field: str = "reference") -> Reference:
+    """The shipped reference called ``name`` (its device, or its full name; ``reference:`` may lead)."""
     name = name[len(PREFIX):] if name.startswith(PREFIX) else name
     for ref in REFERENCES:
         if name in (ref.device, ref.name):
             return ref
-    raise InvalidArgument("reference", f"no shipped reference model {name!r}",
-                          ", ".join(r.device for r in REFERENCES))
+    raise InvalidArgument(field, f"no shipped reference model {shown(name)}",
+                          ", ".join(PREFIX + r.device for r in REFERENCES))
+
+
+def shipped_for(device: str, role: str = "train") -> Reference | None:
+    """The shipped reference of a device model and role (what a tuning job naming none transfers from), or None."""
+    return next((ref for ref in REFERENCES if ref.device == device and ref.role == role), None)
 
 
 def reference_path(name: str) -> str:
