@@ -222,8 +222,8 @@ def test_a_job_naming_no_reference_transfers_from_the_shipped_one_and_says_so():
         jobs = TuningJobs(store)
         jobs.submit(TuningJobSpec("shipped", WORKLOAD, nodes=("orin-agx-1", "orin-nano-1"), profiles=10,
                                   method="random"))
-        done = _wait(lambda: (s := jobs.get("shipped").status) is not None and len(s.nodes) == 2
-                     and all(n.phase in ("Applied", "Failed") for n in s.nodes.values()) and s.nodes)
+        done = wait_for(lambda: (s := jobs.get("shipped").status) is not None and len(s.nodes) == 2
+                        and all(n.phase in ("Applied", "Failed") for n in s.nodes.values()) and s.nodes, 60)
         orin, nano = done["orin-agx-1"], done["orin-nano-1"]
         assert orin.phase == "Applied", orin.reason
         said = [e.message for e in orin.events if e.message.startswith("reference model ")]
