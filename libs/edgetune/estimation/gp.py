@@ -111,6 +111,12 @@ class GaussianProcess:
     def summary(self) -> str:
         return str(self.gpr.kernel_) if self.gpr is not None else ""
 
+    def noise_sd(self) -> float:
+        """The fitted white-noise sd in the units of the ``y`` it was fitted on (``normalize_y`` undone)."""
+        assert self.gpr is not None
+        level = float(self.gpr.kernel_.k2.noise_level)
+        return float(np.sqrt(level) * np.ravel(self.gpr._y_train_std)[0])
+
 
 class GPPredictor(Predictor):
     """Exact GP on (log-)target with Matérn-2.5 ARD + white noise; gives a std."""
