@@ -78,10 +78,14 @@ class GaussianProcess:
         self.x: np.ndarray | None = None
         self.y: np.ndarray | None = None
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> GaussianProcess:
+    def fit(self, x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> GaussianProcess:
+        """Optimise the kernel on ``(x, y)``; from hyper-parameters ``start`` (log-space theta) if given."""
         import warnings
 
-        gpr = GaussianProcessRegressor(kernel=make_kernel(x.shape[1]), normalize_y=True,
+        kernel = make_kernel(x.shape[1])
+        if start is not None:
+            kernel = kernel.clone_with_theta(start)
+        gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True,
                                        n_restarts_optimizer=self.restarts, random_state=self.seed)
         with warnings.catch_warnings():  # a length scale at its bound just means "irrelevant feature"
             warnings.simplefilter("ignore", ConvergenceWarning)
