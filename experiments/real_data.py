@@ -7,7 +7,8 @@ Tasks (each: a reference table, fully measured, and a target table sampled at n 
 * ``zeus-workloads``: one GPU, reference workload ShuffleNetV2/CIFAR-100 (Adadelta), targets
   the other workloads on the same GPU (A40 and V100; all four GPUs with ``--all``). Features: power limit (W),
   log2 batch size. Time: seconds per epoch; power: average W.
-* ``zeus-gpus``: one workload, reference GPU V100, targets A40, P100, RTX6000.
+* ``zeus-gpus``: one workload, reference GPU V100, targets A40, P100, RTX6000. The power limit is
+  given as a fraction of each GPU's highest limit (``relative_limit``).
 * ``perseus-gpus``: pipeline stage 0 (stages 0 and 4 with ``--all``), forward and backward, of BLOOM or
   GPT-3 175B, reference A40 (60 frequencies), target A100 SXM (38). Feature: frequency (MHz).
   Time: seconds; power: energy / time.
@@ -19,13 +20,15 @@ target's other rows: MAPE of time and power, and the share of held-out rows insi
 interval ``μ ± 1.645 σ`` (methods with a std). Methods:
 
 * ``gp``: the baseline, a Matérn-2.5 ARD GP from scratch on the n points (``estimation.gp``);
-* ``ref+gp``: the reference GP's predictions as prior mean / GP input / nothing, chosen per
+* ``ref+gp``: the reference GP's predictions as prior mean / GP input / nothing, blended per
   target by 5-fold CV on the n points, std conformally calibrated (``estimation.prior``);
 * ``ref+gp:prior`` (``--ablation``): the prior-mean combination forced (what the CV choice buys);
 * ``nn+gp``, ``transfer`` (``--nn``): an MLP reference fitted on the reference table and
   fine-tuned (the estimator's older methods; slower).
 
-Every row reports the method's MAPE as a ratio to ``gp``'s on the same draw. Writes
+Every row reports the method's MAPE as a ratio to ``gp``'s on the same draw. The pseudo-method
+``noise-floor`` is the MAPE a predictor knowing each target table's noiseless values would show on
+the same held-out rows (``estimation.noise``): its ratio is the best any predictor could reach. Writes
 ``experiments/results/real_data.{csv,md,png}``.
 
     python experiments/real_data.py [--draws 3] [--nn] [--ablation] [--all] [--quick | --per-kind K]

@@ -18,7 +18,7 @@ non-negative weights, summing to one on a 0.1 grid, whose blend of the candidate
 predictions has the least MAPE (target units) are kept, and the weighted candidates are
 refitted on every row. A blend rather than a hard choice: on the real sets (``experiments/
 real_data.py``) the hard choice sometimes picked a candidate 1.3× worse than the scratch GP,
-the blend less often. ``choice`` names the best single candidate; the out-of-fold MAPE of each
+the blend less often. ``choice`` names the heaviest candidate in the blend; the out-of-fold MAPE of each
 (``cv_mape_pct``) and the ``weights`` are recorded in the transfer's metadata — the accuracy
 ``estimate transfer`` can report without a separate test set. When the reference does not help,
 the weight goes to the GP from scratch.
@@ -37,6 +37,7 @@ model file is self-contained. Fitting ``ref+gp`` with no reference (``fit``) is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -170,8 +171,9 @@ class RefGPPredictor(Predictor):
         cv = self.cross_validate(xs, ys, r)
         mape = {k: float(100.0 * np.mean(np.abs(self._to_units(mu) - truth) / np.abs(truth)))
                 for k, (_, mu, _) in cv.items()}
-        self.choice = min(mape, key=mape.__getitem__)
         self.weights = _simplex_weights({k: self._to_units(mu) for k, (_, mu, _) in cv.items()}, truth)
+        # the heaviest member of the blend (ties: the better one alone) is the one an older reader sees
+        self.choice = max(self.weights, key=lambda k: (self.weights[k], -mape[k]))
         self.members = {k: cv[k][0] for k in self.weights}
         self.gp, self.affine = cv[self.choice][0]
         mu = sum(w * cv[k][1] for k, w in self.weights.items())
@@ -265,7 +267,8 @@ def _simplex_weights(preds: dict[str, np.ndarray], truth: np.ndarray, step: floa
     return best_w
 
 
-def _compositions(total: int, parts: int):
+def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Every way to write ``total`` as ``parts`` non-negative integers, in order."""
     if parts == 1:
         yield (total,)
         return
