@@ -129,7 +129,7 @@ def test_non_nn_reference_cannot_be_transferred_with_transfer(files, capsys, tmp
     assert run(capsys, "fit", "--profiles", str(files / "ref.csv"), "--out", str(lin), "--method", "linear",
                "--cv-folds", "0")[0] == 0
     code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
-                       str(tmp_path / "x.model"))
+                       str(tmp_path / "x.model"), "--method", "transfer")
     assert code == 2 and "base" in err and "--method nn" in err
     code, _, err = run(capsys, "transfer", "--base", str(lin), "--profiles", str(files / "new.csv"), "--out",
                        str(tmp_path / "y.model"), "--method", "gp")
@@ -190,3 +190,15 @@ def test_fit_cross_validates_and_folds_zero_skips_it(files, capsys, tmp_path):
                          "--method", "gp", "--cv-folds", "0")
     assert code == 0 and "cross-validated" not in out
     assert TimePowerModel.load(tmp_path / "b.model").cross_validation is None
+
+
+def test_the_default_transfer_is_ref_gp(files, ref_model, capsys, tmp_path):
+    # ref+gp beat the fine-tuned MLP (transfer) on the simulator and the real sets (experiments/README.md)
+    code, out, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
+                         "--out", str(tmp_path / "d.model"), "--cv-folds", "0")
+    assert code == 0, err
+    assert "with ref+gp on 40 rows" in out
+    from edgetune.estimation.bundle import TimePowerModel
+
+    model = TimePowerModel.load(tmp_path / "d.model")
+    assert {p.method for p in model.predictors.values()} == {"ref+gp"}

@@ -2,7 +2,7 @@
 
     edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S] [--cv-folds K]
     edgetune estimate transfer --base ref.model|reference:NAME --profiles new.csv --out new.model
-                               [--method transfer|ref+gp|...] [--cv-folds K]
+                               [--method ref+gp|transfer|...] [--cv-folds K]
     edgetune estimate predict  --model new.model --modes modes.csv --out pred.csv
 
 ``predict`` writes the mode table with ``time_ms`` and ``power_w`` added (replacing columns of
@@ -75,9 +75,10 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 @click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
               help="Small profile table of the new workload / device (~50 rows).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
-@click.option("--method", type=click.Choice(METHODS), default="transfer", show_default=True,
-              help="transfer / nn / nn-asym / nn+gp adapt the reference NN; ref+gp puts a GP around the "
-                   "reference's predictions (chosen by CV); gp, linear, rf fit the new table alone.")
+@click.option("--method", type=click.Choice(METHODS), default="ref+gp", show_default=True,
+              help="ref+gp puts a GP around the reference's predictions (blended by CV; any reference); "
+                   "transfer / nn / nn-asym / nn+gp fine-tune the reference NN; gp, linear, rf fit the new "
+                   "table alone.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
 @click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
               help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")

@@ -103,7 +103,7 @@ class TimePowerModel:
         model.history.append(event)
         return model
 
-    def transfer_table(self, table: Table, method: str = "transfer", progress: ProgressFn | None = None, *,
+    def transfer_table(self, table: Table, method: str = "ref+gp", progress: ProgressFn | None = None, *,
                        runner: TaskRunner | None = None, nn_settings: Mapping[str, Any] | None = None,
                        source: str | None = None, cv_folds: int = 0, **kw: Any) -> TimePowerModel:
         """A new model for ``table`` (a small profile table of a new workload or device); self is kept.

@@ -78,10 +78,14 @@ class GaussianProcess:
         self.x: np.ndarray | None = None
         self.y: np.ndarray | None = None
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> GaussianProcess:
+    def fit(self, x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> GaussianProcess:
+        """Optimise the kernel on ``(x, y)``; from hyper-parameters ``start`` (log-space theta) if given."""
         import warnings
 
-        gpr = GaussianProcessRegressor(kernel=make_kernel(x.shape[1]), normalize_y=True,
+        kernel = make_kernel(x.shape[1])
+        if start is not None:
+            kernel = kernel.clone_with_theta(start)
+        gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True,
                                        n_restarts_optimizer=self.restarts, random_state=self.seed)
         with warnings.catch_warnings():  # a length scale at its bound just means "irrelevant feature"
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -110,6 +114,12 @@ class GaussianProcess:
 
     def summary(self) -> str:
         return str(self.gpr.kernel_) if self.gpr is not None else ""
+
+    def noise_sd(self) -> float:
+        """The fitted white-noise sd in the units of the ``y`` it was fitted on (``normalize_y`` undone)."""
+        assert self.gpr is not None
+        level = float(self.gpr.kernel_.k2.noise_level)
+        return float(np.sqrt(level) * np.ravel(self.gpr._y_train_std)[0])
 
 
 class GPPredictor(Predictor):

@@ -8,7 +8,7 @@ Names (``METHODS``):
 ``nn-asym`` the MLP with Fulcrum's asymmetric MAPE loss (under-prediction ×4)
 ``gp``      Gaussian process, Matérn 2.5 ARD + white noise (std)
 ``nn+gp``   transfer NN plus a GP on its residuals (std)
-``ref+gp``  GP with the reference's prediction as prior mean or input, or none, chosen by CV (std; ``prior.py``)
+``ref+gp``  GP with the reference's prediction as prior mean or input, or none, blended by CV (std; ``prior.py``)
 ``linear``  least squares
 ``rf``      random forest
 ==========  =====================================================================
