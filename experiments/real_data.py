@@ -32,7 +32,6 @@ the same held-out rows (``estimation.noise``): its ratio is the best any predict
 ``experiments/results/real_data.{csv,md,png}``.
 
     python experiments/real_data.py [--draws 3] [--nn] [--ablation] [--all] [--quick | --per-kind K]
-    python experiments/real_data.py --simulator      # ref+gp vs transfer on the simulator
 """
 
 from __future__ import annotations
@@ -334,48 +333,6 @@ def plot(summary: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def simulator(log=print) -> list[dict]:
-    """The bench's simulator setup (``estimator_transfer_vs_gp``) with ``transfer`` beside ``ref+gp`` and ``gp``.
-
-    A ResNet18 NN reference (20 epochs on the Orin AGX's 4,368 PowerTrain modes) adapted from 20 / 50 random
-    modes of four other workloads, scored on 2,000 other modes (noise-free truth): what decides the default
-    ``--method`` of ``estimate transfer``.
-    """
-    import torch
-
-    from edgetune.bench.suites import _estimator_tables
-    from edgetune.estimation.bundle import TimePowerModel
-
-    torch.set_num_threads(1)
-    ref = TimePowerModel.fit_table(_estimator_tables("powertrain", "resnet18"), "nn", epochs=20)
-    rows: list[dict] = []
-    for workload in ("mobilenetv3", "yolov8n", "lstm", "bert-base"):
-        truth = _estimator_tables("full", workload, seed=99, n=2000)
-        x_val = ref.features(truth)
-        for n in (20, 50):
-            small = _estimator_tables("full", workload, seed=7, n=n)
-            models = {"gp": TimePowerModel.fit_table(small, "gp"), "ref+gp": ref.transfer_table(small, "ref+gp"),
-                      "transfer": ref.transfer_table(small, "transfer")}
-            base: dict[str, float] = {}
-            for method, model in models.items():
-                pred = model.predict(x_val)
-                rec: dict = {"workload": workload, "n": n, "method": method}
-                for target, std in (("time_ms", "time_std_ms"), ("power_w", "power_std_w")):
-                    y = truth.column(target, float)
-                    mape = mape_pct(pred[target], y)
-                    base.setdefault(target, mape)
-                    short = target.split("_")[0]
-                    rec[f"{short}_mape_pct"] = round(mape, 3)
-                    rec[f"{short}_ratio"] = round(mape / base[target], 3)
-                    rec[f"{short}_coverage"] = (round(float(np.mean(np.abs(y - pred[target]) <= Z90 * pred[std])), 3)
-                                                if std in pred else float("nan"))
-                rows.append(rec)
-                log(f"simulator {workload:12s} n={n} {method:9s} time {rec['time_mape_pct']:6.2f}% "
-                    f"({rec['time_ratio']:.2f}x) power {rec['power_mape_pct']:6.2f}% ({rec['power_ratio']:.2f}x) "
-                    f"cover {rec['time_coverage']:.2f}/{rec['power_coverage']:.2f}")
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=3, help="random draws of the profiled points per task and size")
@@ -386,8 +343,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", dest="everything", action="store_true",
                     help="workload transfer on all four Zeus GPUs and four Perseus stage/instructions (long)")
     ap.add_argument("--out", default=RESULTS)
-    ap.add_argument("--simulator", action="store_true",
-                    help="instead: ref+gp vs transfer vs gp on the bench's simulator setup (real_data_simulator.csv)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", ExtrapolationWarning)
     from threadpoolctl import threadpool_limits
@@ -395,11 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     from edgetune.tables import write_table
 
     os.makedirs(args.out, exist_ok=True)
-    if args.simulator:
-        with threadpool_limits(1):
-            write_table(simulator(), os.path.join(args.out, "real_data_simulator.csv"))
-        print(f"wrote {args.out}/real_data_simulator.csv")
-        return 0
     draws = 1 if args.quick else args.draws
     if args.nn:
         import torch

@@ -299,49 +299,6 @@ def estimator_fit() -> dict:
 
 
 # --- estimator accuracy vs a GP from scratch ---------------------------------------------
-@benchmark("estimator_transfer_vs_gp", "ref+gp transfer MAPE ≤ 0.7 × a GP from scratch on the same 20 / 50 modes "
-           "(worst ratio over MobileNetV3, YOLOv8n, LSTM, BERT-base × time, power; simulator)", "worst_ratio", 0.7001)
-def estimator_transfer_vs_gp() -> dict:
-    """The simulator suite: the bench's ResNet18 reference transferred with ``ref+gp`` and ``nn+gp`` to four
-    workloads from 20 and 50 random Orin modes; every method's MAPE (on 2,000 other modes, noise-free truth)
-    as a ratio to ``gp`` fitted from scratch on the same modes, and the 90 % interval's coverage."""
-    import warnings
-
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.estimation.metrics import mape_pct
-    from edgetune.estimation.validation import ExtrapolationWarning
-
-    ref = _estimator_models()["nn"]
-    cases, worst = [], 0.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExtrapolationWarning)
-        for workload in ("mobilenetv3", "yolov8n", "lstm", "bert-base"):
-            truth = _estimator_tables("full", workload, seed=99, n=2000)
-            x_val = ref.features(truth)
-            for n in (20, 50):
-                small = _estimator_tables("full", workload, seed=7, n=n)
-                models = {"gp": TimePowerModel.fit_table(small, "gp"),
-                          "ref+gp": ref.transfer_table(small, "ref+gp"),
-                          "nn+gp": ref.transfer_table(small, "nn+gp")}
-                base: dict[str, float] = {}
-                for method, model in models.items():
-                    pred = model.predict(x_val)
-                    case: dict[str, str | int | float] = {"workload": workload, "n": n, "method": method}
-                    for target, std in (("time_ms", "time_std_ms"), ("power_w", "power_std_w")):
-                        y = truth.column(target, float)
-                        mape = mape_pct(pred[target], y)
-                        base.setdefault(target, mape)
-                        case[f"{target}_mape_pct"] = round(mape, 3)
-                        case[f"{target}_ratio"] = round(mape / base[target], 3)
-                        if std in pred:
-                            case[f"{target}_coverage"] = round(float(np.mean(
-                                np.abs(y - pred[target]) <= 1.6449 * pred[std])), 3)
-                        if method == "ref+gp":
-                            worst = max(worst, mape / base[target])
-                    cases.append(case)
-    return {"worst_ratio": worst, "cases": cases}
-
-
 def _profile_noise(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """What a profiled (time, power) carries on a board: time × lognormal(σ 2 %), power × (1 + N(0, 1.5 %))
     + N(0, 0.1 W) — the noise ``experiments/powertrain_mape.py`` measures its transfers with."""
