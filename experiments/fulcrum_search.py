@@ -21,6 +21,13 @@ configuration, checked against the truth, is within every budget (a run that ret
 commits to nothing and breaks no budget; only NN can commit to a prediction that misses), the
 paper's "> 97 % of runs". The Markdown ends with a verdict per target (the project's targets for search).
 
+Search budgets are hard limits in profiling runs (one (mode, batch size, role) point measured;
+a concurrent configuration at a new mode is two): every row reports its budget, the runs used
+(median / max) and the share of runs within the budget, and a table per problem kind pools the
+workloads — runs used against the budget, found share and median excess beside the paper's —
+with *Exhaustive* (every point of the table profiled; its decision is the optimum) as the
+reference measured in the same run.
+
 Excess: training time over optimal (Fig. 9), inference peak latency over optimal (Fig. 10),
 concurrent training-throughput loss (Fig. 11), in %, over the configurations a strategy
 solved. Budgets: power 10–50 W step 1 (training: all 41); inference and concurrent: sampled
@@ -60,6 +67,9 @@ from edgetune.tables import Table
 PAPER_FOUND = {("train", "GMD"): ("=", 100.0), ("train", "GMD-paper"): ("=", 100.0), ("train", "ALS"): ("=", 100.0),
                ("infer", "GMD"): (">", 85.0), ("infer", "ALS"): (">", 96.0),
                ("concurrent", "GMD"): (">", 93.0), ("concurrent", "ALS"): (">", 95.0)}
+#: The paper's median excess over optimal, % (low–high over its workloads), per (kind, strategy) — Figs. 9–11.
+PAPER_EXCESS = {("train", "GMD"): (2.6, 8.8), ("train", "ALS"): (0.0, 3.9), ("train", "RND50"): (8.0, 15.0),
+                ("infer", "GMD"): (0.9, 9.5), ("infer", "ALS"): (0.0, 5.7), ("concurrent", "ALS"): (0.0, 25.0)}
 #: The project's training targets: (strategy, most median excess %, most profiling runs).
 TRAIN_TARGETS = (("GMD", 3.0, 10), ("ALS", 2.0, 50))
 BUDGETS_MET_PCT = 97.0
@@ -118,6 +128,10 @@ def run_group(kind: str, label: str, table: Table, problems: list[Problem], seed
                "violates": violates, "profiled": profiled, "trials": trials, "budget": budget}
         records.append(rec)
 
+    # -- exhaustive search: the optimum every excess is measured against, at its cost in runs --
+    for i in range(len(problems)):
+        record("Exhaustive", i, optima[i], len(table.rows), len(table.rows), len(table.rows))
+
     # -- per-problem searches: GMD, Random-N --------------------------------------------------
     for i, prob in enumerate(problems):
         for label_s, name, opts in per_problem:
@@ -147,17 +161,19 @@ def run_group(kind: str, label: str, table: Table, problems: list[Problem], seed
         sampled = run_search(rnd, dev, p0)
         nn.obs = rnd.obs
         predicted = nn.predict_all()
+        # its samples plus profiling the pick: one run per point of a configuration (concurrent: two)
+        nn_budget = nn_samples + max(len(p0.points_for(b)) for b in space.batch_sizes(p0))
         for i in mine:
             _, p = search_space(dev, problems[i])
             pick = p.solve(predicted)
             if not pick.feasible:
-                record(f"NN{nn_samples}", i, pick, sampled.profiled, sampled.trials, nn.budget)
+                record(f"NN{nn_samples}", i, pick, sampled.profiled, sampled.trials, nn_budget)
                 continue
             ev = p.evaluate(pick.mode, pick.batch_size, truth)  # profile the pick (replay = truth)
             extra = 0 if all(rnd.obs.has(pick.mode, r, b) for r, b in p.points_for(pick.batch_size)) else 1
             dec = p.decide(ev)
             record(f"NN{nn_samples}", i, dec, sampled.profiled + extra * len(p.points_for(pick.batch_size)),
-                   sampled.trials + extra, nn.budget, violates=not ev.feasible)
+                   sampled.trials + extra, nn_budget, violates=not ev.feasible)
         print(f"    {label} seed {seed}: ALS {t1 - t0:.1f}s, NN {time.time() - t1:.1f}s", flush=True)
     return records
 
@@ -224,9 +240,39 @@ def write_outputs(records: list[dict], summary: list[dict], out_dir: str, elapse
                          f"{s['median_profiled']:.0f} | {s['max_profiled']} | {s['within_budget_pct']:.1f} | "
                          f"{s['max_trials']} |")
         lines.append("")
+    lines += per_kind(records)
     lines += verdict(summary, args.seeds or (1 if args.quick else 2))
     with open(os.path.join(out_dir, "fulcrum_search.md"), "w") as fh:
         fh.write("\n".join(lines))
+
+
+def per_kind(records: list[dict]) -> list[str]:
+    """Markdown: per problem kind and strategy, over all its workloads — profiling runs used against
+    the budget, runs within budget, found share and median excess beside the paper's."""
+    names = {"train": "training", "infer": "inference", "concurrent": "concurrent"}
+    out = ["## Runs used per problem kind (all workloads of a kind together)", "",
+           "Runs: profiling runs, one per (mode, batch size, role) point measured. *Exhaustive* profiles "
+           "every point of the table; its decision is the optimum every excess is measured against (same run).",
+           "", "| kind | strategy | problems | budget (runs) | median runs | max runs | within budget % "
+           "| found % | paper found % | median excess % | paper median excess % |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["kind"], r["strategy"])].append(r)
+    for (kind, strategy), rs in groups.items():
+        runs = np.array([r["profiled"] for r in rs])
+        budgets = sorted({int(r["budget"]) for r in rs})
+        ex = np.array([r["excess_pct"] for r in rs if r["found"]], dtype=float)
+        cmp_, pct = PAPER_FOUND.get((kind, strategy), ("", None))
+        paper = "—" if pct is None else (f"{pct:.0f}" if cmp_ == "=" else f"> {pct:.0f}")
+        lo_hi = PAPER_EXCESS.get((kind, strategy))
+        paper_ex = "—" if lo_hi is None else f"{lo_hi[0]:g}–{lo_hi[1]:g}"
+        budget = "/".join(str(b) for b in budgets)
+        out.append(f"| {names[kind]} | {strategy} | {len(rs)} | {budget} | {np.median(runs):.0f} | {runs.max()} | "
+                   f"{100.0 * np.mean([r['profiled'] <= r['budget'] for r in rs]):.1f} | "
+                   f"{100.0 * np.mean([r['found'] for r in rs]):.1f} | {paper} | "
+                   f"{(np.median(ex) if ex.size else np.nan):.1f} | {paper_ex} |")
+    return out + [""]
 
 
 def wilson(pct: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -300,7 +346,8 @@ def plot(records: list[dict], summary: list[dict], out_dir: str) -> None:
             continue
         fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.8), squeeze=False)
         for ax, wl in zip(axes[0], workloads, strict=True):
-            strategies = list(dict.fromkeys(r["strategy"] for r in records if r["kind"] == kind and r["workload"] == wl))
+            strategies = list(dict.fromkeys(r["strategy"] for r in records if r["kind"] == kind and r["workload"] == wl
+                                            and r["strategy"] != "Exhaustive"))  # the optimum: 0 by definition
             data = [[r["excess_pct"] for r in records if r["kind"] == kind and r["workload"] == wl
                      and r["strategy"] == s and r["found"]] or [np.nan] for s in strategies]
             ax.boxplot(data, showfliers=True, flierprops={"markersize": 2})

@@ -45,9 +45,15 @@ Choices where the paper leaves room (all documented in the report):
   nothing, run the multi-dimensional search at the next larger β with the trials left (useful
   when warm-started: see :meth:`GMD._search_larger`).
 - ``refine=True`` (default): training and concurrent searches spend budget left after the
-  space is exhausted on local moves from the best candidate — one step up in a dimension, or
-  one step up in a high-ρ dimension paired with one step down in a low-ρ one — kept when they
-  are better and within budget. ``refine=False`` stops where Algorithm 1 does.
+  space is exhausted on local moves from the best candidate, kept when they are better and
+  within budget. First the points within two grid steps per dimension that a local linear
+  model of the profiled points (power and log time in the grid indices, nearer points weighing
+  more) predicts within the power budget and faster, fastest first; then the fixed order — one
+  step up in a dimension, or one step up in a high-ρ dimension paired with one step down in a
+  low-ρ one. The fixed order alone spent its runs on steps up from a point where the budget
+  binds, mostly over it: training GMD10's median excess on MobileNetV3 was 3.4 %, with the
+  model 0.2 % (every workload ≤ 1.8 %). Concurrent refinement keeps the fixed order only.
+  ``refine=False`` stops where Algorithm 1 does.
 - A space that is not a full grid (a replay table that recorded some modes only): the grid is
   the product of the recorded values, and a grid point that was not recorded stands for the
   recorded mode nearest to it (fewest index steps; ties: the lower-power side, then grid
@@ -56,8 +62,11 @@ Choices where the paper leaves room (all documented in the report):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Iterable
 from typing import Any
+
+import numpy as np
 
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import (
@@ -77,6 +86,9 @@ GMD_BUDGETS = {"train": 10, "infer": 11, "concurrent": 15}
 GMD_SEARCH_TRIES = 10
 #: Runs a concurrent search keeps for inference points after its training walk.
 CONCURRENT_INFER_RESERVE = 4
+#: Refinement: how far (grid steps per dimension) a predicted move may go, and the model's bandwidth.
+REFINE_STEPS = 2
+REFINE_BANDWIDTH_STEPS = 3.0
 #: Floor of |Δpower| in a slope ratio: below this a power change is measurement noise.
 POWER_EPS_W = 0.25
 
@@ -316,13 +328,63 @@ class GMD(SearchStrategy):
                 for d_down in reversed(by_rho):
                     if d_up != d_down and best[d_up] + 1 < shape[d_up] and best[d_down] > 0:
                         moves.append(self._moved(self._moved(best, d_up, best[d_up] + 1), d_down, best[d_down] - 1))
-            moves = [q for q in moves if q not in tried and self.space.available(self._mode(q))]
+            if self._walked.kind == "train":
+                # moves a local model predicts within power and faster first; the fixed order after
+                # them. Not for concurrent refinement: a warm-started search per window would spend
+                # its whole budget every window on new moves (two runs each) the fixed list lacks
+                moves = self._predicted_moves(best, beta, visited) + moves
+            moves = [q for q in moves if q not in tried and self.space.available(self._mode(q))
+                     and not self.observed(self._mode(q), beta)]
             if not moves:
                 return
             q = moves[0]
             tried.add(q)
             yield from self.measure([(self._mode(q), beta)])
             visited.append(q)
+
+    def _predicted_moves(self, best: Idx, beta: int, visited: list[Idx]) -> list[Idx]:
+        """Points within ``REFINE_STEPS`` of ``best`` in every dimension that a local linear model
+        predicts within the power budget and faster than ``best``, fastest first.
+
+        The model: power and log time linear in the grid indices, least squares over the profiled
+        points weighted by exp(−steps from ``best`` / ``REFINE_BANDWIDTH_STEPS``). The fixed order
+        (one step up, then up-and-down pairs by ρ) spent most of its runs on moves over budget:
+        the walk ends where the budget binds, so a step up rarely fits."""
+        rows, p_obs, t_obs = [], [], []
+        for q in dict.fromkeys(visited):
+            ev = self._eval(q, beta)
+            t = self._proxy(q, beta)
+            if ev is None or not np.isfinite(t):
+                continue
+            rows.append(q)
+            p_obs.append(ev.power_w)
+            t_obs.append(np.log(t))
+        if len(rows) < 3:
+            return []
+        x = np.asarray(rows, dtype=float) - np.asarray(best, dtype=float)
+        w = np.exp(-np.abs(x).sum(axis=1) / REFINE_BANDWIDTH_STEPS)  # nearer points weigh more
+        a = np.column_stack([np.ones(len(rows)), x]) * np.sqrt(w)[:, None]
+        reg = 1e-3 * np.eye(5)
+        reg[0, 0] = 0.0
+        coef_p = np.linalg.solve(a.T @ a + reg, a.T @ (np.asarray(p_obs) * np.sqrt(w)))
+        coef_t = np.linalg.solve(a.T @ a + reg, a.T @ (np.asarray(t_obs) * np.sqrt(w)))
+        p0 = self._power(best, beta) or 0.0
+        t0 = np.log(self._proxy(best, beta))
+        budget = self._walked.power_budget_w
+        shape = self.grid.shape
+        cands: list[tuple[float, float, Idx]] = []
+        for delta in itertools.product(range(-REFINE_STEPS, REFINE_STEPS + 1), repeat=4):
+            if not any(delta):
+                continue
+            move: Idx = (best[0] + delta[0], best[1] + delta[1], best[2] + delta[2], best[3] + delta[3])
+            if not all(0 <= v < n for v, n in zip(move, shape, strict=True)):
+                continue
+            dp = float(np.dot(coef_p[1:], delta))
+            dt = float(np.dot(coef_t[1:], delta))
+            if p0 + dp <= budget + 1e-9 and dt < 0:
+                cands.append((t0 + dt, p0 + dp, move))
+        cands.sort()
+        return [q for _, _, q in cands]
 
     # -- inference ---------------------------------------------------------------------------
     def _infer(self) -> SearchGen:
