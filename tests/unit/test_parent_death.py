@@ -25,6 +25,12 @@ def _alive(pid: int) -> bool:
         return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _program(pid: int) -> str:
+    """The name of the program ``pid`` runs (its command line's first word, without the path)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return os.path.basename(fh.read().split(b"\0", 1)[0].decode())
+
+
 def test_the_signal_never_needs_a_fork_through_python_with_grpc_loaded(monkeypatch):
     # A preexec_fn forces a plain fork: gRPC's fork handlers then run in the child and, with live
     # channels, can kill it before exec (grpc/grpc#43055). setpriv sets the signal instead.
@@ -82,6 +88,11 @@ def test_a_child_dies_with_its_sigkilled_owner(tmp_path, what):
     try:
         pid = int(owner.stdout.readline())
         assert _alive(pid)
+        # setpriv sets the signal, then execs the command: until that exec the child has no signal yet
+        # (an owner killed in those microseconds leaves it behind; on a loaded machine the test hit them)
+        deadline = time.monotonic() + 10
+        while _program(pid) == "setpriv" and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         owner.send_signal(signal.SIGKILL)  # no atexit, no handler: only the kernel's signal is left
         owner.wait()

@@ -9,6 +9,8 @@ signal handler). The embedded Redis server and the process supervisor's children
 fork handlers in the child; with live channels they can kill it before ``exec``
 (grpc/grpc#43055: EBADF on the poller's epoll fd once ``close_fds`` has run). Without
 ``setpriv`` the ``preexec_fn`` is used only while gRPC is not loaded, and otherwise nothing.
+The signal is set once ``setpriv`` runs: a parent killed between ``Popen`` returning and that
+moment (microseconds; a loaded test machine hit it) leaves the child behind.
 """
 
 from __future__ import annotations
