@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune.estimation.bundle import Z90
 from edgetune.estimation.features import DEFAULT_TRANSFORM
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.noise import estimate_noise, floor_mape_pct
@@ -57,7 +58,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "real")
 RESULTS = os.path.join(HERE, "results")
 TARGETS = ("time_ms", "power_w")
-Z90 = 1.6448536269514722
 #: The pseudo-method holding the measurement-noise floor (``estimation.noise``).
 FLOOR = "noise-floor"
 SIZES = (10, 20, 50)
