@@ -26,7 +26,7 @@ import numpy as np
 from edgetune.estimation.asymmetric import UNDER_WEIGHT, asymmetric_mape_loss
 
 if TYPE_CHECKING:
-    from sklearn.gaussian_process import GaussianProcessRegressor
+    from edgetune.estimation.gp import GaussianProcess
 
 
 class Guide(ABC):
@@ -156,29 +156,19 @@ class GPGuide(Guide):
         self._mu = dom.mean(axis=0)
         self._sd = np.where(dom.std(axis=0) > 0, dom.std(axis=0), 1.0)
         self.seed = int(seed)
-        self._gpr: GaussianProcessRegressor | None = None
+        self._gp: GaussianProcess | None = None
 
     def _x(self, x: np.ndarray) -> np.ndarray:
         return (np.asarray(x, dtype=np.float64) - self._mu) / self._sd
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        import warnings
+        from edgetune.estimation.gp import GaussianProcess
 
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.gaussian_process import GaussianProcessRegressor
-
-        from edgetune.estimation.gp import make_kernel
-
-        xs = self._x(x)
-        kernel = self._gpr.kernel_ if self._gpr is not None else make_kernel(xs.shape[1])
-        gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, n_restarts_optimizer=0,
-                                       random_state=self.seed)
-        with warnings.catch_warnings():  # a length scale at its bound just means "irrelevant feature"
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            gpr.fit(xs, np.log(np.maximum(np.asarray(y, dtype=np.float64), 1e-12)))
-        self._gpr = gpr
+        start = self._gp.state()[1]["theta"] if self._gp is not None else None
+        self._gp = GaussianProcess(0, self.seed).fit(
+            self._x(x), np.log(np.maximum(np.asarray(y, dtype=np.float64), 1e-12)), start=start)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        if self._gpr is None:
+        if self._gp is None:
             return np.ones(np.asarray(x).shape[0])
-        return np.exp(np.asarray(self._gpr.predict(self._x(x))).ravel())
+        return np.exp(self._gp.predict(self._x(x))[0])
