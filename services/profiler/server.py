@@ -174,6 +174,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_option(parser, "coordinator", "", "coordinator host:port: register, heartbeat, run its profiling jobs "
                "(from --redis) and apply pushed configs (empty: standalone)")
     add_option(parser, "power_budget_w", 0.0, "this node's power budget registered with the coordinator (0: none)")
+    # the CLI's name for a budget everywhere; a node registers one value, so a sweep A:B[:STEP] is refused
+    parser.add_argument("--power-budget", dest="power_budget_w", type=_one_budget_w, metavar="W",
+                        default=argparse.SUPPRESS, help="the same as --power-budget-w")
     add_option(parser, "telemetry_hz", DEFAULT_TELEMETRY_HZ,
                "continuous telemetry rate in Hz (power, energy, temperatures, clocks, throttling); 0: off")
     add_option(parser, "telemetry_source", "auto",
@@ -187,6 +190,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "a profiling job another agent claimed and has not acknowledged for this long (it died) is "
                "taken over by this one")
     return parser.parse_args(argv)
+
+
+def _one_budget_w(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a node registers one power budget in W (a sweep A:B[:STEP] is for commands that try "
+            "several)") from None
 
 
 def _start(args: argparse.Namespace) -> None:

@@ -44,6 +44,17 @@ def test_profiler_refuses_a_bad_flag_with_exit_2():
     assert result.exit_code == 2 and "unrecognized arguments: --no-such-flag" in result.output
 
 
+def test_profiler_takes_its_budget_as_power_budget_and_refuses_a_sweep():
+    from edgetune.services.profiler.server import parse_args
+
+    assert parse_args(["--power-budget", "25"]).power_budget_w == 25.0
+    assert parse_args(["--power-budget-w", "20"]).power_budget_w == 20.0
+    assert parse_args([]).power_budget_w == 0.0  # none registered
+    result = CliRunner().invoke(cli, ["serve", "profiler", "--power-budget", "17:50"])
+    assert result.exit_code == 2
+    assert "--power-budget: '17:50': a node registers one power budget in W" in result.output
+
+
 def test_an_exposed_unauthenticated_service_or_a_bad_token_file_exits_2(tmp_path):
     exposed = CliRunner().invoke(cli, ["serve", "optimizer", "--host", "0.0.0.0", "--port", "0", "--metrics-port", "0"])
     assert exposed.exit_code == 2 and "--host: '0.0.0.0' would expose" in exposed.output and "--insecure" in exposed.output
