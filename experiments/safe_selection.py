@@ -10,11 +10,13 @@ Setup (reuses ``powertrain_mape.py``'s helpers and noise model):
 * Reference: ResNet18 train bs 16, NN fitted once on all 4,368 noisy modes (100 epochs).
 * Workloads MobileNetV3, YOLOv8n, LSTM (train, bs 16); per workload and draw, 50 random modes
   profiled with noise (time x lognormal 2 %, power x (1 + N(0, 1.5 %)) + N(0, 0.1 W)).
-* Predictors: ``transfer`` (PowerTrain, no std) and ``nn+gp`` (mean and std).
+* Predictors: ``transfer`` (PowerTrain, no std), ``nn+gp`` (mean and std) and ``ref+gp`` (the default of
+  ``estimate transfer``: mean and a std conformally calibrated to a 90 % interval on its CV folds).
 * Selection over all 4,368 modes for each budget (``MinTime.sweep``):
   ``powertrain``      transfer means, power mean <= budget (PowerTrain's rule);
   ``nn+gp mean``      nn+gp means, risk None;
   ``nn+gp ucb r``     nn+gp, power mean + z(1-r) std <= budget, r in {0.2, 0.1, 0.05, 0.01};
+  ``ref+gp ucb r``    the same with ref+gp's mean and calibrated std;
   ``nn+gp cv10 r``    ``nn+gp`` with ``calibration="cv"`` (10 folds, each refitted from the reference
                       NN on 45 modes), std scaled by c = q_{1-r}(held-out scores) / z(r) (the
                       split-conformal bound on the standardised held-out residuals);
@@ -55,6 +57,7 @@ import warnings
 import numpy as np
 import torch
 
+from edgetune.bench.suites import profile_noise
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.gp import conformal_scale
 from edgetune.estimation.registry import adapt, make_predictor
@@ -69,7 +72,7 @@ from edgetune.tuning.local import LibraryEstimator, LibrarySelector
 from edgetune.tuning.records import mode_key
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from powertrain_mape import RESULTS, TARGETS, noisy, truth  # noqa: E402
+from powertrain_mape import RESULTS, TARGETS, truth  # noqa: E402
 
 WORKLOADS = ("mobilenetv3", "yolov8n", "lstm")
 BUDGETS = [float(b) for b in range(17, 51)]
@@ -80,7 +83,7 @@ PLOT_WORKLOAD = "mobilenetv3"
 
 
 def method_names() -> list[str]:
-    return (["powertrain", "nn+gp mean"] + [f"nn+gp ucb {r:g}" for r in RISKS]
+    return (["powertrain", "nn+gp mean"] + [f"nn+gp ucb {r:g}" for r in RISKS] + [f"ref+gp ucb {r:g}" for r in RISKS]
             + [f"nn+gp cv{CAL_FOLDS} {r:g}" for r in RISKS] + [f"nn+gp offset {r:g}" for r in RISKS]
             + [f"nn+gp select {r:g}" for r in RISKS] + [f"nn+gp select1w {r:g}" for r in RISKS]
             + ["frontier mean"] + [f"frontier ucb {r:g}" for r in RISKS]
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
 
     orin = modes_array(ORIN_AGX, "powertrain")
-    ref_obs = noisy(truth(ORIN_AGX, "resnet18", orin), np.random.default_rng(0))
+    ref_obs = profile_noise(truth(ORIN_AGX, "resnet18", orin), np.random.default_rng(0))
     epochs = 20 if args.quick else 100
     reference = {}
     t0 = time.perf_counter()
@@ -190,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             rng = np.random.default_rng(1000 + rep)  # the same draws as powertrain_mape.py
             idx = rng.choice(len(orin), N_PROFILED, replace=False)
-            y_obs = noisy(y_true[idx], rng)
-            meas_pow = noisy(y_true, np.random.default_rng(5000 + rep))[:, 1]
+            y_obs = profile_noise(y_true[idx], rng)
+            meas_pow = profile_noise(y_true, np.random.default_rng(5000 + rep))[:, 1]
             x = orin[idx]
             pt = {t: adapt(reference[t], "transfer", x, y_obs[:, j]).predict(orin)[0] for j, t in enumerate(TARGETS)}
             t_mu = adapt(reference["time_ms"], "nn+gp", x, y_obs[:, 0]).predict(orin)[0]
@@ -230,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
             out += evaluate("nn+gp mean", c_gp, None, y_true, opt, meas_pow)
             for r in RISKS:
                 out += evaluate(f"nn+gp ucb {r:g}", c_gp, r, y_true, opt, meas_pow)
+            # ref+gp (estimate transfer's default): its std is conformally calibrated to a 90 % interval
+            rg = {t: adapt(reference[t], "ref+gp", x, y_obs[:, j]).predict(orin) for j, t in enumerate(TARGETS)}
+            c_rg = Candidates(rg["time_ms"][0], np.maximum(rg["power_w"][0], 0.0), None, rg["power_w"][1])
+            for r in RISKS:
+                out += evaluate(f"ref+gp ucb {r:g}", c_rg, r, y_true, opt, meas_pow)
             for r in RISKS:  # MinTime checks mu + z(r) * std: scale the raw std by the CV conformal factor
                 scaled = Candidates(c_gp.time_ms, c_gp.power_w, None, sd * cscale[r])
                 out += evaluate(f"nn+gp cv{CAL_FOLDS} {r:g}", scaled, r, y_true, opt, meas_pow)
@@ -244,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                     o["pred_power_w"] = round(o["pred_power_w"] - m, 3)
                 out += sel
             # frontier sampling: the same number of profiles, chosen along the predicted front
-            f_meas = noisy(y_true, np.random.default_rng(2000 + rep))
-            device = NoisyDevice(orin, f_meas, noisy(y_true, np.random.default_rng(5000 + rep)))
+            f_meas = profile_noise(y_true, np.random.default_rng(2000 + rep))
+            device = NoisyDevice(orin, f_meas, profile_noise(y_true, np.random.default_rng(5000 + rep)))
             tuner = workflow_tuner(reference, orin, device, seed=3000 + rep)
             f_pred = tuner.explore()
             f_idx = np.asarray([device.at[mode_key(m)] for m in tuner.points.modes])
