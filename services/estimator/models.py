@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from edgetune import validation
 from edgetune.coordination.store import ModelRecord, Store
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.estimation.bundle import TimePowerModel
@@ -158,11 +157,7 @@ class ModelRepository:
         (``reference:orin-agx``, ``@1`` optional), read from the package once and never stored."""
         if not text.startswith(PREFIX):
             return self.load(parse_model_id(text, field), field)
-        name, at, version = text.partition("@")
-        if at and version != str(REFERENCE_VERSION):  # the id a transfer from it records carries the version
-            raise InvalidArgument(field, f"{validation.shown(text)}: the shipped references are version "
-                                  f"{REFERENCE_VERSION}", f"{name} or {name}@{REFERENCE_VERSION}")
-        shipped = find_reference(name, field)
+        shipped = find_reference(text, field)
         ref = ModelRef((PREFIX + shipped.device,), REFERENCE_VERSION)
 
         def read() -> tuple[TimePowerModel, ModelRecord]:

@@ -66,9 +66,7 @@ class LibraryEstimator:
 
     def find(self, model_id: str) -> ModelRef | None:
         """The model held under ``model_id``, or the shipped reference it names (``reference:orin-agx``)."""
-        model = self.models.get(model_id)
-        if model is None and model_id.startswith(PREFIX):
-            model = self._model(model_id)
+        model = self._model(model_id) if model_id.startswith(PREFIX) else self.models.get(model_id)
         return None if model is None else self._ref(model_id, model)
 
     def _model(self, model_id: str) -> TimePowerModel:

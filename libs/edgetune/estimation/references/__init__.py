@@ -46,7 +46,13 @@ REFERENCES: tuple[Reference, ...] = (Reference("orin-agx"), Reference("xavier-ag
 
 
 def find_reference(name: str, field: str = "reference") -> Reference:
-    """The shipped reference called ``name`` (its device, or its full name; ``reference:`` may lead)."""
+    """The shipped reference called ``name`` (its device, or its full name; ``reference:`` may lead, and
+    ``@VERSION`` follow: the id a transfer from it records carries the version)."""
+    text = name
+    name, at, version = name.partition("@")
+    if at and version != str(REFERENCE_VERSION):
+        raise InvalidArgument(field, f"{shown(text)}: the shipped references are version {REFERENCE_VERSION}",
+                              f"{name} or {name}@{REFERENCE_VERSION}")
     name = name[len(PREFIX):] if name.startswith(PREFIX) else name
     for ref in REFERENCES:
         if name in (ref.device, ref.name):
