@@ -42,10 +42,20 @@ def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True)
         node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
 
 
+def _why(cluster: LocalCluster, job: tuning_pb2.TuningJob) -> list:
+    """The nodes' reasons and events and the coordinators' logged warnings (the job's repr is cut short)."""
+    why: list = [(n.node_id, n.reason, [e.message for e in n.events]) for n in job.nodes]
+    children = cluster.supervisor.children if cluster.supervisor is not None else []
+    logged = [line for c in children if c.name.startswith("coordinator") for line in c.log_tail(400).splitlines()
+              if '"level": "warning"' in line or '"level": "error"' in line]
+    return why + logged[-30:]
+
+
 def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
-    assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+    why = _why(cluster, job) if job.phase != tuning_pb2.JOB_PHASE_SUCCEEDED else []
+    assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, why
     for node in job.nodes:
-        assert node.phase == APPLIED, node
+        assert node.phase == APPLIED, why
         budget = (budgets or {}).get(node.node_id, NODES[node.node_id][1])
         assert node.power_budget_w == budget
         assert node.measured_power_w <= budget, node

@@ -11,7 +11,9 @@ The workflow, against the narrow interfaces of :mod:`.protocols`:
 3. **select and verify** per budget: the selector chooses from the calibrated predictions at
    ``policy.risk``; the choice is measured on the device; over budget → learn from the miss
    (drop it and every mode dominating it, widen the error) and select again, at most
-   ``policy.max_attempts`` choices;
+   ``policy.max_attempts`` choices. When no mode's power bound fits (σ widened by misses, or a
+   budget below the profiled range), the mode with the lowest bound is measured instead, if its
+   predicted mean fits: the measurement decides, as for any choice, and the decision's notes say so;
 4. **option table**: the modes not ruled out with their safe power, for round planning.
 
 ``edgetune tune`` (a local device), the demo (the services over gRPC) and the tests run this
@@ -161,17 +163,25 @@ class NodeTuner:
             allowed = self.safety.allowed(len(pred), budget_w)
             pool = pred.with_power_std(self.safety.power_std_w(pred)).subset(allowed)
             choice = self.selector.select(pool, budget_w, risk=self.policy.risk, objective=self.policy.objective)
-            if not choice.feasible or choice.index is None:
-                decision = Decision(budget_w, False, attempts=attempt, notes=tuple(notes),
-                                    reason=choice.reason or f"no predicted mode fits {budget_w:g} W")
-                break
-            i = int(allowed[choice.index])
+            if choice.feasible and choice.index is not None:
+                picked, bound_w, why = choice.index, choice.power_bound_w, choice.reason
+            else:
+                fallback = self._safest(pool, budget_w)
+                if fallback is None:
+                    decision = Decision(budget_w, False, attempts=attempt, notes=tuple(notes),
+                                        reason=choice.reason or f"no predicted mode fits {budget_w:g} W")
+                    break
+                picked, bound_w = fallback
+                why = (f"no mode's power bound fits {budget_w:g} W at risk {self.policy.risk:g}; measuring the mode "
+                       f"with the lowest bound ({bound_w:.2f} W), its predicted mean within budget")
+                notes.append(f"attempt {attempt}: {why}")
+            i = int(allowed[picked])
             mode = self.candidates[i]
             measured = self._measure_choice(mode, attempt)
             decision = Decision(budget_w, True, i, tuple(float(v) for v in mode), int(pred.batch_size[i]),
-                                float(pred.time_ms[i]), float(pred.power_w[i]), choice.power_bound_w,
+                                float(pred.time_ms[i]), float(pred.power_w[i]), bound_w,
                                 None if measured is None else measured[0], None if measured is None else measured[1],
-                                attempt, choice.reason, tuple(notes))
+                                attempt, why, tuple(notes))
             if decision.within_budget:
                 break
             dropped = self.learn_from_miss(i, decision.measured_power_w)
@@ -187,6 +197,17 @@ class NodeTuner:
             self.safety.power_rel_err = error_before
         self.decisions.append(decision)
         return decision
+
+    def _safest(self, pool: Predictions, budget_w: float) -> tuple[int, float] | None:
+        """When no mode's power bound fits: the row of ``pool`` with the lowest bound (mean + z·σ), if its
+        predicted mean is within ``budget_w`` (else None: nothing worth measuring). The device's
+        measurement then decides, as for any choice; a mode predicted over budget is never measured."""
+        std = pool.power_std_w if pool.power_std_w is not None else np.zeros(len(pool))
+        bound = pool.power_w + self.policy.z * std
+        if not len(bound):
+            return None
+        j = int(np.argmin(bound))
+        return (j, float(bound[j])) if pool.power_w[j] <= budget_w else None
 
     def _measure_choice(self, mode: np.ndarray, attempt: int) -> tuple[float, float] | None:
         key = mode_key(mode)
