@@ -30,6 +30,7 @@ import click
 import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
+from edgetune.coordination.tuningjobs import DEFAULT_PROFILES
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.tuning_convert import JobView, NodeView, job_view, load_job_file
 from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
@@ -40,7 +41,6 @@ INPUT_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc
                grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE)
 UNREACHABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 CALL_TIMEOUT_S = 30.0
-DEFAULT_PROFILES = 50
 
 
 class ServerError(click.ClickException):
