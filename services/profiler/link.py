@@ -190,8 +190,10 @@ class CoordinatorLink:
         return "running" if self.servicer.keeper.active else "ready"
 
     def _power_w(self) -> float:
+        # telemetry, not the power sensor: a background reading must not draw on the noise a simulated
+        # board's measurements use (heartbeats come when the wall clock says: runs would not repeat)
         try:
-            return float(self.servicer.device.power_sensor().read_w())
+            return float(self.servicer.device.telemetry().power_w or 0.0)
         except (EdgetuneError, OSError):  # no power monitor: the heartbeat goes without
             return 0.0
 

@@ -454,3 +454,30 @@ def test_idle_agent_metrics_show_a_growing_energy_counter_and_temperatures(store
     assert second[("edgetune_profiler_throttled", ())] == 0
     assert second[("edgetune_profiler_clock_mhz", (("clock", "gpu"),))] == 918.0
     assert second[("edgetune_profiler_telemetry_samples_total", ())] > first[("edgetune_profiler_telemetry_samples_total", ())]
+
+
+def test_the_agents_heartbeat_power_reading_leaves_a_simulated_boards_measurements_as_seeded(tmp_path):
+    """Heartbeats come when the wall clock says; the power they report must not draw on the noise the
+    board's measurements use, or the same seed would measure differently from run to run."""
+    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.powermodes.mode import PowerMode
+    from edgetune.profiling.protocol import ProfileConfig, Profiler
+    from edgetune.services.profiler.link import CoordinatorLink
+    from edgetune.services.profiler.safety import ModeKeeper
+    from edgetune.services.profiler.servicer import ProfilerServicer
+
+    mode = PowerMode(4, 1651.2, 1134.75, 2133.0)
+
+    def measure(heartbeats: int) -> tuple[float, float]:
+        servicer = ProfilerServicer(ModeKeeper(SimulatedJetson("orin-agx", seed=3), tmp_path / f"state-{heartbeats}"))
+        link = CoordinatorLink(servicer, "127.0.0.1:1", "127.0.0.1:2")  # never started: no call is made
+        try:
+            powers = [link._power_w() for _ in range(heartbeats)]
+            assert all(p > 0 for p in powers)
+            m = Profiler(servicer.device, ProfileConfig(n_minibatches=5)).profile_points(
+                [(mode, 16)], "mobilenetv3", "train")[0]
+            return m.time_ms, m.power_w
+        finally:
+            link._channel.close()
+
+    assert measure(0) == measure(7)
