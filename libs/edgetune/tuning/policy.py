@@ -35,8 +35,11 @@ class TuningPolicy:
     n_initial: int = N_INITIAL
     rounds: int = ROUNDS
     per_round: int = PER_ROUND
-    #: How a reference model is adapted to a node's profiles (the estimator service's default too);
-    #: nn+gp: the best transfer accuracy on every simulated workload (experiments/powertrain_mape.py).
+    #: How a reference model is adapted to a node's profiles (the estimator service's default too).
+    #: nn+gp, not ref+gp (``estimate transfer``'s default), measured on the TuningJob path
+    #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.01-1.13x
+    #: the best time within budget), but with 12 profiles ref+gp's GP extrapolates poorly below the
+    #: profiled band (1.39x / 2.67x the best at 25 / 18 W, one 18 W budget failed; nn+gp 1.08x / 1.33x).
     transfer_method: str = "nn+gp"
     #: Fraction of a reference fit's rows held out to score it (the estimator service's default).
     validation_fraction: float = 0.1
