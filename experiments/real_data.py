@@ -308,6 +308,16 @@ def verdicts(summary: list[dict], method: str = "ref+gp", target_ratio: float = 
     return out
 
 
+def ratio_axes(ax, title: str, xlabel: str) -> None:
+    """An axes of MAPE ratios to the GP from scratch: the GP's level (1) and the 0.7× target drawn."""
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(0.7, color="r", lw=0.8, ls=":")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("MAPE / GP-from-scratch MAPE")
+    ax.grid(alpha=0.3)
+
+
 def plot(summary: list[dict], path: str) -> None:
     import matplotlib
 
@@ -322,12 +332,7 @@ def plot(summary: list[dict], path: str) -> None:
             ax.plot([s["n"] for s in ss], [s["time_ratio_of_means"] for s in ss], marker="o", label=f"{method} time")
             ax.plot([s["n"] for s in ss], [s["power_ratio_of_means"] for s in ss], marker="s", ls="--",
                     label=f"{method} power")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(0.7, color="r", lw=0.8, ls=":")
-        ax.set_title(kind)
-        ax.set_xlabel("profiled points")
-        ax.set_ylabel("MAPE / GP-from-scratch MAPE")
-        ax.grid(alpha=0.3)
+        ratio_axes(ax, kind, "profiled points")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -40,7 +40,15 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from real_data import RESULTS, TARGETS, ZEUS_GPUS, Measured, load_perseus, load_zeus  # noqa: E402
+from real_data import (  # noqa: E402
+    RESULTS,
+    TARGETS,
+    ZEUS_GPUS,
+    Measured,
+    load_perseus,
+    load_zeus,
+    ratio_axes,
+)
 
 from edgetune.devices.simulated import truth_table  # noqa: E402
 from edgetune.estimation.metrics import mape_pct  # noqa: E402
@@ -220,12 +228,7 @@ def plot(summary: list[dict], path: str) -> None:
         ss = [s for s in summary if s["set"] == kind]
         ax.plot([s["n"] for s in ss], [s["time_ratio"] for s in ss], marker="o", label="time")
         ax.plot([s["n"] for s in ss], [s["power_ratio"] for s in ss], marker="s", ls="--", label="power")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(0.7, color="r", lw=0.8, ls=":")
-        ax.set_title(f"{kind}: simulator reference, ref+gp")
-        ax.set_xlabel("real points profiled")
-        ax.set_ylabel("MAPE / GP-from-scratch MAPE")
-        ax.grid(alpha=0.3)
+        ratio_axes(ax, f"{kind}: simulator reference, ref+gp", "real points profiled")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

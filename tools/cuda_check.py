@@ -27,7 +27,6 @@ Writes ``DIR/cuda_check.json`` and ``DIR/cuda_check.md``; exits 1 if a check fai
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import os
 import platform
@@ -142,22 +141,9 @@ def check_layers(quick: bool) -> dict[str, Any]:
     return {"ok": ok, "whole_median_ms": round(whole, 4), "children_sum_ms": round(total, 4), "children": parts}
 
 
-def _differences(a: Path, b: Path) -> list[str]:
-    out: list[str] = []
-
-    def walk(cmp: filecmp.dircmp, rel: str) -> None:
-        out.extend(f"{rel}{n}" for n in cmp.left_only + cmp.right_only)
-        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
-        out.extend(f"{rel}{n}" for n in mismatch + errors)
-        for name, sub in cmp.subdirs.items():
-            walk(sub, f"{rel}{name}/")
-
-    walk(filecmp.dircmp(a, b), "")
-    return out
-
-
 def check_profiler(quick: bool) -> dict[str, Any]:
     from edgetune.devices.factory import open_device
+    from edgetune.devices.sysfs_layout import tree_differences
     from edgetune.powermodes.grids import maxn, midpoint
     from edgetune.profiling.protocol import ProfileConfig, Profiler
 
@@ -184,7 +170,7 @@ def check_profiler(quick: bool) -> dict[str, Any]:
             close = getattr(device, "close", None)
             if close is not None:
                 close()
-        diff = _differences(FIXTURE, root)
+        diff = tree_differences(FIXTURE, root)
     print(f"profiler: ran on {DEVICE} {on_device}; files differing from the fixture afterwards: {diff}", flush=True)
     return {"ok": not diff and on_device and len(rows) == 2, "ran_on_device": on_device, "differing_files": diff,
             "rows": rows}

@@ -6,7 +6,6 @@ that a failure or a stop in the middle of a profile restores the mode (simulated
 
 from __future__ import annotations
 
-import filecmp
 import json
 import shutil
 import signal
@@ -20,6 +19,7 @@ import pytest
 from harness import free_port, wait_serving
 
 from edgetune.devices.sysfs import SysfsJetson
+from edgetune.devices.sysfs_layout import tree_differences
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto, mode_to_proto
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
@@ -36,21 +36,6 @@ def sysroot(tmp_path):
     root = tmp_path / "root"
     shutil.copytree(FIXTURE, root)
     return root
-
-
-def _differences(a: Path, b: Path) -> list[str]:
-    """Relative paths whose content differs between two trees (or exist in one only)."""
-    out: list[str] = []
-
-    def walk(cmp: filecmp.dircmp, rel: str) -> None:
-        out.extend(f"{rel}{n}" for n in cmp.left_only + cmp.right_only)
-        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
-        out.extend(f"{rel}{n}" for n in mismatch + errors)
-        for name, sub in cmp.subdirs.items():
-            walk(sub, f"{rel}{name}/")
-
-    walk(filecmp.dircmp(a, b), "")
-    return out
 
 
 class Agent:
@@ -96,12 +81,12 @@ def test_sigterm_puts_every_file_back(sysroot, tmp_path):
         r = agent.stub.ApplyPowerMode(profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(target)))
         assert mode_from_proto(r.applied) == target and mode_from_proto(r.previous) == original
         assert (sysroot / POLICY0 / "scaling_max_freq").read_text().strip() == str(round(target.cpu_mhz * 1000))
-        assert _differences(FIXTURE, sysroot)  # the files did change
+        assert tree_differences(FIXTURE, sysroot)  # the files did change
         assert _record(tmp_path / "state") is not None
     finally:
         rc = agent.end(signal.SIGTERM)
     assert rc == 0, agent.log[-2000:]
-    assert _differences(FIXTURE, sysroot) == []  # governors, ranges, EMC lock, online CPUs: as found
+    assert tree_differences(FIXTURE, sysroot) == []  # governors, ranges, EMC lock, online CPUs: as found
     assert _record(tmp_path / "state") is None
 
 
@@ -126,11 +111,11 @@ def test_sigkill_leaves_the_record_and_a_restart_restores(sysroot, tmp_path):
         assert SysfsJetson(sysroot).current_mode() == original
         assert _record(state) is None
         # Not just the mode: every file as found (CPU / GPU min and max, EMC lock), byte for byte.
-        assert _differences(FIXTURE, sysroot) == []
+        assert tree_differences(FIXTURE, sysroot) == []
     finally:
         assert again.end(signal.SIGTERM) == 0, again.log[-2000:]
     assert SysfsJetson(sysroot).current_mode() == original and _record(state) is None
-    assert _differences(FIXTURE, sysroot) == []
+    assert tree_differences(FIXTURE, sysroot) == []
 
 
 class _Killed(BaseException):
@@ -164,7 +149,7 @@ def test_a_kill_between_any_two_writes_then_a_restart_leaves_the_sysroot_as_foun
         keeper2, recovered = open_guarded_device(lambda: SysfsJetson(sysroot), state)
         keeper2.unlock_device()
         assert recovered is not None and not state.exists()
-        assert _differences(FIXTURE, sysroot) == [], f"killed before write {k}"
+        assert tree_differences(FIXTURE, sysroot) == [], f"killed before write {k}"
 
 
 def test_restore_puts_back_the_exact_bytes(sysroot, tmp_path):
@@ -178,9 +163,9 @@ def test_restore_puts_back_the_exact_bytes(sysroot, tmp_path):
     _, target = _target(sysroot)
     keeper, _ = open_guarded_device(lambda: SysfsJetson(sysroot), tmp_path / "mode.json")
     keeper.apply(target)
-    assert _differences(before, sysroot)
+    assert tree_differences(before, sysroot)
     keeper.close()
-    assert _differences(before, sysroot) == []
+    assert tree_differences(before, sysroot) == []
 
 
 def test_a_second_agent_on_the_same_device_is_refused(sysroot, tmp_path):
@@ -268,7 +253,7 @@ def test_sigterm_mid_profile_exits_within_the_grace_and_puts_every_file_back(sys
         call = agent.stub.Profile(_long_profile(10_000))
         assert next(call).HasField("progress")
         time.sleep(2.0)  # inside the first point: 10,000 minibatches take far longer than this
-        assert _record(tmp_path / "state") is not None and _differences(FIXTURE, sysroot)
+        assert _record(tmp_path / "state") is not None and tree_differences(FIXTURE, sysroot)
         t0 = time.monotonic()
         agent.proc.send_signal(signal.SIGTERM)
         rc = agent.proc.wait(timeout=30)  # without the stop it would run the whole point (TimeoutExpired)
@@ -279,5 +264,5 @@ def test_sigterm_mid_profile_exits_within_the_grace_and_puts_every_file_back(sys
     # grace, then the teardown (restore, store, process exit); the margin allows a loaded CI machine,
     # and is still far below the point's own run time (the stop is what makes it this short)
     assert took_s < grace_s + 15.0, f"took {took_s:.1f} s to stop\n{agent.log[-2000:]}"
-    assert _differences(FIXTURE, sysroot) == []
+    assert tree_differences(FIXTURE, sysroot) == []
     assert _record(tmp_path / "state") is None

@@ -26,6 +26,7 @@ Layouts handled (sources in ``tests/fixtures/sysroots/README.md``):
 
 from __future__ import annotations
 
+import filecmp
 import glob
 import os
 import re
@@ -337,3 +338,19 @@ def find_emc(root: str) -> EmcLayout | None:
     if cap:
         return EmcLayout("cap", (), None, None, cap, None, cap)
     return None
+
+
+def tree_differences(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
+    """Relative paths whose content differs between two sysroots (or that exist in one only): how a
+    test or a check shows that a device was left exactly as found (a copy taken before vs the root)."""
+    out: list[str] = []
+
+    def walk(cmp: filecmp.dircmp, rel: str) -> None:
+        out.extend(f"{rel}{n}" for n in cmp.left_only + cmp.right_only)
+        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+        out.extend(f"{rel}{n}" for n in mismatch + errors)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{rel}{name}/")
+
+    walk(filecmp.dircmp(a, b), "")
+    return out
