@@ -43,6 +43,7 @@ import sys
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,37 +196,31 @@ def run(draws: int, with_nn: bool, per_kind: int, ablation: bool = False, everyt
         noise = {t: estimate_noise(tgt.x, tgt.y(t), DEFAULT_TRANSFORM[t], axis=0) for t in TARGETS}
         log(f"{task.kind:14s} {tgt.name:42s} noise sd (gp / differences): "
             + ", ".join(f"{t} {e.gp_sd:.4g} / {e.difference_sd:.4g}" for t, e in noise.items()))
-        for n in SIZES:
-            if len(tgt.x) < n + 5:
-                continue
-            for draw in range(draws):
-                rng = np.random.default_rng(10_000 * ti + 100 * n + draw)
-                idx = rng.choice(len(tgt.x), n, replace=False)
-                val = np.setdiff1d(np.arange(len(tgt.x)), idx)
-                base: dict[str, float] = {}
-                for method in methods:
-                    t0 = time.perf_counter()
-                    rec = {"kind": task.kind, "reference": ref.name, "target": tgt.name, "n": n, "draw": draw,
-                           "method": method}
-                    for target in TARGETS:
-                        pred = build(method, refs, target, tgt.x[idx], tgt.y(target)[idx], tgt.columns, draw)
-                        mape, cover = score(pred, tgt.x[val], tgt.y(target)[val])
-                        short = target.split("_")[0]
-                        rec[f"{short}_mape_pct"] = round(mape, 4)
-                        rec[f"{short}_coverage"] = round(cover, 4)
-                        if method == "gp":
-                            base[short] = mape
-                        rec[f"{short}_ratio"] = round(mape / base[short], 4)
-                        choice = getattr(pred, "choice", "")
-                        rec[f"{short}_choice"] = choice if method.startswith("ref+gp") else ""
-                    rec["seconds"] = round(time.perf_counter() - t0, 2)
-                    rows.append(rec)
+        for n, draw, idx, val in splits(len(tgt.x), SIZES, ti, draws):
+            base: dict[str, float] = {}
+            for method in methods:
+                t0 = time.perf_counter()
+                rec = {"kind": task.kind, "reference": ref.name, "target": tgt.name, "n": n, "draw": draw,
+                       "method": method}
+                for target in TARGETS:
+                    pred = build(method, refs, target, tgt.x[idx], tgt.y(target)[idx], tgt.columns, draw)
+                    mape, cover = score(pred, tgt.x[val], tgt.y(target)[val])
+                    short = target.split("_")[0]
+                    rec[f"{short}_mape_pct"] = round(mape, 4)
+                    rec[f"{short}_coverage"] = round(cover, 4)
                     if method == "gp":
-                        rows.append(floor_row(rec, noise, tgt, val, base))
-                    log(f"{task.kind:14s} {tgt.name:42s} n={n:2d} d={draw} {method:13s} "
-                        f"time {rec['time_mape_pct']:6.2f}% ({rec['time_ratio']:.2f}x) "
-                        f"power {rec['power_mape_pct']:6.2f}% ({rec['power_ratio']:.2f}x) "
-                        f"cover {rec['time_coverage']:.2f}/{rec['power_coverage']:.2f}")
+                        base[short] = mape
+                    rec[f"{short}_ratio"] = round(mape / base[short], 4)
+                    choice = getattr(pred, "choice", "")
+                    rec[f"{short}_choice"] = choice if method.startswith("ref+gp") else ""
+                rec["seconds"] = round(time.perf_counter() - t0, 2)
+                rows.append(rec)
+                if method == "gp":
+                    rows.append(floor_row(rec, noise, tgt, val, base))
+                log(f"{task.kind:14s} {tgt.name:42s} n={n:2d} d={draw} {method:13s} "
+                    f"time {rec['time_mape_pct']:6.2f}% ({rec['time_ratio']:.2f}x) "
+                    f"power {rec['power_mape_pct']:6.2f}% ({rec['power_ratio']:.2f}x) "
+                    f"cover {rec['time_coverage']:.2f}/{rec['power_coverage']:.2f}")
     return rows
 
 
@@ -308,34 +303,54 @@ def verdicts(summary: list[dict], method: str = "ref+gp", target_ratio: float = 
     return out
 
 
-def ratio_axes(ax, title: str, xlabel: str) -> None:
-    """An axes of MAPE ratios to the GP from scratch: the GP's level (1) and the 0.7× target drawn."""
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhline(0.7, color="r", lw=0.8, ls=":")
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("MAPE / GP-from-scratch MAPE")
-    ax.grid(alpha=0.3)
+def splits(n_rows: int, sizes: tuple[int, ...], task_index: int,
+           draws: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(n, draw, profiled rows, held-out rows)`` for each size that leaves at least 5 rows held out;
+    seeded by task, size and draw, so every method of a run sees the same points."""
+    for n in sizes:
+        if n_rows < n + 5:
+            continue
+        for draw in range(draws):
+            idx = np.random.default_rng(10_000 * task_index + 100 * n + draw).choice(n_rows, n, replace=False)
+            yield n, draw, idx, np.setdiff1d(np.arange(n_rows), idx)
 
 
-def plot(summary: list[dict], path: str) -> None:
+#: One line of a ratio plot: label, profiled points, ratios to the GP from scratch (power dashed).
+Series = tuple[str, list, list]
+
+
+def plot_ratios(panels: dict[str, list[Series]], path: str, xlabel: str, width: float = 4.0) -> None:
+    """One axes per panel of MAPE ratios to the GP from scratch, with the GP's level (1) and the 0.7× target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = sorted({s["kind"] for s in summary})
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.6), squeeze=False)
-    for ax, kind in zip(axes[0], kinds, strict=True):
-        for method in sorted({s["method"] for s in summary if s["kind"] == kind and s["method"] != "gp"}):
-            ss = [s for s in summary if s["kind"] == kind and s["method"] == method]
-            ax.plot([s["n"] for s in ss], [s["time_ratio_of_means"] for s in ss], marker="o", label=f"{method} time")
-            ax.plot([s["n"] for s in ss], [s["power_ratio_of_means"] for s in ss], marker="s", ls="--",
-                    label=f"{method} power")
-        ratio_axes(ax, kind, "profiled points")
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels.items(), strict=True):
+        for label, ns, ratios in series:
+            power = label.endswith("power")
+            ax.plot(ns, ratios, marker="s" if power else "o", ls="--" if power else "-", label=label)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(0.7, color="r", lw=0.8, ls=":")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("MAPE / GP-from-scratch MAPE")
+        ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def plot(summary: list[dict], path: str) -> None:
+    panels: dict[str, list[Series]] = {}
+    for kind in sorted({s["kind"] for s in summary}):
+        for method in sorted({s["method"] for s in summary if s["kind"] == kind and s["method"] != "gp"}):
+            ss = [s for s in summary if s["kind"] == kind and s["method"] == method]
+            panels.setdefault(kind, []).extend(
+                (f"{method} {what}", [s["n"] for s in ss], [s[f"{what}_ratio_of_means"] for s in ss])
+                for what in ("time", "power"))
+    plot_ratios(panels, path, "profiled points")
 
 
 def main(argv: list[str] | None = None) -> int:

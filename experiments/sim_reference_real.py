@@ -47,7 +47,8 @@ from real_data import (  # noqa: E402
     Measured,
     load_perseus,
     load_zeus,
-    ratio_axes,
+    plot_ratios,
+    splits,
 )
 
 from edgetune.devices.simulated import truth_table  # noqa: E402
@@ -123,30 +124,24 @@ def run(draws: int, quick: bool, zeus_gpus: tuple[str, ...], per_set: int = 0, l
     for ti, (kind, tgt) in enumerate(targets(quick, zeus_gpus, per_set)):
         sim = sim_table(kind, tgt)
         refs = {t: make_predictor("gp", t).fit(sim.x, sim.y(t), columns=sim.columns) for t in TARGETS}
-        for n in SIZES:
-            if len(tgt.x) < n + 5:
-                continue
-            for draw in range(draws):
-                rng = np.random.default_rng(10_000 * ti + 100 * n + draw)
-                idx = rng.choice(len(tgt.x), n, replace=False)
-                val = np.setdiff1d(np.arange(len(tgt.x)), idx)
-                rec: dict = {"set": kind, "target": tgt.name, "rows": len(tgt.x), "n": n, "draw": draw}
-                for method in METHODS:
-                    t0 = time.perf_counter()
-                    for target in TARGETS:
-                        x, y = tgt.x[idx], tgt.y(target)[idx]
-                        pred = (make_predictor("gp", target, seed=draw).fit(x, y, columns=tgt.columns)
-                                if method == "gp" else adapt(refs[target], "ref+gp", x, y))
-                        mu, _ = pred.predict(tgt.x[val], check_ranges=False)
-                        short = target.split("_")[0]
-                        rec[f"{method}_{short}_mape_pct"] = round(mape_pct(mu, tgt.y(target)[val]), 4)
-                        if method == "ref+gp":
-                            rec[f"{short}_choice"] = getattr(pred, "choice", "")
-                    rec[f"{method}_seconds"] = round(time.perf_counter() - t0, 2)
-                rows.append(rec)
-                log(f"{kind:8s} {tgt.name:48s} n={n:2d} d={draw} time gp {rec['gp_time_mape_pct']:6.2f}% "
-                    f"ref+gp {rec['ref+gp_time_mape_pct']:6.2f}% ({rec['time_choice']}) | power gp "
-                    f"{rec['gp_power_mape_pct']:6.2f}% ref+gp {rec['ref+gp_power_mape_pct']:6.2f}% ({rec['power_choice']})")
+        for n, draw, idx, val in splits(len(tgt.x), SIZES, ti, draws):
+            rec: dict = {"set": kind, "target": tgt.name, "rows": len(tgt.x), "n": n, "draw": draw}
+            for method in METHODS:
+                t0 = time.perf_counter()
+                for target in TARGETS:
+                    x, y = tgt.x[idx], tgt.y(target)[idx]
+                    pred = (make_predictor("gp", target, seed=draw).fit(x, y, columns=tgt.columns)
+                            if method == "gp" else adapt(refs[target], "ref+gp", x, y))
+                    mu, _ = pred.predict(tgt.x[val], check_ranges=False)
+                    short = target.split("_")[0]
+                    rec[f"{method}_{short}_mape_pct"] = round(mape_pct(mu, tgt.y(target)[val]), 4)
+                    if method == "ref+gp":
+                        rec[f"{short}_choice"] = getattr(pred, "choice", "")
+                rec[f"{method}_seconds"] = round(time.perf_counter() - t0, 2)
+            rows.append(rec)
+            log(f"{kind:8s} {tgt.name:48s} n={n:2d} d={draw} time gp {rec['gp_time_mape_pct']:6.2f}% "
+                f"ref+gp {rec['ref+gp_time_mape_pct']:6.2f}% ({rec['time_choice']}) | power gp "
+                f"{rec['gp_power_mape_pct']:6.2f}% ref+gp {rec['ref+gp_power_mape_pct']:6.2f}% ({rec['power_choice']})")
     return rows
 
 
@@ -217,21 +212,12 @@ def write_markdown(rows: list[dict], summary: list[dict], path: str) -> None:
 
 
 def plot(summary: list[dict], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sets = sorted({s["set"] for s in summary})
-    fig, axes = plt.subplots(1, len(sets), figsize=(4.5 * len(sets), 3.6), squeeze=False)
-    for ax, kind in zip(axes[0], sets, strict=True):
+    panels = {}
+    for kind in sorted({s["set"] for s in summary}):
         ss = [s for s in summary if s["set"] == kind]
-        ax.plot([s["n"] for s in ss], [s["time_ratio"] for s in ss], marker="o", label="time")
-        ax.plot([s["n"] for s in ss], [s["power_ratio"] for s in ss], marker="s", ls="--", label="power")
-        ratio_axes(ax, f"{kind}: simulator reference, ref+gp", "real points profiled")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        panels[f"{kind}: simulator reference, ref+gp"] = [
+            (what, [s["n"] for s in ss], [s[f"{what}_ratio"] for s in ss]) for what in ("time", "power")]
+    plot_ratios(panels, path, "real points profiled", width=4.5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -302,11 +302,13 @@ class NNGPPredictor(Predictor):
         self.std_scale = float(state.get("std_scale", 1.0))  # files before calibration: the raw std
 
 
-def conformal_scale(scores: np.ndarray, risk: float) -> float:
-    """``c`` with ``z(risk)·c`` = the split-conformal (1 − risk) quantile of standardised residuals ``scores``."""
+def conformal_scale(scores: np.ndarray, risk: float, *, two_sided: bool = False) -> float:
+    """``c`` with ``z·c`` = the split-conformal (1 − risk) quantile of standardised residuals ``scores``:
+    ``z = z(risk)`` for a one-sided bound ``μ + z·c·σ``; ``two_sided``: ``z = z(risk / 2)``, the interval
+    ``μ ± z·c·σ`` (``scores`` then are ``|y − μ| / σ``)."""
     from edgetune.optimization.select import z_score
 
     s = np.sort(np.asarray(scores, float))
     n = len(s)
     k = min(int(np.ceil((n + 1) * (1.0 - risk))), n)  # finite-sample conformal rank; > n: the max
-    return max(float(s[k - 1]), 0.0) / z_score(risk)
+    return max(float(s[k - 1]), 0.0) / z_score(risk / 2 if two_sided else risk)

@@ -64,11 +64,12 @@ def difference_noise_sd(x: np.ndarray, z: np.ndarray, axis: int = 0) -> float:
     """
     x = np.asarray(x, float).reshape(len(z), -1)
     z = np.asarray(z, float)
-    others = np.delete(x, axis, axis=1)
-    keys = [tuple(r) for r in others]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i, key in enumerate(map(tuple, np.delete(x, axis, axis=1))):
+        groups.setdefault(key, []).append(i)
     res: list[float] = []
-    for key in set(keys):
-        rows = np.array([i for i, k in enumerate(keys) if k == key])
+    for members in groups.values():
+        rows = np.asarray(members)
         order = rows[np.argsort(x[rows, axis])]
         t, v = x[order, axis], z[order]
         for i in range(1, len(order) - 1):

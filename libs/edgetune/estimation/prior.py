@@ -45,7 +45,8 @@ import numpy as np
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.features import forward_transform, inverse_transform
-from edgetune.estimation.gp import GaussianProcess
+from edgetune.estimation.gp import GaussianProcess, conformal_scale
+from edgetune.estimation.metrics import mape_pct
 
 CANDIDATES: tuple[str, ...] = ("scratch", "prior", "stacked")
 
@@ -169,8 +170,7 @@ class RefGPPredictor(Predictor):
         r = self._ref_z(xs) if self.reference is not None else None
         truth = self._to_units(ys)
         cv = self.cross_validate(xs, ys, r)
-        mape = {k: float(100.0 * np.mean(np.abs(self._to_units(mu) - truth) / np.abs(truth)))
-                for k, (_, mu, _) in cv.items()}
+        mape = {k: mape_pct(self._to_units(mu), truth) for k, (_, mu, _) in cv.items()}
         self.weights = _simplex_weights({k: self._to_units(mu) for k, (_, mu, _) in cv.items()}, truth)
         # the heaviest member of the blend (ties: the better one alone) is the one an older reader sees
         self.choice = max(self.weights, key=lambda k: (self.weights[k], -mape[k]))
@@ -182,9 +182,8 @@ class RefGPPredictor(Predictor):
         # the GP is sure of itself but the measurements are not
         self.std_floor = float(np.median(np.abs(ys - mu)))
         sd = np.hypot(sd, self.std_floor)
-        scores = np.sort(np.abs(ys - mu) / np.maximum(sd, 1e-12))
-        rank = min(int(np.ceil((len(scores) + 1) * self.coverage)), len(scores))
-        self.std_scale = max(float(scores[rank - 1]) / _z_two_sided(self.coverage), 1e-3)
+        scores = np.abs(ys - mu) / np.maximum(sd, 1e-12)
+        self.std_scale = max(conformal_scale(scores, 1.0 - self.coverage, two_sided=True), 1e-3)
         return {"choice": self.choice, "cv_mape_pct": {k: round(v, 3) for k, v in mape.items()},
                 "weights": {k: round(w, 3) for k, w in self.weights.items()},
                 "std_scale": round(self.std_scale, 4), "kernel": self.gp.summary()}
@@ -261,8 +260,8 @@ def _simplex_weights(preds: dict[str, np.ndarray], truth: np.ndarray, step: floa
     for combo in _compositions(steps, len(kinds)):
         w = np.asarray(combo, float) / steps
         blend = sum(wi * preds[k] for wi, k in zip(w, kinds, strict=True))
-        err = float(np.mean(np.abs(blend - truth) / np.abs(truth)))
-        if err < best - 1e-12:
+        err = mape_pct(blend, truth)
+        if err < best - 1e-10:
             best, best_w = err, {k: float(wi) for wi, k in zip(w, kinds, strict=True) if wi > 0}
     return best_w
 
@@ -275,9 +274,3 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
     for first in range(total, -1, -1):
         for rest in _compositions(total - first, parts - 1):
             yield (first, *rest)
-
-
-def _z_two_sided(coverage: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(0.5 + coverage / 2.0)

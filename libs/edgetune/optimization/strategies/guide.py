@@ -152,14 +152,14 @@ class GPGuide(Guide):
     """
 
     def __init__(self, x_domain: np.ndarray, seed: int = 0) -> None:
-        dom = np.asarray(x_domain, dtype=np.float64)
-        self._mu = dom.mean(axis=0)
-        self._sd = np.where(dom.std(axis=0) > 0, dom.std(axis=0), 1.0)
+        from edgetune.estimation.features import Standardizer
+
+        self._scale = Standardizer.fit(np.asarray(x_domain, dtype=np.float64))
         self.seed = int(seed)
         self._gp: GaussianProcess | None = None
 
     def _x(self, x: np.ndarray) -> np.ndarray:
-        return (np.asarray(x, dtype=np.float64) - self._mu) / self._sd
+        return self._scale.transform(x)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
         from edgetune.estimation.gp import GaussianProcess
