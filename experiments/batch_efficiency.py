@@ -139,8 +139,8 @@ def device_lut(device: str, workload: str, batch_sizes, samples_per_pass: int) -
 
     Modes: every GPU frequency at the device's most cores, fastest CPU and fastest EMC.
     """
-    from edgetune.devices.simulated import SimulatedJetson
-    from edgetune.powermodes.mode import PowerMode
+    from edgetune.base.mode import PowerMode
+    from edgetune.devices.simulated.device import SimulatedJetson
 
     dev = SimulatedJetson(device, noise=False)
     spec = dev.spec

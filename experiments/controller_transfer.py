@@ -21,17 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
-from edgetune.coordination.controlplane import REFERENCE_BATCH_SIZE, REFERENCE_WORKLOAD
-from edgetune.coordination.reconcile import CANDIDATE_GRID, policy_for
-from edgetune.coordination.tuningjobs import TuningJobSpec
-from edgetune.devices.simulated import SimulatedJetson, truth_table
+from edgetune.base.records import Points
+from edgetune.control.reconcile import CANDIDATE_GRID, policy_for
+from edgetune.control.tuningjobs import TuningJobSpec
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.localrun.controlplane import REFERENCE_BATCH_SIZE, REFERENCE_WORKLOAD
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import Profiler
 from edgetune.tables import write_table
-from edgetune.tuning import NodeTuner
 from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
-from edgetune.tuning.records import Points
+from edgetune.tuning.tuner import NodeTuner
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEVICE, WORKLOAD, BATCH = "orin-agx", "mobilenetv3", 16

@@ -27,10 +27,10 @@ import time
 import numpy as np
 import torch
 
-from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.pruning import random_prune
 from edgetune.estimation.layerwise.thor import Thor, model_flops, true_energy_j
 from edgetune.estimation.layerwise.zoo import parsed_model
+from edgetune.physics.costing import LayerCostModel
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 BUDGET = 0.5

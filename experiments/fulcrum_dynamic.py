@@ -46,7 +46,7 @@ from collections import defaultdict
 import numpy as np
 
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.optimization.dynamic import DynamicSolver, excess_pct
 from edgetune.optimization.interleaving import MMPP, PiecewisePoisson
 from edgetune.optimization.multi_infer import UrgentPlusBatchProblem

@@ -50,7 +50,7 @@ from collections import defaultdict
 import numpy as np
 
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.optimization.problems import (
     ConcurrentProblem,
     InferProblem,

@@ -81,7 +81,7 @@ def md_table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
 
 
 def simulator_backend() -> TimedBackend:
-    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.devices.simulated.device import SimulatedJetson
 
     device = SimulatedJetson("orin-agx", noise=False)  # MAXN: the device's initial mode
     return TimedBackend.from_simulator(device, "resnet18", "mobilenetv3", batch_sizes=SIM_BATCH_SIZES)

@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgetune.estimation.layerwise.costing import LayerCostModel
-from edgetune.estimation.layerwise.features import extract_layers
 from edgetune.estimation.layerwise.neuralpower import NP_KINDS, NeuralPowerModel, collect, layer_features
+from edgetune.physics.costing import LayerCostModel
 from edgetune.workloads import time_module
+from edgetune.workloads.layers import extract_layers
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 PAPER_TIME_MAPE = {"conv": 992, "pool": 112, "flatten": 7.63, "fc": 97.2}

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgetune.devices.simulated import SimulatedJetson
+from edgetune.base.mode import PowerMode
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.online import OnlineTuner, simulated_reference
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.tables import write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"

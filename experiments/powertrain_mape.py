@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from edgetune.bench.suites import profile_noise
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning

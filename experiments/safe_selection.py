@@ -57,19 +57,21 @@ import warnings
 import numpy as np
 import torch
 
+from edgetune.base.records import Points, mode_key
+from edgetune.base.risk import z_score
 from edgetune.bench.suites import profile_noise
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.gp import conformal_scale
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.optimization.pareto import pareto_front
-from edgetune.optimization.select import Candidates, MinTime, selection_margin, z_score
+from edgetune.optimization.select import Candidates, MinTime, selection_margin
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import write_table
-from edgetune.tuning import NodeTuner, Points, TuningPolicy
 from edgetune.tuning.local import LibraryEstimator, LibrarySelector
-from edgetune.tuning.records import mode_key
+from edgetune.tuning.policy import TuningPolicy
+from edgetune.tuning.tuner import NodeTuner
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from powertrain_mape import RESULTS, TARGETS, truth  # noqa: E402

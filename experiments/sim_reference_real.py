@@ -51,7 +51,7 @@ from real_data import (  # noqa: E402
     splits,
 )
 
-from edgetune.devices.simulated import truth_table  # noqa: E402
+from edgetune.devices.simulated.tables import truth_table  # noqa: E402
 from edgetune.estimation.metrics import mape_pct  # noqa: E402
 from edgetune.estimation.registry import adapt, make_predictor  # noqa: E402
 from edgetune.estimation.validation import MIN_FIT_ROWS, ExtrapolationWarning  # noqa: E402

@@ -3,7 +3,7 @@
 Setup (docs/papers.md, THOR):
 
 * Xavier AGX at MAXN, training, batch 16; ground truth = the simulator's layer costing
-  (``edgetune.estimation.layerwise.costing``), energy above idle per iteration, observed with 2 %
+  (``edgetune.physics.costing``), energy above idle per iteration, observed with 2 %
   noise (a 500-iteration run's mean).
 * Models: the paper's 5-layer CNN (``cnn5``, 64×64 CelebA-like input), ``vgg-ish``,
   ``resnet-ish`` (residual blocks as THOR units), ``mobilenet-ish`` (depthwise-separable).
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from edgetune.estimation.layerwise.blocks import blocks_of
-from edgetune.estimation.layerwise.costing import LayerCostModel
 from edgetune.estimation.layerwise.thor import FlopsLinear, Thor, mape_pct, model_flops, true_energy_j
 from edgetune.estimation.layerwise.zoo import MODELS, parsed_model, random_channels
+from edgetune.physics.costing import LayerCostModel
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 CONFIGS = (("matern", "variance"), ("rbf", "variance"), ("dotproduct", "variance"), ("matern", "random"))

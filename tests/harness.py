@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from edgetune.coordination.processes import SupervisorError, wait_process_serving
-from edgetune.coordination.store import EmbeddedRedisServer, Store
+from edgetune.localrun.processes import SupervisorError, wait_process_serving
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.coordinator.server import Coordinator, create_coordinator, start
+from edgetune.store import EmbeddedRedisServer, Store
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.references import REFERENCES
 from edgetune.powermodes.grids import named_grid

@@ -190,8 +190,8 @@ def run(coordinator: str, node_ids: Sequence[str], rounds: int = 2, *,
 def start_cluster(workdir: Path, log_level: str = "INFO"):
     """Redis, the estimator and optimizer, the coordinator (its reconcile loop runs TuningJobs) and an
     agent per node; a reference model per device model fitted on the estimator (as ``edgetune up`` does)."""
-    from edgetune.coordination.controlplane import fit_references
-    from edgetune.coordination.localcluster import LocalCluster
+    from edgetune.localrun.controlplane import fit_references
+    from edgetune.localrun.localcluster import LocalCluster
 
     cluster = LocalCluster(workdir, log_level=log_level, tuning=True).start()
     try:

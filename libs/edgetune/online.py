@@ -61,13 +61,16 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
-from edgetune.devices.base import Device, PowerSampler, Role, VirtualClock
+from edgetune.base.clocks import VirtualClock
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import Decision, Points
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSampler
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.profiling.stats import mean_std, power_stats
+from edgetune.tables import points_table
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
-from edgetune.tuning.records import Decision, Points
 
 #: Mode grid the choice is made from (``candidates=`` overrides): Fulcrum's coarse grid, as TuningJobs use.
 DEFAULT_GRID = "fulcrum"
@@ -186,14 +189,14 @@ def simulated_reference(device: str, role: str = "train", epochs: int | None = N
     """The reference predictor of a simulated device model (a ``TimePowerModel``): the one
     ``edgetune up`` fits — the reference workload's truth on a sample of the device's modes —
     fitted once per process."""
-    from edgetune.coordination.controlplane import (
+    from edgetune.devices.simulated.tables import truth_table
+    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.localrun.controlplane import (
         REFERENCE_BATCH_SIZE,
         REFERENCE_EPOCHS,
         REFERENCE_POINTS,
         REFERENCE_WORKLOAD,
     )
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.bundle import TimePowerModel
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
 
@@ -204,7 +207,7 @@ def simulated_reference(device: str, role: str = "train", epochs: int | None = N
     rows = truth_table(spec, REFERENCE_WORKLOAD, role, grid, [REFERENCE_BATCH_SIZE])
     points = Points(grid, np.full(len(rows), REFERENCE_BATCH_SIZE), np.asarray([r["time_ms"] for r in rows]),
                     np.asarray([r["power_w"] for r in rows]), spec.name, REFERENCE_WORKLOAD, role)
-    return TimePowerModel.fit_table(points.table(), "nn", seed, epochs=epochs or REFERENCE_EPOCHS)
+    return TimePowerModel.fit_table(points_table(points), "nn", seed, epochs=epochs or REFERENCE_EPOCHS)
 
 
 class _Cancelled(Exception):
@@ -254,7 +257,7 @@ class OnlineTuner:
     id; without it the inputs of the model's first forward call are used. ``reference``: the
     predictor to transfer (a ``TimePowerModel`` or a file of one); on a simulated device the
     default is :func:`simulated_reference`. ``candidates``: a grid name of the device's spec or an
-    ``(n, 4)`` array of modes. ``store`` (a :class:`~edgetune.coordination.store.base.Store`)
+    ``(n, 4)`` array of modes. ``store`` (a :class:`~edgetune.store.base.Store`)
     receives every window as a measurement of the workload's id (``node_id`` when given).
     ``on_window(window)`` sees each window when it is measured.
     """
@@ -561,8 +564,8 @@ class OnlineTuner:
     def _store(self, w: Window) -> None:
         if self.store is None:
             return
-        from edgetune.coordination.store.records import MeasurementRecord
         from edgetune.profiling.protocol import measurement_id
+        from edgetune.store.records import MeasurementRecord
 
         device = self.device.spec.name
         run_key = f"online-{self.seed}-{w.index}"

@@ -21,8 +21,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import Points
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 
 PROFILE_COLUMNS: tuple[str, ...] = (*MODE_FIELDS, "batch_size", "time_ms", "power_w")
 MODE_COLUMNS: tuple[str, ...] = MODE_FIELDS
@@ -188,3 +189,14 @@ def table_to_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | Non
     buf = io.StringIO()
     write_table(rows, buf, columns)
     return buf.getvalue()
+
+
+def points_table(points: Points) -> Table:
+    """The profile table of measured points: what the estimation pipeline learns from."""
+    cols = [*MODE_FIELDS, "batch_size", "time_ms", "power_w", "device", "workload", "role"]
+    return Table(cols, [{"cores": int(m[0]), "cpu_mhz": float(m[1]), "gpu_mhz": float(m[2]),
+                         "emc_mhz": float(m[3]), "batch_size": int(b), "time_ms": float(t),
+                         "power_w": float(p), "device": points.device, "workload": points.workload,
+                         "role": points.role}
+                        for m, b, t, p in zip(points.modes, points.batch_size, points.time_ms, points.power_w,
+                                              strict=True)])

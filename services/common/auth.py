@@ -29,7 +29,6 @@ from typing import Any
 
 import grpc
 
-from edgetune.coordination.store import AuditRecord, Store
 from edgetune.identity import (
     ADMIN,
     AGENT,
@@ -42,6 +41,7 @@ from edgetune.identity import (
 )
 from edgetune.services.common.handlers import wrap_handler
 from edgetune.services.common.metrics import split_method
+from edgetune.store import AuditRecord, Store
 
 log = logging.getLogger("edgetune.audit")
 

@@ -27,7 +27,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.identity import ServerSecurity
 from edgetune.services.common import reflection
@@ -35,6 +34,7 @@ from edgetune.services.common.auth import AuthInterceptor
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.limits import LimitsInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
+from edgetune.store import Store
 
 log = logging.getLogger("edgetune.services.common.server")
 

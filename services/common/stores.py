@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from edgetune.coordination.store import Store, open_store
+from edgetune.store import Store, open_store
 
 #: URLs that mean "no store" where a service can run without one (``optional=True``).
 NO_STORE = ("none", "off")

@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from google.protobuf import json_format, timestamp_pb2
 
 from edgetune import validation
-from edgetune.coordination.configs import NodeConfig
-from edgetune.coordination.inference import InferencePlacement
-from edgetune.coordination.registry import NodeRecord, spec_to_dict
-from edgetune.coordination.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
-from edgetune.coordination.tuningjobs import (
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.base.workload import is_user_workload, parse_spec
+from edgetune.control.configs import NodeConfig
+from edgetune.control.inference import InferencePlacement
+from edgetune.control.registry import NodeRecord, spec_to_dict
+from edgetune.control.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.control.tuningjobs import (
     DEFAULT_PROFILES,
     JOB_PHASES,
     NODE_PHASES,
@@ -19,10 +22,7 @@ from edgetune.coordination.tuningjobs import (
     TuningJobSpec,
     TuningJobView,
 )
-from edgetune.devices.base import Role
-from edgetune.devices.workloads import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import SPECS
 from edgetune.proto.convert import (
     ROUND_OBJECTIVE,

@@ -3,7 +3,7 @@
 
 Every replica serves every RPC; the one holding the leader lease plans (a standby forwards
 PlanRound / UpdateBudget to it) and runs the TuningJob reconcile loop
-(:class:`~edgetune.coordination.reconcile.Reconciler`, which calls ``--estimator`` and
+(:class:`~edgetune.control.reconcile.Reconciler`, which calls ``--estimator`` and
 ``--optimizer``). All state is in Redis, so a
 restarted replica resumes where the last one stopped. Shutdown (SIGTERM / SIGINT): config
 watches end, health goes NOT_SERVING, in-flight RPCs get ``--grace-s``, then the Kubernetes
@@ -35,13 +35,12 @@ import grpc
 from prometheus_client import Gauge
 
 from edgetune import validation
-from edgetune.coordination import kube
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
-from edgetune.coordination.reconcile import DriftPolicy, Reconciler, remote_services
-from edgetune.coordination.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
-from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.coordination.store import CONNECTION_ERRORS, Store
+from edgetune.control import kube
+from edgetune.control.configs import ConfigStore
+from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
+from edgetune.control.reconcile import DriftPolicy, Reconciler, remote_services
+from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import coordinator_pb2_grpc
@@ -52,6 +51,7 @@ from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator.servicer import CoordinatorServicer
+from edgetune.store import CONNECTION_ERRORS, Store
 
 log = logging.getLogger("edgetune.coordinator")
 

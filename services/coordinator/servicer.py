@@ -12,11 +12,11 @@ leader: a standby **forwards** them to the leader's address (from the lease reco
 its holder id after ``@``) and relays the answer, so a client behind one Service address never
 sees FAILED_PRECONDITION because it reached the standby (only while no replica holds the lease).
 TuningJob writes are **desired state**: any replica stores the spec; the leader's reconcile loop
-acts on it (:mod:`edgetune.coordination.reconcile`).
+acts on it (:mod:`edgetune.control.reconcile`).
 
 Each open WatchConfig holds one handler thread for its lifetime (waiting on an in-process
 event, not on Redis: one reader of the store's change feed serves every stream, see
-:mod:`edgetune.coordination.configs`), which is why the coordinator's default
+:mod:`edgetune.control.configs`), which is why the coordinator's default
 ``--max-workers`` is sized for a fleet, not 16.
 """
 
@@ -28,19 +28,19 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.leader import LeaderLease, NotLeader
-from edgetune.coordination.registry import NodeRecord, NodeRegistry
-from edgetune.coordination.rounds import RoundCoordinator
-from edgetune.coordination.store import RevisionConflict
-from edgetune.coordination.tuningjobs import TuningJobs
+from edgetune.control.configs import ConfigStore
+from edgetune.control.jobs import JobQueue
+from edgetune.control.leader import LeaderLease, NotLeader
+from edgetune.control.registry import NodeRecord, NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
 from edgetune.proto.convert import budgets_from_dict, mode_from_proto, optional_value
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert
+from edgetune.store import RevisionConflict
 
 #: Metadata key a standby sets on a forwarded call: the receiver does not forward it again.
 FORWARDED = "x-edgetune-forwarded"

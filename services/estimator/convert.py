@@ -23,16 +23,16 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
-from edgetune.coordination.store import ModelRecord
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
-from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import GRID, mode_from_proto, role_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2
+from edgetune.store import ModelRecord
 from edgetune.tables import Table
 
 #: Store blob kind of estimator models.
@@ -113,7 +113,7 @@ def method_from_kind(kind: str, default: str, field: str = "kind") -> str:
 
 def role_name(value: int, field: str = "role") -> str:
     """ROLE_TRAIN / ROLE_INFER; unspecified reads as train (the reference workloads are trainings)."""
-    from edgetune.devices.base import Role
+    from edgetune.base.roles import Role
 
     return role_from_proto(value, field, default=Role.TRAIN).value
 
@@ -296,7 +296,7 @@ def rows_from_store(docs: Sequence[Mapping[str, Any]], spec: DeviceSpec, source:
     for i, d in enumerate(docs):
         at = f"{source}[{i}]" + (f" (id {d['id']})" if d.get("id") else "")
         try:
-            from edgetune.powermodes.mode import PowerMode
+            from edgetune.base.mode import PowerMode
 
             mode = PowerMode(int(d["cores"]), float(d["cpu_mhz"]), float(d["gpu_mhz"]), float(d["emc_mhz"]))
             values = float(d["time_ms"]), float(d["power_w"]), d.get("batch_size", 0)

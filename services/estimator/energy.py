@@ -2,7 +2,7 @@
 
 The network becomes an ``nn.Sequential`` on the meta device (shapes only), THOR
 (:mod:`edgetune.estimation.layerwise.thor`) plans its variant networks, profiles them on the
-device's layer costing (:mod:`edgetune.estimation.layerwise.costing`) in the requested mode,
+device's layer costing (:mod:`edgetune.physics.costing`) in the requested mode,
 fits one GP per layer kind, and the energy of one training iteration above idle is the sum of its blocks' GP means. Per block the
 GP also gives a std; the total std adds the blocks' variances (independent GPs). A fitted THOR
 is cached per (device, mode, network, batch size): fitting takes seconds, estimating microseconds.
@@ -21,15 +21,15 @@ from typing import Any
 
 from edgetune import validation
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.estimation.repository import LRU
 from edgetune.proto.v1 import estimator_pb2
-from edgetune.services.estimator.models import LRU
 
 try:  # being built alongside this service: answer UNIMPLEMENTED rather than fail to start
     from edgetune.estimation.layerwise.blocks import BlockInstance, blocks_of, parse
-    from edgetune.estimation.layerwise.costing import LayerCostModel
     from edgetune.estimation.layerwise.thor import Thor
     from edgetune.estimation.layerwise.zoo import MODELS as ZOO
     from edgetune.estimation.layerwise.zoo import parsed_model
+    from edgetune.physics.costing import LayerCostModel
 
     AVAILABLE, MISSING = True, ""
 except ImportError as exc:  # pragma: no cover - depends on the installed library

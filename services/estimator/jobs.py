@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgetune.coordination.store import ModelRecord
 from edgetune.errors import EdgetuneError
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.parallel import TaskFailed, run_tasks
 from edgetune.services.estimator import metrics
 from edgetune.services.estimator.convert import Rows
+from edgetune.store import ModelRecord
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
+from edgetune.estimation.repository import ModelRepository
 from edgetune.identity import ServerSecurity
 from edgetune.proto.v1 import estimator_pb2_grpc
 from edgetune.services.common import (
@@ -41,8 +41,8 @@ from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.estimator.energy import Unimplemented
 from edgetune.services.estimator.jobs import Runner
-from edgetune.services.estimator.models import ModelRepository
 from edgetune.services.estimator.servicer import EstimatorServicer
+from edgetune.store import Store
 
 log = logging.getLogger("edgetune.estimator")
 

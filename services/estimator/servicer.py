@@ -14,13 +14,15 @@ import math
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Predictions
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.features import BATCH_FEATURE, mode_features
 from edgetune.estimation.parallel import single_threaded
 from edgetune.estimation.registry import TRANSFER_METHODS
+from edgetune.estimation.repository import ModelRepository
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.proto.convert import mode_from_proto
 from edgetune.proto.tables import table_to_proto
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
@@ -33,9 +35,7 @@ from edgetune.services.estimator.convert import (
     Rows,
 )
 from edgetune.services.estimator.jobs import FitJob, Runner, TransferJob, fit_model, transfer_model
-from edgetune.services.estimator.models import ModelRepository
 from edgetune.tuning.policy import TuningPolicy, default_policy
-from edgetune.tuning.records import Predictions
 
 log = logging.getLogger(__name__)
 

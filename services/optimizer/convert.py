@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization import problems as P
-from edgetune.optimization.joint import BatchEfficiency, JointChoice, JointLUT
+from edgetune.optimization.joint import JointChoice, JointLUT
 from edgetune.optimization.select import Candidates, Selection
+from edgetune.optimization.sessions import Told, space_ref
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import (
     GRID,
@@ -36,8 +38,6 @@ from edgetune.proto.convert import (
 from edgetune.proto.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2
 from edgetune.services.common.errors import field_prefix
-from edgetune.services.optimizer.sessions import Told, space_ref
-from edgetune.tuning.records import Predictions
 
 ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator service, which this optimizer "
                      "is not connected to; send the candidates inline (candidates.table)")

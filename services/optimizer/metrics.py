@@ -1,7 +1,8 @@
 """The optimizer's own Prometheus metrics (beside the gRPC ones every service has).
 
 They live in prometheus_client's default registry, which the server's metrics endpoint serves.
-Sessions are shared by every replica through the store, so these count what *this* replica did.
+Sessions are shared by every replica through the store, so these count what *this* replica did; the
+session store counts its own (:mod:`edgetune.optimization.sessions`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,7 @@ DECISIONS = Counter("edgetune_optimizer_decisions_total",
                     "Decisions answered, by RPC and whether they were feasible.", ["rpc", "feasible"])
 SESSIONS_STARTED = Counter("edgetune_optimizer_sessions_started_total",
                            "Search sessions started, by strategy and problem.", ["strategy", "problem"])
-SESSIONS_ENDED = Counter("edgetune_optimizer_sessions_ended_total",
-                         "Search sessions removed: ended by EndSearch, or expired when idle.", ["how"])
-SESSIONS_LOADED = Counter("edgetune_optimizer_sessions_loaded_total",
-                          "Sessions rebuilt from the store (written by another replica or a previous process).")
 POINTS_TOLD = Counter("edgetune_optimizer_points_told_total", "Measured points recorded by Tell.")
-REVISION_CONFLICTS = Counter("edgetune_optimizer_revision_conflicts_total",
-                             "Session writes that lost a race with another replica and were retried.")
 
 
 def decided(rpc: str, feasible: bool) -> None:

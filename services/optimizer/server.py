@@ -21,9 +21,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from edgetune.coordination.store import Store
 from edgetune.errors import InvalidArgument
 from edgetune.identity import ServerSecurity
+from edgetune.optimization.sessions import DEFAULT_TTL_S, SessionStore
 from edgetune.proto.v1 import optimizer_pb2_grpc
 from edgetune.services.common import (
     add_option,
@@ -35,7 +35,7 @@ from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.optimizer.servicer import OptimizerServicer
-from edgetune.services.optimizer.sessions import DEFAULT_TTL_S, SessionStore
+from edgetune.store import Store
 
 log = logging.getLogger("edgetune.optimizer")
 

@@ -14,17 +14,18 @@ from __future__ import annotations
 import logging
 
 from edgetune import validation
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.pareto import pareto_front
-from edgetune.optimization.select import make_selector, z_score
+from edgetune.optimization.select import make_selector
+from edgetune.optimization.sessions import Session, SessionStore, Told, build_space
 from edgetune.optimization.strategies import make_strategy
 from edgetune.proto.convert import OBJECTIVE, optional_value
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.optimizer import convert, metrics
-from edgetune.services.optimizer.sessions import Session, SessionStore, Told, build_space
 from edgetune.validation import budget_range
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import threading
 from prometheus_client import Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
-from edgetune.powermodes.mode import PowerMode
+from edgetune.base.mode import PowerMode
 from edgetune.telemetry.sample import TelemetrySample
 
 MODE_CORES = Gauge("edgetune_profiler_mode_cores", "Online CPU cores of the current power mode.")

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from edgetune import validation
-from edgetune.coordination.jobs import DEFAULT_IDLE_TIMEOUT_MS
-from edgetune.coordination.store import Store
+from edgetune.agent.link import CoordinatorLink, advertised_address
+from edgetune.agent.safety import default_state_dir, open_guarded_device, state_file_name
+from edgetune.base.workload import split_workload_path
+from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS
 from edgetune.devices.factory import open_device
-from edgetune.devices.workloads import split_workload_path
 from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.services.common import (
@@ -48,9 +49,8 @@ from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.profiler import metrics
-from edgetune.services.profiler.link import CoordinatorLink, advertised_address
-from edgetune.services.profiler.safety import default_state_dir, open_guarded_device, state_file_name
 from edgetune.services.profiler.servicer import ProfilerServicer
+from edgetune.store import Store
 from edgetune.telemetry.jtop import TELEMETRY_SOURCES, telemetry_reader
 from edgetune.telemetry.sampler import TelemetrySampler
 

@@ -33,19 +33,19 @@ import grpc
 import numpy as np
 
 from edgetune import stopping, validation
-from edgetune.coordination.store import MeasurementRecord, Store
-from edgetune.devices.base import Role
+from edgetune.agent.safety import ModeKeeper
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.devices.workloads import known_workloads, resolve_workload
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling import Measurement, PowerLimitExceeded, ProfileConfig, Profiler, descending_order
 from edgetune.proto import convert
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.common.errors import field_named, field_prefix, map_errors
 from edgetune.services.common.paging import paginate
 from edgetune.services.profiler import metrics
-from edgetune.services.profiler.safety import ModeKeeper
+from edgetune.store import MeasurementRecord, Store
 from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)

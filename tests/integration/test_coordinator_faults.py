@@ -22,9 +22,9 @@ import grpc
 import harness
 import pytest
 
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.store import EmbeddedRedisServer, open_store
+from edgetune.control.jobs import JobQueue
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.store import EmbeddedRedisServer, open_store
 
 pytestmark = pytest.mark.integration
 
@@ -141,8 +141,8 @@ def test_redis_restart_with_aof_keeps_state_and_the_coordinator_reconnects(tmp_p
 
 AGENT = textwrap.dedent("""
     import sys, time
-    from edgetune.coordination.jobs import JobQueue
-    from edgetune.coordination.store import open_store
+    from edgetune.control.jobs import JobQueue
+    from edgetune.store import open_store
     q = JobQueue(open_store(sys.argv[1]), idle_timeout_ms=300)
     jobs = q.claim("n1", "agent-doomed", block_ms=5000, count=2)
     print(",".join(j.job_id for j in jobs), flush=True)

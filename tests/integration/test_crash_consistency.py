@@ -2,7 +2,7 @@
 Redis restarted with and without its data, two profiler agents on simulated Orin AGX boards.
 
 The kill comes from the coordinator itself at a named point (``EDGETUNE_FAULT_POINT``,
-:mod:`edgetune.coordination.faults`): just before and just after the one atomic write of a
+:mod:`edgetune.control.faults`): just before and just after the one atomic write of a
 round publish (configs + ``round:last``) and of a budget change (registration + re-planned
 configs). A replacement coordinator starts on the same port (the agents' ``--coordinator``).
 Afterwards the registry, the configs, the last round and the agents agree, and every node's
@@ -18,12 +18,12 @@ import grpc
 import pytest
 from harness import durable_redis, free_port, restart_redis
 
-from edgetune.coordination.faults import ENV as FAULT_ENV
-from edgetune.coordination.localcluster import LocalCluster
-from edgetune.coordination.processes import Child, Supervisor
-from edgetune.coordination.store import EmbeddedRedisServer
+from edgetune.control.faults import ENV as FAULT_ENV
+from edgetune.localrun.localcluster import LocalCluster
+from edgetune.localrun.processes import Child, Supervisor
 from edgetune.proto.convert import mode_from_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.store import EmbeddedRedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from edgetune.coordination.processes import Supervisor, SupervisorError, find_marked
 from edgetune.demo.suite import FLEET
+from edgetune.localrun.processes import Supervisor, SupervisorError, find_marked
 
 
 def _alive(pid: int, run_id: str) -> bool:

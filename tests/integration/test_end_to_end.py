@@ -28,9 +28,10 @@ import grpc
 import pytest
 from harness import wait_for
 
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.localcluster import LocalCluster
-from edgetune.powermodes.mode import PowerMode
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Predictions
+from edgetune.control.jobs import JobQueue
+from edgetune.localrun.localcluster import LocalCluster
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto
 from edgetune.proto.tables import table_to_proto
@@ -45,7 +46,6 @@ from edgetune.proto.v1 import (
     profiler_pb2_grpc,
     tuning_pb2,
 )
-from edgetune.tuning.records import Predictions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

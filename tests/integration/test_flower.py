@@ -32,8 +32,7 @@ from flwr.server.client_manager import SimpleClientManager  # noqa: E402
 from flwr.server.client_proxy import ClientProxy  # noqa: E402
 from flwr.server.strategy import FedAvg  # noqa: E402
 
-from edgetune.coordination.controlplane import fit_references  # noqa: E402
-from edgetune.coordination.localcluster import LocalCluster  # noqa: E402
+from edgetune.base.mode import MODE_FIELDS, PowerMode  # noqa: E402
 from edgetune.integrations.flower import (  # noqa: E402
     APPLIED_PREFIX,
     BATCH_SIZE,
@@ -43,7 +42,8 @@ from edgetune.integrations.flower import (  # noqa: E402
     PowerAwareStrategy,
     Tuning,
 )
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode  # noqa: E402
+from edgetune.localrun.controlplane import fit_references  # noqa: E402
+from edgetune.localrun.localcluster import LocalCluster  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.convert import mode_from_proto  # noqa: E402
 from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402

@@ -123,7 +123,7 @@ class _Killed(BaseException):
 
 
 def test_a_kill_between_any_two_writes_then_a_restart_leaves_the_sysroot_as_found(sysroot, tmp_path):
-    from edgetune.services.profiler.safety import ModeKeeper, open_guarded_device
+    from edgetune.agent.safety import ModeKeeper, open_guarded_device
 
     _, target = _target(sysroot)
     n_writes = len(SysfsJetson(sysroot)._plan_apply(target))
@@ -154,7 +154,7 @@ def test_a_kill_between_any_two_writes_then_a_restart_leaves_the_sysroot_as_foun
 
 def test_restore_puts_back_the_exact_bytes(sysroot, tmp_path):
     """A value written as the kernel would not format it (no newline, blanks) still comes back as it was."""
-    from edgetune.services.profiler.safety import open_guarded_device
+    from edgetune.agent.safety import open_guarded_device
 
     odd = sysroot / POLICY0 / "scaling_min_freq"
     odd.write_bytes(b"  " + odd.read_bytes().strip() + b"  ")

@@ -24,8 +24,8 @@ import harness
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from edgetune.coordination.store import EmbeddedRedisServer, open_store
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from edgetune.store import EmbeddedRedisServer, open_store
 
 pytestmark = pytest.mark.integration
 
@@ -230,8 +230,8 @@ def test_tls_and_token_flags_reach_a_secured_coordinator(node_modules, tmp_path)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
     from tls_certs import TestCA
 
-    from edgetune.coordination.store import MemoryStore
     from edgetune.identity import ServerSecurity
+    from edgetune.store import MemoryStore
 
     ca = TestCA(tmp_path)
     cert = ca.server()

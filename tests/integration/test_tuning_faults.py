@@ -15,9 +15,9 @@ import signal
 import pytest
 from harness import durable_redis, restart_redis, wait_job
 
-from edgetune.coordination.controlplane import fit_references
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.localcluster import LocalCluster
+from edgetune.control.jobs import JobQueue
+from edgetune.localrun.controlplane import fit_references
+from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import common_pb2, tuning_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -17,8 +17,8 @@ import grpc
 import pytest
 from harness import wait_job
 
-from edgetune.coordination.controlplane import fit_references
-from edgetune.coordination.localcluster import LocalCluster
+from edgetune.localrun.controlplane import fit_references
+from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

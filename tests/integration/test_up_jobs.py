@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetune.coordination.processes import find_marked
+from edgetune.localrun.processes import find_marked
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

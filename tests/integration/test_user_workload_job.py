@@ -20,8 +20,8 @@ import pytest
 from harness import wait_job
 
 from edgetune.cli import main
-from edgetune.coordination.controlplane import fit_references
-from edgetune.coordination.localcluster import LocalCluster
+from edgetune.localrun.controlplane import fit_references
+from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, estimator_pb2, estimator_pb2_grpc, tuning_pb2
 from edgetune.workloads.user import load_workload
 

@@ -20,13 +20,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgetune.coordination.store import open_store
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.common import config, logs, paging
 from edgetune.services.common.errors import map_errors
 from edgetune.services.common.server import build_server
 from edgetune.services.common.stores import OwnedStore
+from edgetune.store import open_store
 
 PROFILER = "edgetune.v1.Profiler"
 

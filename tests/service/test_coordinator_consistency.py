@@ -19,12 +19,12 @@ import grpc
 import harness
 import pytest
 
-from edgetune.coordination.store import EmbeddedStore, NodeConfig
-from edgetune.powermodes.mode import PowerMode
+from edgetune.base.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from edgetune.services.profiler.server import create_server, link_to_coordinator
+from edgetune.store import EmbeddedStore, NodeConfig
 
 SPEC = get_spec("orin-agx")
 OPTIONS = common_pb2.PredictionTable(cores=[12, 8], cpu_mhz=[2201.6, 1728.0], gpu_mhz=[1300.5, 930.75],

@@ -19,7 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from edgetune.coordination.store import MeasurementRecord, open_store
+from edgetune.base.records import Predictions
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.validation import ExtrapolationWarning
@@ -29,7 +29,7 @@ from edgetune.proto.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server
-from edgetune.tuning.records import Predictions
+from edgetune.store import MeasurementRecord, open_store
 
 ORIN = get_spec("orin-agx")
 FULCRUM = named_grid(ORIN, "fulcrum")

@@ -29,7 +29,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.proto.v1 import (
     coordinator_pb2,
     coordinator_pb2_grpc,
@@ -40,6 +39,7 @@ from edgetune.proto.v1 import (
     profiler_pb2,
     profiler_pb2_grpc,
 )
+from edgetune.store import EmbeddedStore
 
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,

@@ -23,7 +23,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tls_certs import TestCA
 
 from edgetune.cli import cli
-from edgetune.coordination.store import MemoryStore
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity, open_channel
@@ -47,6 +46,7 @@ from edgetune.services.estimator.server import create_server as create_estimator
 from edgetune.services.optimizer.server import create_server as create_optimizer
 from edgetune.services.profiler.server import create_server as create_agent
 from edgetune.services.profiler.server import serve as serve_agent
+from edgetune.store import MemoryStore
 
 ORIN = get_spec("orin-agx")
 FULCRUM = named_grid(ORIN, "fulcrum")

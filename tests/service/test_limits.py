@@ -13,7 +13,6 @@ import grpc
 import harness
 import pytest
 
-from edgetune.coordination.store import EmbeddedStore
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -27,6 +26,7 @@ from edgetune.proto.v1 import (
     profiler_pb2_grpc,
     tuning_pb2,
 )
+from edgetune.store import EmbeddedStore
 
 ORIN = get_spec("orin-agx")
 BIG = 2**31 - 1

@@ -25,27 +25,27 @@ from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import BatchEfficiency, Predictions
+from edgetune.base.risk import z_score
 from edgetune.cli.optimize import command as optimize_cli
-from edgetune.coordination.store import EmbeddedRedisServer, open_store
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import COLUMNS, truth_table
 from edgetune.optimization.frontier import next_frontier_modes
-from edgetune.optimization.joint import BatchEfficiency, JointLUT, joint_select
+from edgetune.optimization.joint import JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, Point, TrainProblem
-from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime, z_score
+from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime
+from edgetune.optimization.sessions import REVISION_CONFLICTS, SessionStore, space_ref
 from edgetune.optimization.strategies import SearchSpace, make_strategy, run_search
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_from_proto, mode_to_proto
 from edgetune.proto.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
-from edgetune.services.optimizer.metrics import REVISION_CONFLICTS
 from edgetune.services.optimizer.server import create_server
-from edgetune.services.optimizer.sessions import SessionStore, space_ref
+from edgetune.store import EmbeddedRedisServer, open_store
 from edgetune.tables import Table
-from edgetune.tuning.records import Predictions
 from edgetune.validation import budget_sweep
 
 ORIN = get_spec("orin-agx")

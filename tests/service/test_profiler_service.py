@@ -20,13 +20,13 @@ from harness import free_port, wait_serving
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgetune.coordination.store import open_store
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
 from edgetune.services.profiler.servicer import BUSY, RUN_KEY_METADATA
+from edgetune.store import open_store
 from edgetune.tables import read_profile_table, write_table
 
 ORIN = get_spec("orin-agx")
@@ -459,11 +459,11 @@ def test_idle_agent_metrics_show_a_growing_energy_counter_and_temperatures(store
 def test_the_agents_heartbeat_power_reading_leaves_a_simulated_boards_measurements_as_seeded(tmp_path):
     """Heartbeats come when the wall clock says; the power they report must not draw on the noise the
     board's measurements use, or the same seed would measure differently from run to run."""
-    from edgetune.devices.simulated import SimulatedJetson
-    from edgetune.powermodes.mode import PowerMode
+    from edgetune.agent.link import CoordinatorLink
+    from edgetune.agent.safety import ModeKeeper
+    from edgetune.base.mode import PowerMode
+    from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.profiling.protocol import ProfileConfig, Profiler
-    from edgetune.services.profiler.link import CoordinatorLink
-    from edgetune.services.profiler.safety import ModeKeeper
     from edgetune.services.profiler.servicer import ProfilerServicer
 
     mode = PowerMode(4, 1651.2, 1134.75, 2133.0)

@@ -1,5 +1,5 @@
 """A TuningJob ``method: cap-search`` in one process: the leader's
-:class:`~edgetune.coordination.reconcile.Reconciler` on MemoryStore with no Estimator and no Optimizer
+:class:`~edgetune.control.reconcile.Reconciler` on MemoryStore with no Estimator and no Optimizer
 (the measured points are the table), and an agent thread that runs each queued point on the simulated
 board's truth (mean power, a peak 12 % above it, time per minibatch) and stores it under the id the real
 agent writes. The job's choice is compared with :func:`~edgetune.profiling.order.run_cap_search` driven
@@ -14,21 +14,21 @@ import time
 import numpy as np
 import pytest
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.leader import LeaderLease
-from edgetune.coordination.reconcile import Reconciler
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.coordination.store import MeasurementRecord, MemoryStore
-from edgetune.coordination.tuningjobs import TuningJobs, TuningJobSpec
+from edgetune.base.mode import PowerMode
+from edgetune.control.configs import ConfigStore
+from edgetune.control.jobs import JobQueue
+from edgetune.control.leader import LeaderLease
+from edgetune.control.reconcile import Reconciler
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.control.tuningjobs import TuningJobs, TuningJobSpec
 from edgetune.devices.simulated.tables import truth_table
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapSearch, gpu_levels, run_cap_search
 from edgetune.profiling.protocol import measurement_id
 from edgetune.proto.tuning_convert import spec_from_doc
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
+from edgetune.store import MeasurementRecord, MemoryStore
 
 DEVICE, WORKLOAD, NODE = "orin-agx", "mobilenetv3", "orin-agx-1"
 BATCH_SIZES = (32, 16, 8)

@@ -1,5 +1,5 @@
 """The reconcile loop's drift trigger, and its target selector and cache pruning, in one process: the
-leader's :class:`~edgetune.coordination.reconcile.Reconciler` on MemoryStore with the estimation
+leader's :class:`~edgetune.control.reconcile.Reconciler` on MemoryStore with the estimation
 library and the library's selector, and an agent thread that runs each queued point on the simulated
 board's truth (the measurement under the id the real agent writes). The board can be made hotter and
 slower after the node is Applied: the loop's periodic check measures the applied configuration, sees
@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 from harness import wait_for
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.leader import LeaderLease
-from edgetune.coordination.reconcile import DriftPolicy, Reconciler, drift_reason
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.coordination.store import MeasurementRecord, MemoryStore
-from edgetune.coordination.tuningjobs import NodeStatus, TuningJobs, TuningJobSpec
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Points
+from edgetune.control.configs import ConfigStore
+from edgetune.control.jobs import JobQueue
+from edgetune.control.leader import LeaderLease
+from edgetune.control.reconcile import DriftPolicy, Reconciler, drift_reason
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.control.tuningjobs import NodeStatus, TuningJobs, TuningJobSpec
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
-from edgetune.tuning import Points
+from edgetune.store import MeasurementRecord, MemoryStore
 from edgetune.tuning.local import LibraryEstimator, LibrarySelector
 from edgetune.tuning.protocols import reference_model_id
 

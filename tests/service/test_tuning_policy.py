@@ -21,11 +21,11 @@ import grpc
 import pytest
 
 from edgetune.cli import main
-from edgetune.coordination.reconcile import policy_for
-from edgetune.coordination.store import open_store
+from edgetune.control.reconcile import policy_for
 from edgetune.demo.story import Options, Story, demo_policy, job_spec
 from edgetune.demo.suite import FLEET, NodeSpec
-from edgetune.devices.simulated import SimulatedJetson, truth_table
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
@@ -37,10 +37,11 @@ from edgetune.proto.v1 import (
 )
 from edgetune.services.coordinator.convert import tuning_spec_from_proto
 from edgetune.services.estimator.server import create_server
+from edgetune.store import open_store
 from edgetune.tables import write_table
-from edgetune.tuning import NodeTuner
 from edgetune.tuning import policy as tuning_policy
 from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
+from edgetune.tuning.tuner import NodeTuner
 
 MODE_KEYS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")
 

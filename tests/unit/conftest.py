@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.store import ManualClock, MemoryStore
+from edgetune.store import ManualClock, MemoryStore
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from edgetune.coordination.store import bundled_redis_server
+from edgetune.store import bundled_redis_server
 
 
 def system_redis() -> str | None:

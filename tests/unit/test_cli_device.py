@@ -114,8 +114,9 @@ def test_watch_rich_table_refreshes_in_place():
     from rich.console import Console
 
     from edgetune.cli import device as device_cli
+    from edgetune.devices.simulated.device import SimulatedJetson
 
-    dev = pytest.importorskip("edgetune.devices.simulated").SimulatedJetson("orin-nano-super")
+    dev = SimulatedJetson("orin-nano-super")
     dev.heat(90.0, tau_s=1e6)  # a hot board: the table says why it throttles
     printed: list[str] = []
     console = Console(file=_Sink(printed), force_terminal=True, width=120)

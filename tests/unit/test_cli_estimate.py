@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edgetune.cli import main
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import read_mode_table, read_profile_table, write_table

@@ -173,7 +173,7 @@ def test_through_the_edgetune_entry_point(table, capsys):
 @pytest.fixture(scope="module")
 def predictions(tmp_path_factory):
     """Every fulcrum-grid mode of the simulated Orin AGX, ResNet18 train bs 16 (the 'predictions')."""
-    from edgetune.devices.simulated import truth_table
+    from edgetune.devices.simulated.tables import truth_table
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
     from edgetune.tables import write_table

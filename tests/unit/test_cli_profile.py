@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.cli import main
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import PROFILE_COLUMNS, read_profile_table, write_table
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgetune.cli import cli
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import write_table

@@ -4,8 +4,8 @@ process starts (the running suite: tests/integration/test_up_jobs.py)."""
 import pytest
 
 from edgetune.cli import main
-from edgetune.coordination.controlplane import NodeRequest, default_budget_w, local_nodes, parse_nodes
 from edgetune.errors import InvalidArgument
+from edgetune.localrun.controlplane import NodeRequest, default_budget_w, local_nodes, parse_nodes
 
 
 def test_issue_example_ids_and_default_budgets():

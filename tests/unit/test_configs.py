@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from edgetune.coordination.configs import ConfigStore, NodeConfig
+from edgetune.base.mode import PowerMode
+from edgetune.control.configs import ConfigStore, NodeConfig
 from edgetune.errors import InvalidArgument, NotFound
-from edgetune.powermodes.mode import PowerMode
 
 MODE_A = PowerMode(12, 2201.6, 1300.5, 3199.0)
 MODE_B = PowerMode(8, 1728.0, 930.75, 3199.0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.dynamic import DynamicSolver, estimate_rates, window_rates, with_arrival_rate
 from edgetune.optimization.interleaving import MMPP, PiecewisePoisson

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgetune.devices.simulated import truth_table
+from edgetune.base.risk import z_score
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.bundle import TimePowerModel
@@ -22,7 +23,7 @@ from edgetune.estimation.features import feature_columns
 from edgetune.estimation.metrics import mape_pct, under_fraction
 from edgetune.estimation.registry import METHODS, adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
-from edgetune.optimization.select import selection_margin, z_score
+from edgetune.optimization.select import selection_margin
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.tables import Table

@@ -8,17 +8,17 @@ import torch
 from flwr.client import NumPyClient
 from torch import nn
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import LeaderLease
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.coordination.rounds import RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import MemoryStore
-from edgetune.devices.simulated import SimulatedJetson
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.control.configs import ConfigStore
+from edgetune.control.leader import LeaderLease
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.control.rounds import RoundCoordinator, RoundNode, RoundRequest
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
 from edgetune.integrations.flower_client import MODE_PREFIX, STATE, WINDOWS, WORKLOAD, OnlineTuningClient
 from edgetune.online import OnlineTuner, simulated_reference
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.powermodes.specs import get_spec
+from edgetune.store import MemoryStore
 from tests.fixtures.workloads.sensor_cnn import SensorCNN, make_batches
 
 BATCH = 16

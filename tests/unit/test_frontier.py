@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import FrontierSampler, next_frontier_modes
 from edgetune.optimization.pareto import pareto_mask

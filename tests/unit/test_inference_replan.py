@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import LeaderLease, NotLeader
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import MeasurementRecord, MemoryStore
+from edgetune.base.mode import PowerMode
+from edgetune.control.configs import ConfigStore
+from edgetune.control.leader import LeaderLease, NotLeader
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.control.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.powermodes.grids import fulcrum_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
+from edgetune.store import MeasurementRecord, MemoryStore
 
 WORKLOAD = "mobilenetv3"
 BATCHES = (1, 4, 16, 32, 64)

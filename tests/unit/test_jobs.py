@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.jobs import REFUSAL_TTL_S, JobQueue, measurement_record
-from edgetune.coordination.store import DeadJob
+from edgetune.control.jobs import REFUSAL_TTL_S, JobQueue, measurement_record
 from edgetune.errors import InvalidArgument
+from edgetune.store import DeadJob
 
 
 def _rows(job, n=2):

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
+from edgetune.base.records import BatchEfficiency
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import (
-    BatchEfficiency,
     JointLUT,
     baseline_best_r,
     baseline_largest_batch,

@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client, watch
 
-from edgetune.coordination import kube
-from edgetune.coordination.registry import NodeRecord, NodeRegistry
+from edgetune.control import kube
+from edgetune.control.registry import NodeRecord, NodeRegistry
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
 NODELIST = (FIXTURES / "nodelist_jetsons.json").read_text()

@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.layerwise.costing import LayerCostModel
-from edgetune.estimation.layerwise.features import extract_layers, kind_counts, total_flops
 from edgetune.estimation.layerwise.neuralpower import (
     NP_KINDS,
     NeuralPowerModel,
@@ -21,8 +20,9 @@ from edgetune.estimation.layerwise.neuralpower import (
     repetitions,
     sample_configs,
 )
-from edgetune.powermodes.mode import PowerMode
+from edgetune.physics.costing import LayerCostModel
 from edgetune.workloads import get_workload
+from edgetune.workloads.layers import extract_layers, kind_counts, layers_on_meta, total_flops
 
 torch.set_num_threads(1)  # shared cores
 
@@ -115,7 +115,7 @@ def test_real_timing_and_network_sum():
 # -- simulator layer costing ----------------------------------------------------------------
 def _conv_cost(cm: LayerCostModel, c: int, mode: PowerMode | None = None, training: bool = True):
     net = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.BatchNorm2d(c), nn.ReLU())
-    return cm.cost_model(net, (16, c, 32, 32), mode, training)
+    return cm.cost_records(layers_on_meta(net, (16, c, 32, 32)), mode, training)
 
 
 def test_energy_per_flop_falls_with_channels():

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from edgetune.coordination.configs import ConfigStore, NodeConfig
-from edgetune.coordination.leader import LeaderLease, NotLeader
-from edgetune.coordination.store import MemoryStore
+from edgetune.control.configs import ConfigStore, NodeConfig
+from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.store import MemoryStore
 
 
 @pytest.fixture

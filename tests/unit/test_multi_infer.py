@@ -7,14 +7,14 @@ import json
 
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.optimization.multi_infer import ROLE_BACKGROUND, ROLE_URGENT, UrgentPlusBatchProblem
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import Observations, Point
 from edgetune.optimization.strategies import SearchStrategy, make_strategy, run_search, search_space
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table
 

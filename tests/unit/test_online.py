@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from edgetune.coordination.store.memory import MemoryStore
-from edgetune.devices.simulated import SimulatedJetson
+from edgetune.base.mode import PowerMode
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
 from edgetune.online import OnlineTuner, State, simulated_reference, split_profiles
 from edgetune.powermodes.grids import named_grid
-from edgetune.powermodes.mode import PowerMode
-from edgetune.tuning import TuningPolicy
+from edgetune.store.memory import MemoryStore
+from edgetune.tuning.policy import TuningPolicy
 from tests.fixtures.workloads.sensor_cnn import SensorCNN, make_batches
 
 BATCH = 16

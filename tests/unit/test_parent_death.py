@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from edgetune.coordination import parent_death
-from edgetune.coordination.store import EmbeddedRedisServer
+from edgetune import parent_death
+from edgetune.store import EmbeddedRedisServer
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +63,7 @@ def test_the_embedded_server_is_still_the_child_itself():
 # what each owner starts: a program that prints the pid of the child it started, then waits
 OWNERS = {
     "embedded redis-server": (
-        "from edgetune.coordination.store import EmbeddedRedisServer\n"
+        "from edgetune.store import EmbeddedRedisServer\n"
         "s = EmbeddedRedisServer(port=0)\n"
         "s.start()\n"
         "pid = s.pid\n"
@@ -71,7 +71,7 @@ OWNERS = {
     "supervisor child": (
         "import os\n"
         "from pathlib import Path\n"
-        "from edgetune.coordination.processes import Supervisor\n"
+        "from edgetune.localrun.processes import Supervisor\n"
         "import grpc\n"  # as in the demo: gRPC is loaded when children are spawned
         "sup = Supervisor(Path(os.environ['TMPDIR']) / 'logs')\n"
         "pid = sup.spawn('sleeper', ['-c', 'import time; time.sleep(60)']).pid\n"

@@ -17,7 +17,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("edgetune."))))
 """
 
 
-@pytest.mark.parametrize("module", ["edgetune.services.estimator.energy", "edgetune.estimation.layerwise.costing"])
+@pytest.mark.parametrize("module", ["edgetune.services.estimator.energy", "edgetune.physics.costing"])
 def test_the_energy_path_does_not_load_the_simulated_device(module):
     proc = subprocess.run([sys.executable, "-c", PROBE.format(module=module)], capture_output=True, text=True,
                           timeout=120)

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from edgetune.coordination.planning import Fleet, NodeOptions, bench_plan, load_fleet, plan_round
-from edgetune.coordination.planning.knapsack import min_energy_choice
 from edgetune.errors import InvalidArgument
+from edgetune.planning import Fleet, NodeOptions, bench_plan, load_fleet, plan_round
+from edgetune.planning.knapsack import min_energy_choice
 
 TOL = 1e-9
 

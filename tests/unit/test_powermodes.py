@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import (
     GRID_NAMES,
@@ -20,7 +21,6 @@ from edgetune.powermodes.grids import (
     named_grid,
     neighbours,
 )
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.nvpmodel import load_nvpmodel, parse_nvpmodel
 from edgetune.powermodes.specs import SPECS, get_spec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.metrics import mape_pct
@@ -86,8 +86,8 @@ def test_bad_settings_and_transfer_without_a_reference_are_refused(fulcrum):
 
 
 def test_devices_a_model_knows_and_modes_of_others():
+    from edgetune.base.mode import MODE_FIELDS
     from edgetune.estimation.devices import check_modes_device, model_devices
-    from edgetune.powermodes.mode import MODE_FIELDS
 
     devices = model_devices("xavier-agx", [{"device": "orin-agx"}, {"device": "xavier-agx"}, {}])
     assert devices == ["xavier-agx", "orin-agx"]

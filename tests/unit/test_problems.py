@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
@@ -15,7 +16,6 @@ from edgetune.optimization.problems import (
     Point,
     TrainProblem,
 )
-from edgetune.powermodes.mode import PowerMode
 
 A = PowerMode(4, 422.4, 114.75, 665.6)
 B = PowerMode(8, 1344.0, 726.75, 2133.0)

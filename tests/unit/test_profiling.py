@@ -12,9 +12,11 @@ from itertools import pairwise
 
 import pytest
 
-from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
+from edgetune.base.clocks import VirtualClock
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import NANO, ORIN_AGX
 from edgetune.profiling import (
     CapSearch,
@@ -40,7 +42,7 @@ ORIN_MAXN = ORIN_AGX.maxn()
 
 
 def sim(seed: int = 0) -> Device:
-    simulated = pytest.importorskip("edgetune.devices.simulated")
+    simulated = pytest.importorskip("edgetune.devices.simulated.device")
     return simulated.SimulatedJetson("orin-agx", seed=seed)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.devices.simulated import SimulatedJetson
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
 from edgetune.profiling import ProfileConfig, Profiler
 from edgetune.proto.convert import measurement_from_proto, measurement_to_proto

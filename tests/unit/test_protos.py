@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from edgetune.devices.base import Role
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Predictions
+from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.proto import convert, generate, tables
 from edgetune.proto.v1 import (
@@ -22,7 +23,6 @@ from edgetune.proto.v1 import (
     optimizer_pb2,
     profiler_pb2,
 )
-from edgetune.tuning.records import Predictions
 
 MODULES = (common_pb2, profiler_pb2, estimator_pb2, optimizer_pb2, coordinator_pb2)
 

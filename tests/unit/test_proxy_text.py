@@ -158,7 +158,8 @@ def test_fine_tuning_the_checkpoint_raises_held_out_accuracy():
 # -- simulated device profile -------------------------------------------------------------------
 @pytest.mark.parametrize("device", ["nano", "tx2-nx"])
 def test_char_transformer_profile_time_per_sample_falls_and_power_rises_with_batch_and_clock(device):
-    from edgetune.devices.simulated import PROFILES, SimulatedJetson
+    from edgetune.devices.simulated.device import SimulatedJetson
+    from edgetune.devices.simulated.profiles import PROFILES
 
     assert "char-transformer" in PROFILES
     dev = SimulatedJetson(device, noise=False)

@@ -9,8 +9,9 @@ import os
 import numpy as np
 import pytest
 
+from edgetune.base.records import Points
 from edgetune.cli import main
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.references import (
@@ -23,7 +24,6 @@ from edgetune.estimation.references import (
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table, write_table
-from edgetune.tuning import Points
 from edgetune.tuning.local import LibraryEstimator
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_from_dict, spec_to_dict
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_from_dict, spec_to_dict
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.powermodes.specs import get_spec
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.devices.factory import open_device
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.sysfs import SysfsJetson
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.tables import write_table
 
 SYSROOTS = Path(__file__).resolve().parents[1] / "fixtures" / "sysroots"

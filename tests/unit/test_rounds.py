@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from edgetune.coordination.configs import ConfigStore
-from edgetune.coordination.leader import LeaderLease, NotLeader
-from edgetune.coordination.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.coordination.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
-from edgetune.coordination.store import ManualClock, MemoryStore
+from edgetune.base.mode import PowerMode
+from edgetune.control.configs import ConfigStore
+from edgetune.control.leader import LeaderLease, NotLeader
+from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
+from edgetune.control.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
+from edgetune.store import ManualClock, MemoryStore
 
 FAST, MID = PowerMode(12, 2201.6, 1300.5, 3199.0), PowerMode(8, 1728.0, 930.75, 3199.0)
 OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.select import Candidates, MinTime, safe_least_time, selection_margin, z_score
+from edgetune.optimization.select import Candidates, MinTime, safe_least_time, selection_margin
 
 
 def test_safe_picks_lower_power_mode_when_std_is_large():

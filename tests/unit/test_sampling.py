@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from edgetune.devices.base import PowerSensor, RealClock, VirtualClock
+from edgetune.base.clocks import RealClock, VirtualClock
+from edgetune.devices.base import PowerSensor
 from edgetune.devices.sampling import ThreadedSampler, VirtualSampler
 from edgetune.errors import FailedPrecondition, InvalidArgument
 

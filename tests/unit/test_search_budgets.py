@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, TrainProblem
 from edgetune.optimization.strategies import make_strategy, run_search, search_space
 from edgetune.optimization.strategies.als import pick_spread

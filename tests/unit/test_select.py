@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.select import (
     Candidates,
@@ -14,7 +15,6 @@ from edgetune.optimization.select import (
     MinTime,
     make_selector,
     safe_least_time,
-    z_score,
 )
 from edgetune.validation import budget_sweep
 

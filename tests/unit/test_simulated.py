@@ -7,11 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.devices.base import Device
-from edgetune.devices.simulated import SimulatedJetson, truth_table
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.simulated.profiles import PROFILES
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import SPECS, get_spec
 
 TIME_TOL = 0.15  # relative, time anchors

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS, alive, redis_children
 
-from edgetune.coordination.store import (
+from edgetune.base.mode import PowerMode
+from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.store import (
     EmbeddedRedisServer,
     EmbeddedStore,
     MeasurementRecord,
@@ -29,8 +31,6 @@ from edgetune.coordination.store import (
     bundled_redis_server,
     open_store,
 )
-from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 
 
 @pytest.fixture(scope="module", autouse=True)

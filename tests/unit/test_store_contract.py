@@ -23,7 +23,9 @@ from collections.abc import Callable
 import pytest
 from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS, redis_children
 
-from edgetune.coordination.store import (
+from edgetune.base.mode import PowerMode
+from edgetune.errors import InvalidArgument, NotFound
+from edgetune.store import (
     AuditRecord,
     DeadJob,
     DocWrite,
@@ -43,8 +45,6 @@ from edgetune.coordination.store import (
     UnknownSchema,
     open_store,
 )
-from edgetune.errors import InvalidArgument, NotFound
-from edgetune.powermodes.mode import PowerMode
 
 MODE_A = PowerMode(12, 2201.6, 1300.5, 3199.0)
 MODE_B = PowerMode(8, 1728.0, 930.75, 3199.0)
@@ -670,7 +670,7 @@ def test_records_written_before_schemas_are_read(redis_store):
 
 
 def test_model_record_round_trips_and_reads_its_old_dict_shape():
-    from edgetune.coordination.store import ModelRecord
+    from edgetune.store import ModelRecord
 
     rec = ModelRecord("ref", "nn", "orin-agx", "resnet18", "train", 90, 100, False, (16,),
                       ("cores", "cpu_mhz"), {"time_mape": 4.2, "power_mape": None}, "ref.csv", "", 1.5, 10.0, 10, 0.1, 0)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edgetune.devices.replay import ReplayDevice
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, TrainProblem
 from edgetune.optimization.strategies import (

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from edgetune.base.mode import PowerMode
 from edgetune.devices.sysfs import SysfsJetson, discover
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 
 SYSROOTS = Path(__file__).resolve().parents[1] / "fixtures" / "sysroots"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edgetune.devices.simulated import SimulatedJetson
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.sysfs import SysfsJetson
+from edgetune.devices.thermal import find_zones, read_zones
 from edgetune.errors import InvalidArgument
 from edgetune.telemetry import (
     Clocks,
@@ -21,7 +22,6 @@ from edgetune.telemetry import (
 )
 from edgetune.telemetry.jtop import JtopSnapshot, sample_from_jtop
 from edgetune.telemetry.sampler import TOTAL
-from edgetune.telemetry.thermal import find_zones, read_zones
 
 SYSROOTS = Path(__file__).resolve().parents[1] / "fixtures" / "sysroots"
 

@@ -9,11 +9,11 @@ from torch import nn
 
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import blocks_of, instantiate, parse
-from edgetune.estimation.layerwise.costing import LayerCostModel
-from edgetune.estimation.layerwise.features import extract_layers
 from edgetune.estimation.layerwise.pruning import random_prune
 from edgetune.estimation.layerwise.thor import LayerGP, Thor, mape_pct, model_flops, true_energy_j
 from edgetune.estimation.layerwise.zoo import parsed_model, random_channels
+from edgetune.physics.costing import LayerCostModel
+from edgetune.workloads.layers import extract_layers
 
 torch.set_num_threads(1)  # shared cores
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetune.devices.simulated import SimulatedJetson, truth_table
+from edgetune.base.records import Predictions
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.profiling.protocol import ProfileConfig, Profiler
-from edgetune.tuning import NodeTuner
 from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
 from edgetune.tuning.policy import TuningPolicy
-from edgetune.tuning.records import Predictions
+from edgetune.tuning.tuner import NodeTuner
 
 WORKLOAD = "mobilenetv3"
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgetune.coordination.jobs import JobQueue
-from edgetune.coordination.leader import LeaderLease
-from edgetune.coordination.reconcile import QueueMeasurer, point_job_id, policy_for
-from edgetune.coordination.store import LeaseLost, MeasurementRecord, MemoryStore
-from edgetune.coordination.tuningjobs import (
+from edgetune.base.mode import PowerMode
+from edgetune.control.jobs import JobQueue
+from edgetune.control.leader import LeaderLease
+from edgetune.control.reconcile import QueueMeasurer, point_job_id, policy_for
+from edgetune.control.tuningjobs import (
     MAX_EVENTS,
     NodeStatus,
     StatusWriter,
@@ -22,8 +22,8 @@ from edgetune.coordination.tuningjobs import (
     TuningJobStatus,
 )
 from edgetune.errors import InvalidArgument, NotFound
-from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.protocol import measurement_id
+from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore
 
 
 def _spec(**kw) -> TuningJobSpec:
@@ -172,9 +172,9 @@ def test_policy_follows_the_profiling_budget():
 def test_targets_by_ids_device_and_labels():
     """A job's target nodes: by id (in the job's order, unregistered ones left out) or by selector
     (device model and every label must match)."""
-    from edgetune.coordination.configs import ConfigStore
-    from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRecord, NodeRegistry
+    from edgetune.control.configs import ConfigStore
+    from edgetune.control.reconcile import Reconciler
+    from edgetune.control.registry import NodeRecord, NodeRegistry
 
     store = MemoryStore()
     rec = Reconciler(store, NodeRegistry(store), ConfigStore(store), LeaderLease(store, "coordinator"), None, None)
@@ -199,7 +199,7 @@ def test_a_service_away_or_busy_is_retried_not_a_node_failure():
     gRPC error from a call to an address nobody serves); any other error fails it."""
     import grpc
 
-    from edgetune.coordination.reconcile import _transient
+    from edgetune.control.reconcile import _transient
     from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 
     with grpc.insecure_channel("127.0.0.1:1") as channel:
@@ -235,9 +235,9 @@ class _DyingStore(MemoryStore):
 def _verified_on_a_dying_store():
     """A leader's reconciler whose node ``a`` is Verifying a decision, on a :class:`_DyingStore`; the
     reconciler, its store and config store, the job's spec, status writer and ``a``'s status."""
-    from edgetune.coordination.configs import ConfigStore
-    from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRegistry
+    from edgetune.control.configs import ConfigStore
+    from edgetune.control.reconcile import Reconciler
+    from edgetune.control.registry import NodeRegistry
 
     store = _DyingStore()
     configs = ConfigStore(store)
@@ -258,7 +258,7 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     """The tuned config and the node's Applied status (with its revision) are one atomic write: a
     leader killed before it leaves neither, killed after it leaves both; the next leader's publish
     of the same decision adds no revision."""
-    from edgetune.coordination.registry import NodeRecord
+    from edgetune.control.registry import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     node = NodeRecord("a", device={"name": "orin-agx"})
@@ -284,7 +284,7 @@ def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_pub
     """Another publish to the node lands between the leader's decision and its publish: the status
     written in the same atomic step as the config says the revision the store gave that config
     (not one guessed from what was read before), with nothing written after it to correct it."""
-    from edgetune.coordination.registry import NodeRecord
+    from edgetune.control.registry import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     store.kill = "between"

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgetune.devices.base import Role
-from edgetune.devices.simulated import SimulatedJetson, truth_table
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.simulated.profiles import (
     PROFILES,
     RESNET18,
@@ -23,8 +24,8 @@ from edgetune.devices.simulated.profiles import (
     profile_names,
     register_profile,
 )
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.workloads.flops import count_flops
 from edgetune.workloads.user import is_user_workload, load_workload, parse_spec, structure_hash
 
@@ -246,7 +247,7 @@ def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
 
 # -- the coordinator checks the form only ----------------------------------------------------
 def test_job_specs_check_the_form_of_a_user_workload_without_importing_it():
-    from edgetune.coordination.tuningjobs import TuningJobSpec
+    from edgetune.control.tuningjobs import TuningJobSpec
 
     spec = TuningJobSpec("sensor", "not_installed_anywhere:make", nodes=("n1",)).check()
     assert spec.workload == "not_installed_anywhere:make"  # the nodes import it, not the coordinator

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 
 from edgetune import validation as v
+from edgetune.base.mode import PowerMode
 from edgetune.cli import main
-from edgetune.coordination.store import open_store
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import InferProblem, TrainProblem
 from edgetune.optimization.select import Candidates, MinTime
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.convert import mode_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.server import create_server
+from edgetune.store import open_store
 
 ORIN = get_spec("orin-agx")
 NAN, INF = math.nan, math.inf

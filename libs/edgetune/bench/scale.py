@@ -3,7 +3,7 @@
 ``tuning_job_100_nodes``: Redis, the Estimator (``--no-ray``: on these 2 cores Ray adds start-up and
 no parallelism, so its transfers run one after another in its process), the Optimizer and a
 coordinator with its reconcile loop, as separate processes on loopback (a
-:class:`~edgetune.coordination.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
+:class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
 heartbeats (one thread beats for all); a few worker threads consume every node's job stream
 (``JobQueue``, as the agent does) and answer each point with the simulated board's truth plus
@@ -53,7 +53,7 @@ class SimulatedFleet:
     def start(self) -> SimulatedFleet:
         import grpc
 
-        from edgetune.coordination.controlplane import default_budget_w
+        from edgetune.localrun.controlplane import default_budget_w
         from edgetune.powermodes.specs import get_spec
         from edgetune.proto.convert import spec_to_proto
         from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -82,11 +82,11 @@ class SimulatedFleet:
         return self
 
     def _work(self, node_ids: list[str], index: int) -> None:
-        from edgetune.coordination.jobs import JobQueue
-        from edgetune.coordination.store import MeasurementRecord
+        from edgetune.base.mode import PowerMode
+        from edgetune.control.jobs import JobQueue
         from edgetune.devices.simulated.tables import truth_table
-        from edgetune.powermodes.mode import PowerMode
         from edgetune.profiling.protocol import measurement_id
+        from edgetune.store import MeasurementRecord
 
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
@@ -162,12 +162,12 @@ def tuning_job_100_nodes() -> dict[str, Any]:
 
     import grpc
 
-    from edgetune.coordination.configs import ConfigStore
-    from edgetune.coordination.leader import LeaderLease
-    from edgetune.coordination.localcluster import LocalCluster
-    from edgetune.coordination.reconcile import Reconciler
-    from edgetune.coordination.registry import NodeRegistry
+    from edgetune.control.configs import ConfigStore
+    from edgetune.control.leader import LeaderLease
+    from edgetune.control.reconcile import Reconciler
+    from edgetune.control.registry import NodeRegistry
     from edgetune.devices.simulated.tables import truth_table
+    from edgetune.localrun.localcluster import LocalCluster
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
     from edgetune.proto.v1 import (

@@ -28,7 +28,7 @@ def grid_enumeration() -> dict:
 
 @benchmark("simulator_truth_18k", "time + power of all 18,096 Orin modes < 0.5 s", "seconds", 0.5)
 def simulator_truth() -> dict:
-    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.powermodes.grids import modes_array
 
     dev = SimulatedJetson("orin-agx")
@@ -39,7 +39,7 @@ def simulator_truth() -> dict:
 
 
 def _orin_candidates(batch_sizes=(1, 4, 16, 32, 64)):
-    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.optimization.select import Candidates
     from edgetune.powermodes.grids import modes_array
 
@@ -74,7 +74,7 @@ def select_sweep() -> dict:
 
 @benchmark("plan_1000_nodes", "plan a 1,000-node round (both objectives, site budget) < 1 s", "seconds", 1.0)
 def plan_1k() -> dict:
-    from edgetune.coordination.planning.bench import bench_plan
+    from edgetune.planning.bench import bench_plan
 
     r = bench_plan(1000)
     return {"seconds": max(r["makespan"]["seconds"], r["energy"]["seconds"]), **r}
@@ -82,7 +82,7 @@ def plan_1k() -> dict:
 
 @benchmark("plan_10000_nodes", "plan a 10,000-node round < 10 s", "seconds", 10.0)
 def plan_10k() -> dict:
-    from edgetune.coordination.planning.bench import bench_plan
+    from edgetune.planning.bench import bench_plan
 
     r = bench_plan(10000)
     return {"seconds": max(r["makespan"]["seconds"], r["energy"]["seconds"]), **r}
@@ -91,7 +91,7 @@ def plan_10k() -> dict:
 @benchmark("profile_point_sim", "one profiled point on the simulator (40 minibatches, settling): wall time",
            "seconds_per_point")
 def profile_point() -> dict:
-    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.powermodes.grids import enumerate_modes
     from edgetune.profiling import Profiler
 
@@ -115,7 +115,7 @@ def sampler_overhead() -> dict:
     """
     import torch
 
-    from edgetune.devices.base import RealClock
+    from edgetune.base.clocks import RealClock
     from edgetune.devices.sampling import ThreadedSampler
     from edgetune.devices.sysfs import SysfsJetson
     from edgetune.workloads.registry import get_workload

@@ -42,11 +42,11 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
                           published: int = PUBLISHED) -> dict[str, Any]:
     import grpc
 
-    from edgetune.coordination.registry import NodeRecord
-    from edgetune.coordination.store import EmbeddedRedisServer, NodeConfig
-    from edgetune.powermodes.mode import PowerMode
+    from edgetune.base.mode import PowerMode
+    from edgetune.control.registry import NodeRecord
     from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
     from edgetune.services.coordinator.server import create_coordinator, start
+    from edgetune.store import EmbeddedRedisServer, NodeConfig
 
     ids = [f"node-{i:04d}" for i in range(streams)]
     with EmbeddedRedisServer(port=0) as redis:

@@ -47,10 +47,10 @@ def _servers() -> Iterator[tuple[Any, Any, str]]:
     yields their stubs."""
     import grpc
 
-    from edgetune.coordination.store import open_store
     from edgetune.proto.v1 import estimator_pb2_grpc, optimizer_pb2_grpc
     from edgetune.services.estimator.server import create_server as estimator_server
     from edgetune.services.optimizer.server import create_server as optimizer_server
+    from edgetune.store import open_store
 
     store = open_store("embedded")
     est, _ = estimator_server(port=0, host="127.0.0.1", metrics_port=None, store=store, grace_s=1.0, max_workers=4,
@@ -154,11 +154,11 @@ def _throughput(address: str, request: Any, clients: int, seconds: float) -> flo
 @benchmark("optimizer_select_throughput", "Optimizer.Select requests/s, 8 client threads, at 441 / 4,368 / 18,096 "
            "inline rows (columnar) next to the per-row form before; reported", "rps_4368")
 def select_throughput() -> dict[str, Any]:
-    from edgetune.devices.simulated import SimulatedJetson
+    from edgetune.base.records import Predictions
+    from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.powermodes.grids import modes_array
     from edgetune.proto.tables import table_to_proto
     from edgetune.proto.v1 import common_pb2, optimizer_pb2
-    from edgetune.tuning.records import Predictions
 
     dev = SimulatedJetson("orin-agx")
     out: dict[str, Any] = {}

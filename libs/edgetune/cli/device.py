@@ -24,11 +24,12 @@ from typing import Any
 import click
 
 from edgetune import validation
+from edgetune.base.clocks import VirtualClock
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.cli.errors import checked, reports_errors
-from edgetune.devices.base import Device, VirtualClock
+from edgetune.devices.base import Device
 from edgetune.devices.factory import ALLOWED, open_device
 from edgetune.errors import EdgetuneError, InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.telemetry.sample import TelemetrySample
 from edgetune.telemetry.sampler import TOTAL, EnergyCounter
 

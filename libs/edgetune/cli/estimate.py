@@ -176,8 +176,8 @@ def efficiency_cmd(workload: str, data: str, batch_sizes_text: str, target_accur
                    ray: bool) -> None:
     """Batch efficiency (Ahmed et al.): passes to the target accuracy per batch size on a proxy data set."""
     from edgetune import validation
+    from edgetune.base.workload import is_user_workload
     from edgetune.cli.profile import parse_batch_sizes
-    from edgetune.devices.workloads import is_user_workload
 
     batch_sizes = parse_batch_sizes(batch_sizes_text) or []
     seeds = [validation.seed(_int(part), f"--seeds[{i}]") for i, part in enumerate(seeds_text.split(","))]

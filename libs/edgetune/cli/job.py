@@ -30,7 +30,7 @@ import click
 import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
-from edgetune.coordination.tuningjobs import DEFAULT_PROFILES
+from edgetune.control.tuningjobs import DEFAULT_PROFILES
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.tuning_convert import JobView, NodeView, job_view, load_job_file
 from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2

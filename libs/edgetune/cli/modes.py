@@ -20,11 +20,11 @@ from pathlib import Path
 
 import click
 
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.cli.errors import checked, reports_errors
 from edgetune.devices.factory import open_device
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import GRID_NAMES, named_grid
-from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.powermodes.nvpmodel import load_nvpmodel
 from edgetune.powermodes.specs import SPECS, get_spec
 

@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from edgetune import validation
+from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.cli.errors import checked, reports_errors
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import ABOVE_W, BELOW_W, next_frontier_modes
 from edgetune.optimization.joint import joint_select
 from edgetune.optimization.joint_tables import lut_from_profiles, read_efficiency, read_lut
 from edgetune.optimization.select import Candidates, Selection, make_selector
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import parse_table, read_mode_table, write_table
 
 #: What ``select`` and ``frontier`` need of a table: ``estimate predict``'s output as it is

@@ -8,7 +8,7 @@ from rich.table import Table as RichTable
 
 from edgetune.cli.errors import reports_errors
 from edgetune.cli.optimize import emit_json
-from edgetune.coordination.planning import RoundPlan, load_fleet, plan_round
+from edgetune.planning import RoundPlan, load_fleet, plan_round
 
 
 @click.command("plan")

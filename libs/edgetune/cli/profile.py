@@ -23,11 +23,11 @@ import click
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.cli.errors import checked, reports_errors
 from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
 from edgetune.errors import EdgetuneError, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.order import CapSearch, descending_order, gpu_levels
 from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
 from edgetune.tables import read_mode_table, write_table

@@ -27,12 +27,12 @@ import click
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.cli.errors import reports_errors
 from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.select import Selection
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
 DEFAULT_RISK = 0.2
@@ -91,8 +91,9 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
     from edgetune.estimation.bundle import TimePowerModel
     from edgetune.estimation.registry import METHODS
     from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler
-    from edgetune.tuning import NodeTuner, default_policy
     from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
+    from edgetune.tuning.policy import default_policy
+    from edgetune.tuning.tuner import NodeTuner
 
     if method is not None and method not in METHODS:
         raise InvalidArgument("--method", f"unknown method {method!r}", ", ".join(METHODS))

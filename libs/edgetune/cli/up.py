@@ -4,7 +4,7 @@
 
 Runs embedded Redis (or ``--redis``), the estimator (local Ray; ``--no-ray``), the optimizer,
 the coordinator (told both addresses) and one simulated profiler agent per node
-(:mod:`edgetune.coordination.controlplane`: ids ``DEVICE-N``, budgets ``@WATTS`` or the
+(:mod:`edgetune.localrun.controlplane`: ids ``DEVICE-N``, budgets ``@WATTS`` or the
 device's default), then fits a reference model per device model (``reference-DEVICE-train``,
 for a job's ``reference_model``; ``--no-references`` skips it). ``--workload-path DIR`` lets the
 agents import jobs' ``MODULE:FUNCTION`` workloads from ``DIR``, by name. Once all serve it prints the coordinator address and the node ids, and
@@ -24,15 +24,15 @@ from pathlib import Path
 import click
 
 from edgetune.cli.errors import reports_errors
-from edgetune.coordination.controlplane import (
+from edgetune.errors import FailedPrecondition
+from edgetune.localrun.controlplane import (
     NODES_ALLOWED,
     ControlPlane,
     local_nodes,
     parse_nodes,
     start_control_plane,
 )
-from edgetune.coordination.processes import Supervisor, SupervisorError, install_signal_handlers
-from edgetune.errors import FailedPrecondition
+from edgetune.localrun.processes import Supervisor, SupervisorError, install_signal_handlers
 
 _WATCH_S = 0.5
 

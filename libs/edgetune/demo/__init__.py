@@ -1,5 +1,5 @@
 """``make demo``: the main job, end to end, on simulated Jetsons, on the control plane: started as
-``edgetune up`` starts it (processes under :class:`edgetune.coordination.processes.Supervisor`),
+``edgetune up`` starts it (processes under :class:`edgetune.localrun.processes.Supervisor`),
 tuned by one TuningJob that the coordinator runs.
 
 - ``suite``       the fleet and the control plane (Redis, estimator, optimizer, coordinator, one agent per node)

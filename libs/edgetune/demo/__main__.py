@@ -34,10 +34,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from edgetune.coordination.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
 from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
+from edgetune.localrun.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
 from edgetune.proto.tuning_convert import job_view
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",

@@ -9,6 +9,7 @@ import time
 import grpc
 import numpy as np
 
+from edgetune.base.records import Predictions
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
     NodeResult,
@@ -25,7 +26,6 @@ from edgetune.proto.v1 import (
     coordinator_pb2,
     profiler_pb2,
 )
-from edgetune.tuning.records import Predictions
 
 
 # --- 6. round planning ------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 
-from edgetune.coordination.reconcile import CANDIDATE_GRID
+from edgetune.base.records import Points, mode_key
+from edgetune.clients.tuning import candidates, predictions
+from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
     RPC_TIMEOUT_S,
@@ -39,7 +41,7 @@ from edgetune.demo.story import (
     profile,
 )
 from edgetune.demo.suite import registered
-from edgetune.devices.simulated import truth_table
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.tuning_convert import job_view
@@ -50,10 +52,7 @@ from edgetune.proto.v1 import (
     profiler_pb2,
     tuning_pb2,
 )
-from edgetune.tuning import Points
 from edgetune.tuning.protocols import reference_model_id
-from edgetune.tuning.records import mode_key
-from edgetune.tuning.remote import candidates, predictions
 from edgetune.tuning.safety import SafetyState, held_out_power_error
 
 

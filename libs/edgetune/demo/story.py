@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgetune.base.records import OptionTable, Predictions, mode_key
 from edgetune.demo.suite import Agent, NodeSpec, Suite
 from edgetune.proto.v1 import (
     common_pb2,
@@ -21,8 +22,8 @@ from edgetune.proto.v1 import (
     profiler_pb2,
     tuning_pb2,
 )
-from edgetune.tuning import ModelRef, TuningPolicy, default_policy
-from edgetune.tuning.records import OptionTable, Predictions, mode_key
+from edgetune.tuning.policy import TuningPolicy, default_policy
+from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.safety import SafetyState
 
 TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from edgetune.coordination.controlplane import LocalNode, start_control_plane
-from edgetune.coordination.localcluster import LocalCluster
-from edgetune.coordination.processes import Child, Supervisor
-from edgetune.coordination.store import Store
+from edgetune.clients.tuning import ServiceEstimator
+from edgetune.localrun.controlplane import LocalNode, start_control_plane
+from edgetune.localrun.localcluster import LocalCluster
+from edgetune.localrun.processes import Child, Supervisor
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
+from edgetune.store import Store
 from edgetune.tuning.protocols import Estimator
-from edgetune.tuning.remote import ServiceEstimator
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -99,7 +99,7 @@ def _channel(suite_channels: list[grpc.Channel], address: str) -> grpc.Channel:
 def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, ray: bool = True,
                 transfer_epochs: int = 0, on_started=lambda name, child: None) -> Suite:
     """Start the control plane under ``sup`` as ``edgetune up`` does
-    (:func:`~edgetune.coordination.controlplane.start_control_plane`: the coordinator told the
+    (:func:`~edgetune.localrun.controlplane.start_control_plane`: the coordinator told the
     estimator's and the optimizer's addresses, one agent per node registered with its budget) and
     return the :class:`Suite`; ``on_started(name, child)`` is called for each process once all serve.
     ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process);

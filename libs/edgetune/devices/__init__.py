@@ -1,22 +1,15 @@
 """Device backends behind one small interface (``Device``).
 
-- ``base``       the interface, roles, clocks, power sensors and samplers
+- ``base``       the interface, power sensors and samplers (roles and clocks: :mod:`edgetune.base`)
 - ``sampling``   the threaded power sampler for real-time devices
 - ``sysfs``      ``SysfsJetson``: a real Jetson through /sys (cpufreq, devfreq, INA3221)
+- ``sysfs_layout``, ``thermal``  where a Jetson's files are; its thermal zones
 - ``simulated``  ``SimulatedJetson``: a physical time / power model calibrated to the papers
 - ``replay``     ``ReplayDevice``: answers from a recorded profile table
 - ``factory``    ``open_device("sim:orin-agx" | "sysfs" | "replay:table.csv")``
+- ``workloads``  which workload a device runs for a name
 """
 
-from edgetune.devices.base import (
-    Clock,
-    Device,
-    PowerSample,
-    PowerSampler,
-    PowerSensor,
-    RealClock,
-    Role,
-    VirtualClock,
-)
+from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
 
-__all__ = ["Clock", "Device", "PowerSample", "PowerSampler", "PowerSensor", "RealClock", "Role", "VirtualClock"]
+__all__ = ["Device", "PowerSample", "PowerSampler", "PowerSensor"]

@@ -1,4 +1,4 @@
-"""The Device interface every backend implements, and the clocks they run on.
+"""The Device interface every backend implements, its power sensors and samplers.
 
 A backend answers five questions: what it is (``spec``), which mode it is in
 (``current_mode``), how to switch (``apply`` — validated first), how long minibatches take
@@ -7,79 +7,21 @@ protocol is written once against this interface; only the backend changes betwee
 Jetson (``SysfsJetson``), the physical model (``SimulatedJetson``) and a recorded table
 (``ReplayDevice``).
 
-Time: real devices live on :class:`RealClock`. Simulated and replayed devices keep a
-:class:`VirtualClock` that ``run`` and ``settle`` advance, so a 40-minibatch profile of a
-2-second minibatch costs microseconds and power samples are taken at the virtual instants
-a 1 Hz sensor would see.
+Each device keeps a clock (:mod:`edgetune.base.clocks`): real time on a board, virtual time that
+``run`` and ``settle`` advance on a simulated or replayed one.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING
 
-from edgetune.powermodes.mode import PowerMode
+from edgetune.base.clocks import Clock
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec
-
-if TYPE_CHECKING:
-    from edgetune.telemetry.sample import TelemetrySample
-
-
-class Role(str, Enum):  # noqa: UP042 - str() and format() of members are relied on as-is
-    TRAIN = "train"
-    INFER = "infer"
-
-    @classmethod
-    def parse(cls, value: str | Role) -> Role:
-        from edgetune.errors import InvalidArgument
-
-        try:
-            return cls(value)
-        except ValueError:
-            raise InvalidArgument("role", f"unknown role {value!r}", "train, infer") from None
-
-
-# --- clocks ---------------------------------------------------------------------------------
-class Clock(ABC):
-    @abstractmethod
-    def now_s(self) -> float: ...
-
-    @abstractmethod
-    def sleep(self, seconds: float) -> None: ...
-
-
-class RealClock(Clock):
-    def now_s(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
-
-
-class VirtualClock(Clock):
-    """Time that passes only when the simulation says so. ``sleep`` advances it."""
-
-    def __init__(self, start_s: float = 0.0) -> None:
-        self._now = start_s
-        self._lock = threading.Lock()
-
-    def now_s(self) -> float:
-        return self._now
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> float:
-        if seconds < 0:
-            raise ValueError("a clock cannot go backwards")
-        with self._lock:
-            self._now += seconds
-            return self._now
+from edgetune.telemetry.sample import Clocks, TelemetrySample
 
 
 # --- power ----------------------------------------------------------------------------------
@@ -113,8 +55,6 @@ class PowerSampler(ABC):
 
     def __init__(self, rate_hz: float) -> None:
         if rate_hz <= 0:
-            from edgetune.errors import InvalidArgument
-
             raise InvalidArgument("sample_rate_hz", f"{rate_hz} must be positive", "> 0")
         self.rate_hz = rate_hz
 
@@ -169,9 +109,6 @@ class Device(ABC):
         This default knows the power sensor and the current mode only: no thermal zones and no
         pinned clocks, so it never reports throttling. Backends that see more override it.
         """
-        from edgetune.errors import EdgetuneError
-        from edgetune.telemetry.sample import Clocks, TelemetrySample
-
         mode = self.current_mode()
         power_w: float | None = None
         rails: dict[str, float] = {}

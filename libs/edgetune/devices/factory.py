@@ -10,12 +10,11 @@ command can pass ``seed=`` whatever the backend (only the simulator and replay u
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 from edgetune.devices.base import Device
-from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.errors import InvalidArgument
 from edgetune.powermodes.specs import SPECS, UNTABULATED
 
 ALLOWED = f"sim:<{'|'.join(SPECS)}>, sysfs[:ROOT], replay:FILE.csv"
@@ -36,11 +35,10 @@ def open_device(spec: str, **kw: Any) -> Device:
             raise InvalidArgument("device", f"cannot simulate {arg!r}: {UNTABULATED[arg]}", ALLOWED)
         if arg not in SPECS:
             raise InvalidArgument("device", f"unknown simulated device {arg!r}", ALLOWED)
-        try:  # imported lazily: the simulator pulls in its physical model
-            module = importlib.import_module("edgetune.devices.simulated")
-        except ImportError as exc:
-            raise FailedPrecondition(f"the simulated backend is not available: {exc}") from exc
-        return _construct(module.SimulatedJetson, arg, **kw)
+        # each backend imported when chosen: the simulator pulls in its physical model
+        from edgetune.devices.simulated.device import SimulatedJetson
+
+        return _construct(SimulatedJetson, arg, **kw)
     if kind == "sysfs":
         # each backend imported when chosen: sysfs reads the board at import, replay reads tables
         from edgetune.devices.sysfs import SysfsJetson

@@ -27,8 +27,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from edgetune.base.mode import PowerMode
 from edgetune.devices.base import Device
-from edgetune.powermodes.mode import PowerMode
 
 log = logging.getLogger(__name__)
 

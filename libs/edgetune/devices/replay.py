@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
-from edgetune.devices.base import Clock, Device, PowerSampler, PowerSensor, Role, VirtualClock
+from edgetune.base.clocks import Clock, VirtualClock
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSampler, PowerSensor
 from edgetune.devices.sampling import VirtualSampler
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import SPECS
 from edgetune.tables import Table, read_profile_table

@@ -18,7 +18,8 @@ import math
 import threading
 from collections.abc import Callable
 
-from edgetune.devices.base import Clock, PowerSample, PowerSampler, PowerSensor
+from edgetune.base.clocks import Clock
+from edgetune.devices.base import PowerSample, PowerSampler, PowerSensor
 from edgetune.errors import FailedPrecondition
 
 

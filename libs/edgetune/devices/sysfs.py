@@ -34,7 +34,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from edgetune.devices.base import Clock, Device, PowerSensor, RealClock, Role
+from edgetune.base.clocks import Clock, RealClock
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSensor
 from edgetune.devices.ina3221 import Ina3221Sensor, Rail, find_rails
 from edgetune.devices.sysfs_layout import (
     CpuLayout,
@@ -49,13 +52,12 @@ from edgetune.devices.sysfs_layout import (
     read_text,
     rpath,
 )
+from edgetune.devices.thermal import find_zones, read_zones, zone_info
 from edgetune.errors import EdgetuneError, FailedPrecondition
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.nvpmodel import load_nvpmodel
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.powermodes.specs import SPECS, UNTABULATED
 from edgetune.telemetry.sample import Clocks, TelemetrySample
-from edgetune.telemetry.thermal import find_zones, read_zones, zone_info
 
 #: Where nvpmodel keeps the active preset file (a link to /etc/nvpmodel/nvpmodel_<board>.conf).
 NVPMODEL_CONF = "etc/nvpmodel.conf"

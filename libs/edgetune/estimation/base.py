@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.features import (
     BATCH_FEATURE,
@@ -47,7 +48,6 @@ from edgetune.estimation.validation import (
     check_xy,
     merge_ranges,
 )
-from edgetune.powermodes.mode import MODE_FIELDS
 
 PREDICTOR_FORMAT = "edgetune-predictor"
 PREDICTOR_VERSION = 1

@@ -297,7 +297,7 @@ class BatchEfficiencyEstimate:
 
         ``fit="noise-scale"``: smoothed by McCandlish et al.'s model (:meth:`fitted_passes`).
         """
-        from edgetune.optimization.joint import BatchEfficiency
+        from edgetune.base.records import BatchEfficiency
 
         if fit not in FITS:
             raise InvalidArgument("fit", f"unknown fit {fit!r}", ", ".join(FITS))

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.powermodes.specs import SPECS
 
 #: Clocks within this many MHz of a table entry count as that entry (CSV round-trips, kHz → MHz).

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS
 from edgetune.tables import Table
 
 BATCH_FEATURE = "batch_size"

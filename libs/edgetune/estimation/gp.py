@@ -306,7 +306,7 @@ def conformal_scale(scores: np.ndarray, risk: float, *, two_sided: bool = False)
     """``c`` with ``z·c`` = the split-conformal (1 − risk) quantile of standardised residuals ``scores``:
     ``z = z(risk)`` for a one-sided bound ``μ + z·c·σ``; ``two_sided``: ``z = z(risk / 2)``, the interval
     ``μ ± z·c·σ`` (``scores`` then are ``|y − μ| / σ``)."""
-    from edgetune.optimization.select import z_score
+    from edgetune.base.risk import z_score
 
     s = np.sort(np.asarray(scores, float))
     n = len(s)

@@ -46,7 +46,7 @@ def load_data(spec: str) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """``(train, val)`` of the user's data function, checked; errors name ``data`` and the spec."""
     import torch
 
-    from edgetune.devices.workloads import parse_spec
+    from edgetune.base.workload import parse_spec
     from edgetune.workloads.user import call_entry
 
     got = call_entry(spec, field=FIELD, allowed=DATA_ALLOWED)

@@ -60,10 +60,11 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
 from edgetune import validation
-from edgetune.devices.base import Role
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import Predictions
+from edgetune.base.roles import Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.proto.convert import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
 from edgetune.proto.tables import table_to_proto
 from edgetune.proto.tuning_convert import METHODS
@@ -75,7 +76,6 @@ from edgetune.proto.v1 import (
     profiler_pb2_grpc,
     tuning_pb2,
 )
-from edgetune.tuning.records import Predictions
 
 log = logging.getLogger(__name__)
 

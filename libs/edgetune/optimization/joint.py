@@ -30,12 +30,13 @@ Ties everywhere: less time to target, then lower power, then LUT order.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.records import BatchEfficiency
 from edgetune.errors import InvalidArgument
 
 
@@ -74,34 +75,6 @@ class JointLUT:
             return cls(np.zeros(0, int), np.zeros(0, object), np.zeros(0), np.zeros(0))
         b, m, t, p = zip(*rows, strict=True)
         return cls(np.asarray(b), np.asarray(m, dtype=object), np.asarray(t), np.asarray(p))
-
-
-@dataclass(frozen=True)
-class BatchEfficiency:
-    """``passes_to_target`` per batch size; ``inf`` means the target is never reached."""
-
-    passes_by_batch: Mapping[int, float]
-
-    @classmethod
-    def from_pairs(cls, pairs: Mapping[int, float] | Sequence[tuple[int, float]]) -> BatchEfficiency:
-        items = pairs.items() if isinstance(pairs, Mapping) else pairs
-        out: dict[int, float] = {}
-        for b, n in items:
-            n = math.inf if n is None or (isinstance(n, float) and math.isnan(n)) else float(n)
-            if n <= 0:
-                raise InvalidArgument(f"passes_to_target[{b}]", f"{n:g} must be positive", "> 0, or inf for never")
-            out[int(b)] = n
-        return cls(out)
-
-    def passes(self, batch_size: np.ndarray) -> np.ndarray:
-        """Passes for each batch size; batch sizes without data count as never reaching the target."""
-        return np.asarray([self.passes_by_batch.get(int(b), math.inf) for b in batch_size], dtype=float)
-
-    def ratio(self) -> dict[int, float]:
-        """The paper's r_b = N(b) / max_b N(b) over the batch sizes that reach the target."""
-        finite = [n for n in self.passes_by_batch.values() if math.isfinite(n)]
-        top = max(finite) if finite else math.inf
-        return {b: n / top for b, n in self.passes_by_batch.items()}
 
 
 @dataclass(frozen=True)

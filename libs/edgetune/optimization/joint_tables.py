@@ -17,9 +17,10 @@ import os
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import BatchEfficiency
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.joint import BatchEfficiency, JointLUT
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
+from edgetune.optimization.joint import JointLUT
 from edgetune.tables import parse_table
 
 #: What a profile table must hold for the joint method's LUT.

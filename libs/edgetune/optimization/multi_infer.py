@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+from edgetune.base.mode import PowerMode
 from edgetune.optimization.problems import (
     ROLE_INFER,
     ROLE_TRAIN,
@@ -43,7 +44,6 @@ from edgetune.optimization.problems import (
     Evaluation,
     Observations,
 )
-from edgetune.powermodes.mode import PowerMode
 
 #: The problem role holding the non-urgent workload (the training slot of managed interleaving).
 ROLE_BACKGROUND = ROLE_TRAIN

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 
 #: Fulcrum's inference minibatch sizes.
 INFER_BATCH_SIZES: tuple[int, ...] = (1, 4, 16, 32, 64)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 
 # --------------------------------------------------------------------------- candidates
@@ -95,14 +96,6 @@ def _as_vector(name: str, values, n: int | None = None) -> np.ndarray:
     if arr.size and (arr < 0).any():
         raise InvalidArgument(name, "contains negative values", ">= 0")
     return arr
-
-
-def z_score(risk: float) -> float:
-    """One-sided standard-normal quantile z with P(X > mean + z·std) = risk (:func:`validation.risk`)."""
-    p = validation.risk(risk)
-    from scipy.special import ndtri  # scipy.special imports in ms, scipy.stats in ~0.5 s
-
-    return float(ndtri(1.0 - p))
 
 
 # --------------------------------------------------------------------------- result

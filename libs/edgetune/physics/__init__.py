@@ -4,6 +4,6 @@
 - ``model``     vectorised minibatch time (roofline + pipeline overlap) and rail power
 
 Neither imports a device backend: the estimator's energy RPC (the layer costing,
-:mod:`edgetune.estimation.layerwise.costing`) uses them without loading the simulated device
+:mod:`edgetune.physics.costing`) uses them without loading the simulated device
 (:mod:`edgetune.devices.simulated` builds on them).
 """

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import MODE_FIELDS, PowerMode
 from edgetune.powermodes.spec import FREQ_MATCH_REL_TOL, DeviceSpec
 
 #: Grid names accepted by :func:`named_grid` and ``edgetune modes --grid``.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 
 #: Relative tolerance when matching a frequency against a table (sysfs kHz vs MHz rounding).
 FREQ_MATCH_REL_TOL = 1e-3

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import under_cap
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 
 #: Dimensions whose upward changes some JetPack versions refuse (PowerTrain, footnote 7).

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edgetune import validation
-from edgetune.devices.base import Device, PowerSample, Role
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSample
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.settling import SettleResult, wait_for_settle, window_size
 from edgetune.profiling.stats import mean_std, power_stats, repetitions
 from edgetune.telemetry.sample import Clocks, throttle_reasons

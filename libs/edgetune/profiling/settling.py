@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from edgetune.devices.base import Clock, PowerSample, PowerSensor
+from edgetune.base.clocks import Clock
+from edgetune.devices.base import PowerSample, PowerSensor
 from edgetune.errors import InvalidArgument
 
 

@@ -17,9 +17,9 @@ from typing import Any
 from google.protobuf.message import Message
 
 from edgetune import validation
-from edgetune.devices.base import Role
+from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
-from edgetune.powermodes.mode import PowerMode
+from edgetune.base.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.profiling.protocol import Measurement
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2

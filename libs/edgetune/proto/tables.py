@@ -1,4 +1,4 @@
-"""``PredictionTable`` (the columnar wire form of prediction rows) <-> :class:`~edgetune.tuning.records.Predictions`:
+"""``PredictionTable`` (the columnar wire form of prediction rows) <-> :class:`~edgetune.base.records.Predictions`:
 the one place.
 
 Every service and client that sends or reads prediction / candidate rows (``Estimator.Predict``
@@ -23,7 +23,7 @@ import numpy as np
 
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import common_pb2
-from edgetune.tuning.records import Predictions
+from edgetune.base.records import Predictions
 
 #: The mode columns, in PowerMode's order (the ``modes`` array's columns).
 MODE_COLUMNS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetune import validation
-from edgetune.devices.workloads import is_user_workload, parse_spec
+from edgetune.base.workload import is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import common_pb2, tuning_pb2
 from edgetune.schemas import check

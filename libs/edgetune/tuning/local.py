@@ -9,15 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Choice, Points, Predictions
 from edgetune.estimation.bundle import TaskRunner, TimePowerModel
 from edgetune.estimation.features import mode_features
 from edgetune.estimation.references import PREFIX, load_reference
 from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.optimization.select import Candidates, make_selector
-from edgetune.powermodes.mode import PowerMode
 from edgetune.profiling.protocol import Measurement, Profiler, ProgressEvent
+from edgetune.tables import points_table
 from edgetune.tuning.protocols import ModelRef
-from edgetune.tuning.records import Choice, Points, Predictions
 
 
 class DeviceMeasurer:
@@ -85,7 +86,7 @@ class LibraryEstimator:
         kw: dict[str, Any] = {}
         if epochs:
             kw = {"nn_params": {"epochs": epochs}} if method == "nn+gp" else {"epochs": epochs}
-        model = TimePowerModel.fit_table(points.table(), method, seed, runner=self.runner, **kw)
+        model = TimePowerModel.fit_table(points_table(points), method, seed, runner=self.runner, **kw)
         return self.add(model, model_id)
 
     def transfer(self, base: ModelRef, points: Points, *, model_id: str, method: str, seed: int = 0,
@@ -96,7 +97,7 @@ class LibraryEstimator:
             if transfer_epochs:
                 settings["transfer_epochs"] = transfer_epochs
         kw: dict[str, Any] = {k: int(v) if str(v).isdigit() else v for k, v in (params or {}).items()}
-        model = self._model(base.model_id).transfer_table(points.table(), method, runner=self.runner,
+        model = self._model(base.model_id).transfer_table(points_table(points), method, runner=self.runner,
                                                            nn_settings=settings, **kw)
         return self.add(model, model_id)
 

@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.registry import METHODS
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
-from edgetune.optimization.select import SELECTORS, z_score
+from edgetune.optimization.select import SELECTORS
 
 
 @dataclass(frozen=True)

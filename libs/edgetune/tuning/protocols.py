@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgetune.tuning.records import Choice, Points, Predictions
+from edgetune.base.records import Choice, Points, Predictions
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgetune.tuning.records import OptionTable, Predictions
+from edgetune.base.records import OptionTable, Predictions
 
 
 def held_out_power_error(predicted_w: np.ndarray, measured_w: np.ndarray) -> float:

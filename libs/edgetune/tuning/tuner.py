@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.policy import TuningPolicy
 from edgetune.tuning.protocols import Estimator, Measurer, ModelRef, Selector
-from edgetune.tuning.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
 from edgetune.tuning.safety import SafetyState, held_out_power_error
 
 #: ``on_round(round, picks, profiled so far)`` after each transfer (round 0: the initial modes).

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from edgetune import stopping, validation
-from edgetune.devices.base import Role
+from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.data import make_loader
 from edgetune.workloads.registry import WorkloadDef, get_workload

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgetune.devices.workloads import SPEC_ALLOWED, WORKLOAD_PATH_ENV, is_user_workload, parse_spec
+from edgetune.base.workload import SPEC_ALLOWED, WORKLOAD_PATH_ENV, is_user_workload, parse_spec
 from edgetune.errors import InvalidArgument
 
 __all__ = ["UserWorkload", "is_user_workload", "load_workload", "loaded_workload", "parse_spec", "structure_hash"]

@@ -30,12 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetune import validation
-from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor, Role, VirtualClock
+from edgetune.base.clocks import VirtualClock
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
 from edgetune.devices.simulated.profiles import RoleProfile, get_profile, profile_names
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.physics.hardware import REF_CPU_MHZ, hardware_for
 from edgetune.physics.model import PhysicalModel, as_mode_array
-from edgetune.powermodes.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
 from edgetune.telemetry.sample import Clocks, TelemetrySample, ZoneReading

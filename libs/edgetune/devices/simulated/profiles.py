@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from edgetune import validation
-from edgetune.devices.base import Role
+from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 
 
@@ -284,7 +284,7 @@ def _role_from_layers(records_at: dict, sample_inputs, role: Role) -> RoleProfil
     """Fit one :class:`RoleProfile` to the layer costing of ``records_at[b]`` (the layer records at
     each of :data:`FIT_BATCHES`) on the reference device at MAXN."""
     # late: the layer costing loads torch and the simulator's hardware and rail models
-    from edgetune.estimation.layerwise.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
+    from edgetune.physics.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
 
     cm = LayerCostModel(REFERENCE_DEVICE)
     maxn = cm.spec.maxn()
@@ -344,7 +344,7 @@ def _layer_records(model, sample_inputs, batch_size: int):
 
     import torch
 
-    from edgetune.estimation.layerwise.features import extract_layers
+    from edgetune.workloads.layers import extract_layers
 
     def batch(device: str) -> list:
         return [torch.zeros((batch_size, *t.shape[1:]), dtype=t.dtype, device=device) for t in sample_inputs]
@@ -362,7 +362,7 @@ def profile_from_module(model, make_batch, *, name: str, roles: Iterable[Role | 
 
     ``make_batch(1)`` gives the input shapes (``inputs`` a tensor or a tuple of tensors,
     batch first). Each role's GPU work, occupancy curve, DRAM traffic and main-thread work
-    are fitted to :class:`~edgetune.estimation.layerwise.costing.LayerCostModel`'s costing of
+    are fitted to :class:`~edgetune.physics.costing.LayerCostModel`'s costing of
     the module's layers on the reference device (:data:`REFERENCE_DEVICE`, MAXN) at
     :data:`FIT_BATCHES`: every layer's shape-dependent efficiency, its roofline traffic and its
     launch are counted, so a network with 10x the FLOPs runs slower and one made of

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from edgetune import validation
-from edgetune.devices.base import Role
+from edgetune.base.roles import Role
 from edgetune.devices.simulated.profiles import get_profile
 from edgetune.physics.hardware import hardware_for
 from edgetune.physics.model import PhysicalModel, as_mode_array

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.layerwise.features import SHAPE_PRESERVING, shape_only
+from edgetune.workloads.layers import SHAPE_PRESERVING, shape_only
 
 ROLES = ("input", "hidden", "output")
 _CONNECTORS = (nn.Flatten, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d)

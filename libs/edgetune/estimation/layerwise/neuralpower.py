@@ -35,8 +35,9 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.layerwise.features import LayerRecord, extract_layers
+from edgetune.physics.layers import LayerRecord
 from edgetune.workloads import time_module
+from edgetune.workloads.layers import extract_layers
 
 #: The four layer types NeuralPower models.
 NP_KINDS = ("conv", "pool", "flatten", "fc")

@@ -12,7 +12,7 @@ How it works, for a sequential model parsed into blocks (:mod:`.blocks`):
    the corners of the channel range, fit a GP (Matérn ν = 2.5 by default; RBF and
    DotProduct to compare), profile next the candidate with the largest predictive variance,
    stop at a cap or when that variance falls under 5 % of the profiled data's variance.
-   "Profiling" a variant = the layer costing (:mod:`edgetune.estimation.layerwise.costing`)
+   "Profiling" a variant = the layer costing (:mod:`edgetune.physics.costing`)
    of a training iteration, energy above idle per iteration, with the noise of a
    500-iteration run; its cost is accounted as 500 iterations plus a set-up per point.
 3. **Estimate.** A model's energy per iteration = Σ of its blocks' GP means (additivity).
@@ -38,11 +38,11 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from edgetune import stopping
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import BlockInstance, BlockKind, ParsedModel, blocks_of
-from edgetune.estimation.layerwise.costing import LayerCostModel
-from edgetune.estimation.layerwise.features import extract_layers, total_flops
-from edgetune.powermodes.mode import PowerMode
+from edgetune.physics.costing import LayerCostModel
+from edgetune.workloads.layers import extract_layers, total_flops
 
 KERNELS = ("matern", "rbf", "dotproduct")
 #: Stop when the largest predictive variance is under this share of the profiled data's variance.

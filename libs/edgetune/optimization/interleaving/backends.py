@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from edgetune.devices.base import Clock, RealClock, VirtualClock
+from edgetune.base.clocks import Clock, RealClock, VirtualClock
 from edgetune.errors import InvalidArgument
 
 

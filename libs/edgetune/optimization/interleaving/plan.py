@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import (
     INFER_BATCH_SIZES,
@@ -25,7 +26,6 @@ from edgetune.optimization.problems import (
     Observations,
     Point,
 )
-from edgetune.powermodes.mode import PowerMode
 
 #: Stand-in mode for observations that all come from one (the current) power mode.
 _THIS_MODE = PowerMode(0, 0.0, 0.0, 0.0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgetune.devices.base import Clock, VirtualClock
+from edgetune.base.clocks import Clock, VirtualClock
 
 #: Slack when comparing virtual instants (float rounding of clock advances).
 _EPS_S = 1e-9

@@ -88,12 +88,12 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.pareto import nondominated, pareto_mask, pick_far
 from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, ConcurrentProblem
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 from edgetune.optimization.strategies.guide import GPGuide, Guide, MLPGuide
-from edgetune.powermodes.mode import PowerMode
 
 #: Seed 004's problem ranges, the default quadrant bounds.
 LATENCY_RANGE_MS = (50.0, 1000.0)

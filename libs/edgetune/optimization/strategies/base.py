@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
@@ -51,7 +52,6 @@ from edgetune.optimization.problems import (
     mode_key,
 )
 from edgetune.powermodes.grids import ModeGrid
-from edgetune.powermodes.mode import PowerMode
 
 # --------------------------------------------------------------------------- trials
 

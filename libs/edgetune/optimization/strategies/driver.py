@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
@@ -26,7 +27,6 @@ from edgetune.optimization.problems import (
 )
 from edgetune.optimization.strategies.base import PresetMode, SearchSpace, SearchStrategy
 from edgetune.powermodes.grids import ModeGrid
-from edgetune.powermodes.mode import PowerMode
 
 
 class ReplayLike(Protocol):

@@ -9,10 +9,10 @@ them; the decision is infeasible when the mode itself misses a budget.
 
 from __future__ import annotations
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import FailedPrecondition
 from edgetune.optimization.problems import Decision
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
-from edgetune.powermodes.mode import PowerMode
 
 
 class _FixedMode(SearchStrategy):

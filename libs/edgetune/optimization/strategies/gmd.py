@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import (
     ROLE_INFER,
@@ -78,7 +79,6 @@ from edgetune.optimization.problems import (
     TrainProblem,
 )
 from edgetune.optimization.strategies.base import Batch, SearchGen, SearchStrategy
-from edgetune.powermodes.mode import PowerMode
 
 #: The paper's budgets (configurations profiled).
 GMD_BUDGETS = {"train": 10, "infer": 11, "concurrent": 15}

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Decision, Observations, Point
 from edgetune.optimization.strategies.als import config_features, mode_features
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 from edgetune.optimization.strategies.guide import MLPGuide
 from edgetune.optimization.strategies.random import random_configurations
-from edgetune.powermodes.mode import PowerMode
 
 #: Default N (the paper's NN250).
 NN_SAMPLES = 250

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
-from edgetune.powermodes.mode import PowerMode
 
 #: Default N per problem (the paper's RND50 for training, RND150 for inference / concurrent).
 RANDOM_BUDGETS = {"train": 50, "infer": 150, "concurrent": 150}

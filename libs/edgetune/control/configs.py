@@ -1,0 +1,245 @@
+"""Config push: each node's current configuration, with a revision, and a change feed.
+
+The store keeps, per node, the current :class:`~edgetune.store.NodeConfig`
+with a revision (1, 2, ...) and a capped log of the recent ones (the Redis layout is in
+:mod:`edgetune.store.redis_store`).
+
+:meth:`ConfigStore.publish` compares the new config's *digest* (what to run: mode, batch
+size, workload, role, round, budget, restore) with the stored one and, only when it differs,
+bumps the revision, stores it and logs it, atomically per node. Re-planning therefore gives
+new revisions only to nodes whose config really changed; ``valid_from`` / ``reason`` alone
+do not make a change. With a leader lease as *fence* the store also checks, in the same
+atomic step, that the lease is still held by the caller, so a deposed leader cannot publish.
+
+:meth:`ConfigStore.watch` yields the config when newer than the caller's (epoch, revision),
+then every newer one. Watches do not block in the store: one :class:`ConfigWatchHub` per
+ConfigStore (per process) reads the store's change feed (``Store.wait_config_changes``, one
+blocking read) and wakes the watches of the nodes that changed, which then read their node's
+configs without blocking. A thousand open watches thus hold no store connection each. After a
+store outage the hub re-reads from the feed's tail and wakes every watch to re-read.
+
+Epochs: the store's config epoch changes only when the store lost its data (a new one is set
+by the next publish). A watch given another epoch than the store's treats the current config
+as new whatever its revision, so an agent that saw revision 7 before the loss still gets the
+new revision 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from edgetune.control.leader import LeaderLease, NotLeader
+from edgetune.errors import InvalidArgument, NotFound
+from edgetune.store import (
+    STORE_ERRORS,
+    ConfigChanges,
+    DocWrite,
+    LeaseLost,
+    NodeConfig,
+    Published,
+    RoundState,
+    Store,
+)
+from edgetune.store.base import KeyLike
+from edgetune.store.records import NON_IDENTITY_FIELDS
+
+log = logging.getLogger(__name__)
+
+LOG_MAXLEN = 100
+#: How long the hub's one blocking read of the change feed waits (it also notices an idle hub).
+HUB_BLOCK_MS = 1000
+#: A watch re-reads its node this often even without a wake-up (a safety net, not the path).
+RESYNC_S = 30.0
+
+__all__ = ["LOG_MAXLEN", "NON_IDENTITY_FIELDS", "ConfigStore", "ConfigWatchHub", "NodeConfig", "Published"]
+
+
+def _check_node_id(node_id: str) -> str:
+    if not isinstance(node_id, str) or not node_id:
+        raise InvalidArgument("node_id", f"{node_id!r} is not a node id", "a non-empty string")
+    return node_id
+
+
+class ConfigWatchHub:
+    r"""One reader of the store's config change feed, fanned out to this process's watches.
+
+    A watch :meth:`subscribe`\ s an Event for its node; the reader thread sets the Events of
+    the nodes that changed (all of them after an outage or on the first read). The thread
+    runs while anyone is subscribed.
+    """
+
+    def __init__(self, store: Store, *, block_ms: int = HUB_BLOCK_MS, retry_s: float = 0.5) -> None:
+        self.store = store
+        self.block_ms = block_ms
+        self.retry_s = retry_s
+        self._lock = threading.Lock()
+        self._events: dict[str, set[threading.Event]] = {}
+        self._thread: threading.Thread | None = None
+        self._cursor = ""
+        #: Feed reads so far (for tests and the benchmark: one reader however many watches).
+        self.reads = 0
+
+    @property
+    def watches(self) -> int:
+        with self._lock:
+            return sum(len(e) for e in self._events.values())
+
+    def subscribe(self, node_id: str) -> threading.Event:
+        """An Event set whenever ``node_id``'s config may have changed (set at once: read first)."""
+        event = threading.Event()
+        event.set()
+        with self._lock:
+            self._events.setdefault(node_id, set()).add(event)
+            if self._thread is None or not self._thread.is_alive():
+                # The cursor is taken before this watch's first read: nothing published after is missed.
+                try:
+                    self._cursor = self.store.wait_config_changes("", block_ms=0).cursor
+                except STORE_ERRORS:
+                    self._cursor = ""  # the thread takes it when the store is back
+                self._thread = threading.Thread(target=self._run, name="config-watch-hub", daemon=True)
+                self._thread.start()
+        return event
+
+    def unsubscribe(self, node_id: str, event: threading.Event) -> None:
+        with self._lock:
+            events = self._events.get(node_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._events[node_id]
+
+    def _wake(self, changes: ConfigChanges) -> None:
+        with self._lock:
+            if changes.everything:
+                targets = [e for events in self._events.values() for e in events]
+            else:
+                targets = [e for n in changes.node_ids for e in self._events.get(n, ())]
+        for event in targets:
+            event.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._events:
+                    self._thread = None
+                    return
+                cursor = self._cursor
+            started = time.monotonic()
+            try:
+                changes = self.store.wait_config_changes(cursor, block_ms=self.block_ms)
+                self.reads += 1
+            except Exception as exc:  # noqa: BLE001 - an outage, or the store closed under the read at shutdown
+                if self.watches:
+                    log.warning("config change feed interrupted; re-reading", extra={"error": str(exc)})
+                time.sleep(self.retry_s)
+                with self._lock:
+                    self._cursor = ""  # start again from the tail, and wake everyone to re-read
+                continue
+            with self._lock:
+                self._cursor = changes.cursor
+            if changes.everything or changes.node_ids:
+                self._wake(changes)
+            elif time.monotonic() - started < self.block_ms / 10000.0:
+                time.sleep(self.retry_s)  # a closed store answers at once: do not spin
+
+
+class ConfigStore:
+    """Per-node configs with revisions and a change feed (see module doc)."""
+
+    def __init__(self, store: Store, *, log_maxlen: int = LOG_MAXLEN) -> None:
+        self.store = store
+        self.log_maxlen = log_maxlen
+        self.hub = ConfigWatchHub(store)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def publish(self, config: NodeConfig, *, fence: LeaderLease | None = None) -> Published:
+        """Store ``config`` as the node's current one; a new revision only when it changed."""
+        return self.publish_many([config], fence=fence)[0]
+
+    def publish_many(self, configs: Iterable[NodeConfig], *, fence: LeaderLease | None = None,
+                     docs: Sequence[DocWrite] = (), values: Sequence[tuple[KeyLike, Any, float | None]] = (),
+                     round_state: RoundState | None = None) -> list[Published]:
+        """Publish several configs, with the docs, values and round they go with, in one atomic
+        step (all or nothing; see ``Store.publish_configs``)."""
+        configs = list(configs)
+        for cfg in configs:
+            _check_node_id(cfg.node_id)
+        try:
+            out = self.store.publish_configs(configs, fence=fence.fence() if fence is not None else None,
+                                             log_len=self.log_maxlen, docs=docs, values=values,
+                                             round_state=round_state)
+        except LeaseLost as exc:
+            raise NotLeader(exc.name, exc.holder) from None
+        for cfg, p in zip(configs, out, strict=True):
+            if p.changed:
+                log.info("config published", extra={"node_id": p.node_id, "revision": p.revision,
+                                                    "round_id": cfg.round_id})
+        return out
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, node_id: str) -> NodeConfig:
+        """The node's current config; NotFound (naming node_id) before any."""
+        found = self.get_or_none(node_id)
+        if found is None:
+            raise NotFound(f"node_id: node {node_id!r} has no config yet")
+        return found
+
+    def get_or_none(self, node_id: str) -> NodeConfig | None:
+        return self.store.get_config(_check_node_id(node_id))
+
+    def revision(self, node_id: str) -> int:
+        """The node's latest revision (0: no config yet)."""
+        return self.revisions([node_id])[node_id]
+
+    def epoch(self) -> int:
+        """The store's config epoch (0: nothing published since it was empty)."""
+        return self.store.config_epoch()
+
+    def revisions(self, node_ids: Iterable[str]) -> dict[str, int]:
+        return self.store.config_revisions([_check_node_id(n) for n in node_ids])
+
+    def watch(self, node_id: str, after_revision: int = 0, *, block_ms: int = 1000,
+              should_stop: Callable[[], bool] = lambda: False, retry_s: float = 0.5,
+              epoch: int = 0) -> Iterator[NodeConfig]:
+        """Yield the node's config when newer than (``epoch``, ``after_revision``), then every new one.
+
+        Runs until ``should_stop()`` is true (checked at least every ``block_ms``). Within an
+        epoch revisions only go up; a watcher that fell far behind may skip intermediate
+        revisions but always gets the latest. ``epoch`` 0: the store's current one.
+        """
+        if after_revision < 0:
+            raise InvalidArgument("after_revision", f"{after_revision}", ">= 0")
+        _check_node_id(node_id)
+        last, seen_epoch = int(after_revision), int(epoch)
+        wake = self.hub.subscribe(node_id)
+        resync_at = time.monotonic() + RESYNC_S
+        try:
+            while not should_stop():
+                if not wake.is_set() and time.monotonic() < resync_at:
+                    wake.wait(block_ms / 1000.0)
+                    continue
+                wake.clear()  # before the read: a change during it sets it again
+                resync_at = time.monotonic() + RESYNC_S
+                try:
+                    newer = self.store.wait_configs(node_id, last, block_ms=0, epoch=seen_epoch)
+                except STORE_ERRORS as exc:
+                    log.warning("config watch interrupted; re-reading", extra={"node_id": node_id, "error": str(exc)})
+                    deadline = time.monotonic() + retry_s
+                    while time.monotonic() < deadline and not should_stop():
+                        time.sleep(min(0.05, retry_s))
+                    wake.set()
+                    continue
+                for cfg in newer:
+                    if cfg.epoch != seen_epoch and seen_epoch:  # the store lost its data: a new count
+                        last = 0
+                    if cfg.revision > last or cfg.epoch != seen_epoch:
+                        last, seen_epoch = cfg.revision, cfg.epoch
+                        yield cfg
+        finally:
+            self.hub.unsubscribe(node_id, wake)
