@@ -24,7 +24,7 @@ from edgetune.control.tuningjobs import (
 )
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.specs import SPECS
-from edgetune.proto.convert import (
+from edgetune.proto.serde.common import (
     ROUND_OBJECTIVE,
     budgets_from_dict,
     mode_from_proto,
@@ -36,7 +36,7 @@ from edgetune.proto.convert import (
     spec_from_proto,
     spec_to_proto,
 )
-from edgetune.proto.tables import table_from_proto
+from edgetune.proto.serde.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, profiler_pb2, tuning_pb2
 
 

@@ -36,7 +36,7 @@ from edgetune.control.rounds import RoundCoordinator
 from edgetune.control.tuningjobs import TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
-from edgetune.proto.convert import budgets_from_dict, mode_from_proto, optional_value
+from edgetune.proto.serde.common import budgets_from_dict, mode_from_proto, optional_value
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert

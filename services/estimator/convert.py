@@ -30,7 +30,7 @@ from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import GRID, mode_from_proto, role_from_proto
+from edgetune.proto.serde.common import GRID, mode_from_proto, role_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2
 from edgetune.store import ModelRecord
 from edgetune.tables import Table
@@ -366,7 +366,7 @@ def modes_from_request(msgs: Sequence[common_pb2.PowerMode], spec: DeviceSpec, f
 
 # --- responses ------------------------------------------------------------------------------------
 def model_info(meta: ModelRecord, version: int) -> estimator_pb2.ModelInfo:
-    from edgetune.proto.convert import ROLE
+    from edgetune.proto.serde.common import ROLE
 
     msg = estimator_pb2.ModelInfo(
         model_id=f"{meta.model_id}@{version}", kind=meta.kind, device=meta.device, workload=meta.workload,

@@ -23,8 +23,8 @@ from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.estimation.repository import ModelRepository
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.grids import named_grid
-from edgetune.proto.convert import mode_from_proto
-from edgetune.proto.tables import table_to_proto
+from edgetune.proto.serde.common import mode_from_proto
+from edgetune.proto.serde.tables import table_to_proto
 from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.estimator import convert, energy, metrics

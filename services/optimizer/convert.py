@@ -26,7 +26,7 @@ from edgetune.optimization.select import Candidates, Selection
 from edgetune.optimization.sessions import Told, space_ref
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import (
+from edgetune.proto.serde.common import (
     GRID,
     PROBLEM,
     STRATEGY,
@@ -35,7 +35,7 @@ from edgetune.proto.convert import (
     optional_value,
     role_from_proto,
 )
-from edgetune.proto.tables import table_from_proto, table_to_proto
+from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2
 from edgetune.services.common.errors import field_prefix
 
@@ -112,7 +112,7 @@ class Rows:
 def rows_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Rows:
     """The inline table of ``candidates``; a model reference is FAILED_PRECONDITION (no estimator).
 
-    Checked column-wise by :func:`edgetune.proto.tables.table_from_proto`, which names the bad
+    Checked column-wise by :func:`edgetune.proto.serde.tables.table_from_proto`, which names the bad
     column and row (``candidates.table.time_ms[3]``). Rows without a std use their mean.
     """
     source = candidates.WhichOneof("source")

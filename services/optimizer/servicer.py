@@ -22,7 +22,7 @@ from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.select import make_selector
 from edgetune.optimization.sessions import Session, SessionStore, Told, build_space
 from edgetune.optimization.strategies import make_strategy
-from edgetune.proto.convert import OBJECTIVE, optional_value
+from edgetune.proto.serde.common import OBJECTIVE, optional_value
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.common import map_errors
 from edgetune.services.optimizer import convert, metrics

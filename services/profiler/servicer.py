@@ -40,7 +40,7 @@ from edgetune.devices.workloads import known_workloads, resolve_workload
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid
 from edgetune.profiling import Measurement, PowerLimitExceeded, ProfileConfig, Profiler, descending_order
-from edgetune.proto import convert
+from edgetune.proto.serde import common as convert
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.common.errors import field_named, field_prefix, map_errors
 from edgetune.services.common.paging import paginate

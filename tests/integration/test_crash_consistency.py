@@ -21,7 +21,7 @@ from harness import durable_redis, free_port, restart_redis
 from edgetune.control.faults import ENV as FAULT_ENV
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
-from edgetune.proto.convert import mode_from_proto
+from edgetune.proto.serde.common import mode_from_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from edgetune.store import EmbeddedRedisServer
 

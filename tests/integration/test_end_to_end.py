@@ -33,8 +33,8 @@ from edgetune.base.records import Predictions
 from edgetune.control.jobs import JobQueue
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_from_proto
-from edgetune.proto.tables import table_to_proto
+from edgetune.proto.serde.common import mode_from_proto
+from edgetune.proto.serde.tables import table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

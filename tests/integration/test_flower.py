@@ -45,7 +45,7 @@ from edgetune.integrations.flower import (  # noqa: E402
 from edgetune.localrun.controlplane import fit_references  # noqa: E402
 from edgetune.localrun.localcluster import LocalCluster  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
-from edgetune.proto.convert import mode_from_proto  # noqa: E402
+from edgetune.proto.serde.common import mode_from_proto  # noqa: E402
 from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -21,7 +21,7 @@ from harness import free_port, wait_serving
 from edgetune.devices.sysfs import SysfsJetson
 from edgetune.devices.sysfs_layout import tree_differences
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_from_proto, mode_to_proto
+from edgetune.proto.serde.common import mode_from_proto, mode_to_proto
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
 

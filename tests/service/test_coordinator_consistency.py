@@ -21,7 +21,7 @@ import pytest
 
 from edgetune.base.mode import PowerMode
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import spec_to_proto
+from edgetune.proto.serde.common import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from edgetune.services.profiler.server import create_server, link_to_coordinator
 from edgetune.store import EmbeddedStore, NodeConfig

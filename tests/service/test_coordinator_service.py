@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import spec_to_proto
+from edgetune.proto.serde.common import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, profiler_pb2, tuning_pb2
 from edgetune.store import EmbeddedStore, MeasurementRecord
 

@@ -25,7 +25,7 @@ from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.tables import table_from_proto
+from edgetune.proto.serde.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server

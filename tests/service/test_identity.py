@@ -28,7 +28,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity, open_channel
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_from_proto, mode_to_proto, spec_to_proto
+from edgetune.proto.serde.common import mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

@@ -40,8 +40,8 @@ from edgetune.optimization.sessions import REVISION_CONFLICTS, SessionStore, spa
 from edgetune.optimization.strategies import SearchSpace, make_strategy, run_search
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_from_proto, mode_to_proto
-from edgetune.proto.tables import table_from_proto, table_to_proto
+from edgetune.proto.serde.common import mode_from_proto, mode_to_proto
+from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.optimizer.server import create_server
 from edgetune.store import EmbeddedRedisServer, open_store

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto
+from edgetune.proto.serde.common import measurement_from_proto, mode_from_proto, mode_to_proto
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
 from edgetune.services.profiler.servicer import BUSY, RUN_KEY_METADATA

@@ -25,7 +25,7 @@ from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapSearch, gpu_levels, run_cap_search
 from edgetune.profiling.protocol import measurement_id
-from edgetune.proto.tuning_convert import spec_from_doc
+from edgetune.proto.serde.tuning import spec_from_doc
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
 from edgetune.store import MeasurementRecord, MemoryStore

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from edgetune.cli import main
 from edgetune.cli.job import follow
 from edgetune.errors import InvalidArgument
-from edgetune.proto.tuning_convert import job_from_view, job_view, load_job_file, spec_from_doc, spec_to_doc
+from edgetune.proto.serde.tuning import job_from_view, job_view, load_job_file, spec_from_doc, spec_to_doc
 from edgetune.proto.v1 import common_pb2, tuning_pb2
 
 ISSUE_EXAMPLE = """\

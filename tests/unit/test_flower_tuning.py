@@ -9,7 +9,7 @@ pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not i
 
 from edgetune.errors import FailedPrecondition, InvalidArgument  # noqa: E402
 from edgetune.integrations.flower import Tuning, verified_options  # noqa: E402
-from edgetune.proto.tables import table_from_proto  # noqa: E402
+from edgetune.proto.serde.tables import table_from_proto  # noqa: E402
 from edgetune.proto.v1 import common_pb2, tuning_pb2  # noqa: E402
 
 MODE = common_pb2.PowerMode(cores=8, cpu_mhz=1497.6, gpu_mhz=828.75, emc_mhz=3199.0)

@@ -8,7 +8,7 @@ import pytest
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
 from edgetune.profiling import ProfileConfig, Profiler
-from edgetune.proto.convert import measurement_from_proto, measurement_to_proto
+from edgetune.proto.serde.common import measurement_from_proto, measurement_to_proto
 from edgetune.proto.v1 import common_pb2
 
 

@@ -15,7 +15,9 @@ from edgetune.base.records import Predictions
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec, Preset
-from edgetune.proto import convert, generate, tables
+from edgetune.proto import generate
+from edgetune.proto.serde import common as convert
+from edgetune.proto.serde import tables
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

@@ -18,7 +18,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.optimization.problems import InferProblem, TrainProblem
 from edgetune.optimization.select import Candidates, MinTime
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.convert import mode_to_proto
+from edgetune.proto.serde.common import mode_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.common.errors import field_prefix
 from edgetune.services.optimizer.server import create_server

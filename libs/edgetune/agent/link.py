@@ -48,7 +48,7 @@ from edgetune import validation
 from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.convert import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
+from edgetune.proto.serde.common import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
 from edgetune.services.profiler import metrics
 from edgetune.services.profiler.servicer import ProfilerServicer

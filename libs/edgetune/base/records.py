@@ -1,7 +1,7 @@
 """Typed records of the tuning workflow: measured points, predictions, decisions, the option table,
 batch efficiency.
 
-Plain numpy-backed dataclasses (no protobuf): the wire tables (:mod:`edgetune.proto.tables`) decode
+Plain numpy-backed dataclasses (no protobuf): the wire tables (:mod:`edgetune.proto.serde.tables`) decode
 into :class:`Predictions` and the gRPC clients (:mod:`edgetune.clients`) convert at the edge. Modes are
 ``(n, 4)`` float arrays of ``cores, cpu_mhz, gpu_mhz, emc_mhz``.
 """

@@ -55,7 +55,7 @@ class SimulatedFleet:
 
         from edgetune.localrun.controlplane import default_budget_w
         from edgetune.powermodes.specs import get_spec
-        from edgetune.proto.convert import spec_to_proto
+        from edgetune.proto.serde.common import spec_to_proto
         from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 
         self._channel = grpc.insecure_channel(self.coordinator)

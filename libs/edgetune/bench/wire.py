@@ -83,7 +83,7 @@ def predict_select() -> dict[str, Any]:
     from edgetune.devices.simulated.tables import truth_table
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
-    from edgetune.proto.tables import merge_tables
+    from edgetune.proto.serde.tables import merge_tables
     from edgetune.proto.v1 import common_pb2, estimator_pb2, optimizer_pb2
 
     spec = get_spec("orin-agx")
@@ -157,7 +157,7 @@ def select_throughput() -> dict[str, Any]:
     from edgetune.base.records import Predictions
     from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.powermodes.grids import modes_array
-    from edgetune.proto.tables import table_to_proto
+    from edgetune.proto.serde.tables import table_to_proto
     from edgetune.proto.v1 import common_pb2, optimizer_pb2
 
     dev = SimulatedJetson("orin-agx")

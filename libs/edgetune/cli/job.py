@@ -6,7 +6,7 @@
 
 The job file is checked against ``job.schema.json`` before anything is sent (an unknown key is
 an error naming it, exit 2). ``--json`` prints :meth:`JobView.to_json
-<edgetune.proto.tuning_convert.JobView.to_json>`. ``watch`` (and ``submit --wait`` without
+<edgetune.proto.serde.tuning.JobView.to_json>`. ``watch`` (and ``submit --wait`` without
 ``--json``) shows each node's progress live: a table redrawn in place on a terminal, otherwise
 one plain line per node change (as :mod:`edgetune.cli.progress` does off a TTY). ``--wait`` exits
 0 when the job Succeeded, 1 when it Failed or was Cancelled.
@@ -32,7 +32,7 @@ import grpc
 from edgetune.cli.errors import InputError, reports_errors
 from edgetune.control.tuningjobs import DEFAULT_PROFILES
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.tuning_convert import JobView, NodeView, job_view, load_job_file
+from edgetune.proto.serde.tuning import JobView, NodeView, job_view, load_job_file
 from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
 
 F = TypeVar("F", bound=Callable[..., Any])

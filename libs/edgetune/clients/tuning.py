@@ -13,8 +13,8 @@ import grpc
 import numpy as np
 
 from edgetune.base.records import Choice, ModeKey, Points, Predictions, mode_key
-from edgetune.proto.convert import ROLE
-from edgetune.proto.tables import table_from_proto, table_to_proto
+from edgetune.proto.serde.common import ROLE
+from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     estimator_pb2,
@@ -58,7 +58,7 @@ def points(msgs: list[common_pb2.Measurement], device: str, workload: str, role:
 
 
 def candidates(pool: Predictions) -> optimizer_pb2.Candidates:
-    """``pool`` as inline candidates (a columnar table: :mod:`edgetune.proto.tables`)."""
+    """``pool`` as inline candidates (a columnar table: :mod:`edgetune.proto.serde.tables`)."""
     return optimizer_pb2.Candidates(table=table_to_proto(pool))
 
 

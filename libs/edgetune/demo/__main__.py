@@ -38,7 +38,7 @@ from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
 from edgetune.localrun.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
-from edgetune.proto.tuning_convert import job_view
+from edgetune.proto.serde.tuning import job_view
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
         "model", "kind", "backend", "state"}

@@ -20,7 +20,7 @@ from edgetune.demo.story import (
     parallel,
     profile,
 )
-from edgetune.proto.tables import table_to_proto
+from edgetune.proto.serde.tables import table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

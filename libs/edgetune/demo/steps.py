@@ -44,7 +44,7 @@ from edgetune.demo.suite import registered
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.tuning_convert import job_view
+from edgetune.proto.serde.tuning import job_view
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

@@ -65,9 +65,9 @@ from edgetune.base.records import Predictions
 from edgetune.base.roles import Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.convert import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
-from edgetune.proto.tables import table_to_proto
-from edgetune.proto.tuning_convert import METHODS
+from edgetune.proto.serde.common import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
+from edgetune.proto.serde.tables import table_to_proto
+from edgetune.proto.serde.tuning import METHODS
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,

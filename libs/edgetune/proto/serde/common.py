@@ -3,7 +3,7 @@
 Services use these at their edges (request -> library call -> response) so that servicers
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
 (role, grid, strategy, problem, objective) to and from the library's string names,
-CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.tables`), profiling measurements to
+CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to
 messages and back to profile-table rows, and a reader for ``optional`` scalars. Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
