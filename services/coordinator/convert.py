@@ -9,7 +9,6 @@ from google.protobuf import json_format, timestamp_pb2
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.base.workload import is_user_workload, parse_spec
 from edgetune.control.configs import NodeConfig
 from edgetune.control.inference import InferencePlacement
 from edgetune.control.registry import NodeRecord, spec_to_dict
@@ -30,14 +29,13 @@ from edgetune.proto.serde.common import (
     mode_from_proto,
     mode_to_proto,
     optional_value,
-    profile_knobs,
     role_from_proto,
     role_to_proto,
     spec_from_proto,
     spec_to_proto,
 )
 from edgetune.proto.serde.tables import table_from_proto
-from edgetune.proto.v1 import common_pb2, coordinator_pb2, profiler_pb2, tuning_pb2
+from edgetune.proto.v1 import common_pb2, coordinator_pb2, tuning_pb2
 
 
 def _timestamp(epoch_s: float | None) -> timestamp_pb2.Timestamp | None:
@@ -283,20 +281,3 @@ def tuning_job_to_proto(view: TuningJobView) -> tuning_pb2.TuningJob:
         msg.updated.FromNanoseconds(int(round(updated * 1e9)))
     return msg
 
-
-def profile_job_from_proto(msg: profiler_pb2.ProfileRequest) -> dict:
-    """A ``SubmitProfiling`` request as the job payload the agents read (the request as JSON, proto
-    field names); what can be checked without the node's device is checked here."""
-    if not msg.workload.name:
-        raise InvalidArgument("request.workload.name", "is empty", "a zoo workload or MODULE:FUNCTION")
-    if is_user_workload(msg.workload.name):  # its form only: the node imports it from its --workload-path
-        try:
-            parse_spec(msg.workload.name)
-        except InvalidArgument as exc:
-            raise exc.renamed("request.workload.name") from None
-    if not msg.modes and msg.random_modes <= 0:
-        raise InvalidArgument("request.modes", "no modes to profile", "modes, or random_modes > 0")
-    for i, m in enumerate(msg.modes):
-        mode_from_proto(m, f"request.modes[{i}]")
-    profile_knobs(msg, "request.")
-    return json_format.MessageToDict(msg, preserving_proto_field_name=True)

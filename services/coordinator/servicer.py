@@ -37,6 +37,7 @@ from edgetune.control.tuningjobs import TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
 from edgetune.proto.serde.common import budgets_from_dict, mode_from_proto, optional_value
+from edgetune.proto.serde.profiler import profile_job_from_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert
@@ -230,11 +231,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def SubmitProfiling(self, request, context):
         if not self.registry.exists(request.node_id):
             raise NotFound(f"node_id: node {request.node_id!r} is not registered")
-        payload = convert.profile_job_from_proto(request.request)
+        job = profile_job_from_proto(request.request, "request.")
         job_id = request.job_id or uuid.uuid4().hex
         if len(job_id) > 200:
             raise InvalidArgument("job_id", f"{len(job_id)} characters", "at most 200")
-        self.queue.submit(request.node_id, payload, job_id=job_id)
+        self.queue.submit(request.node_id, job.to_dict(), job_id=job_id)
         try:  # the queue ignores a second submit of the id; this marker tells the caller it was one
             self.registry.store.put_doc("profiling-job", f"{request.node_id}:{job_id}", {"schema": 1},
                                         expected_revision=0)

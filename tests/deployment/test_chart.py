@@ -552,7 +552,7 @@ def test_dashboard_configmap_carries_the_sidecar_label_and_the_dashboard_file() 
 
 def test_dashboard_is_schema_valid_and_every_query_names_an_agent_metric() -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    from edgetune.services.profiler.metrics import exported_metric_names
+    from edgetune.agent.metrics import exported_metric_names
 
     dash = json.loads(DASHBOARD.read_text())
     jsonschema.validate(dash, DASHBOARD_SCHEMA)

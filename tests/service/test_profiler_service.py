@@ -20,12 +20,13 @@ from harness import free_port, wait_serving
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgetune.agent.node import BUSY
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.common import measurement_from_proto, mode_from_proto, mode_to_proto
+from edgetune.proto.serde.profiler import RUN_KEY_METADATA
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
-from edgetune.services.profiler.servicer import BUSY, RUN_KEY_METADATA
 from edgetune.store import open_store
 from edgetune.tables import read_profile_table, write_table
 
@@ -460,21 +461,21 @@ def test_the_agents_heartbeat_power_reading_leaves_a_simulated_boards_measuremen
     """Heartbeats come when the wall clock says; the power they report must not draw on the noise the
     board's measurements use, or the same seed would measure differently from run to run."""
     from edgetune.agent.link import CoordinatorLink
+    from edgetune.agent.node import NodeAgent
     from edgetune.agent.safety import ModeKeeper
     from edgetune.base.mode import PowerMode
     from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.profiling.protocol import ProfileConfig, Profiler
-    from edgetune.services.profiler.servicer import ProfilerServicer
 
     mode = PowerMode(4, 1651.2, 1134.75, 2133.0)
 
     def measure(heartbeats: int) -> tuple[float, float]:
-        servicer = ProfilerServicer(ModeKeeper(SimulatedJetson("orin-agx", seed=3), tmp_path / f"state-{heartbeats}"))
-        link = CoordinatorLink(servicer, "127.0.0.1:1", "127.0.0.1:2")  # never started: no call is made
+        agent = NodeAgent(ModeKeeper(SimulatedJetson("orin-agx", seed=3), tmp_path / f"state-{heartbeats}"))
+        link = CoordinatorLink(agent, "127.0.0.1:1", "127.0.0.1:2")  # never started: no call is made
         try:
-            powers = [link._power_w() for _ in range(heartbeats)]
+            powers = [link._beat().power_w for _ in range(heartbeats)]
             assert all(p > 0 for p in powers)
-            m = Profiler(servicer.device, ProfileConfig(n_minibatches=5)).profile_points(
+            m = Profiler(agent.device, ProfileConfig(n_minibatches=5)).profile_points(
                 [(mode, 16)], "mobilenetv3", "train")[0]
             return m.time_ms, m.power_w
         finally:

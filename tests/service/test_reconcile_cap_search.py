@@ -28,7 +28,7 @@ from edgetune.profiling.protocol import measurement_id
 from edgetune.proto.serde.tuning import spec_from_doc
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
-from edgetune.store import MeasurementRecord, MemoryStore
+from edgetune.store import MeasurementRecord, MemoryStore, ProfileJob
 
 DEVICE, WORKLOAD, NODE = "orin-agx", "mobilenetv3", "orin-agx-1"
 BATCH_SIZES = (32, 16, 8)
@@ -46,9 +46,8 @@ def _agent(store: MemoryStore, stop: threading.Event, ran: list[str]) -> None:
     while not stop.is_set():
         for job in queue.claim(NODE, "agent", block_ms=50):
             ran.append(job.job_id)
-            m = job.payload["modes"][0]
-            mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
-            b = int(job.payload["batch_sizes"][0])
+            point = ProfileJob.from_dict(job.payload)
+            mode, b = point.modes[0], point.batch_sizes[0]
             time_ms, peak_w = truth(b, mode)
             mid = measurement_id(DEVICE, NODE, WORKLOAD, "train", mode, b, job.job_id)
             queue.complete(job, [MeasurementRecord(mid, DEVICE, WORKLOAD, "train", mode, b, time_ms,

@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgetune.base.mode import PowerMode
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import QueueMeasurer, point_job_id, policy_for
@@ -23,7 +22,7 @@ from edgetune.control.tuningjobs import (
 )
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore
+from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore, ProfileJob
 
 
 def _spec(**kw) -> TuningJobSpec:
@@ -121,9 +120,8 @@ def _agent(store: MemoryStore, node_id: str, stop: threading.Event, ran: list[st
     while not stop.is_set():
         for job in queue.claim(node_id, "agent", block_ms=50):
             ran.append(job.job_id)
-            m = job.payload["modes"][0]
-            mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
-            b = job.payload["batch_sizes"][0]
+            point = ProfileJob.from_dict(job.payload)
+            mode, b = point.modes[0], point.batch_sizes[0]
             mid = measurement_id("orin-agx", node_id, "mobilenetv3", "train", mode, b, job.job_id)
             queue.complete(job, [MeasurementRecord(mid, "orin-agx", "mobilenetv3", "train", mode, b,
                                                    100.0 / mode.cores, mode.cores + mode.gpu_mhz / 1000,

@@ -1,7 +1,7 @@
-"""gRPC implementations of the tuning protocols: a profiler agent's ``Profile`` stream, the
-Estimator service, the Optimizer's ``Select`` (what the demo uses). ``risk`` goes over the wire as
-the probability it is in :class:`~edgetune.tuning.policy.TuningPolicy` (e.g. 0.05), never as a
-multiple of σ."""
+"""gRPC implementations of the tuning protocols: a profiler agent's ``Profile`` stream (through
+:mod:`edgetune.clients.profiler`), the Estimator service, the Optimizer's ``Select`` (what the demo
+uses). ``risk`` goes over the wire as the probability it is in
+:class:`~edgetune.tuning.policy.TuningPolicy` (e.g. 0.05), never as a multiple of σ."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from typing import Any
 import grpc
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, ModeKey, Points, Predictions, mode_key
+from edgetune.base.roles import Role
+from edgetune.clients.profiler import ProfilerClient
+from edgetune.profiling import ProfileProgress
 from edgetune.proto.serde.common import ROLE
 from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import (
@@ -21,9 +25,8 @@ from edgetune.proto.v1 import (
     estimator_pb2_grpc,
     optimizer_pb2,
     optimizer_pb2_grpc,
-    profiler_pb2,
-    profiler_pb2_grpc,
 )
+from edgetune.store import MeasurementRecord, ProfileJob
 from edgetune.tuning.protocols import ModelRef
 
 RPC_TIMEOUT_S = 300.0
@@ -40,21 +43,12 @@ def mode_msg(mode: np.ndarray | Iterable[float]) -> common_pb2.PowerMode:
     return common_pb2.PowerMode(cores=int(m[0]), cpu_mhz=float(m[1]), gpu_mhz=float(m[2]), emc_mhz=float(m[3]))
 
 
-def mode_array(msgs: Iterable[common_pb2.PowerMode]) -> np.ndarray:
-    return np.asarray([[m.cores, m.cpu_mhz, m.gpu_mhz, m.emc_mhz] for m in msgs], dtype=float).reshape(-1, 4)
-
-
 def measurements(points: Points) -> list[common_pb2.Measurement]:
     """Points as Measurement messages (what Fit and Transfer learn from)."""
     role = role_msg(points.role)
     return [common_pb2.Measurement(device=points.device, workload=points.workload, role=role, batch_size=int(b),
                                    mode=mode_msg(m), time_ms=float(t), power_w=float(p))
             for m, b, t, p in zip(points.modes, points.batch_size, points.time_ms, points.power_w, strict=True)]
-
-
-def points(msgs: list[common_pb2.Measurement], device: str, workload: str, role: str) -> Points:
-    return Points(mode_array(m.mode for m in msgs), np.asarray([m.batch_size for m in msgs]),
-                  np.asarray([m.time_ms for m in msgs]), np.asarray([m.power_w for m in msgs]), device, workload, role)
 
 
 def candidates(pool: Predictions) -> optimizer_pb2.Candidates:
@@ -68,30 +62,33 @@ def predictions(table: common_pb2.PredictionTable, field: str = "table") -> Pred
 
 
 class AgentMeasurer:
-    """A profiler agent's ``Profile`` stream; ``tick(done, total)`` on its progress events.
-    Every Measurement message it returned is kept in :attr:`measured` (the demo's report draws them)."""
+    """A profiler agent's ``Profile`` stream (:class:`~edgetune.clients.profiler.ProfilerClient`);
+    ``tick(done, total)`` on its progress events. Every measurement it returned is kept in
+    :attr:`measured`."""
 
-    def __init__(self, stub: profiler_pb2_grpc.ProfilerStub, device: str, workload: str, role: str = "train",
+    def __init__(self, profiler: ProfilerClient, device: str, workload: str, role: str = "train",
                  tick: Callable[[int, int], None] | None = None, timeout_s: float = RPC_TIMEOUT_S) -> None:
-        self.stub, self.device, self.workload, self.role = stub, device, workload, role
+        self.profiler, self.device, self.workload, self.role = profiler, device, workload, role
         self.tick, self.timeout_s = tick, timeout_s
-        self.measured: list[tuple[str, common_pb2.Measurement]] = []  # (purpose, message)
+        self.measured: list[tuple[str, MeasurementRecord]] = []  # (purpose, measurement)
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
-        workload = common_pb2.Workload(name=self.workload, role=role_msg(self.role), batch_size=int(batch_size))
-        request = profiler_pb2.ProfileRequest(workload=workload, modes=[mode_msg(m) for m in modes],
-                                              batch_sizes=[int(batch_size)], seed=int(seed))
-        got = []
-        for event in self.stub.Profile(request, timeout=self.timeout_s):
-            kind = event.WhichOneof("event")
-            if kind == "measurement":
-                got.append(event.measurement)
-            elif kind == "progress" and self.tick is not None:
-                self.tick(event.progress.done, event.progress.total)
+        job = ProfileJob(self.workload, Role.parse(self.role) if self.role else Role.TRAIN,
+                         modes=tuple(PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in modes),
+                         batch_sizes=(int(batch_size),), seed=int(seed))
+        got: list[MeasurementRecord] = []
+        for event in self.profiler.profile(job, timeout_s=self.timeout_s):
+            if isinstance(event, MeasurementRecord):
+                got.append(event)
+            elif isinstance(event, ProfileProgress) and self.tick is not None:
+                self.tick(event.done, event.total)
         self.measured += [(purpose, m) for m in got]
         # a MODULE:FUNCTION comes back under its id (the agent loaded it): models learn under the id
         recorded = {m.workload for m in got}
-        return points(got, self.device, recorded.pop() if len(recorded) == 1 else self.workload, self.role)
+        return Points(np.asarray([m.mode.as_tuple() for m in got], dtype=float).reshape(-1, 4),
+                      np.asarray([m.batch_size for m in got]), np.asarray([m.time_ms for m in got]),
+                      np.asarray([m.power_w for m in got]), self.device,
+                      recorded.pop() if len(recorded) == 1 else self.workload, self.role)
 
 
 class ServiceEstimator:

@@ -61,6 +61,7 @@ from prometheus_client import Counter
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, Decision, Points, Predictions
+from edgetune.base.roles import Role
 from edgetune.base.workload import is_user_workload
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
@@ -81,7 +82,7 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapPoint, CapSearch, fastest_under_cap, gpu_levels
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, Store
+from edgetune.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, ProfileJob, Store
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import Estimator, ModelRef, Selector, reference_model_id
 from edgetune.tuning.tuner import NodeTuner
@@ -211,10 +212,9 @@ class QueueMeasurer:
             if self.store.get_measurement(mid) is not None:
                 POINTS.labels("stored").inc()
                 continue
-            request = {"workload": {"name": self.workload, "role": f"ROLE_{self.role.upper()}", "batch_size": int(batch_size)},
-                       "modes": [pm.as_dict()], "batch_sizes": [int(batch_size)],
-                       "n_minibatches": N_MINIBATCHES, "seed": int(seed)}
-            self.queue.submit(self.node_id, request, job_id=job_id)
+            point = ProfileJob(self.workload, Role.parse(self.role), modes=(pm,), batch_sizes=(int(batch_size),),
+                               n_minibatches=N_MINIBATCHES, seed=int(seed))
+            self.queue.submit(self.node_id, point.to_dict(), job_id=job_id)
             self.queued += 1
             POINTS.labels("queued").inc()
         found = self._wait([mid for _, mid in wanted])

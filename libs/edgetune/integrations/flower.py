@@ -63,17 +63,16 @@ from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.base.records import Predictions
 from edgetune.base.roles import Role
+from edgetune.clients.profiler import ProfilerClient
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.serde.common import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
+from edgetune.proto.serde.common import ROUND_OBJECTIVE, mode_from_proto, role_to_proto
 from edgetune.proto.serde.tables import table_to_proto
 from edgetune.proto.serde.tuning import METHODS
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
     coordinator_pb2_grpc,
-    profiler_pb2,
-    profiler_pb2_grpc,
     tuning_pb2,
 )
 
@@ -418,15 +417,13 @@ def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TI
     (the agent restores on exit in any case, and the training result is worth keeping).
     """
     with open_channel(agent_address, security) as channel:  # ``security``: TLS and an operator token
-        stub = profiler_pb2_grpc.ProfilerStub(channel)
-        applied = _retry_busy(lambda: stub.ApplyPowerMode(
-            profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(mode)), timeout=timeout_s), busy_wait_s)
+        agent = ProfilerClient(channel, timeout_s=timeout_s)
+        applied, _ = _retry_busy(lambda: agent.apply(mode), busy_wait_s)
         try:
-            yield mode_from_proto(applied.applied)
+            yield applied
         finally:
             try:
-                _retry_busy(lambda: stub.RestorePowerMode(profiler_pb2.RestorePowerModeRequest(), timeout=timeout_s),
-                            busy_wait_s)
+                _retry_busy(agent.restore, busy_wait_s)
             except grpc.RpcError as exc:
                 log.error("restoring the power mode failed", extra={"agent": agent_address,
                                                                     "code": exc.code().name, "error": exc.details()})

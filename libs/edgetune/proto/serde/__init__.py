@@ -3,4 +3,7 @@
 - ``common``   power modes, device specs, roles, measurements, budgets, decisions (``common.proto``)
 - ``tables``   prediction tables (``PredictionTable``), with their packed wire form
 - ``tuning``   TuningJob specs and status (``tuning.proto``), the job file
+- ``profiler`` the node agent's requests, events, device info, mode changes and power samples
+  (``profiler.proto``); a ProfileRequest is a ``store.ProfileJob``
+- ``coordinator`` (its node's side) what an agent registers, beats and receives (``coordinator.proto``)
 """

@@ -4,7 +4,8 @@ Services use these at their edges (request -> library call -> response) so that 
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
 (role, grid, strategy, problem, objective) to and from the library's string names,
 CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to
-messages and back to profile-table rows, and a reader for ``optional`` scalars. Bad input
+messages and back to profile-table rows, and a reader for ``optional`` scalars (a ProfileRequest's limits:
+:mod:`edgetune.proto.serde.profiler`). Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
 
@@ -265,23 +266,3 @@ def decision_to_dict(msg: common_pb2.Decision) -> dict[str, Any]:
     out.update({k: v for k, v in budgets_to_dict(msg.budgets).items() if v is not None})
     return out
 
-
-def profile_knobs(msg: Any, field: str = "") -> None:
-    """The device-independent limits of a ProfileRequest (the agent's Profile and the coordinator's
-    SubmitProfiling check the same): minibatch counts, sample rate, seed, batch sizes, random modes.
-    ``field`` prefixes the names (``request.``). 0 means the server's default throughout."""
-    validation.count(msg.n_minibatches, f"{field}n_minibatches", minimum=0, maximum=validation.MAX_MINIBATCHES)
-    if not -1 <= msg.warmup_minibatches <= validation.MAX_MINIBATCHES:
-        raise InvalidArgument(f"{field}warmup_minibatches", f"{msg.warmup_minibatches} is out of range",
-                              f"-1 (none), 0 (the default) or up to {validation.MAX_MINIBATCHES}")
-    if msg.sample_rate_hz != 0:
-        validation.sample_rate_hz(msg.sample_rate_hz, f"{field}sample_rate_hz")
-    if msg.HasField("seed"):
-        validation.seed(msg.seed, f"{field}seed")
-    if msg.batch_sizes:
-        validation.batch_sizes(msg.batch_sizes, f"{field}batch_sizes")
-    if msg.workload.batch_size:
-        validation.batch_size(msg.workload.batch_size, f"{field}workload.batch_size")
-    validation.count(msg.random_modes, f"{field}random_modes", minimum=0, maximum=validation.MAX_PROFILE_POINTS)
-    if msg.HasField("power_limit_w"):
-        validation.power_budget_w(msg.power_limit_w, f"{field}power_limit_w")
