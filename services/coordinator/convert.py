@@ -11,18 +11,10 @@ from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
 from edgetune.base.workload import is_user_workload, parse_spec
 from edgetune.control.configs import NodeConfig
-from edgetune.control.inference import InferencePlacement
-from edgetune.control.registry import NodeRecord, spec_to_dict
-from edgetune.control.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
-from edgetune.control.tuningjobs import (
-    DEFAULT_PROFILES,
-    JOB_PHASES,
-    NODE_PHASES,
-    NodeStatus,
-    TuningJobSpec,
-    TuningJobView,
-)
+from edgetune.control.tuningjobs import JOB_PHASES, NODE_PHASES
 from edgetune.errors import InvalidArgument
+from edgetune.planning.placement import InferencePlacement
+from edgetune.planning.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
 from edgetune.powermodes.specs import SPECS
 from edgetune.proto.serde.common import (
     ROUND_OBJECTIVE,
@@ -38,6 +30,8 @@ from edgetune.proto.serde.common import (
 )
 from edgetune.proto.serde.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, profiler_pb2, tuning_pb2
+from edgetune.store import NodeRecord, spec_to_dict
+from edgetune.tuning.jobs import DEFAULT_PROFILES, NodeStatus, TuningJobSpec, TuningJobView
 
 
 def _timestamp(epoch_s: float | None) -> timestamp_pb2.Timestamp | None:

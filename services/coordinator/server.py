@@ -39,7 +39,7 @@ from edgetune.control import kube
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
 from edgetune.control.reconcile import DriftPolicy, Reconciler, remote_services
-from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
+from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
 from edgetune.control.rounds import RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
@@ -51,7 +51,7 @@ from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator.servicer import CoordinatorServicer
-from edgetune.store import CONNECTION_ERRORS, Store
+from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
 log = logging.getLogger("edgetune.coordinator")
 

@@ -31,7 +31,7 @@ import grpc
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry
+from edgetune.control.registry import NodeRegistry
 from edgetune.control.rounds import RoundCoordinator
 from edgetune.control.tuningjobs import TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
@@ -40,7 +40,7 @@ from edgetune.proto.serde.common import budgets_from_dict, mode_from_proto, opti
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
 from edgetune.services.coordinator import convert
-from edgetune.store import RevisionConflict
+from edgetune.store import NodeRecord, RevisionConflict
 
 #: Metadata key a standby sets on a forwarded call: the receiver does not forward it again.
 FORWARDED = "x-edgetune-forwarded"

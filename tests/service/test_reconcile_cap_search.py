@@ -19,8 +19,8 @@ from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import Reconciler
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.tuningjobs import TuningJobs, TuningJobSpec
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapSearch, gpu_levels, run_cap_search
@@ -28,7 +28,8 @@ from edgetune.profiling.protocol import measurement_id
 from edgetune.proto.serde.tuning import spec_from_doc
 from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
-from edgetune.store import MeasurementRecord, MemoryStore
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, spec_to_dict
+from edgetune.tuning.jobs import TuningJobSpec
 
 DEVICE, WORKLOAD, NODE = "orin-agx", "mobilenetv3", "orin-agx-1"
 BATCH_SIZES = (32, 16, 8)

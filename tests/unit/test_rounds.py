@@ -11,11 +11,12 @@ import pytest
 from edgetune.base.mode import PowerMode
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.planning.rounds import OptionTable, RoundNode, RoundRequest
 from edgetune.powermodes.specs import get_spec
-from edgetune.store import ManualClock, MemoryStore
+from edgetune.store import ManualClock, MemoryStore, NodeRecord, spec_to_dict
 
 FAST, MID = PowerMode(12, 2201.6, 1300.5, 3199.0), PowerMode(8, 1728.0, 930.75, 3199.0)
 OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])

@@ -43,10 +43,9 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
     import grpc
 
     from edgetune.base.mode import PowerMode
-    from edgetune.control.registry import NodeRecord
     from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
     from edgetune.services.coordinator.server import create_coordinator, start
-    from edgetune.store import EmbeddedRedisServer, NodeConfig
+    from edgetune.store import EmbeddedRedisServer, NodeConfig, NodeRecord
 
     ids = [f"node-{i:04d}" for i in range(streams)]
     with EmbeddedRedisServer(port=0) as redis:

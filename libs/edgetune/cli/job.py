@@ -30,10 +30,10 @@ import click
 import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
-from edgetune.control.tuningjobs import DEFAULT_PROFILES
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.proto.serde.tuning import JobView, NodeView, job_view, load_job_file
 from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
+from edgetune.tuning.jobs import DEFAULT_PROFILES
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Server answers that mean the request was wrong: exit 2, like a bad option.

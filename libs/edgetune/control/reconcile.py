@@ -65,14 +65,8 @@ from edgetune.base.workload import is_user_workload
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry
-from edgetune.control.tuningjobs import (
-    NodeStatus,
-    StatusWriter,
-    TuningJobs,
-    TuningJobSpec,
-    TuningJobView,
-)
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import StatusWriter, TuningJobs
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.estimation.references import PREFIX, shipped_for
 from edgetune.identity import ClientSecurity, open_channel
@@ -81,7 +75,8 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapPoint, CapSearch, fastest_under_cap, gpu_levels
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, Store
+from edgetune.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, NodeRecord, Store
+from edgetune.tuning.jobs import NodeStatus, TuningJobSpec, TuningJobView
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import Estimator, ModelRef, Selector, reference_model_id
 from edgetune.tuning.tuner import NodeTuner

@@ -40,6 +40,7 @@ from .base import (
 )
 from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
 from .memory import ManualClock, MemoryStore
+from .nodes import NodeRecord, spec_from_dict, spec_to_dict
 from .records import (
     ROLES,
     AuditRecord,
@@ -82,6 +83,7 @@ __all__ = [
     "MeasurementRecord",
     "MemoryStore",
     "NodeConfig",
+    "NodeRecord",
     "NodeRegistration",
     "Published",
     "RedisBase",
@@ -98,6 +100,8 @@ __all__ = [
     "escape_part",
     "open_store",
     "redact_url",
+    "spec_from_dict",
+    "spec_to_dict",
     "unescape_part",
 ]
 
