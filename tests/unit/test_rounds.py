@@ -70,7 +70,8 @@ def test_budget_precedence_and_replan_revisions(setup):
         "a": (1, False), "b": (2, True), "c": (1, False)}
     # The standing site budget applies to the re-plan: 42 + 30 + 42 W no longer fits 100 W.
     site = rounds.update_site_budgets(site_power_budget_w=100.0)
-    assert site.site["site_power_budget_w"] == 100.0 and rounds.site_budgets()["site_power_budget_w"] == 100.0
+    assert site.site is not None and site.site.site_power_budget_w == 100.0
+    assert rounds.site_budgets().site_power_budget_w == 100.0
     assert site.outcome.plan.feasible and site.outcome.plan.total_power_w <= 100.0
     registry.register(NodeRecord("d", device=spec_to_dict(get_spec("orin-agx"))))
     assert rounds.update_node_budget("d", 20.0).outcome is None  # not in the round: only its budget

@@ -24,7 +24,17 @@ from typing import Any
 
 from edgetune import validation
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
-from edgetune.store import DocWrite, Heartbeat, NodeRecord, NodeRegistration, RevisionConflict, Store
+from edgetune.store import (
+    AGENT_STATES,
+    STATE_LOST,
+    STATE_UNAVAILABLE,
+    DocWrite,
+    Heartbeat,
+    NodeRecord,
+    NodeRegistration,
+    RevisionConflict,
+    Store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +43,6 @@ DEFAULT_HEARTBEAT_TTL_S = 10.0
 #: Agents beat this often: a third of the TTL, so two lost beats in a row still keep the node.
 HEARTBEAT_INTERVAL_FRACTION = 1.0 / 3.0
 
-#: States an agent reports; "lost" and "unavailable" are the registry's own verdicts.
-AGENT_STATES = ("ready", "profiling", "running")
-STATE_LOST = "lost"
-STATE_UNAVAILABLE = "unavailable"
 _MAX_CAS_ATTEMPTS = 20
 #: A refused config's reason is kept to this many characters (it comes from the agent).
 MAX_REASON_CHARS = 500

@@ -54,7 +54,7 @@ from edgetune.base.mode import PowerMode
 from edgetune.control import faults
 from edgetune.control.configs import ConfigStore, NodeConfig, Published
 from edgetune.control.inference import has_placement, placement_key, solve_placement
-from edgetune.control.leader import LeaderLease
+from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.control.registry import DOC_KIND, NodeRegistry
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.planning import Fleet, NodeOptions, RoundPlan, plan_round
@@ -109,7 +109,7 @@ class BudgetChange:
     the last round (None: no round, or the node is not in it) and the inference re-solve (None: none)."""
 
     record: NodeRecord | None = None
-    site: Mapping[str, float | None] | None = None
+    site: SiteBudgets | None = None
     outcome: RoundOutcome | None = None
     placement: InferencePlacement | None = None
 
@@ -133,13 +133,11 @@ class RoundCoordinator:
 
     # -- budgets ------------------------------------------------------------------------
 
-    def site_budgets(self, pending: _Pending | None = None) -> dict[str, float | None]:
+    def site_budgets(self, pending: _Pending | None = None) -> SiteBudgets:
         if pending is not None and pending.site is not None:
-            stored = pending.site
-        else:
-            raw = self.store.get(SITE_KEY)
-            stored = SiteBudgets.from_dict(raw) if raw is not None else SiteBudgets()
-        return {"site_power_budget_w": stored.site_power_budget_w, "deadline_s": stored.deadline_s}
+            return pending.site
+        raw = self.store.get(SITE_KEY)
+        return SiteBudgets.from_dict(raw) if raw is not None else SiteBudgets()
 
     def update_site_budgets(self, *, site_power_budget_w: float | None = None,
                             deadline_s: float | None = None) -> BudgetChange:
@@ -148,20 +146,19 @@ class RoundCoordinator:
         module doc); ``site`` holds the effective budgets."""
         if self.lease is not None:
             self.lease.require()
-        current = self.site_budgets()
+        site = self.site_budgets()
         if site_power_budget_w is not None:
-            current["site_power_budget_w"] = validation.optional(validation.power_budget_w, site_power_budget_w,
-                                                                     "budgets.site_power_budget_w")
+            site = replace(site, site_power_budget_w=validation.optional(
+                validation.power_budget_w, site_power_budget_w, "budgets.site_power_budget_w"))
         if deadline_s is not None:
-            current["deadline_s"] = _positive(deadline_s, "budgets.deadline_s")
-        site = SiteBudgets(current["site_power_budget_w"], current["deadline_s"])
+            site = replace(site, deadline_s=_positive(deadline_s, "budgets.deadline_s"))
         with self._replan_lock:
             replanned = self._replan_for_budget(None, _Pending(site=site))
             outcome, writes = replanned if replanned is not None else (None, None)
             published = self._commit("budget", writes, values=[(SITE_KEY, site.to_dict(), None)])
         if outcome is not None and writes is not None:
             outcome = replace(outcome, published=tuple(published))
-        return BudgetChange(site=current, outcome=outcome)
+        return BudgetChange(site=site, outcome=outcome)
 
     def update_node_budget(self, node_id: str, power_budget_w: float | None, *, set_budget: bool = True,
                            inference: InferenceUpdate | None = None) -> BudgetChange:
@@ -324,8 +321,8 @@ class RoundCoordinator:
         else:
             site = self.site_budgets(pending)
             request = replace(last, apply=True,
-                              site_power_budget_w=site["site_power_budget_w"] or last.site_power_budget_w,
-                              deadline_s=site["deadline_s"] or last.deadline_s)
+                              site_power_budget_w=site.site_power_budget_w or last.site_power_budget_w,
+                              deadline_s=site.deadline_s or last.deadline_s)
         # A node that was planned around (lost) may be back without options: plan around it again.
         outcome, writes = self._plan(request, lenient=True, pending=pending)
         if not outcome.plan.feasible:
@@ -383,8 +380,8 @@ class RoundCoordinator:
         if not request.nodes:
             raise InvalidArgument("nodes", "is empty", "at least one node with node_id and samples")
         site = self.site_budgets(pending)
-        deadline = request.deadline_s if request.deadline_s is not None else site["deadline_s"]
-        site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site["site_power_budget_w"]
+        deadline = request.deadline_s if request.deadline_s is not None else site.deadline_s
+        site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site.site_power_budget_w
         if deadline is not None:
             _positive(deadline, "budgets.deadline_s")
         validation.optional(validation.power_budget_w, site_w, "budgets.site_power_budget_w")
@@ -467,6 +464,42 @@ class RoundCoordinator:
                               reason=f"round {request.round_id} ({request.objective})")
                    for p in plan.nodes]
         return configs
+
+
+class MembershipCheck:
+    """The leader's periodic check: re-plan the last round when its plannable nodes changed."""
+
+    def __init__(self, rounds: RoundCoordinator, lease: LeaderLease, interval_s: float) -> None:
+        self.rounds = rounds
+        self.lease = lease
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> None:
+        if not self.lease.is_leader:
+            return
+        try:
+            self.rounds.replan_after_membership_change()
+        except NotLeader:
+            pass  # lost the lease meanwhile: the new leader checks
+        except Exception:  # Redis hiccup, a bad stored round: log and try again next time
+            log.exception("membership check failed")
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="membership-check", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 5.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.check()
 
 
 def _check_batch_sizes(values: Sequence[int] | None, field_name: str) -> tuple[int, ...] | None:

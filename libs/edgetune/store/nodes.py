@@ -11,6 +11,11 @@ from typing import Any
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.store.records import NodeRegistration
 
+#: States an agent reports; "lost" and "unavailable" are the registry's own verdicts.
+AGENT_STATES = ("ready", "profiling", "running")
+STATE_LOST = "lost"
+STATE_UNAVAILABLE = "unavailable"
+
 
 @dataclass(frozen=True)
 class NodeRecord:

@@ -232,6 +232,19 @@ class NodeStatus:
                 "config_revision": self.config_revision, "started_s": self.started_s, "updated_s": self.updated_s,
                 "events": [[e.at_s, e.message] for e in self.events], "drift_epoch": self.drift_epoch}
 
+    def to_json(self) -> dict[str, Any]:
+        """The node in the CLI's JSON (docs/contract.md; :meth:`TuningJobView.to_json`)."""
+        m = self.mode
+        return {
+            "id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
+            "mode": None if m is None else {"cores": int(m[0]), "cpu_mhz": m[1], "gpu_mhz": m[2], "emc_mhz": m[3]},
+            "batch_size": self.batch_size or None, "power_budget_w": self.power_budget_w, "profiled": self.profiled,
+            "predicted": {"time_ms": self.predicted_time_ms, "power_w": self.predicted_power_w,
+                          "power_upper_w": self.predicted_power_upper_w},
+            "measured": {"time_ms": self.measured_time_ms, "power_w": self.measured_power_w},
+            "reason": self.reason,
+        }
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeStatus:
         mode = d.get("mode")
@@ -305,3 +318,9 @@ class TuningJobView:
     def updated_s(self) -> float:
         """When the leader last wrote the status (the creation time before that)."""
         return self.status.updated_s if self.status is not None else self.created_s
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON of a job (``edgetune job get --json``; docs/contract.md): ``{"name", "phase",
+        "nodes": [{"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
+        "predicted", "measured", "reason"}]}``."""
+        return {"name": self.spec.name, "phase": self.phase.value, "nodes": [n.to_json() for n in self.nodes]}
