@@ -10,7 +10,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from edgetune.base.roles import Role
 from edgetune.cli import main
 from edgetune.cli.job import follow
 from edgetune.errors import InvalidArgument
@@ -47,7 +46,7 @@ def write(tmp_path, text, name="job.yaml"):
 def test_issue_example_converts(tmp_path):
     spec = load_job_file(write(tmp_path, ISSUE_EXAMPLE))
     assert spec.name == "mnv3-train"
-    assert spec.workload == "mobilenetv3" and spec.role == Role.TRAIN
+    assert spec.workload == "mobilenetv3" and spec.role == "train"
     assert spec.batch_sizes == (16,)
     assert spec.nodes == ("orin-agx-1", "nano-1")
     assert spec.objective == TuningObjective.MIN_TIME
@@ -73,7 +72,7 @@ def test_spec_round_trip(doc):
 
 def test_one_batch_size_is_a_list_of_one():
     spec = spec_from_doc({"name": "a", "workload": {"name": "lstm", "batch_sizes": 32}, "nodes": ["n-1"]})
-    assert spec.batch_sizes == (32,) and spec.role == Role.TRAIN
+    assert spec.batch_sizes == (32,) and spec.role == "train"
 
 
 @pytest.mark.parametrize(("doc", "field", "allowed"), [

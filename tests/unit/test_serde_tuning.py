@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 from edgetune.proto.serde import tuning as serde
 from edgetune.proto.v1 import common_pb2, profiler_pb2, tuning_pb2
@@ -26,7 +25,7 @@ from edgetune.tuning.jobs import (
 SPECS = [
     TuningJobSpec("mnv3-train", "mobilenetv3", nodes=("orin-agx-1", "nano-1"), risk=0.05, profiles=12,
                   node_power_budget_w={"orin-agx-1": 25.0, "nano-1": 7.0}),
-    TuningJobSpec("e", "resnet18", Role.INFER, batch_sizes=(8, 32), selector_device="nano",
+    TuningJobSpec("e", "resnet18", "infer", batch_sizes=(8, 32), selector_device="nano",
                   selector_labels={"rack": "a"}, objective=TuningObjective.MIN_ENERGY, time_budget_ms=250.0,
                   power_budget_w=9.5, method=TuningMethod.RANDOM, reference_model_id="ref-orin-train"),
     TuningJobSpec("cap", "pkg.models:make", batch_sizes=(32, 16), nodes=("a",), method=TuningMethod.CAP_SEARCH),
@@ -42,7 +41,7 @@ def test_spec_round_trips(spec):
 def test_unset_spec_fields_read_as_the_defaults():
     msg = tuning_pb2.TuningJobSpec(name="a", workload=common_pb2.Workload(name="lstm"), nodes=["n"])
     spec = serde.spec_from_proto(msg)
-    assert spec.role == Role.TRAIN and spec.batch_sizes == (16,) and spec.profiles == DEFAULT_PROFILES
+    assert spec.role == "train" and spec.batch_sizes == (16,) and spec.profiles == DEFAULT_PROFILES
     assert spec.objective == TuningObjective.MIN_TIME and spec.method == TuningMethod.FRONTIER
     assert spec.risk is None and spec.power_budget_w is None and spec.time_budget_ms is None
     msg.workload.batch_size = 64  # the workload's batch size when the list is empty

@@ -195,7 +195,7 @@ def tuning_job_100_nodes() -> dict[str, Any]:
                         role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=60, seed=0), timeout=300)
             fleet.start()
             client = cluster.client
-            spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN, batch_sizes=(16,),
+            spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),
                                  nodes=tuple(nodes), profiles=PROFILES, method=TuningMethod.RANDOM)
             t0 = time.perf_counter()
             client.submit_job(spec)

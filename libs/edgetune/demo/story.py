@@ -84,7 +84,7 @@ def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]
     Each node's budget is written in the job, so a later ``UpdateBudget`` is the round's to act on
     (the planned round re-plans), not the job's."""
     return TuningJobSpec(
-        name=job_name(options), workload=options.workload, role=Role.TRAIN, batch_sizes=(options.batch_size,),
+        name=job_name(options), workload=options.workload, role=Role.TRAIN.value, batch_sizes=(options.batch_size,),
         nodes=tuple(n.node_id for n in fleet), objective=TuningObjective.MIN_TIME,
         node_power_budget_w={n.node_id: n.budget_w for n in fleet}, risk=policy.risk, profiles=options.modes,
         method=TuningMethod.RANDOM)

@@ -128,7 +128,7 @@ class Tuning:
 
     def spec(self, name: str, workload: str, role: Role, nodes: Sequence[str]) -> TuningJobSpec:
         """The job over ``nodes`` for ``workload`` (its name) in ``role``."""
-        return TuningJobSpec(name=name, workload=workload, role=role, batch_sizes=tuple(self.batch_sizes),
+        return TuningJobSpec(name=name, workload=workload, role=role.value, batch_sizes=tuple(self.batch_sizes),
                              nodes=tuple(nodes), risk=self.risk, profiles=self.profiles,
                              method=TuningMethod(self.method), reference_model_id=self.reference_model_id)
 

@@ -88,7 +88,7 @@ def spec_from_doc(doc: Any, source: str = "job") -> TuningJobSpec:
     risk = validation.risk(doc["risk"], f"{source}:risk") if "risk" in doc else None
     profiles = validation.count(doc["profiles"], f"{source}:profiles") if "profiles" in doc else DEFAULT_PROFILES
     return TuningJobSpec(
-        name=doc["name"], workload=name, role=Role(workload.get("role", Role.TRAIN)), batch_sizes=batch_sizes,
+        name=doc["name"], workload=name, role=Role(workload.get("role", Role.TRAIN)).value, batch_sizes=batch_sizes,
         nodes=nodes, selector_device=selector.get("device", ""), selector_labels=dict(selector.get("labels", {})),
         objective=objective, time_budget_ms=time_budget_ms, power_budget_w=power_budget_w,
         node_power_budget_w=node_power_budget_w, risk=risk, profiles=profiles,
@@ -98,7 +98,7 @@ def spec_from_doc(doc: Any, source: str = "job") -> TuningJobSpec:
 
 def spec_to_doc(spec: TuningJobSpec) -> dict[str, Any]:
     """A spec as a job file's document (defaults spelt out)."""
-    workload: dict[str, Any] = {"name": spec.workload, "role": Role(spec.role).value,
+    workload: dict[str, Any] = {"name": spec.workload, "role": spec.role,
                                 "batch_sizes": list(spec.batch_sizes)}
     doc: dict[str, Any] = {"name": spec.name, "workload": workload}
     if spec.nodes:

@@ -90,7 +90,8 @@ class TuningJobSpec:
 
     name: str
     workload: str
-    role: Role = Role.TRAIN
+    #: A :class:`~edgetune.base.roles.Role`'s value (``train``, ``infer``), as every record that is stored says it.
+    role: str = Role.TRAIN.value
     batch_sizes: tuple[int, ...] = (16,)
     nodes: tuple[str, ...] = ()
     selector_device: str = ""
@@ -116,7 +117,7 @@ class TuningJobSpec:
                 parse_spec(self.workload)
             except InvalidArgument as exc:
                 raise exc.renamed("spec.workload.name") from None
-        if self.role not in tuple(Role):
+        if self.role not in {r.value for r in Role}:
             raise InvalidArgument("spec.workload.role", f"{self.role!r}", ", ".join(r.value for r in Role))
         if not self.batch_sizes:
             raise InvalidArgument("spec.batch_sizes", "no batch size", "one or more sizes >= 1")
@@ -157,7 +158,7 @@ class TuningJobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.SCHEMA_VERSION, "name": self.name, "workload": self.workload,
-                "role": Role(self.role).value, "batch_sizes": list(self.batch_sizes), "nodes": list(self.nodes),
+                "role": self.role, "batch_sizes": list(self.batch_sizes), "nodes": list(self.nodes),
                 "selector_device": self.selector_device, "selector_labels": dict(self.selector_labels),
                 "objective": TuningObjective(self.objective).value, "time_budget_ms": self.time_budget_ms,
                 "power_budget_w": self.power_budget_w, "node_power_budget_w": dict(self.node_power_budget_w),
@@ -167,7 +168,7 @@ class TuningJobSpec:
     @classmethod
     def from_dict(cls, doc: Any) -> TuningJobSpec:
         d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
-        return cls(d["name"], d["workload"], Role(d["role"]), tuple(d["batch_sizes"]), tuple(d["nodes"]),
+        return cls(d["name"], d["workload"], d["role"], tuple(d["batch_sizes"]), tuple(d["nodes"]),
                    d["selector_device"], dict(d["selector_labels"]), TuningObjective(d["objective"]),
                    d["time_budget_ms"], d["power_budget_w"], dict(d["node_power_budget_w"]), d["risk"],
                    int(d["profiles"]), TuningMethod(d["method"]), d["reference_model_id"], bool(d["cancelled"]))

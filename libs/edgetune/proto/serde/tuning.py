@@ -76,7 +76,7 @@ def _spec_of(msg: tuning_pb2.TuningJobSpec, cancelled: bool = False) -> TuningJo
     sizes = tuple(msg.batch_sizes) or ((msg.workload.batch_size,) if msg.workload.batch_size else (16,))
     return TuningJobSpec(
         name=msg.name, workload=msg.workload.name,
-        role=role_from_proto(msg.workload.role, "spec.workload.role", default=Role.TRAIN),
+        role=role_from_proto(msg.workload.role, "spec.workload.role", default=Role.TRAIN).value,
         batch_sizes=sizes, nodes=tuple(msg.nodes), selector_device=msg.selector.device,
         selector_labels=dict(msg.selector.labels), objective=_OBJECTIVE_OF[msg.objective],
         time_budget_ms=optional_value(msg, "time_budget_ms"), power_budget_w=optional_value(msg, "power_budget_w"),
