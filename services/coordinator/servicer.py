@@ -23,7 +23,6 @@ event, not on Redis: one reader of the store's change feed serves every stream, 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -34,14 +33,14 @@ from edgetune.control.leader import LeaderLease, NotLeader, leader_address
 from edgetune.control.registry import NodeRegistry
 from edgetune.control.rounds import RoundCoordinator
 from edgetune.control.tuningjobs import TuningJobs
-from edgetune.errors import InvalidArgument, NotFound
+from edgetune.errors import NotFound
 from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
 from edgetune.proto.serde import coordinator as serde
 from edgetune.proto.serde.common import optional_value
 from edgetune.proto.serde.tuning import job_to_proto, profile_job_from_proto, spec_from_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
-from edgetune.store import NodeRecord, RevisionConflict
+from edgetune.store import NodeRecord
 
 #: Metadata key a standby sets on a forwarded call: the receiver does not forward it again.
 FORWARDED = "x-edgetune-forwarded"
@@ -221,15 +220,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def SubmitProfiling(self, request, context):
         if not self.registry.exists(request.node_id):
             raise NotFound(f"node_id: node {request.node_id!r} is not registered")
-        payload = profile_job_from_proto(request.request)
-        job_id = request.job_id or uuid.uuid4().hex
-        if len(job_id) > 200:
-            raise InvalidArgument("job_id", f"{len(job_id)} characters", "at most 200")
-        self.queue.submit(request.node_id, payload, job_id=job_id)
-        try:  # the queue ignores a second submit of the id; this marker tells the caller it was one
-            self.registry.store.put_doc("profiling-job", f"{request.node_id}:{job_id}", {"schema": 1},
-                                        expected_revision=0)
-            duplicate = False
-        except RevisionConflict:
-            duplicate = True
+        job_id, duplicate = self.queue.submit_once(request.node_id, profile_job_from_proto(request.request),
+                                                   request.job_id)
         return tuning_pb2.SubmitProfilingResponse(job_id=job_id, duplicate=duplicate)
