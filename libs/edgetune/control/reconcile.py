@@ -477,7 +477,8 @@ class Reconciler:
         if gone_s < self.lost_fail_s:
             return
         reason = f"node lost: no heartbeat for {gone_s:.0f} s while {st.phase.lower()}"
-        writer.update(node.node_id, lambda s: s if s.terminal else s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
+        writer.update(node.node_id,
+                      lambda s: s if s.terminal else s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
 
     def _check_due(self, key: tuple[str, str]) -> bool:
         """A drift check of an Applied node is due (the first one ``check_s`` after it was seen Applied)."""
@@ -604,8 +605,8 @@ class Reconciler:
         STEPS.labels("drift").inc()
         if st.drift_epoch >= self.drift.max_retunes:
             why = f"drift persists after {st.drift_epoch} re-tunes: {reason}"
-            writer.update(node_id, lambda s: s.with_event(why, phase=NodePhase.FAILED, reason=why, measured_time_ms=time_ms,
-                                                          measured_power_w=power_w))
+            writer.update(node_id, lambda s: s.with_event(why, phase=NodePhase.FAILED, reason=why,
+                                                          measured_time_ms=time_ms, measured_power_w=power_w))
             return False
         writer.update(node_id, lambda s: s.with_event(
             f"drift: {reason}; re-tuning near the choice", phase=NodePhase.PROFILING, reason="",
@@ -654,7 +655,8 @@ class Reconciler:
         key = (spec.name, node_id)
         tuner = self._tuners.get(key)
         if tuner is None:
-            phase(NodePhase.PROFILING, f"tuning for {budget:g} W", power_budget_w=budget, device=node.device_model, reason="")
+            phase(NodePhase.PROFILING, f"tuning for {budget:g} W", power_budget_w=budget, device=node.device_model,
+                  reason="")
             tuner = self._new_tuner(spec, node, budget, writer, should_stop)
             if tuner is None:
                 return
