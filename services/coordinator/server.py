@@ -11,7 +11,7 @@ watch stops, the lease is released (the standby takes over at once) and the stor
 
 Membership re-plans: the leader checks every heartbeat interval (TTL / 3) whether a node of
 the last applied round was lost or came back, and re-plans the round when so
-(:class:`MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
+(:class:`~edgetune.control.rounds.MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
 
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
 ``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--estimator``, ``--optimizer``, ``--reconcile-s``,
@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,10 +36,10 @@ from prometheus_client import Gauge
 from edgetune import validation
 from edgetune.control import kube
 from edgetune.control.configs import ConfigStore
-from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
+from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, default_holder_id
 from edgetune.control.reconcile import DriftPolicy, Reconciler, remote_services
-from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
-from edgetune.control.rounds import RoundCoordinator
+from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
+from edgetune.control.rounds import MembershipCheck, RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
 from edgetune.proto.v1 import coordinator_pb2_grpc
@@ -51,7 +50,7 @@ from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator.servicer import CoordinatorServicer
-from edgetune.store import CONNECTION_ERRORS, Store
+from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
 log = logging.getLogger("edgetune.coordinator")
 
@@ -82,42 +81,6 @@ class CoordinatorServer(ServiceServer):
         if getattr(self, "servicer", None) is not None:
             self.servicer.stopping.set()
         super().stop(grace_s)
-
-
-class MembershipCheck:
-    """The leader's periodic check: re-plan the last round when its plannable nodes changed."""
-
-    def __init__(self, rounds: RoundCoordinator, lease: LeaderLease, interval_s: float) -> None:
-        self.rounds = rounds
-        self.lease = lease
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def check(self) -> None:
-        if not self.lease.is_leader:
-            return
-        try:
-            self.rounds.replan_after_membership_change()
-        except NotLeader:
-            pass  # lost the lease meanwhile: the new leader checks
-        except Exception:  # Redis hiccup, a bad stored round: log and try again next time
-            log.exception("membership check failed")
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="membership-check", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 5.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check()
 
 
 @dataclass

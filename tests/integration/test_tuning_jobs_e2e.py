@@ -22,6 +22,7 @@ from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
+    coordinator_pb2_grpc,
     tuning_pb2,
 )
 
@@ -70,10 +71,10 @@ def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: di
 
 def test_job_reaches_applied_within_budget(tmp_path):
     with LocalCluster(tmp_path, tuning=True) as cluster:
-        assert cluster.estimator is not None and cluster.stub is not None
+        assert cluster.estimator is not None and cluster.channel is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
         refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
-        stub = cluster.stub
+        stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
         # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
         jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
         for spec in jobs:
@@ -113,7 +114,7 @@ def test_job_reaches_applied_within_budget(tmp_path):
 
 def test_leader_killed_mid_job_standby_finishes(tmp_path):
     with LocalCluster(tmp_path, tuning=True) as cluster:
-        assert cluster.estimator is not None and cluster.stub is not None and cluster.coordinator is not None
+        assert cluster.estimator is not None and cluster.channel is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None
         cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")

@@ -19,16 +19,17 @@ from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import Reconciler
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.tuningjobs import TuningJobs, TuningJobSpec
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapSearch, gpu_levels, run_cap_search
 from edgetune.profiling.protocol import measurement_id
-from edgetune.proto.serde.tuning import spec_from_doc
+from edgetune.proto.serde.tuning import spec_from_proto, spec_to_proto
 from edgetune.proto.v1 import tuning_pb2
-from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
-from edgetune.store import MeasurementRecord, MemoryStore, ProfileJob
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, ProfileJob, spec_to_dict
+from edgetune.tuning.jobfile import spec_from_doc
+from edgetune.tuning.jobs import TuningJobSpec
 
 DEVICE, WORKLOAD, NODE = "orin-agx", "mobilenetv3", "orin-agx-1"
 BATCH_SIZES = (32, 16, 8)
@@ -118,9 +119,10 @@ def test_cap_search_job_applies_the_fastest_point_strictly_under_the_cap(plane):
 
 
 def test_cap_search_reaches_the_coordinator_from_a_job_file():
-    msg = spec_from_doc({"name": "capjob", "workload": {"name": WORKLOAD, "batch_sizes": [32, 8]}, "nodes": [NODE],
-                         "power_budget_w": 30, "method": "cap-search"})
-    spec = tuning_spec_from_proto(msg)
-    assert spec.method == "cap-search"
-    assert tuning_spec_to_proto(spec).method == tuning_pb2.TUNING_METHOD_CAP_SEARCH
+    read = spec_from_doc({"name": "capjob", "workload": {"name": WORKLOAD, "batch_sizes": [32, 8]}, "nodes": [NODE],
+                          "power_budget_w": 30, "method": "cap-search"})
+    msg = spec_to_proto(read)
+    assert msg.method == tuning_pb2.TUNING_METHOD_CAP_SEARCH
+    spec = spec_from_proto(msg)
+    assert spec.method == "cap-search" and spec == read
     assert TuningJobSpec.from_dict(spec.to_dict()) == spec

@@ -21,14 +21,15 @@ from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import DriftPolicy, Reconciler, drift_reason
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.tuningjobs import NodeStatus, TuningJobs, TuningJobSpec
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import MeasurementRecord, MemoryStore, ProfileJob
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, ProfileJob, spec_to_dict
+from edgetune.tuning.jobs import NodeStatus, TuningJobSpec
 from edgetune.tuning.local import LibraryEstimator, LibrarySelector
 from edgetune.tuning.protocols import reference_model_id
 

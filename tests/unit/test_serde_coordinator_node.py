@@ -80,17 +80,17 @@ def _config_msg(cfg: NodeConfig) -> coordinator_pb2.NodeConfig:
     NodeConfig("jetson-7", restore=True, revision=4, epoch=1_700_000_000_000),
 ], ids=["mode", "restore"])
 def test_a_pushed_config_reads_as_the_config_published(cfg):
-    assert serde.node_config_from_proto(_config_msg(cfg)) == cfg
+    assert serde.config_from_proto(_config_msg(cfg)) == cfg
 
 
 def test_a_config_mode_is_read_as_sent_for_the_device_to_judge():
     msg = _config_msg(NodeConfig("n", mode=PowerMode(13, 9999.0, 1300.5, 3199.0), revision=1))
-    assert serde.node_config_from_proto(msg).mode == PowerMode(13, 9999.0, 1300.5, 3199.0)
+    assert serde.config_from_proto(msg).mode == PowerMode(13, 9999.0, 1300.5, 3199.0)
 
 
 def test_a_config_with_an_unknown_role_is_refused_naming_it():
     msg = _config_msg(NodeConfig("n", mode=MODE, revision=1))
     msg.workload.role = 9
     with pytest.raises(InvalidArgument) as err:
-        serde.node_config_from_proto(msg)
+        serde.config_from_proto(msg)
     assert err.value.field == "config.workload.role"

@@ -12,17 +12,11 @@ import pytest
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import QueueMeasurer, point_job_id, policy_for
-from edgetune.control.tuningjobs import (
-    MAX_EVENTS,
-    NodeStatus,
-    StatusWriter,
-    TuningJobs,
-    TuningJobSpec,
-    TuningJobStatus,
-)
+from edgetune.control.tuningjobs import StatusWriter, TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.profiling.protocol import measurement_id
 from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore, ProfileJob
+from edgetune.tuning.jobs import MAX_EVENTS, NodeStatus, TuningJobSpec, TuningJobStatus
 
 
 def _spec(**kw) -> TuningJobSpec:
@@ -172,7 +166,8 @@ def test_targets_by_ids_device_and_labels():
     (device model and every label must match)."""
     from edgetune.control.configs import ConfigStore
     from edgetune.control.reconcile import Reconciler
-    from edgetune.control.registry import NodeRecord, NodeRegistry
+    from edgetune.control.registry import NodeRegistry
+    from edgetune.store import NodeRecord
 
     store = MemoryStore()
     rec = Reconciler(store, NodeRegistry(store), ConfigStore(store), LeaderLease(store, "coordinator"), None, None)
@@ -256,7 +251,7 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     """The tuned config and the node's Applied status (with its revision) are one atomic write: a
     leader killed before it leaves neither, killed after it leaves both; the next leader's publish
     of the same decision adds no revision."""
-    from edgetune.control.registry import NodeRecord
+    from edgetune.store import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     node = NodeRecord("a", device={"name": "orin-agx"})
@@ -282,7 +277,7 @@ def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_pub
     """Another publish to the node lands between the leader's decision and its publish: the status
     written in the same atomic step as the config says the revision the store gave that config
     (not one guessed from what was read before), with nothing written after it to correct it."""
-    from edgetune.control.registry import NodeRecord
+    from edgetune.store import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     store.kill = "between"

@@ -247,7 +247,7 @@ def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
 
 # -- the coordinator checks the form only ----------------------------------------------------
 def test_job_specs_check_the_form_of_a_user_workload_without_importing_it():
-    from edgetune.control.tuningjobs import TuningJobSpec
+    from edgetune.tuning.jobs import TuningJobSpec
 
     spec = TuningJobSpec("sensor", "not_installed_anywhere:make", nodes=("n1",)).check()
     assert spec.workload == "not_installed_anywhere:make"  # the nodes import it, not the coordinator

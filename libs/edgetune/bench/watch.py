@@ -43,10 +43,10 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
     import grpc
 
     from edgetune.base.mode import PowerMode
-    from edgetune.control.registry import NodeRecord
-    from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+    from edgetune.clients.coordinator import CoordinatorClient
+    from edgetune.clients.nodes import NodesClient
     from edgetune.services.coordinator.server import create_coordinator, start
-    from edgetune.store import EmbeddedRedisServer, NodeConfig
+    from edgetune.store import EmbeddedRedisServer, Heartbeat, NodeConfig, NodeRecord
 
     ids = [f"node-{i:04d}" for i in range(streams)]
     with EmbeddedRedisServer(port=0) as redis:
@@ -61,10 +61,10 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
             assert coordinator.lease.wait_leader(10)
             for node_id in ids:
                 servicer.registry.register(NodeRecord(node_id=node_id))
-            stubs = [coordinator_pb2_grpc.CoordinatorStub(c) for c in channels]
+            clients = [CoordinatorClient(c, timeout_s=10.0) for c in channels]
             t0 = time.perf_counter()
             for i, node_id in enumerate(ids):
-                calls.append(stubs[i % CHANNELS].WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=node_id)))
+                calls.append(clients[i % CHANNELS].watch_config(node_id))
             # The streams are open once the server's handlers wait on the hub.
             deadline = time.monotonic() + 120
             while servicer.configs.hub.watches < streams and time.monotonic() < deadline:
@@ -73,11 +73,11 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
             watching = servicer.configs.hub.watches
             reads_before = servicer.configs.hub.reads
 
-            beat = stubs[CHANNELS]
+            beat = NodesClient(channels[CHANNELS], timeout_s=10.0)
             latencies = []
             for k in range(heartbeats):
                 t = time.perf_counter()
-                beat.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=ids[k % streams], state="ready"), timeout=10)
+                beat.heartbeat(ids[k % streams], Heartbeat(state="ready"))
                 latencies.append(time.perf_counter() - t)
 
             # Publish configs for some nodes (as a round would) and time each stream's delivery.
@@ -110,7 +110,7 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
             }
         finally:
             for call in calls:
-                call.cancel()
+                call.close()
             for c in channels:
                 c.close()
             coordinator.server.stop(0.5)

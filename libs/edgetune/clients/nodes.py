@@ -15,8 +15,8 @@ import grpc
 from edgetune.errors import EdgetuneError
 from edgetune.proto.serde.coordinator import (
     announcement_to_proto,
+    config_from_proto,
     heartbeat_to_proto,
-    node_config_from_proto,
     registered_from_proto,
     reregister_from_proto,
     watch_config_request,
@@ -53,7 +53,7 @@ class ConfigWatch:
     def __iter__(self) -> Iterator[NodeConfig]:
         try:
             for msg in self._call:
-                yield node_config_from_proto(msg)
+                yield config_from_proto(msg)
         except grpc.RpcError as exc:
             raise _failed(exc) from None
 

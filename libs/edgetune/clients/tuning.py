@@ -145,8 +145,8 @@ class ServiceEstimator:
 class OptimizerSelector:
     """``Optimizer.Select`` with the risk as a probability."""
 
-    def __init__(self, stub: optimizer_pb2_grpc.OptimizerStub, timeout_s: float = RPC_TIMEOUT_S) -> None:
-        self.stub, self.timeout_s = stub, timeout_s
+    def __init__(self, channel: grpc.Channel, timeout_s: float = RPC_TIMEOUT_S) -> None:
+        self.stub, self.timeout_s = optimizer_pb2_grpc.OptimizerStub(channel), timeout_s
 
     def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
         request = optimizer_pb2.SelectRequest(

@@ -117,7 +117,7 @@ def plot_timeline(story: Story, path: Path) -> Path:
                              squeeze=False)
     order = [n.node_id for n in story.fleet]
     for ax, rr in zip(axes[:, 0], rounds, strict=True):
-        by = {n.node_id: n for n in rr.response.nodes}
+        by = {n.id: n for n in rr.plan.nodes}
         color = PLAN_COLORS.get(rr.label, "tab:gray")
         for i, node_id in enumerate(order):
             n = by.get(node_id)
@@ -125,14 +125,15 @@ def plot_timeline(story: Story, path: Path) -> Path:
                 continue
             ax.barh(i, n.time_s, color=color, alpha=0.75, edgecolor="k", lw=0.5)
             ax.text(n.time_s, i, f" {n.time_s:.0f} s · {n.power_w:.1f} W · {n.energy_j / 1000:.1f} kJ · "
-                                 f"{label(n.mode)}", va="center", fontsize=7)
-        ax.axvline(rr.response.makespan_s, c="k", ls="-", lw=1)
+                                 f"{label(n.mode) if n.mode is not None else ''}", va="center", fontsize=7)
+        makespan_s, energy_j = rr.plan.makespan_s or 0.0, rr.plan.energy_j or 0.0
+        ax.axvline(makespan_s, c="k", ls="-", lw=1)
         if rr.deadline_s:
             ax.axvline(rr.deadline_s, c="tab:red", ls="--", lw=1)
         ax.set_yticks(range(len(order)), order, fontsize=8)
         ax.invert_yaxis()
-        saved = 100.0 * (1 - rr.response.energy_j / rr.fastest_energy_j) if rr.fastest_energy_j else float("nan")
-        title = (f"{rr.label}: makespan {rr.response.makespan_s:.0f} s, energy {rr.response.energy_j / 1000:.2f} kJ "
+        saved = 100.0 * (1 - energy_j / rr.fastest_energy_j) if rr.fastest_energy_j else float("nan")
+        title = (f"{rr.label}: makespan {makespan_s:.0f} s, energy {energy_j / 1000:.2f} kJ "
                  f"({abs(saved):.1f} % {'less' if saved >= 0 else 'more'} than all-fastest "
                  f"{rr.fastest_energy_j / 1000:.2f} kJ)")
         if rr.deadline_s:
@@ -140,7 +141,7 @@ def plot_timeline(story: Story, path: Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("round time (s)")
-    xmax = max(max((n.time_s for n in rr.response.nodes), default=0) for rr in rounds)
+    xmax = max(max((n.time_s for n in rr.plan.nodes), default=0) for rr in rounds)
     xmax = max(xmax, max(rr.deadline_s or 0 for rr in rounds))
     axes[-1, 0].set_xlim(0, xmax * 1.75)
     bc = story.budget_change

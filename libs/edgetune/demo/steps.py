@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points, mode_key
 from edgetune.clients.tuning import candidates, predictions
 from edgetune.control.reconcile import CANDIDATE_GRID
@@ -44,14 +45,10 @@ from edgetune.demo.suite import registered
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.serde.tuning import job_view
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    optimizer_pb2,
-    profiler_pb2,
-    tuning_pb2,
-)
+from edgetune.proto.serde.common import mode_to_proto
+from edgetune.proto.v1 import common_pb2, optimizer_pb2, profiler_pb2
+from edgetune.store import NodeRecord
+from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobView
 from edgetune.tuning.protocols import reference_model_id
 from edgetune.tuning.safety import SafetyState, held_out_power_error
 
@@ -59,7 +56,7 @@ from edgetune.tuning.safety import SafetyState, held_out_power_error
 # --- 1. discovery -----------------------------------------------------------------------------------
 def discover(story: Story) -> str:
     """GetDevice on every agent; ListNodes on the coordinator (agents registered themselves)."""
-    listed: dict[str, coordinator_pb2.NodeInfo] = {}
+    listed: dict[str, NodeRecord] = {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         listed = registered(story.suite)
@@ -74,8 +71,9 @@ def discover(story: Story) -> str:
         res = NodeResult(node, spec=reply.spec, address=story.agent(node.node_id).child.address,
                          backend=reply.backend,
                          grid_modes=named_grid(get_spec(reply.spec.name), "powertrain").n_modes)
-        if listed[node.node_id].power_budget_w != node.budget_w:
-            res.notes.append(f"registered budget {listed[node.node_id].power_budget_w:g} W")
+        registered_w = listed[node.node_id].power_budget_w
+        if registered_w != node.budget_w:
+            res.notes.append(f"registered budget {registered_w or 0.0:g} W")
         story.nodes[node.node_id] = res
     models = sorted({n.device for n in story.fleet})
     return (f"{len(story.nodes)} agents answered GetDevice ({len(models)} device models: {', '.join(models)}); "
@@ -136,14 +134,13 @@ def fit_references(story: Story, tick: Tick) -> str:
 
 
 # --- 3. the tuning job ------------------------------------------------------------------------------
-def _watch(story: Story, name: str) -> Iterator[tuning_pb2.TuningJob]:
+def _watch(story: Story, name: str) -> Iterator[TuningJobView]:
     """The job as it changes (WatchTuningJob), resumed from the last revision seen if the stream breaks."""
     after = 0
     coord = story.suite.coordinator
     deadline = time.monotonic() + RPC_TIMEOUT_S * 2
     while time.monotonic() < deadline:
-        stream = coord.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after),
-                                      timeout=max(1.0, deadline - time.monotonic()))
+        stream = coord.watch_job(name, after, timeout_s=max(1.0, deadline - time.monotonic()))
         try:
             for job in stream:
                 after = job.revision
@@ -152,11 +149,8 @@ def _watch(story: Story, name: str) -> Iterator[tuning_pb2.TuningJob]:
             if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise
         finally:
-            stream.cancel()
+            stream.close()
     raise TimeoutError(f"tuning job {name} did not finish within {2 * RPC_TIMEOUT_S:g} s")
-
-
-DONE = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
 
 
 def run_job(story: Story, tick: Tick) -> str:
@@ -166,23 +160,21 @@ def run_job(story: Story, tick: Tick) -> str:
     the choice on the agent and publishes it as the node's config."""
     o = story.options
     spec = job_spec(o, story.tuning, story.fleet)
-    story.suite.coordinator.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=30)
+    story.suite.coordinator.submit_job(spec)
     job = None
     for job in _watch(story, spec.name):
         for n in job.nodes:
-            done = n.phase in (tuning_pb2.NODE_PHASE_APPLIED, tuning_pb2.NODE_PHASE_FAILED)
-            tick(n.node_id, o.modes if done else min(n.profiled, o.modes), o.modes)
-        if job.phase in DONE:
+            tick(n.node_id, o.modes if n.terminal else min(n.profiled, o.modes), o.modes)
+        if job.phase.done:
             break
     assert job is not None
     story.job = job
     for n in job.nodes:
         story.nodes[n.node_id].status = n
-        if n.phase == tuning_pb2.NODE_PHASE_FAILED:
+        if n.phase == NodePhase.FAILED:
             story.nodes[n.node_id].notes.append(f"tuning job: failed: {n.reason}")
-    view = job_view(job)
-    applied = sum(n.phase == "Applied" for n in view.nodes)
-    return (f"job {spec.name} {view.phase}: {applied}/{len(job.nodes)} nodes Applied; "
+    applied = sum(n.phase == NodePhase.APPLIED for n in job.nodes)
+    return (f"job {spec.name} {job.phase}: {applied}/{len(job.nodes)} nodes Applied; "
             f"{sum(n.profiled for n in job.nodes)} points measured by the coordinator through the agents' job "
             f"streams ({o.modes} random modes per node + the choices it verified)")
 
@@ -211,7 +203,7 @@ def check(story: Story, tick: Tick) -> str:
         res.stored = len(stored)
         status = res.status
         if status is not None:
-            res.attempts = max(1, len(stored) - o.modes) if status.HasField("measured_power_w") else 0
+            res.attempts = max(1, len(stored) - o.modes) if status.measured_power_w is not None else 0
         grid = named_grid(get_spec(node.device), CANDIDATE_GRID).array()
         seen = {key(m.mode) for m in res.profiled}
         fresh = [i for i, m in enumerate(grid) if mode_key(m) not in seen]
@@ -272,9 +264,9 @@ def job_rows(story: Story) -> list[dict]:
     if story.job is None:
         return []
     rows = []
-    for n in job_view(story.job).nodes:
-        mode = f"{n.mode.cores}c/{n.mode.cpu_mhz:g}/{n.mode.gpu_mhz:g}/{n.mode.emc_mhz:g}" if n.mode else ""
-        rows.append({"node": n.id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
+    for n in story.job.nodes:
+        mode = label(_mode(n.mode)) if n.mode is not None else ""
+        rows.append({"node": n.node_id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
                      "budget W": n.power_budget_w, "predicted W": _round(n.predicted_power_w),
                      "upper W": _round(n.predicted_power_upper_w), "measured W": _round(n.measured_power_w),
                      "predicted ms": _round(n.predicted_time_ms), "measured ms": _round(n.measured_time_ms),
@@ -313,27 +305,32 @@ def pareto(story: Story) -> str:
     return f"Pareto-optimal modes out of each node's predicted grid: {sizes}"
 
 
-def decision_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Decision | None:
+def _mode(mode: tuple[float, float, float, float]) -> PowerMode:
+    return PowerMode(int(mode[0]), mode[1], mode[2], mode[3])
+
+
+def decision_msg(status: NodeStatus | None) -> common_pb2.Decision | None:
     """The coordinator's choice for a node (its job status) as a Decision message (what the report reads)."""
     if status is None:
         return None
-    if not status.HasField("predicted_power_w") or status.phase == tuning_pb2.NODE_PHASE_FAILED:
+    if status.predicted_power_w is None or status.predicted_time_ms is None or status.mode is None \
+            or status.phase == NodePhase.FAILED:
         return common_pb2.Decision(feasible=False, reason=status.reason or "no choice")
     msg = common_pb2.Decision(feasible=True, batch_size=status.batch_size, time_ms=status.predicted_time_ms,
-                              power_w=status.predicted_power_w, reason=status.reason)
-    msg.mode.CopyFrom(status.mode)
+                              power_w=status.predicted_power_w, reason=status.reason,
+                              mode=mode_to_proto(_mode(status.mode)))
     msg.energy_j = energy_j(msg.time_ms, msg.power_w)
-    if status.HasField("predicted_power_upper_w"):
+    if status.predicted_power_upper_w is not None:
         msg.power_upper_w = status.predicted_power_upper_w
     return msg
 
 
-def verified_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Measurement | None:
+def verified_msg(status: NodeStatus | None) -> common_pb2.Measurement | None:
     """The choice as the coordinator measured it on the agent before applying it."""
-    if status is None or not status.HasField("measured_power_w"):
+    if status is None or status.measured_power_w is None or status.mode is None:
         return None
-    return common_pb2.Measurement(node_id=status.node_id, device=status.device, mode=status.mode,
-                                  batch_size=status.batch_size, time_ms=status.measured_time_ms,
+    return common_pb2.Measurement(node_id=status.node_id, device=status.device, mode=mode_to_proto(_mode(status.mode)),
+                                  batch_size=status.batch_size, time_ms=status.measured_time_ms or 0.0,
                                   power_w=status.measured_power_w)
 
 

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.base.records import OptionTable, Predictions, mode_key
+from edgetune.base.roles import Role
 from edgetune.demo.suite import Agent, NodeSpec, Suite
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    profiler_pb2,
-    tuning_pb2,
-)
+from edgetune.planning.planner import RoundPlan
+from edgetune.proto.v1 import common_pb2, profiler_pb2
+from edgetune.tuning.jobs import NodeStatus, TuningJobSpec, TuningJobView, TuningMethod, TuningObjective
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.safety import SafetyState
@@ -38,11 +37,11 @@ ModeKey = tuple[int, float, float, float]
 Tick = Callable[[str, int, int], None]  # (task name, done, total)
 
 
-def key(mode: common_pb2.PowerMode) -> ModeKey:
+def key(mode: common_pb2.PowerMode | PowerMode) -> ModeKey:
     return (int(mode.cores), round(mode.cpu_mhz, 3), round(mode.gpu_mhz, 3), round(mode.emc_mhz, 3))
 
 
-def label(mode: common_pb2.PowerMode) -> str:
+def label(mode: common_pb2.PowerMode | PowerMode) -> str:
     return f"{mode.cores}c/{mode.cpu_mhz:g}/{mode.gpu_mhz:g}/{mode.emc_mhz:g}"
 
 
@@ -80,15 +79,15 @@ def job_name(options: Options) -> str:
     return f"demo-{options.workload}"
 
 
-def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]) -> tuning_pb2.TuningJobSpec:
+def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]) -> TuningJobSpec:
     """The demo's one TuningJob: every node of the fleet, ``modes`` random profiles, at the policy's risk.
     Each node's budget is written in the job, so a later ``UpdateBudget`` is the round's to act on
     (the planned round re-plans), not the job's."""
-    return tuning_pb2.TuningJobSpec(
-        name=job_name(options), workload=common_pb2.Workload(name=options.workload, role=TRAIN),
-        batch_sizes=[options.batch_size], nodes=[n.node_id for n in fleet],
-        objective=tuning_pb2.TUNING_OBJECTIVE_MIN_TIME, node_power_budget_w={n.node_id: n.budget_w for n in fleet},
-        risk=policy.risk, profiles=options.modes, method=tuning_pb2.TUNING_METHOD_RANDOM)
+    return TuningJobSpec(
+        name=job_name(options), workload=options.workload, role=Role.TRAIN.value, batch_sizes=(options.batch_size,),
+        nodes=tuple(n.node_id for n in fleet), objective=TuningObjective.MIN_TIME,
+        node_power_budget_w={n.node_id: n.budget_w for n in fleet}, risk=policy.risk, profiles=options.modes,
+        method=TuningMethod.RANDOM)
 
 
 @dataclass
@@ -124,7 +123,7 @@ class NodeResult:
     held_out: list[common_pb2.Measurement] = field(default_factory=list)
     stored: int = 0
     #: The node's status in the demo's TuningJob (phase, choice, predicted and measured), as the coordinator reports it.
-    status: tuning_pb2.NodeTuningStatus | None = None
+    status: NodeStatus | None = None
     options: NodeOptions | None = None
     model: ModelRef | None = None
     #: The transferred model's predictions of every grid mode, and the optimizer's front of them
@@ -174,7 +173,8 @@ class NodeResult:
 class RoundResult:
     label: str
     objective: str
-    response: coordinator_pb2.PlanRoundResponse
+    round_id: str
+    plan: RoundPlan
     fastest_energy_j: float
     fastest_makespan_s: float
     deadline_s: float | None = None
@@ -199,7 +199,7 @@ class Story:
     #: How every node is tuned (:func:`demo_policy`).
     policy: TuningPolicy | None = None
     #: The demo's TuningJob as it ended, and each node's last phase seen while watching it.
-    job: tuning_pb2.TuningJob | None = None
+    job: TuningJobView | None = None
     job_phases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

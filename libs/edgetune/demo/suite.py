@@ -1,7 +1,7 @@
 """The edgetune control plane on loopback, started as ``edgetune up`` starts it: embedded Redis,
 the estimator, the optimizer, the coordinator (whose reconcile loop runs tuning jobs) and one
-profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the generated
-gRPC stubs the story talks to."""
+profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the clients
+the story talks to (the coordinator's typed client; the agents' and the optimizer's stubs)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.clients.tuning import ServiceEstimator
 from edgetune.localrun.controlplane import LocalNode, start_control_plane
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
-from edgetune.store import Store
+from edgetune.proto.v1 import optimizer_pb2_grpc, profiler_pb2_grpc
+from edgetune.store import NodeRecord, Store
 from edgetune.tuning.protocols import Estimator
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.
@@ -53,10 +54,10 @@ class Agent:
 
 @dataclass
 class Suite:
-    """Running services and their stubs; :meth:`close` (via the cluster's supervisor) stops them all."""
+    """Running services and their clients; :meth:`close` (via the cluster's supervisor) stops them all."""
 
     cluster: LocalCluster
-    coordinator: coordinator_pb2_grpc.CoordinatorStub
+    coordinator: CoordinatorClient
     optimizer: optimizer_pb2_grpc.OptimizerStub
     estimator: Estimator
     agents: dict[str, Agent] = field(default_factory=dict)
@@ -122,9 +123,9 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
     estimator = ServiceEstimator(_channel(channels, plane.estimator.address), plane.estimator.address,
                                  "local Ray" if ray else "no Ray")
     optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, plane.optimizer.address))
-    coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
+    coordinator = CoordinatorClient(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 
 
-def registered(suite: Suite) -> dict[str, coordinator_pb2.NodeInfo]:
-    return {n.node_id: n for n in suite.coordinator.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+def registered(suite: Suite) -> dict[str, NodeRecord]:
+    return {n.node_id: n for n in suite.coordinator.nodes()}

@@ -10,7 +10,7 @@ coordinator also once it holds the leader lease; agents also once registered).
 
     with LocalCluster(workdir) as cluster:
         agents = cluster.start_agents({"orin-1": ("orin-agx", 30.0)})
-        cluster.stub.ListNodes(...)
+        cluster.client.nodes()
 
 Every process logs to ``workdir/<name>.log``; a process that dies or never serves raises
 :class:`ClusterError` with its log tail. :meth:`LocalCluster.close` stops them all (SIGTERM,
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 
+from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.localrun.processes import Child, Supervisor, SupervisorError, poll_until_serving
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from edgetune.store import EmbeddedRedisServer, Store, open_store
 
 START_TIMEOUT_S = 60.0
@@ -69,7 +69,8 @@ class LocalCluster:
     estimator: Child | None = None
     optimizer: Child | None = None
     channel: grpc.Channel | None = None
-    stub: coordinator_pb2_grpc.CoordinatorStub | None = None
+    #: The coordinator's client on :attr:`channel` (records in and out).
+    client: CoordinatorClient | None = None
     processes: list[Child] = field(default_factory=list)
 
     def __enter__(self) -> LocalCluster:
@@ -146,7 +147,7 @@ class LocalCluster:
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
                                    extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
-        self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+        self.client = CoordinatorClient(self.channel)
         return self.coordinator
 
     def spawn_agent(self, node_id: str, model: str, budget_w: float | None = None, *, seed: int = 0) -> Child:
@@ -166,13 +167,13 @@ class LocalCluster:
     def start_agents(self, nodes: Mapping[str, tuple[str, float | None]], *, seed: int = 0) -> dict[str, Child]:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, started together;
         returns them once each has registered with the coordinator and serves."""
-        assert self.supervisor is not None and self.stub is not None, "the cluster is not started"
+        assert self.supervisor is not None and self.client is not None, "the cluster is not started"
         supervisor = self.supervisor
         agents = {node_id: self.spawn_agent(node_id, model, budget_w, seed=seed + i)
                   for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            listed = {n.node_id: n for n in self.stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+            listed = {n.node_id: n for n in self.client.nodes()}
             if all(n in listed and listed[n].state != "lost" for n in agents):
                 break
             for agent in agents.values():

@@ -41,6 +41,7 @@ from .base import (
 )
 from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
 from .memory import ManualClock, MemoryStore
+from .nodes import AGENT_STATES, STATE_LOST, STATE_UNAVAILABLE, NodeRecord, spec_from_dict, spec_to_dict
 from .records import (
     ROLES,
     AuditRecord,
@@ -64,10 +65,13 @@ from .records import (
 from .redis_store import CONNECTION_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
 
 __all__ = [
+    "AGENT_STATES",
     "ALLOWED_URLS",
     "CONNECTION_ERRORS",
     "DEFAULT_NAMESPACE",
     "ROLES",
+    "STATE_LOST",
+    "STATE_UNAVAILABLE",
     "STORE_ERRORS",
     "UNAVAILABLE",
     "AuditRecord",
@@ -88,6 +92,7 @@ __all__ = [
     "NodeAnnouncement",
     "NodeConfig",
     "NodeRegistered",
+    "NodeRecord",
     "NodeRegistration",
     "ProfileJob",
     "Published",
@@ -105,6 +110,8 @@ __all__ = [
     "escape_part",
     "open_store",
     "redact_url",
+    "spec_from_dict",
+    "spec_to_dict",
     "unescape_part",
 ]
 

@@ -228,7 +228,7 @@ class MeasurementRecord(_Record):
 @dataclass(frozen=True)
 class NodeRegistration(_Record):
     """What a node registered (its liveness is in :class:`Heartbeat`). ``device`` is its
-    DeviceSpec as a JSON dict (``registry.spec_to_dict``); ``power_budget_w`` None: no budget."""
+    DeviceSpec as a JSON dict (:func:`~edgetune.store.nodes.spec_to_dict`); ``power_budget_w`` None: no budget."""
 
     SCHEMA_VERSION: ClassVar[int] = 1
 

@@ -2,25 +2,24 @@
 
 Services use these at their edges (request -> library call -> response) so that servicers
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
-(role, grid, strategy, problem, objective) to and from the library's string names,
-CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to
-messages and back to profile-table rows, and a reader for ``optional`` scalars (a ProfileRequest's limits:
-:mod:`edgetune.proto.serde.profiler`). Bad input
+(role, grid, strategy, problem, objective) to and from the library's string names (prediction
+tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to messages and back to
+profile-table rows, a reader for ``optional`` scalars and Unix seconds as Timestamps. Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
-from edgetune.base.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.profiling.protocol import Measurement
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2
@@ -201,7 +200,7 @@ def measurement_from_proto(msg: common_pb2.Measurement) -> dict[str, Any]:
     }
 
 
-# --- optional scalars, predictions, decisions -----------------------------------------------
+# --- optional scalars, profiling knobs ---------------------------------------------------------
 
 
 def optional_value(msg: Message, name: str) -> Any:
@@ -209,60 +208,18 @@ def optional_value(msg: Message, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
-def budgets_to_dict(msg: common_pb2.Budgets) -> dict[str, float | None]:
-    """Every budget by field name, ``None`` for the absent ones."""
-    return {f.name: optional_value(msg, f.name) for f in msg.DESCRIPTOR.fields}
+# --- times ------------------------------------------------------------------------------------
 
 
-def budgets_from_dict(values: Mapping[str, float | None]) -> common_pb2.Budgets:
-    """Budgets from a dict of field names; ``None`` values are left unset."""
-    return common_pb2.Budgets(**{k: float(v) for k, v in values.items() if v is not None})
+def timestamp_to_proto(epoch_s: float) -> timestamp_pb2.Timestamp:
+    """Unix seconds as a Timestamp, seconds and fraction apart (Unix time in ns does not fit a
+    double's 53 bits exactly)."""
+    seconds = math.floor(epoch_s)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(seconds * 10**9 + round((epoch_s - seconds) * 1e9))
+    return ts
 
 
-def decision_from_dict(d: Mapping[str, Any]) -> common_pb2.Decision:
-    """A Decision from the CONTRACT JSON shape (``edgetune optimize select --json`` and friends).
-
-    ``mode`` may be a mode dict or an opaque id string (joint selection); ``power_budget_w``
-    and the other budget keys go into ``budgets``; ``None`` values and unknown keys are skipped.
-    """
-    msg = common_pb2.Decision()
-    fields = msg.DESCRIPTOR.fields_by_name
-    budget_names = common_pb2.Budgets.DESCRIPTOR.fields_by_name
-    for key, value in d.items():
-        if value is None:
-            continue
-        if key == "mode":
-            if isinstance(value, PowerMode):
-                msg.mode.CopyFrom(mode_to_proto(value))
-            elif isinstance(value, Mapping):
-                msg.mode.CopyFrom(mode_to_proto(PowerMode.from_mapping(dict(value))))
-            else:
-                msg.mode_id = str(value)
-        elif key in budget_names:
-            setattr(msg.budgets, key, float(value))
-        elif key in fields and key != "budgets":
-            setattr(msg, key, type(getattr(msg, key))(value))
-    return msg
-
-
-def decision_to_dict(msg: common_pb2.Decision) -> dict[str, Any]:
-    """The CONTRACT JSON shape of a Decision: set fields only, ``mode`` as a dict (or the id)."""
-    if not msg.feasible:
-        out: dict[str, Any] = {"feasible": False, "reason": msg.reason}
-    else:
-        out = {"feasible": True}
-        if msg.HasField("mode"):
-            out["mode"] = mode_from_proto(msg.mode).as_dict()
-        elif msg.mode_id:
-            out["mode"] = msg.mode_id
-        for f in msg.DESCRIPTOR.fields:
-            if f.name in ("feasible", "mode", "mode_id", "budgets"):
-                continue
-            if f.has_presence:
-                if optional_value(msg, f.name) is not None:
-                    out[f.name] = getattr(msg, f.name)
-            elif getattr(msg, f.name):  # proto3 implicit presence: skip zeros / empty strings
-                out[f.name] = getattr(msg, f.name)
-    out.update({k: v for k, v in budgets_to_dict(msg.budgets).items() if v is not None})
-    return out
-
+def timestamp_from_proto(ts: timestamp_pb2.Timestamp) -> float:
+    """A Timestamp as Unix seconds (an unset one is 0.0)."""
+    return ts.seconds + ts.nanos / 1e9
