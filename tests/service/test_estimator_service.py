@@ -22,12 +22,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from edgetune.base.records import Predictions
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.ids import parse_model_id
+from edgetune.estimation.repository import BLOB_KIND
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
-from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server
 from edgetune.store import MeasurementRecord, open_store
 
