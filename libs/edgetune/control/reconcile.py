@@ -355,12 +355,11 @@ def remote_services(estimator_address: str, optimizer_address: str,
                     security: ClientSecurity | None = None) -> tuple[Estimator | None, Selector | None]:
     """The Estimator and the Optimizer over gRPC (empty address: none), counted; ``security``: TLS and token."""
     from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
-    from edgetune.proto.v1 import optimizer_pb2_grpc
 
     estimator = (CountedEstimator(ServiceEstimator(open_channel(estimator_address, security), estimator_address))
                  if estimator_address else None)
-    selector = (CountedSelector(OptimizerSelector(optimizer_pb2_grpc.OptimizerStub(
-        open_channel(optimizer_address, security)))) if optimizer_address else None)
+    selector = (CountedSelector(OptimizerSelector(open_channel(optimizer_address, security)))
+                if optimizer_address else None)
     return estimator, selector
 
 

@@ -19,7 +19,6 @@ import grpc
 import numpy as np
 
 from edgetune.base.records import Points, mode_key
-from edgetune.clients.tuning import candidates, predictions
 from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
@@ -48,7 +47,6 @@ from edgetune.proto.serde.tuning import job_view
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
-    optimizer_pb2,
     profiler_pb2,
     tuning_pb2,
 )
@@ -304,9 +302,7 @@ def pareto(story: Story) -> str:
     """The optimizer's time-power Pareto front of each node's predicted modes."""
     def run(res: NodeResult) -> None:
         assert res.predictions is not None
-        reply = story.suite.optimizer.ParetoFront(
-            optimizer_pb2.ParetoFrontRequest(candidates=candidates(res.predictions)), timeout=RPC_TIMEOUT_S)
-        res.front = predictions(reply.front, "front")
+        res.front = story.suite.optimizer.pareto_front(res.predictions).rows
 
     parallel(story.nodes.values(), run, workers=3)
     sizes = ", ".join(f"{r.node.node_id} {len(r.front or ())}" for r in story.nodes.values())
