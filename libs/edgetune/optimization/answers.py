@@ -94,7 +94,8 @@ def joint_lut(rows: Sequence[LutRow]) -> JointLUT:
             raise InvalidArgument(f"{at}.mode_id", "is empty", "an opaque mode id, e.g. \"921.6\"")
         key = (int(r.batch_size), r.mode_id)
         if key in seen:
-            raise InvalidArgument(f"{at}.mode_id", f"batch size {key[0]} at mode {r.mode_id!r} repeats lut[{seen[key]}]",
+            raise InvalidArgument(f"{at}.mode_id",
+                                  f"batch size {key[0]} at mode {r.mode_id!r} repeats lut[{seen[key]}]",
                                   "one row per (batch size, mode)")
         seen[key] = i
         validation.non_negative(r.time_s, f"{at}.time_s", ">= 0 s")

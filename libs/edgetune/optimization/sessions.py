@@ -1,5 +1,8 @@
 """Search sessions kept in the Store, so that any optimizer replica (or a restarted one) can
-continue them.
+continue them. :meth:`SessionStore.start` / :meth:`~SessionStore.ask` / :meth:`~SessionStore.tell` /
+:meth:`~SessionStore.best` / :meth:`~SessionStore.end_search` answer the optimizer's search RPCs
+(:class:`~edgetune.optimization.records.SearchRequest` in, records out); :func:`search_spec` checks
+a request's problem and space.
 
 One JSON doc per session (kind ``optimizer-session``, key the session id)::
 
@@ -136,7 +139,8 @@ def search_spec(request: SearchRequest) -> SearchSpec:
     """The request's problem and space, checked: one training batch size, the budgets the problem needs,
     a device's grid or distinct modes (of the device, when one is named)."""
     if request.max_profiles < 0:
-        raise InvalidArgument("max_profiles", f"{request.max_profiles} is negative", "0 (the strategy's default) or more")
+        raise InvalidArgument("max_profiles", f"{request.max_profiles} is negative",
+                              "0 (the strategy's default) or more")
     train_sizes = _batch_sizes(request.batch_sizes, "batch_sizes")
     if len(train_sizes) > 1:
         raise InvalidArgument("batch_sizes", f"{len(train_sizes)} training batch sizes given; a search keeps the "

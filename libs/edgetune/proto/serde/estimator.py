@@ -32,7 +32,14 @@ from edgetune.estimation.records import (
     PredictSpec,
     TransferSpec,
 )
-from edgetune.proto.serde.common import GRID, mode_from_proto, mode_to_proto, optional_value, role_from_proto, role_to_proto
+from edgetune.proto.serde.common import (
+    GRID,
+    mode_from_proto,
+    mode_to_proto,
+    optional_value,
+    role_from_proto,
+    role_to_proto,
+)
 from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2
 
@@ -272,6 +279,6 @@ def energy_to_proto(estimate: EnergyEstimate) -> estimator_pb2.EstimateEnergyRes
 
 
 def energy_from_proto(msg: estimator_pb2.EstimateEnergyResponse) -> EnergyEstimate:
-    return EnergyEstimate(msg.energy_j, optional_value(msg, "energy_std_j"),
-                          tuple(LayerEnergy(layer_from_proto(lay.layer), lay.energy_j, optional_value(lay, "energy_std_j"))
-                                for lay in msg.layers))
+    layers = tuple(LayerEnergy(layer_from_proto(lay.layer), lay.energy_j, optional_value(lay, "energy_std_j"))
+                   for lay in msg.layers)
+    return EnergyEstimate(msg.energy_j, optional_value(msg, "energy_std_j"), layers)

@@ -191,7 +191,8 @@ def pareto_from_proto(msg: optimizer_pb2.ParetoFrontRequest) -> tuple[Prediction
 
 
 def select_to_proto(query: SelectQuery) -> optimizer_pb2.SelectRequest:
-    msg = optimizer_pb2.SelectRequest(candidates=pool_to_proto(query.pool), objective=objective_to_proto(query.objective),
+    msg = optimizer_pb2.SelectRequest(candidates=pool_to_proto(query.pool),
+                                      objective=objective_to_proto(query.objective),
                                       budgets=budgets_to_proto(power_budget_w=query.power_budget_w,
                                                                time_budget_ms=query.time_budget_ms),
                                       risk=risk_to_proto(query.risk))
