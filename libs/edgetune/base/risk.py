@@ -1,10 +1,12 @@
 """Risk: the probability that a choice's power exceeds its budget, its z and its upper bound.
 
 A choice fits a budget at risk ``r`` when ``power_w + z(1 - r) · σ <= budget``: :func:`z_score`
-is that z, and :func:`power_upper_w` that bound. Both live here only.
+is that z, and :func:`upper_bound` that bound (of power, or of time). Both live here only.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from edgetune import validation
 
@@ -15,3 +17,8 @@ def z_score(risk: float) -> float:
     from scipy.special import ndtri  # scipy.special imports in ms, scipy.stats in ~0.5 s
 
     return float(ndtri(1.0 - p))
+
+
+def upper_bound(mean: np.ndarray, std: np.ndarray, risk: float) -> np.ndarray:
+    """``mean + z(risk) · std`` per option: the value exceeded with probability ``risk``."""
+    return np.asarray(mean, dtype=float) + z_score(risk) * np.asarray(std, dtype=float)

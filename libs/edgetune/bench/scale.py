@@ -162,16 +162,18 @@ def tuning_job_100_nodes() -> dict[str, Any]:
 
     import grpc
 
+    from edgetune.base.mode import PowerMode
     from edgetune.base.roles import Role
+    from edgetune.clients.estimator import EstimatorClient
     from edgetune.control.configs import ConfigStore
     from edgetune.control.leader import LeaderLease
     from edgetune.control.reconcile import Reconciler
     from edgetune.control.registry import NodeRegistry
     from edgetune.devices.simulated.tables import truth_table
+    from edgetune.estimation.records import FitSpec, MeasuredRow
     from edgetune.localrun.localcluster import LocalCluster
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
-    from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
     from edgetune.tuning.jobs import JobPhase, NodePhase, TuningJobSpec, TuningMethod
     from edgetune.tuning.protocols import reference_model_id
 
@@ -183,17 +185,14 @@ def tuning_job_100_nodes() -> dict[str, Any]:
         fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes)
         try:
             with grpc.insecure_channel(cluster.estimator.address) as channel:
-                estimator = estimator_pb2_grpc.EstimatorStub(channel)
+                estimator = EstimatorClient(channel, timeout_s=300)
                 for device in FLEET:  # a ResNet18 reference per device model, as `edgetune up` fits them
                     grid = named_grid(get_spec(device), "fulcrum").array()
                     grid = grid[np.sort(np.random.default_rng(0).choice(len(grid), min(80, len(grid)), replace=False))]
-                    ms = [common_pb2.Measurement(mode=common_pb2.PowerMode(
-                        cores=int(r["cores"]), cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"], emc_mhz=r["emc_mhz"]),
-                        batch_size=16, time_ms=r["time_ms"], power_w=r["power_w"])
-                        for r in truth_table(device, "resnet18", "train", grid, [16])]
-                    estimator.Fit(estimator_pb2.FitRequest(
-                        model_id=reference_model_id(device), kind="nn", device=device, workload="resnet18",
-                        role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=60, seed=0), timeout=300)
+                    ms = tuple(MeasuredRow(PowerMode.from_mapping(r), 16, r["time_ms"], r["power_w"])
+                               for r in truth_table(device, "resnet18", "train", grid, [16]))
+                    estimator.fit(FitSpec(device, "resnet18", Role.TRAIN, "nn", reference_model_id(device), ms,
+                                          epochs=60, seed=0))
             fleet.start()
             client = cluster.client
             spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),

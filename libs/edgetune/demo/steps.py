@@ -20,7 +20,6 @@ import numpy as np
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points, mode_key
-from edgetune.clients.tuning import candidates, predictions
 from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
@@ -46,7 +45,10 @@ from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.common import mode_to_proto
-from edgetune.proto.v1 import common_pb2, optimizer_pb2, profiler_pb2
+from edgetune.proto.v1 import (
+    common_pb2,
+    profiler_pb2,
+)
 from edgetune.store import NodeRecord
 from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobView
 from edgetune.tuning.protocols import reference_model_id
@@ -296,9 +298,7 @@ def pareto(story: Story) -> str:
     """The optimizer's time-power Pareto front of each node's predicted modes."""
     def run(res: NodeResult) -> None:
         assert res.predictions is not None
-        reply = story.suite.optimizer.ParetoFront(
-            optimizer_pb2.ParetoFrontRequest(candidates=candidates(res.predictions)), timeout=RPC_TIMEOUT_S)
-        res.front = predictions(reply.front, "front")
+        res.front = story.suite.optimizer.pareto_front(res.predictions).rows
 
     parallel(story.nodes.values(), run, workers=3)
     sizes = ", ".join(f"{r.node.node_id} {len(r.front or ())}" for r in story.nodes.values())

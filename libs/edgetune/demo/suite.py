@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 import grpc
 
 from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.clients.optimizer import OptimizerClient
 from edgetune.clients.tuning import ServiceEstimator
 from edgetune.localrun.controlplane import LocalNode, start_control_plane
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
-from edgetune.proto.v1 import optimizer_pb2_grpc, profiler_pb2_grpc
+from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.store import NodeRecord, Store
 from edgetune.tuning.protocols import Estimator
 
@@ -58,7 +59,7 @@ class Suite:
 
     cluster: LocalCluster
     coordinator: CoordinatorClient
-    optimizer: optimizer_pb2_grpc.OptimizerStub
+    optimizer: OptimizerClient
     estimator: Estimator
     agents: dict[str, Agent] = field(default_factory=dict)
     channels: list[grpc.Channel] = field(default_factory=list)
@@ -122,7 +123,7 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
         agents[node.node_id] = Agent(node, child, profiler_pb2_grpc.ProfilerStub(_channel(channels, child.address)))
     estimator = ServiceEstimator(_channel(channels, plane.estimator.address), plane.estimator.address,
                                  "local Ray" if ray else "no Ray")
-    optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, plane.optimizer.address))
+    optimizer = OptimizerClient(_channel(channels, plane.optimizer.address))
     coordinator = CoordinatorClient(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 

@@ -47,7 +47,7 @@ IDENTITY_COLUMNS = ("device", "workload", "role")
 
 ProgressFn = Callable[[str, int, int], None]
 #: Runs ``fn(**shared, **task)`` for every task and returns the results in order: :func:`run_in_order`,
-#: or the estimator service's Ray runner (``services/estimator/jobs.py``).
+#: or the estimator's Ray runner (:class:`edgetune.estimation.jobs.Runner`).
 TaskRunner = Callable[[Callable[..., Any], Sequence[Mapping[str, Any]], Mapping[str, Any] | None], list[Any]]
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetune import validation
-from edgetune.base.risk import z_score
+from edgetune.base.risk import upper_bound, z_score
 from edgetune.errors import InvalidArgument
 
 # --------------------------------------------------------------------------- candidates
@@ -84,7 +84,13 @@ class Candidates:
         """Power the budget is checked against: the mean, or its upper bound at ``risk``."""
         if risk is None or self.power_std_w is None:
             return self.power_w
-        return self.power_w + z_score(risk) * self.power_std_w
+        return upper_bound(self.power_w, self.power_std_w, risk)
+
+    def time_bound_ms(self, risk: float | None) -> np.ndarray:
+        """Time at ``risk``: the mean, or its upper bound when the options have a time std."""
+        if risk is None or self.time_std_ms is None:
+            return self.time_ms
+        return upper_bound(self.time_ms, self.time_std_ms, risk)
 
 
 def _as_vector(name: str, values, n: int | None = None) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 Something that measures (a local device's profiler, an agent's ``Profile`` stream), something
 that fits and predicts (the estimation pipeline in-process, the Estimator service), something
-that selects (the library's selectors, ``Optimizer.Select``). :mod:`.local` and :mod:`.remote`
+that selects (the library's selectors, ``Optimizer.Select``). :mod:`.local` and :mod:`edgetune.clients.tuning`
 implement them, so a CLI on a device, the services over gRPC and the tests run the same tuner.
 """
 
@@ -18,7 +18,8 @@ from edgetune.base.records import Choice, Points, Predictions
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A model an :class:`Estimator` holds: its id and what it is."""
+    """A handle on a model an :class:`Estimator` holds: its id and what it is (the parsed form of an
+    estimator model id is :class:`edgetune.estimation.ids.ModelId`)."""
 
     model_id: str
     kind: str

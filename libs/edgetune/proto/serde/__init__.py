@@ -6,4 +6,6 @@
 - ``profiler``     the node agent's requests, events, device info, mode changes and power samples
   (``profiler.proto``); a ProfileRequest is a ``store.ProfileJob``
 - ``coordinator``  nodes, heartbeats, rounds, node configs and budgets (``coordinator.proto``)
+- ``estimator``    fits, transfers, predictions, batch efficiency, energy (``estimator.proto``)
+- ``optimizer``    fronts, selections, verdicts, search sessions (``optimizer.proto``)
 """
