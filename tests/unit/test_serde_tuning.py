@@ -141,7 +141,8 @@ def _profile(**fields) -> profiler_pb2.ProfileRequest:
     (_profile(workload=common_pb2.Workload()), "request.workload.name"),
     (_profile(workload=common_pb2.Workload(name="x:y z")), "request.workload.name"),
     (_profile(random_modes=0), "request.modes"),
-    (_profile(modes=[common_pb2.PowerMode(cores=0, cpu_mhz=1.0, gpu_mhz=1.0, emc_mhz=1.0)]), "request.modes[0].cores"),
+    (_profile(random_modes=0, modes=[common_pb2.PowerMode(cores=0, cpu_mhz=1.0, gpu_mhz=1.0, emc_mhz=1.0)]),
+     "request.modes[0].cores"),
     (_profile(batch_sizes=[8, 8]), "request.batch_sizes[1]"),
 ])
 def test_a_bad_profiling_request_is_refused_naming_the_field(request_, field):
