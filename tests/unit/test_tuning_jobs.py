@@ -189,17 +189,19 @@ def test_targets_by_ids_device_and_labels():
 
 def test_a_service_away_or_busy_is_retried_not_a_node_failure():
     """UNAVAILABLE / DEADLINE_EXCEEDED from the Estimator or Optimizer: the loop retries the node (a real
-    gRPC error from a call to an address nobody serves); any other error fails it."""
+    failed call, through the typed client, to an address nobody serves); any other error fails it."""
     import grpc
 
+    from edgetune.clients.calls import CallFailed, Status
+    from edgetune.clients.estimator import EstimatorClient
     from edgetune.control.reconcile import _transient
-    from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 
     with grpc.insecure_channel("127.0.0.1:1") as channel:
-        with pytest.raises(grpc.RpcError) as err:
-            estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=2)
-    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        with pytest.raises(CallFailed) as err:
+            EstimatorClient(channel, timeout_s=2).list_models()
+    assert err.value.code in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED)
     assert _transient(err.value)
+    assert not _transient(CallFailed(Status.INVALID_ARGUMENT, "model_id: bad"))
     assert not _transient(ValueError("a bug")) and not _transient(InvalidArgument("x", "bad"))
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, ModeKey, Points, Predictions, mode_key
 from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.estimator import EstimatorClient
 from edgetune.clients.optimizer import OptimizerClient
 from edgetune.clients.profiler import ProfilerClient
@@ -70,8 +71,8 @@ class ServiceEstimator:
         """One retry on UNKNOWN / UNAVAILABLE: a local Ray that was slow to start under load comes up."""
         try:
             return fn(*args)
-        except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE):
+        except CallFailed as exc:
+            if exc.code not in (Status.UNKNOWN, Status.UNAVAILABLE):
                 raise
             time.sleep(2.0)
             return fn(*args)

@@ -63,6 +63,7 @@ from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, Decision, Points, Predictions
 from edgetune.base.roles import Role
 from edgetune.base.workload import is_user_workload
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
@@ -336,19 +337,14 @@ class LimitedEstimator:
 
 
 #: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
-TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+TRANSIENT_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.RESOURCE_EXHAUSTED)
 MAX_TRANSIENT_RETRIES = 5
 #: Estimator calls in flight at once (:class:`LimitedEstimator`).
 ESTIMATOR_SLOTS = 4
 
 
 def _transient(exc: Exception) -> bool:
-    code = getattr(exc, "code", None)
-    try:
-        name = code().name if callable(code) else ""
-    except Exception:  # noqa: BLE001 - not a gRPC error after all
-        return False
-    return name in TRANSIENT_CODES
+    return isinstance(exc, CallFailed) and exc.code in TRANSIENT_CODES
 
 
 class CountedSelector:
@@ -576,7 +572,7 @@ class Reconciler:
             if _transient(exc) and self._transient.get(key, 0) < MAX_TRANSIENT_RETRIES:
                 self._transient[key] = self._transient.get(key, 0) + 1  # the next pass retries (replaying)
                 log.warning("tuning of %s on %s: a service call failed (%s); retrying", spec.name, node.node_id,
-                            exc.code().name)  # type: ignore[attr-defined]
+                            exc)
                 return
             log.exception("tuning of %s on %s failed", spec.name, node.node_id)
             STEPS.labels("failed").inc()
