@@ -49,6 +49,7 @@ from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
+from edgetune.services.coordinator import metrics
 from edgetune.services.coordinator.servicer import CoordinatorServicer
 from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
@@ -183,6 +184,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                 except Exception:  # the registration itself succeeded; the periodic check retries
                     log.exception("re-plan after the registration of %s failed", record.node_id)
 
+        metrics.track(configs.hub)  # open watches and feed reads on the metrics endpoint
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
                                        watch_block_ms=watch_block_ms, on_job_change=reconciler.wake,
                                        client=client)

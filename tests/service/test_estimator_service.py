@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points, Predictions
 from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.estimator import EstimatorClient
 from edgetune.clients.tuning import ServiceEstimator
 from edgetune.devices.simulated.tables import truth_table
@@ -254,9 +255,9 @@ def test_the_typed_client_and_the_tuning_adapter_speak_records(served, reference
     _, want = _predict(served[0], model_id=info.model_id, grid=common_pb2.GRID_FULCRUM)
     np.testing.assert_array_equal(got.modes, want.modes)
     np.testing.assert_array_equal(got.time_ms, want.time_ms)
-    with pytest.raises(grpc.RpcError) as caught:
+    with pytest.raises(CallFailed) as caught:
         client.predict(PredictSpec("no/such/model"))
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert caught.value.code == Status.NOT_FOUND and "no/such/model" in caught.value.details
 
     adapter = ServiceEstimator(channel, "test")
     points = Points(np.array([r.mode.as_tuple() for r in rows]), [r.batch_size for r in rows],

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.profiler import ProfilerClient
 from edgetune.clients.tuning import AgentMeasurer
 from edgetune.powermodes.grids import named_grid
@@ -63,13 +64,14 @@ def test_a_busy_device_and_a_bad_request_are_the_agents_status(agent):
     _, _, client = agent
     running = client.profile(ProfileJob("resnet18", random_modes=441, random_grid="fulcrum", batch_sizes=(8, 16, 32)))
     assert isinstance(next(running), ProfileProgress)
-    with pytest.raises(grpc.RpcError) as busy:
+    with pytest.raises(CallFailed) as busy:
         client.apply(MAXN)
-    assert busy.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert busy.value.code == Status.FAILED_PRECONDITION
     running.close()  # the stream ends: the agent cancels the profile and restores
-    with pytest.raises(grpc.RpcError) as bad:
+    with pytest.raises(CallFailed) as bad:
         list(client.profile(ProfileJob("alexnet", random_modes=2)))
-    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and bad.value.details().startswith("workload.name:")
+    assert bad.value.code == Status.INVALID_ARGUMENT and bad.value.details.startswith("workload.name:")
+    assert str(bad.value).startswith("INVALID_ARGUMENT: workload.name:")
 
 
 def test_the_flower_clients_power_mode_applies_then_restores(agent):

@@ -156,7 +156,7 @@ def test_profile_20_random_modes_streams_progress_then_measurements(agent, store
     modes = [mode_from_proto(m.mode) for m in ms]
     assert len(set(modes)) == 20 and all(m in FULCRUM for m in modes)
     assert all(m.id and m.minibatches == 40 and m.samples > 0 and m.timestamp.seconds > 0 for m in ms)
-    rows = [measurement_from_proto(m) for m in ms]
+    rows = [measurement_from_proto(m).to_row() for m in ms]
     _check_contract(rows, tmp_path)
     # Landed in the store, once each, with the streamed numbers.
     for m in ms:
@@ -385,7 +385,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
         elapsed_s = time.perf_counter() - t0
         ms = [e.measurement for e in events if e.HasField("measurement")]
         assert len(ms) == 20 and sum(e.HasField("progress") for e in events) == 21
-        _check_contract([measurement_from_proto(m) for m in ms], tmp_path)
+        _check_contract([measurement_from_proto(m).to_row() for m in ms], tmp_path)
         for m in ms:
             doc = store.get_measurement(m.id)
             assert doc is not None and doc.node_id == "jetson-7" and doc.time_ms == pytest.approx(m.time_ms)

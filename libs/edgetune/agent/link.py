@@ -45,7 +45,8 @@ from typing import Any
 from edgetune import validation
 from edgetune.agent import metrics
 from edgetune.agent.node import POLL_S, NodeAgent
-from edgetune.clients.nodes import CallFailed, ConfigWatch, NodesClient
+from edgetune.clients.calls import CallFailed, Stream
+from edgetune.clients.nodes import NodesClient
 from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
@@ -114,7 +115,7 @@ class CoordinatorLink:
         self._stop = threading.Event()
         self._registered = threading.Event()
         self._profiling = threading.Event()
-        self._watch: ConfigWatch | None = None
+        self._watch: Stream[NodeConfig] | None = None
         self._configs: queue.Queue[NodeConfig] = queue.Queue()
         self._seen_revision = 0
         self._seen_epoch = 0
@@ -141,7 +142,7 @@ class CoordinatorLink:
         self._beat_now.set()
         watch = self._watch
         if watch is not None:
-            watch.cancel()
+            watch.close()
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -203,7 +204,7 @@ class CoordinatorLink:
             try:
                 self._watch = self._nodes.watch_configs(self.node_id, self._seen_revision, self._seen_epoch)
                 if self._stop.is_set():  # stop() ran before the watch existed: nothing cancelled it
-                    self._watch.cancel()
+                    self._watch.close()
                 for config in self._watch:
                     backoff.reset()
                     if config.epoch != self._seen_epoch:  # the store lost its data: revisions count anew

@@ -82,11 +82,10 @@ class SimulatedFleet:
         return self
 
     def _work(self, node_ids: list[str], index: int) -> None:
-        from edgetune.base.mode import PowerMode
         from edgetune.control.jobs import JobQueue
         from edgetune.devices.simulated.tables import truth_table
         from edgetune.profiling.protocol import measurement_id
-        from edgetune.store import MeasurementRecord
+        from edgetune.store import MeasurementRecord, ProfileJob
 
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
@@ -96,13 +95,10 @@ class SimulatedFleet:
             for node_id in node_ids:
                 for job in queue.claim(node_id, consumer, block_ms=0, count=8):
                     idle = False
-                    device, p = self.nodes[node_id], job.payload
-                    workload, role = p["workload"]["name"], p["workload"]["role"].removeprefix("ROLE_").lower()
-                    b = int(p["batch_sizes"][0])
+                    device, point = self.nodes[node_id], ProfileJob.from_dict(job.payload)  # as the agent reads it
+                    workload, role, b = point.workload, point.role.value, point.batch_sizes[0]
                     rows = []
-                    for m in p["modes"]:
-                        mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]),
-                                         float(m["emc_mhz"]))
+                    for mode in point.modes:
                         truth = truth_table(device, workload, role, np.asarray([mode.as_tuple()], dtype=float), [b])[0]
                         rows.append(MeasurementRecord(
                             measurement_id(device, node_id, workload, role, mode, b, job.job_id), device, workload,

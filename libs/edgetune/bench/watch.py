@@ -1,11 +1,15 @@
 """A coordinator with a fleet's worth of open ``WatchConfig`` streams.
 
-``watch_streams_1000``: one coordinator (as deployed: its own RedisStore over a redis-server
-on loopback TCP), 1,000 registered nodes, each with an open WatchConfig stream (over 10 client
-connections); then 300 Heartbeat RPCs one after another from another connection: their p99
-latency is the metric. Also reported: the Redis connections the coordinator holds, how many
-change-feed reads served all streams, and the delay from publishing 100 nodes' configs to
-each stream delivering its own.
+``watch_streams_1000``: one coordinator process (as deployed: ``python -m
+edgetune.services.coordinator.server`` over a redis-server on loopback TCP, started through
+:class:`~edgetune.localrun.localcluster.LocalCluster`), 1,000 registered nodes, each with an open
+WatchConfig stream (over 10 client connections); then 300 Heartbeat RPCs one after another from
+another connection: their p99 latency is the metric. Also reported: the Redis connections the
+coordinator holds (Redis's count of clients less the bench's own), how many change-feed reads served
+all streams and when the streams were all open (the coordinator's
+``edgetune_coordinator_config_feed_reads_total`` and ``edgetune_coordinator_config_watches``, read
+from its metrics endpoint as an operator's scraper would), and the delay from publishing 100 nodes'
+configs to each stream delivering its own.
 
 Before the change each stream held a pooled connection in a blocking read: at about 97
 streams the coordinator's pool (redis-py's default, 100) was exhausted and every RPC failed
@@ -40,38 +44,50 @@ def _percentile_ms(values_s: list[float], q: float) -> float:
 
 def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
                           published: int = PUBLISHED) -> dict[str, Any]:
+    import tempfile
+    from pathlib import Path
+
     import grpc
 
     from edgetune.base.mode import PowerMode
     from edgetune.clients.coordinator import CoordinatorClient
     from edgetune.clients.nodes import NodesClient
-    from edgetune.services.coordinator.server import create_coordinator, start
-    from edgetune.store import EmbeddedRedisServer, Heartbeat, NodeConfig, NodeRecord
+    from edgetune.control.configs import ConfigStore
+    from edgetune.control.leader import DEFAULT_LEASE_MS
+    from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
+    from edgetune.localrun.localcluster import LocalCluster
+    from edgetune.store import Heartbeat, NodeConfig, NodeRecord, open_store
 
     ids = [f"node-{i:04d}" for i in range(streams)]
-    with EmbeddedRedisServer(port=0) as redis:
-        coordinator = start(create_coordinator(port=0, host="127.0.0.1", redis_url=redis.url, grace_s=0.5,
-                                               max_workers=streams + 64, membership_check_s=0))
-        servicer = coordinator.servicer
-        # Separate connections (a local subchannel pool each), as separate agents would have.
-        channels = [grpc.insecure_channel(coordinator.server.address, options=[("grpc.use_local_subchannel_pool", 1)])
-                    for _ in range(CHANNELS + 1)]
-        calls: list[Any] = []
+    calls: list[Any] = []
+    channels: list[grpc.Channel] = []
+    with tempfile.TemporaryDirectory(prefix="edgetune-watch-") as tmp, \
+            LocalCluster(Path(tmp), log_level="WARNING", heartbeat_ttl_s=DEFAULT_HEARTBEAT_TTL_S, metrics=True,
+                         lease_ms=DEFAULT_LEASE_MS, coordinator_args=["--max-workers", str(streams + 64)]) as cluster:
+        assert cluster.coordinator is not None and cluster.store is not None
+        coordinator = cluster.coordinator
+
+        def scraped(name: str) -> float:
+            return coordinator.metrics().get(name, 0.0)
+
         try:
-            assert coordinator.lease.wait_leader(10)
+            registry = NodeRegistry(cluster.store)  # the nodes as registered, straight into the shared store
             for node_id in ids:
-                servicer.registry.register(NodeRecord(node_id=node_id))
+                registry.register(NodeRecord(node_id=node_id))
+            # Separate connections (a local subchannel pool each), as separate agents would have.
+            channels = [grpc.insecure_channel(coordinator.address, options=[("grpc.use_local_subchannel_pool", 1)])
+                        for _ in range(CHANNELS + 1)]
             clients = [CoordinatorClient(c, timeout_s=10.0) for c in channels]
             t0 = time.perf_counter()
             for i, node_id in enumerate(ids):
                 calls.append(clients[i % CHANNELS].watch_config(node_id))
-            # The streams are open once the server's handlers wait on the hub.
+            # The streams are open once the coordinator's handlers wait on its hub (its watches gauge).
             deadline = time.monotonic() + 120
-            while servicer.configs.hub.watches < streams and time.monotonic() < deadline:
+            while (watching := int(scraped("edgetune_coordinator_config_watches"))) < streams \
+                    and time.monotonic() < deadline:
                 time.sleep(0.05)
             open_s = time.perf_counter() - t0
-            watching = servicer.configs.hub.watches
-            reads_before = servicer.configs.hub.reads
+            reads_before = scraped("edgetune_coordinator_config_feed_reads_total")
 
             beat = NodesClient(channels[CHANNELS], timeout_s=10.0)
             latencies = []
@@ -80,7 +96,8 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
                 beat.heartbeat(ids[k % streams], Heartbeat(state="ready"))
                 latencies.append(time.perf_counter() - t)
 
-            # Publish configs for some nodes (as a round would) and time each stream's delivery.
+            # Publish configs for some nodes (as a round would: into the store; the coordinator's hub
+            # reads the change feed) and time each stream's delivery.
             mode = PowerMode(8, 1728.0, 930.75, 3199.0)
             chosen = ids[:: max(1, streams // published)][:published]
             delays: list[float] = [0.0] * len(chosen)
@@ -90,22 +107,32 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
                 delays[k] = time.perf_counter() - sent if cfg.revision == 1 else float("nan")
 
             sent = time.perf_counter()
-            servicer.configs.publish_many([NodeConfig(n, mode=mode, batch_size=32, round_id="bench") for n in chosen])
+            ConfigStore(cluster.store).publish_many([NodeConfig(n, mode=mode, batch_size=32, round_id="bench")
+                                                     for n in chosen])
             readers = [threading.Thread(target=read, args=(k, calls[ids.index(n)], sent), daemon=True)
                        for k, n in enumerate(chosen)]
             for r in readers:
                 r.start()
             for r in readers:
                 r.join(30)
-            clients = coordinator.store.info()["connected_clients"]
+            reads = scraped("edgetune_coordinator_config_feed_reads_total") - reads_before
+            # Redis counts every client: leave out the bench's own (its store closed, one fresh one asking)
+            cluster.store.close()
+            time.sleep(0.3)
+            asking = open_store(cluster.redis_url)
+            try:
+                connections = int(asking.info()["connected_clients"]) - 1
+            finally:
+                asking.close()
             return {
                 "heartbeat_p99_ms": _percentile_ms(latencies, 0.99),
                 "heartbeat_p50_ms": _percentile_ms(latencies, 0.50),
                 "heartbeat_mean_ms": 1000.0 * statistics.fmean(latencies),
                 "streams_open": watching, "streams_requested": streams, "open_all_s": open_s,
-                "redis_connections": clients, "feed_reads_during_heartbeats": servicer.configs.hub.reads - reads_before,
+                "redis_connections": connections, "feed_reads_during_heartbeats": int(reads),
                 "delivered": sum(1 for d in delays if d > 0), "published": len(chosen),
                 "delivery_p99_ms": _percentile_ms([d for d in delays if d > 0] or [float("nan")], 0.99),
+                "processes": "redis-server and the coordinator as processes (LocalCluster); clients in the bench's",
                 "before": BEFORE,
             }
         finally:
@@ -113,7 +140,6 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS,
                 call.close()
             for c in channels:
                 c.close()
-            coordinator.server.stop(0.5)
 
 
 @benchmark("watch_streams_1000", "1,000 open WatchConfig streams on one coordinator: Heartbeat p99 < 50 ms",

@@ -1,10 +1,12 @@
 """Benchmarks of prediction tables on the wire: real estimator and optimizer servers on
-loopback gRPC, columnar ``PredictionTable`` messages.
+loopback gRPC, columnar ``PredictionTable`` messages. The servers run as processes, as deployed
+(``python -m edgetune.services.<name>.server`` over one redis-server, started through
+:class:`~edgetune.localrun.localcluster.LocalCluster`); the bench's process is only their client.
 
 - ``predict_select_18096_e2e``: ``Estimator.Predict`` of all 18,096 Orin AGX modes (streamed
   chunks, read by the typed client into one ``Predictions``) -> ``Optimizer.Select`` of those rows
   (the typed client writes them back as a table), timed end to end in the client. The estimator
-  runs its jobs in-process (``use_ray=False``; Ray only runs Fit / Transfer, which are set-up
+  runs its jobs in its own process (``--no-ray``; Ray only runs Fit / Transfer, which are set-up
   here, not timed). Its grid predictions are cached per model version, so the repeated calls time
   what a budget re-select costs; the first (uncached) call is reported as ``cold_ms``.
 - ``optimizer_select_throughput``: ``Optimizer.Select`` requests per second with 8 client threads
@@ -47,30 +49,31 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receiv
 
 @contextmanager
 def _servers() -> Iterator[tuple[EstimatorClient, OptimizerClient, str]]:
-    """An estimator (in-process runner) and an optimizer on loopback, sharing an embedded store;
-    yields their typed clients and the optimizer's address."""
+    """An estimator (``--no-ray``: its jobs one after another in its process) and an optimizer on
+    loopback, as processes sharing one redis-server; yields their typed clients and the optimizer's
+    address."""
+    import tempfile
+    from pathlib import Path
+
     import grpc
 
-    from edgetune.services.estimator.server import create_server as estimator_server
-    from edgetune.services.optimizer.server import create_server as optimizer_server
-    from edgetune.store import open_store
+    from edgetune.localrun.localcluster import LocalCluster
 
-    store = open_store("embedded")
-    est, _ = estimator_server(port=0, host="127.0.0.1", metrics_port=None, store=store, grace_s=1.0, max_workers=4,
-                              use_ray=False)
-    opt, _ = optimizer_server(port=0, host="127.0.0.1", metrics_port=None, store=store, grace_s=1.0, max_workers=8)
-    est.start()
-    opt.start()
-    channels = [grpc.insecure_channel(est.address, options=CHANNEL_OPTIONS),
-                grpc.insecure_channel(opt.address, options=CHANNEL_OPTIONS)]
-    try:
-        yield EstimatorClient(channels[0]), OptimizerClient(channels[1]), opt.address
-    finally:
-        for c in channels:
-            c.close()
-        est.stop(0)
-        opt.stop(0)
-        store.close()
+    with tempfile.TemporaryDirectory(prefix="edgetune-wire-") as tmp:
+        cluster = LocalCluster(Path(tmp), log_level="WARNING", grace_s=1.0)
+        channels: list[grpc.Channel] = []
+        try:
+            cluster.start(coordinator=False)  # Redis only: no coordinator takes part
+            est = cluster.spawn_service("estimator", ["--no-ray", "--max-workers", "4"])  # both start at once
+            opt = cluster.start_service("optimizer", "edgetune.v1.Optimizer", ["--max-workers", "8"])
+            cluster.wait_serving(est, "edgetune.v1.Estimator")
+            channels = [grpc.insecure_channel(est.address, options=CHANNEL_OPTIONS),
+                        grpc.insecure_channel(opt.address, options=CHANNEL_OPTIONS)]
+            yield EstimatorClient(channels[0]), OptimizerClient(channels[1]), opt.address
+        finally:
+            for c in channels:
+                c.close()
+            cluster.close()
 
 
 def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
@@ -80,7 +83,7 @@ def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
 
 
 @benchmark("predict_select_18096_e2e", "Estimator.Predict -> Optimizer.Select over all 18,096 Orin modes, "
-           "end to end on loopback (real servers, estimator in-process runner) p50 < 50 ms", "p50_s", 0.050)
+           "end to end on loopback (the servers as processes, the estimator without Ray) p50 < 50 ms", "p50_s", 0.050)
 def predict_select() -> dict[str, Any]:
     from edgetune.base.mode import PowerMode
     from edgetune.devices.simulated.tables import truth_table
@@ -112,7 +115,7 @@ def predict_select() -> dict[str, Any]:
             samples.append(time.perf_counter() - t0)
     stats = _percentiles_ms(samples)
     return {"p50_s": stats["p50_ms"] / 1e3, **stats, "cold_ms": round(cold_s * 1e3, 2), "rows": n,
-            "feasible": bool(decision.feasible), "runner": "in-process (use_ray=False)",
+            "feasible": bool(decision.feasible), "runner": "the estimator's process (--no-ray)",
             "before_per_row": BEFORE_PER_ROW["predict_select_18096"],
             "speedup_p50": round(BEFORE_PER_ROW["predict_select_18096"]["p50_ms"] / stats["p50_ms"], 1)}
 

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
-import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.identity import ClientSecurity
 from edgetune.tuning.jobfile import load_job_file
@@ -37,9 +37,9 @@ from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobView
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Server answers that mean the request was wrong: exit 2, like a bad option.
-INPUT_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS,
-               grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE)
-UNREACHABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+INPUT_CODES = (Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.ALREADY_EXISTS, Status.FAILED_PRECONDITION,
+               Status.OUT_OF_RANGE)
+UNREACHABLE_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED)
 
 
 class ServerError(click.ClickException):
@@ -51,15 +51,14 @@ class ServerError(click.ClickException):
         return self.message
 
 
-def rpc_error(exc: grpc.RpcError, address: str) -> click.ClickException:
+def rpc_error(exc: CallFailed, address: str) -> click.ClickException:
     """The CLI's form of a failed call (see the module doc for the exit codes)."""
-    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(code)
-    if code in INPUT_CODES:
+    details = exc.details or exc.code.value
+    if exc.code in INPUT_CODES:
         return InputError(details)
-    if code in UNREACHABLE_CODES:
+    if exc.code in UNREACHABLE_CODES:
         return ServerError(f"coordinator {address} unavailable: {details}")
-    return ServerError(f"coordinator {address}: {code.name}: {details}")
+    return ServerError(f"coordinator {address}: {exc.code.value}: {details}")
 
 
 def watch_until_done(client: CoordinatorClient, name: str, after_revision: int = 0,
@@ -77,7 +76,7 @@ def connected(address: str, security: ClientSecurity) -> Iterator[CoordinatorCli
     client = CoordinatorClient.connect(address, security)  # TLS when asked; every call carries the token
     try:
         yield client
-    except grpc.RpcError as exc:
+    except CallFailed as exc:
         raise rpc_error(exc, address) from None
     finally:
         client.close()
@@ -217,8 +216,8 @@ def wait_done(client: CoordinatorClient, job: TuningJobView, *, timeout_s: float
         try:
             updates = watch_until_done(client, job.spec.name, last.revision, remaining)
             seen = follow(updates, stream=sys.stderr) if not quiet else _last(updates)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
+        except CallFailed as exc:
+            if exc.code != Status.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
                 raise
             time.sleep(1.0)
             seen = None

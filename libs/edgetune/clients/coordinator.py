@@ -1,19 +1,18 @@
 """The Coordinator over gRPC, records in and records out (:mod:`edgetune.proto.serde.coordinator`,
 :mod:`edgetune.proto.serde.tuning` map them).
 
-A failed call raises the ``grpc.RpcError`` it got: the caller decides what a code means (the CLI
-exits 2 on INVALID_ARGUMENT, the demo retries a stream that broke). A watch is a :class:`Stream`:
-open from the call on, its records one by one, cancelled by :meth:`Stream.close` (or a ``with``).
-A node's own calls (register, heartbeat) are :class:`edgetune.clients.nodes.NodesClient`'s.
+A failed call raises :class:`~edgetune.clients.calls.CallFailed` with the server's status code: the
+caller decides what a code means (the CLI exits 2 on INVALID_ARGUMENT, the demo retries a stream
+that broke). A watch is a :class:`~edgetune.clients.calls.Stream`: open from the call on, its
+records one by one, cancelled by ``close()`` (or a ``with``). A node's own calls (register,
+heartbeat) are :class:`edgetune.clients.nodes.NodesClient`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
-
 import grpc
 
+from edgetune.clients.calls import Stream, translated
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.planning.rounds import RoundOutcome, RoundRequest
 from edgetune.proto.serde import coordinator as serde
@@ -24,29 +23,6 @@ from edgetune.tuning.jobs import TuningJobSpec, TuningJobView
 
 #: Unary calls wait this long unless the client says otherwise.
 CALL_TIMEOUT_S = 30.0
-R = TypeVar("R")
-
-
-class Stream(Generic[R]):
-    """A server stream's messages as records; :meth:`close` cancels the call."""
-
-    def __init__(self, call: Any, convert: Callable[[Any], R]) -> None:
-        self._call, self._convert = call, convert
-
-    def __iter__(self) -> Iterator[R]:
-        return self
-
-    def __next__(self) -> R:
-        return self._convert(next(self._call))
-
-    def close(self) -> None:
-        self._call.cancel()
-
-    def __enter__(self) -> Stream[R]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class CoordinatorClient:
@@ -77,20 +53,24 @@ class CoordinatorClient:
     # -- nodes ---------------------------------------------------------------------------------
     def nodes(self) -> list[NodeRecord]:
         """Every registered node with its liveness (ListNodes)."""
-        reply = self._stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=self.timeout_s)
+        with translated():
+            reply = self._stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=self.timeout_s)
         return [serde.node_from_proto(n) for n in reply.nodes]
 
     def update_node_budget(self, node_id: str, power_budget_w: float, *,
                            timeout_s: float | None = None) -> float | None:
         """Set a node's power budget (the leader re-plans what depends on it); the budget as registered."""
-        reply = self._stub.UpdateBudget(serde.node_budget_request(node_id, power_budget_w),
-                                        timeout=timeout_s or self.timeout_s)
+        with translated():
+            reply = self._stub.UpdateBudget(serde.node_budget_request(node_id, power_budget_w),
+                                            timeout=timeout_s or self.timeout_s)
         return serde.node_budget_from_response(reply)
 
     # -- configs -------------------------------------------------------------------------------
     def config(self, node_id: str) -> NodeConfig:
         """The node's current config (NOT_FOUND before one is published)."""
-        reply = self._stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=node_id), timeout=self.timeout_s)
+        with translated():
+            reply = self._stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=node_id),
+                                             timeout=self.timeout_s)
         return serde.config_from_proto(reply)
 
     def watch_config(self, node_id: str, after_revision: int = 0, *, after_epoch: int = 0,
@@ -103,26 +83,31 @@ class CoordinatorClient:
     # -- rounds --------------------------------------------------------------------------------
     def plan_round(self, request: RoundRequest, *, timeout_s: float | None = None) -> RoundOutcome:
         """Plan ``request`` (with ``apply``: publish its configs); the plan as the coordinator answered."""
-        reply = self._stub.PlanRound(serde.round_request_to_proto(request), timeout=timeout_s or self.timeout_s)
+        with translated():
+            reply = self._stub.PlanRound(serde.round_request_to_proto(request), timeout=timeout_s or self.timeout_s)
         return serde.round_outcome_from_proto(reply, request.objective)
 
     # -- tuning jobs ---------------------------------------------------------------------------
     def submit_job(self, spec: TuningJobSpec) -> TuningJobView:
-        reply = self._stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec_to_proto(spec)),
-                                           timeout=self.timeout_s)
+        with translated():
+            reply = self._stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec_to_proto(spec)),
+                                               timeout=self.timeout_s)
         return job_from_proto(reply)
 
     def job(self, name: str) -> TuningJobView:
-        return job_from_proto(self._stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name),
-                                                      timeout=self.timeout_s))
+        with translated():
+            reply = self._stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=self.timeout_s)
+        return job_from_proto(reply)
 
     def jobs(self) -> list[TuningJobView]:
-        reply = self._stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=self.timeout_s)
+        with translated():
+            reply = self._stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=self.timeout_s)
         return [job_from_proto(j) for j in reply.jobs]
 
     def cancel_job(self, name: str) -> TuningJobView:
-        return job_from_proto(self._stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name),
-                                                         timeout=self.timeout_s))
+        with translated():
+            reply = self._stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=self.timeout_s)
+        return job_from_proto(reply)
 
     def watch_job(self, name: str, after_revision: int = 0, *,
                   timeout_s: float | None = None) -> Stream[TuningJobView]:

@@ -1,7 +1,7 @@
 """The Optimizer service over gRPC, typed: records in, records out (:mod:`edgetune.optimization.records`).
 
-Errors come back as ``grpc.RpcError`` with the server's status and message (INVALID_ARGUMENT
-naming the field, NOT_FOUND for an ended or expired session); nothing feasible is an answer, a
+A failed call raises :class:`~edgetune.clients.calls.CallFailed` with the server's status and
+message (INVALID_ARGUMENT naming the field, NOT_FOUND for an ended or expired session); nothing feasible is an answer, a
 :class:`~edgetune.optimization.records.Verdict` with ``feasible`` false. ``timeout_s`` bounds each call.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import grpc
 
 from edgetune.base.records import Predictions
+from edgetune.clients.calls import translated
 from edgetune.optimization.records import (
     Asked,
     Best,
@@ -42,44 +43,55 @@ class OptimizerClient:
     # -- one-shot questions ----------------------------------------------------------------------
     def pareto_front(self, pool: Predictions, risk: float | None = None) -> Subset:
         """The pool's (time, power) front by ascending power, on the upper bounds at ``risk``."""
-        return serde.front_from_proto(self.stub.ParetoFront(serde.pareto_to_proto(pool, risk), timeout=self.timeout_s))
+        with translated():
+            reply = self.stub.ParetoFront(serde.pareto_to_proto(pool, risk), timeout=self.timeout_s)
+        return serde.front_from_proto(reply)
 
     def select(self, query: SelectQuery) -> list[Verdict]:
         """One verdict per budget (one, or each of the sweep's)."""
-        reply = self.stub.Select(serde.select_to_proto(query), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.Select(serde.select_to_proto(query), timeout=self.timeout_s)
         return [serde.verdict_from_proto(d) for d in reply.decisions]
 
     def select_joint(self, query: JointQuery) -> Verdict:
-        reply = self.stub.SelectJoint(serde.joint_to_proto(query), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.SelectJoint(serde.joint_to_proto(query), timeout=self.timeout_s)
         return serde.verdict_from_proto(reply.decision)
 
     def select_concurrent(self, query: ConcurrentQuery) -> Verdict:
-        reply = self.stub.SelectConcurrent(serde.concurrent_to_proto(query), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.SelectConcurrent(serde.concurrent_to_proto(query), timeout=self.timeout_s)
         return serde.verdict_from_proto(reply.decision)
 
     def next_profiles(self, query: NextProfilesQuery) -> Subset:
-        reply = self.stub.NextProfiles(serde.next_profiles_to_proto(query), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.NextProfiles(serde.next_profiles_to_proto(query), timeout=self.timeout_s)
         return serde.picks_from_proto(reply)
 
     # -- search sessions -------------------------------------------------------------------------
     def start_search(self, request: SearchRequest) -> Started:
-        reply = self.stub.StartSearch(serde.search_to_proto(request), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.StartSearch(serde.search_to_proto(request), timeout=self.timeout_s)
         return serde.started_from_proto(reply)
 
     def ask(self, session_id: str, max_points: int = 0) -> Asked:
         """The points the session waits for (at most ``max_points``; 0: all)."""
-        reply = self.stub.Ask(serde.ask_to_proto(session_id, max_points), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.Ask(serde.ask_to_proto(session_id, max_points), timeout=self.timeout_s)
         return serde.asked_from_proto(reply)
 
     def tell(self, session_id: str, told: Sequence[Told]) -> TellResult:
-        reply = self.stub.Tell(serde.tell_to_proto(session_id, told), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.Tell(serde.tell_to_proto(session_id, told), timeout=self.timeout_s)
         return serde.tell_result_from_proto(reply)
 
     def best(self, session_id: str) -> Best:
-        reply = self.stub.Best(serde.best_request_to_proto(session_id), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.Best(serde.best_request_to_proto(session_id), timeout=self.timeout_s)
         return serde.best_from_proto(reply)
 
     def end_search(self, session_id: str) -> Verdict:
         """The session's best; the session is removed."""
-        reply = self.stub.EndSearch(serde.end_search_to_proto(session_id), timeout=self.timeout_s)
+        with translated():
+            reply = self.stub.EndSearch(serde.end_search_to_proto(session_id), timeout=self.timeout_s)
         return serde.verdict_from_proto(reply.decision)

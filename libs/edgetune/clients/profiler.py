@@ -1,8 +1,8 @@
 """A node agent's Profiler service with library records in and out (:mod:`edgetune.proto.serde.profiler`).
 
-Calls raise the ``grpc.RpcError`` of a failed call (``FAILED_PRECONDITION`` while a profile holds
-the device, ``INVALID_ARGUMENT`` naming the field), so a caller can tell a busy device from a
-refusal.
+A failed call raises :class:`~edgetune.clients.calls.CallFailed` with its status code
+(``FAILED_PRECONDITION`` while a profile holds the device, ``INVALID_ARGUMENT`` naming the field),
+so a caller can tell a busy device from a refusal.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 
 from edgetune.base.mode import PowerMode
+from edgetune.clients.calls import translated
 from edgetune.devices.base import DeviceInfo, PowerSample
 from edgetune.profiling import PointSkipped, ProfileProgress
 from edgetune.proto.serde.profiler import (
@@ -40,25 +41,35 @@ class ProfilerClient:
         self.timeout_s = timeout_s
 
     def device(self) -> DeviceInfo:
-        return device_info_from_proto(self._stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=self.timeout_s))
+        with translated():
+            reply = self._stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=self.timeout_s)
+        return device_info_from_proto(reply)
 
     def profile(self, job: ProfileJob, *, run_key: str = "",
                 timeout_s: float | None = None) -> Iterator[ProfileProgress | PointSkipped | MeasurementRecord]:
         """The profile's events as they come. ``run_key``: the same key again writes the same
         measurement ids (a retry); empty: a fresh run."""
         metadata = ((RUN_KEY_METADATA, run_key),) if run_key else None
-        for event in self._stub.Profile(profile_job_to_proto(job), metadata=metadata,
-                                        timeout=self.timeout_s if timeout_s is None else timeout_s):
-            yield profile_event_from_proto(event)
+        call = self._stub.Profile(profile_job_to_proto(job), metadata=metadata,
+                                  timeout=self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            with translated():
+                for event in call:
+                    yield profile_event_from_proto(event)
+        finally:  # a caller that stops reading ends the profile (the agent restores the mode)
+            call.cancel()
 
     def apply(self, target: PowerMode | str | int) -> tuple[PowerMode, PowerMode]:
         """Apply a mode, or an nvpmodel preset by name or id; (applied, previous)."""
-        return applied_from_proto(self._stub.ApplyPowerMode(apply_request_to_proto(target), timeout=self.timeout_s))
+        with translated():
+            reply = self._stub.ApplyPowerMode(apply_request_to_proto(target), timeout=self.timeout_s)
+        return applied_from_proto(reply)
 
     def restore(self) -> tuple[PowerMode, bool]:
         """Back to the mode from before the agent's first change; (mode now, whether it changed)."""
-        return restored_from_proto(self._stub.RestorePowerMode(profiler_pb2.RestorePowerModeRequest(),
-                                                               timeout=self.timeout_s))
+        with translated():
+            reply = self._stub.RestorePowerMode(profiler_pb2.RestorePowerModeRequest(), timeout=self.timeout_s)
+        return restored_from_proto(reply)
 
     def stream_power(self, rate_hz: float = 0.0, max_samples: int = 0,
                      include_rails: bool = False) -> Iterator[PowerSample]:
@@ -66,7 +77,8 @@ class ProfilerClient:
         caller stops iterating)."""
         call = self._stub.StreamPower(stream_power_request(rate_hz, max_samples, include_rails))
         try:
-            for msg in call:
-                yield power_sample_from_proto(msg)
+            with translated():
+                for msg in call:
+                    yield power_sample_from_proto(msg)
         finally:
             call.cancel()

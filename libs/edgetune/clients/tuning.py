@@ -16,6 +16,8 @@ import numpy as np
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, ModeKey, Points, Predictions, mode_key
 from edgetune.base.roles import Role
+from edgetune.base.workload import WorkloadRef
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.estimator import EstimatorClient
 from edgetune.clients.optimizer import OptimizerClient
 from edgetune.clients.profiler import ProfilerClient
@@ -31,16 +33,18 @@ RPC_TIMEOUT_S = 300.0
 class AgentMeasurer:
     """A profiler agent's ``Profile`` stream (:class:`~edgetune.clients.profiler.ProfilerClient`);
     ``tick(done, total)`` on its progress events. Every measurement it returned is kept in
-    :attr:`measured`."""
+    :attr:`measured`. A ``MODULE:FUNCTION`` comes back under its id (the agent loaded it): the
+    :attr:`workload` reference resolves it from the first measurement, and the points carry it."""
 
     def __init__(self, profiler: ProfilerClient, device: str, workload: str, role: str = "train",
                  tick: Callable[[int, int], None] | None = None, timeout_s: float = RPC_TIMEOUT_S) -> None:
-        self.profiler, self.device, self.workload, self.role = profiler, device, workload, role
+        self.profiler, self.device, self.role = profiler, device, role
+        self.workload = WorkloadRef.parse(workload)
         self.tick, self.timeout_s = tick, timeout_s
         self.measured: list[tuple[str, MeasurementRecord]] = []  # (purpose, measurement)
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
-        job = ProfileJob(self.workload, Role.parse(self.role) if self.role else Role.TRAIN,
+        job = ProfileJob(self.workload.name, Role.parse(self.role) if self.role else Role.TRAIN,
                          modes=tuple(PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in modes),
                          batch_sizes=(int(batch_size),), seed=int(seed))
         got: list[MeasurementRecord] = []
@@ -50,12 +54,11 @@ class AgentMeasurer:
             elif isinstance(event, ProfileProgress) and self.tick is not None:
                 self.tick(event.done, event.total)
         self.measured += [(purpose, m) for m in got]
-        # a MODULE:FUNCTION comes back under its id (the agent loaded it): models learn under the id
-        recorded = {m.workload for m in got}
+        for m in got:
+            self.workload = self.workload.resolve(m.workload)
         return Points(np.asarray([m.mode.as_tuple() for m in got], dtype=float).reshape(-1, 4),
                       np.asarray([m.batch_size for m in got]), np.asarray([m.time_ms for m in got]),
-                      np.asarray([m.power_w for m in got]), self.device,
-                      recorded.pop() if len(recorded) == 1 else self.workload, self.role)
+                      np.asarray([m.power_w for m in got]), self.device, self.workload.recorded_as, self.role)
 
 
 class ServiceEstimator:
@@ -70,8 +73,8 @@ class ServiceEstimator:
         """One retry on UNKNOWN / UNAVAILABLE: a local Ray that was slow to start under load comes up."""
         try:
             return fn(*args)
-        except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE):
+        except CallFailed as exc:
+            if exc.code not in (Status.UNKNOWN, Status.UNAVAILABLE):
                 raise
             time.sleep(2.0)
             return fn(*args)

@@ -62,7 +62,8 @@ from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Choice, Decision, Points, Predictions
 from edgetune.base.roles import Role
-from edgetune.base.workload import is_user_workload
+from edgetune.base.workload import WorkloadRef
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
@@ -186,10 +187,15 @@ class NodeLost(Exception):
 
 
 class QueueMeasurer:
-    """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1)."""
+    """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1).
 
-    def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str, workload: str,
-                 role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
+    :attr:`workload` is a :class:`~edgetune.base.workload.WorkloadRef`: points are asked for and keyed
+    by its name; a ``MODULE:FUNCTION``'s id (only the node imports its code) is pending until the
+    node's first measurement reports it, and a later one reporting another id fails the node.
+    """
+
+    def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str,
+                 workload: WorkloadRef, role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
                  on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1,
                  epoch: int = 0, node_live: Callable[[], bool] = lambda: True, live_check_s: float = 1.0) -> None:
         self.store, self.queue, self.job, self.node_id = store, queue, job, node_id
@@ -199,15 +205,12 @@ class QueueMeasurer:
         self.epoch = epoch  # the node's drift epoch: part of every point's job id
         self.node_live, self.live_check_s = node_live, live_check_s
         self.queued = 0  # points this measurer sent to the agent (not found in the store)
-        #: What the measurements are recorded under: the workload, or a MODULE:FUNCTION's id once the
-        #: node has measured it (only the node imports user code).
-        self.workload_id = workload
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
         rows = self.records(modes, batch_size, seed=seed, purpose=purpose)
         return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
                       np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
-                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload_id, self.role)
+                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload.recorded_as, self.role)
 
     def records(self, modes: np.ndarray, batch_size: int, *, seed: int = 0,
                 purpose: str = "profile") -> list[MeasurementRecord]:
@@ -218,12 +221,15 @@ class QueueMeasurer:
         for mode in modes:
             job_id = point_job_id(self.job, self.node_id, mode, batch_size, purpose, self.epoch)
             pm = PowerMode(int(mode[0]), float(mode[1]), float(mode[2]), float(mode[3]))
-            mid = measurement_id(self.device_model, self.node_id, self.workload, self.role, pm, batch_size, job_id)
+            # keyed by the name asked for (the agent keys a MODULE:FUNCTION's rows by it too), so the
+            # id of a point is known before it is measured
+            mid = measurement_id(self.device_model, self.node_id, self.workload.name, self.role, pm, batch_size,
+                                 job_id)
             wanted.append((job_id, mid))
             if self.store.get_measurement(mid) is not None:
                 POINTS.labels("stored").inc()
                 continue
-            point = ProfileJob(self.workload, Role.parse(self.role), modes=(pm,), batch_sizes=(int(batch_size),),
+            point = ProfileJob(self.workload.name, Role.parse(self.role), modes=(pm,), batch_sizes=(int(batch_size),),
                                n_minibatches=N_MINIBATCHES, seed=int(seed))
             self.queue.submit(self.node_id, point.to_dict(), job_id=job_id)
             self.queued += 1
@@ -234,12 +240,15 @@ class QueueMeasurer:
             for job_id, mid in wanted:
                 reason = None if mid in found else self.queue.refusal(self.node_id, job_id)
                 if reason is not None:  # e.g. a MODULE:FUNCTION the node cannot load: fail with its words
-                    raise InvalidArgument("workload", f"node {self.node_id} refused {self.workload}: {reason}")
+                    raise InvalidArgument("workload", f"node {self.node_id} refused {self.workload.name}: {reason}")
+        # a user workload's rows carry its id (the agent loaded it): resolved by the first row, then
+        # every later row must carry the same (the models learn under that one id)
+        try:
+            for r in rows:
+                self.workload = self.workload.resolve(r.workload)
+        except InvalidArgument as exc:
+            raise InvalidArgument("workload", f"node {self.node_id}: {exc.message}", exc.allowed) from None
         self.on_points(len(rows))
-        # a user workload's rows carry its id (the agent loaded it): the models learn under that id
-        ids = {r.workload for r in rows}
-        if len(ids) == 1:
-            self.workload_id = ids.pop()
         return rows
 
     def _wait(self, ids: list[str]) -> dict[str, MeasurementRecord]:
@@ -336,19 +345,14 @@ class LimitedEstimator:
 
 
 #: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
-TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+TRANSIENT_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.RESOURCE_EXHAUSTED)
 MAX_TRANSIENT_RETRIES = 5
 #: Estimator calls in flight at once (:class:`LimitedEstimator`).
 ESTIMATOR_SLOTS = 4
 
 
 def _transient(exc: Exception) -> bool:
-    code = getattr(exc, "code", None)
-    try:
-        name = code().name if callable(code) else ""
-    except Exception:  # noqa: BLE001 - not a gRPC error after all
-        return False
-    return name in TRANSIENT_CODES
+    return isinstance(exc, CallFailed) and exc.code in TRANSIENT_CODES
 
 
 class CountedSelector:
@@ -576,7 +580,7 @@ class Reconciler:
             if _transient(exc) and self._transient.get(key, 0) < MAX_TRANSIENT_RETRIES:
                 self._transient[key] = self._transient.get(key, 0) + 1  # the next pass retries (replaying)
                 log.warning("tuning of %s on %s: a service call failed (%s); retrying", spec.name, node.node_id,
-                            exc.code().name)  # type: ignore[attr-defined]
+                            exc)
                 return
             log.exception("tuning of %s on %s failed", spec.name, node.node_id)
             STEPS.labels("failed").inc()
@@ -598,9 +602,10 @@ class Reconciler:
             return False
         STEPS.labels("drift_check").inc()
         window = int(time.time() // max(self.drift.check_s, 1e-3))  # one check point per window, any leader
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
-                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
-                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model,
+                                 WorkloadRef.parse(spec.workload), spec.role, should_stop=should_stop,
+                                 on_purpose=lambda _p: None, on_points=lambda _n: None,
+                                 timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
                                  node_live=lambda: self._live(node_id))
         got = measurer.measure(np.asarray([st.mode], dtype=float), st.batch_size or spec.batch_sizes[0],
                                purpose=f"check-{window}")
@@ -700,9 +705,10 @@ class Reconciler:
         epoch = writer.update(node_id, lambda s: s).drift_epoch
         phase(NodePhase.PROFILING, f"cap search under {budget:g} W", power_budget_w=budget, device=node.device_model,
               reason="")
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
-                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
-                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=epoch,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model,
+                                 WorkloadRef.parse(spec.workload), spec.role, should_stop=should_stop,
+                                 on_purpose=lambda _p: None, on_points=lambda _n: None,
+                                 timeout_s=self.point_timeout_s, epoch=epoch,
                                  node_live=lambda: self._live(node_id))
         search = CapSearch(gpu_levels(get_spec(node.device_model)), spec.batch_sizes, budget)
         measured: list[CapPoint] = []
@@ -762,11 +768,13 @@ class Reconciler:
 
         def on_points(n: int) -> None:
             profiled["n"] += n
-            of = f" of {measurer.workload_id}" if measurer.workload_id != spec.workload else ""  # a user workload's id
+            ref = measurer.workload
+            of = f" of {ref.id}" if ref.is_user and ref.resolved else ""  # a user workload's id
             writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
                                                           profiled=profiled["n"]))
 
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device,
+                                 WorkloadRef.parse(spec.workload), spec.role,
                                  should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
                                  timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
         found = self._reference(spec, node)
@@ -782,7 +790,7 @@ class Reconciler:
         return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
                          # a MODULE:FUNCTION's id is known once the node measured it: the points then carry it
-                         workload="" if is_user_workload(spec.workload) else spec.workload, role=spec.role,
+                         workload=measurer.workload.id or "", role=spec.role,
                          model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
 

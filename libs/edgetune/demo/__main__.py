@@ -21,7 +21,6 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,6 +33,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from edgetune.clients.calls import CallFailed
 from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold green]{headline}")
     except KeyboardInterrupt as exc:
         rc, failure = 130, f"interrupted ({exc or 'Ctrl-C'})"
-    except grpc.RpcError as exc:
-        rc, failure = 1, f"a service call failed: {exc.code().name}: {exc.details()}"
+    except CallFailed as exc:
+        rc, failure = 1, f"a service call failed: {exc}"
     except SupervisorError as exc:
         rc, failure = 1, f"a service did not start: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure: say what, shut down, non-zero exit

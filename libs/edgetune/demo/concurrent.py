@@ -4,15 +4,14 @@ every point it asks for profiled on one Orin agent."""
 from __future__ import annotations
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.demo.story import (
     Story,
     Tick,
     profile,
 )
-from edgetune.optimization.records import SearchRequest
-from edgetune.proto.serde.common import mode_to_proto, role_to_proto
-from edgetune.proto.serde.optimizer import told_from_proto
-from edgetune.proto.v1 import common_pb2, profiler_pb2
+from edgetune.optimization.records import SearchRequest, Told
+from edgetune.store import MeasurementRecord
 
 
 # --- 8. concurrent training + inference -------------------------------------------------------------
@@ -35,13 +34,12 @@ def concurrent_search(story: Story, tick: Tick) -> str:
         groups: dict[tuple[str, str, int], list[PowerMode]] = {}
         for p in asked.points:
             groups.setdefault((p.role, p.workload, p.batch_size), []).append(p.mode)
-        told: list[common_pb2.Measurement] = []
+        measured: list[MeasurementRecord] = []
         for (role, workload, batch), modes in groups.items():
-            told += profile(agent, profiler_pb2.ProfileRequest(
-                workload=story.workload(common_pb2.Role.ValueType(role_to_proto(role)), workload or None, batch),
-                modes=[mode_to_proto(m) for m in modes], batch_sizes=[batch], seed=o.seed + 500 + profiled))
+            measured += profile(agent, story.profile_job(modes, role=Role.parse(role), workload=workload or None,
+                                                         batch_size=batch, seed=o.seed + 500 + profiled))
             profiled += len(modes)
-        reply = opt.tell(session.session_id, [told_from_proto(i, m) for i, m in enumerate(told)])
+        reply = opt.tell(session.session_id, [Told.measured(f"measurements[{i}]", m) for i, m in enumerate(measured)])
         tick("search", reply.profiled, max(session.max_profiles * 2, reply.profiled))
         if reply.done:
             break

@@ -1,4 +1,8 @@
-"""The demo's report folder: PNG plots, ``summary.json`` and an ``index.html`` linking them."""
+"""The demo's report folder: PNG plots, ``summary.json`` and an ``index.html`` linking them.
+
+Drawn from the story's records: measured points are the agents' :class:`~edgetune.store.MeasurementRecord`
+rows, each node's choice comes from its job status (:class:`~edgetune.demo.story.Point`, predicted and
+verified), the round plans are the coordinator's :class:`~edgetune.planning.planner.RoundPlan`."""
 
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ def plot_pareto(story: Story, path: Path) -> Path:
             ax.scatter([r.preset.power_w], [r.preset.time_ms], marker="s", s=50, c="tab:orange", edgecolors="k",
                        label=f"preset {r.preset_name} (measured)")
         d = r.decision
-        if d is not None and d.feasible:
+        if d is not None:
             ax.scatter([d.power_w], [d.time_ms], marker="*", s=200, facecolors="none", edgecolors="tab:green",
                        lw=1.3, zorder=5, label="chosen, predicted")
         if r.verified is not None:
@@ -89,7 +93,7 @@ def plot_accuracy(story: Story, path: Path) -> Path:
         if r.verified is not None and r.decision is not None:
             axes[0].scatter([r.verified.time_ms], [r.decision.time_ms], marker="*", s=140, c=c, edgecolors="k")
             axes[1].scatter([r.verified.power_w], [r.decision.power_w], marker="*", s=140, c=c, edgecolors="k")
-            if r.decision.HasField("power_upper_w"):
+            if r.decision.power_upper_w is not None:
                 axes[1].plot([r.verified.power_w] * 2, [r.decision.power_w, r.decision.power_upper_w], c=c, lw=1)
     for ax, (what, unit) in zip(axes, (("time", "ms"), ("power", "W")), strict=True):
         meas, pred = (np.array(v) for v in all_pairs[what])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import time
 
-import grpc
 import numpy as np
 
 from edgetune.base.records import Predictions
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
     NodeResult,
@@ -21,8 +21,6 @@ from edgetune.demo.story import (
     profile,
 )
 from edgetune.planning.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
-from edgetune.proto.serde.common import mode_to_proto
-from edgetune.proto.v1 import profiler_pb2
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
@@ -124,13 +122,12 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
             deadline = time.monotonic() + 15
             current = None
             while time.monotonic() < deadline:
-                current = agent.stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10).current_mode
+                current = agent.profiler.device().current_mode
                 if key(current) == key(cfg.mode):
                     break
                 time.sleep(0.1)
-            rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=[mode_to_proto(cfg.mode)],
-                                                              batch_sizes=[cfg.batch_size or story.options.batch_size],
-                                                              seed=story.options.seed + 7 + cfg.revision))
+            rows = profile(agent, story.profile_job([cfg.mode], batch_size=cfg.batch_size or story.options.batch_size,
+                                                    seed=story.options.seed + 7 + cfg.revision))
             power = rows[0].power_w if rows else math.inf
             ok = power <= budgets[node_id]
             res.config_checks.append({"revision": cfg.revision, "mode": label(cfg.mode),
@@ -182,8 +179,8 @@ def revisions(story: Story) -> dict[str, int]:
     for n in story.fleet:
         try:
             cfg = story.suite.coordinator.config(n.node_id)
-        except grpc.RpcError as exc:  # a node left out of the round has no config yet
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+        except CallFailed as exc:  # a node left out of the round has no config yet
+            if exc.code != Status.NOT_FOUND:
                 raise
             out[n.node_id] = 0
             continue
@@ -204,8 +201,8 @@ def change_budget(story: Story) -> str:
     pushed = None
     try:
         pushed = next(watch)
-    except grpc.RpcError as exc:  # no new config: the coordinator's re-plan was infeasible or unchanged
-        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+    except CallFailed as exc:  # no new config: the coordinator's re-plan was infeasible or unchanged
+        if exc.code != Status.DEADLINE_EXCEEDED:
             raise
     finally:
         watch.close()

@@ -15,11 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-import grpc
 import numpy as np
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points, mode_key
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
@@ -28,6 +28,7 @@ from edgetune.demo.story import (
     NodeResult,
     Story,
     Tick,
+    as_mode,
     energy_j,
     job_name,
     job_spec,
@@ -37,20 +38,14 @@ from edgetune.demo.story import (
     maxn_mode,
     operator_preset,
     parallel,
-    preset_mode,
     profile,
 )
 from edgetune.demo.suite import registered
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.serde.common import mode_to_proto
-from edgetune.proto.v1 import (
-    common_pb2,
-    profiler_pb2,
-)
-from edgetune.store import NodeRecord
-from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobView
+from edgetune.store import MeasurementRecord, NodeRecord
+from edgetune.tuning.jobs import NodePhase, TuningJobView
 from edgetune.tuning.protocols import reference_model_id
 from edgetune.tuning.safety import SafetyState, held_out_power_error
 
@@ -69,10 +64,9 @@ def discover(story: Story) -> str:
     if missing:
         raise RuntimeError(f"agents never registered with the coordinator: {', '.join(missing)}")
     for node in story.fleet:
-        reply = story.agent(node.node_id).stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10)
-        res = NodeResult(node, spec=reply.spec, address=story.agent(node.node_id).child.address,
-                         backend=reply.backend,
-                         grid_modes=named_grid(get_spec(reply.spec.name), "powertrain").n_modes)
+        info = story.agent(node.node_id).profiler.device()
+        res = NodeResult(node, spec=info.spec, address=story.agent(node.node_id).child.address,
+                         backend=info.backend, grid_modes=named_grid(get_spec(info.spec.name), "powertrain").n_modes)
         registered_w = listed[node.node_id].power_budget_w
         if registered_w != node.budget_w:
             res.notes.append(f"registered budget {registered_w or 0.0:g} W")
@@ -147,8 +141,8 @@ def _watch(story: Story, name: str) -> Iterator[TuningJobView]:
             for job in stream:
                 after = job.revision
                 yield job
-        except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        except CallFailed as exc:
+            if exc.code not in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED):
                 raise
         finally:
             stream.close()
@@ -182,14 +176,6 @@ def run_job(story: Story, tick: Tick) -> str:
 
 
 # --- 4. the demo's check of the job's predictions ------------------------------------------------
-def _measurement(r) -> common_pb2.Measurement:  # a stored MeasurementRecord as the API's message
-    m = r.mode
-    return common_pb2.Measurement(id=r.id, node_id=r.node_id or "", device=r.device_model, workload=r.workload,
-                                  mode=common_pb2.PowerMode(cores=m.cores, cpu_mhz=m.cpu_mhz, gpu_mhz=m.gpu_mhz,
-                                                            emc_mhz=m.emc_mhz),
-                                  batch_size=r.batch_size, time_ms=r.time_ms, power_w=r.power_w)
-
-
 def check(story: Story, tick: Tick) -> str:
     """Independent of the job: measure ``held_out`` random modes it never profiled, MAXN and the operator's
     preset on each agent (Profile streams), predict them and every candidate with the job's model
@@ -201,7 +187,7 @@ def check(story: Story, tick: Tick) -> str:
     def run(res: NodeResult) -> None:
         node, agent = res.node, story.agent(res.node.node_id)
         stored = story.suite.store.get_measurements(node.device, o.workload, "train", node.node_id)
-        res.profiled = [_measurement(r) for r in stored]  # the job's points (profiles and verifications)
+        res.profiled = list(stored)  # the job's points (profiles and verifications)
         res.stored = len(stored)
         status = res.status
         if status is not None:
@@ -215,10 +201,9 @@ def check(story: Story, tick: Tick) -> str:
         preset = operator_preset(res.device_spec, node.budget_w)
         if preset is not None:
             res.preset_name = preset.name
-            baselines.append(preset_mode(preset))
-        modes = [common_pb2.PowerMode(cores=int(m[0]), cpu_mhz=m[1], gpu_mhz=m[2], emc_mhz=m[3]) for m in held]
-        rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=modes + baselines,
-                                                          batch_sizes=[o.batch_size], seed=o.seed + 99))
+            baselines.append(preset.mode())
+        modes = [PowerMode(int(m[0]), m[1], m[2], m[3]) for m in held]
+        rows = profile(agent, story.profile_job(modes + baselines, seed=o.seed + 99))
         byk = {key(m.mode): m for m in rows}
         res.held_out = [byk[key(m)] for m in modes if key(m) in byk]
         res.maxn = byk.get(key(baselines[0]))
@@ -231,8 +216,6 @@ def check(story: Story, tick: Tick) -> str:
         pt, mt, pp, mp = held_out_pairs(res)
         res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
                                   story.tuning.z)
-        res.decision = decision_msg(status)
-        res.verified = verified_msg(status)
         with lock:
             done["n"] += 1
             tick("check", done["n"], len(story.nodes))
@@ -267,7 +250,7 @@ def job_rows(story: Story) -> list[dict]:
         return []
     rows = []
     for n in story.job.nodes:
-        mode = label(_mode(n.mode)) if n.mode is not None else ""
+        mode = label(as_mode(n.mode)) if n.mode is not None else ""
         rows.append({"node": n.node_id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
                      "budget W": n.power_budget_w, "predicted W": _round(n.predicted_power_w),
                      "upper W": _round(n.predicted_power_upper_w), "measured W": _round(n.measured_power_w),
@@ -305,48 +288,19 @@ def pareto(story: Story) -> str:
     return f"Pareto-optimal modes out of each node's predicted grid: {sizes}"
 
 
-def _mode(mode: tuple[float, float, float, float]) -> PowerMode:
-    return PowerMode(int(mode[0]), mode[1], mode[2], mode[3])
-
-
-def decision_msg(status: NodeStatus | None) -> common_pb2.Decision | None:
-    """The coordinator's choice for a node (its job status) as a Decision message (what the report reads)."""
-    if status is None:
-        return None
-    if status.predicted_power_w is None or status.predicted_time_ms is None or status.mode is None \
-            or status.phase == NodePhase.FAILED:
-        return common_pb2.Decision(feasible=False, reason=status.reason or "no choice")
-    msg = common_pb2.Decision(feasible=True, batch_size=status.batch_size, time_ms=status.predicted_time_ms,
-                              power_w=status.predicted_power_w, reason=status.reason,
-                              mode=mode_to_proto(_mode(status.mode)))
-    msg.energy_j = energy_j(msg.time_ms, msg.power_w)
-    if status.predicted_power_upper_w is not None:
-        msg.power_upper_w = status.predicted_power_upper_w
-    return msg
-
-
-def verified_msg(status: NodeStatus | None) -> common_pb2.Measurement | None:
-    """The choice as the coordinator measured it on the agent before applying it."""
-    if status is None or status.measured_power_w is None or status.mode is None:
-        return None
-    return common_pb2.Measurement(node_id=status.node_id, device=status.device, mode=mode_to_proto(_mode(status.mode)),
-                                  batch_size=status.batch_size, time_ms=status.measured_time_ms or 0.0,
-                                  power_w=status.measured_power_w)
-
-
 def summary_rows(story: Story) -> list[dict]:
     """One row per node: the choice as measured, and how MAXN and the operator's preset compare."""
     rows = []
     for r in story.nodes.values():
         v, d = r.verified, r.decision
         row = {"node": r.node.node_id, "device": r.node.device, "budget_w": r.node.budget_w,
-               "mode": label(d.mode) if d is not None and d.feasible else None,
+               "mode": label(d.mode) if d is not None else None,
                "batch_size": story.options.batch_size,
-               "predicted_time_ms": d.time_ms if d is not None and d.feasible else None,
-               "predicted_power_w": d.power_w if d is not None and d.feasible else None,
-               "predicted_power_upper_w": d.power_upper_w if d is not None and d.HasField("power_upper_w") else None,
+               "predicted_time_ms": d.time_ms if d is not None else None,
+               "predicted_power_w": d.power_w if d is not None else None,
+               "predicted_power_upper_w": d.power_upper_w if d is not None else None,
                "time_ms": v.time_ms if v else None, "power_w": v.power_w if v else None,
-               "energy_j": energy_j(v.time_ms, v.power_w) if v else None,
+               "energy_j": v.energy_j if v else None,
                "within_budget": r.within_budget, "attempts": r.attempts,
                "maxn": _point(r.maxn, r.node.budget_w), "preset_name": r.preset_name or None,
                "preset": _point(r.preset, r.node.budget_w), "notes": list(r.notes)}
@@ -354,7 +308,7 @@ def summary_rows(story: Story) -> list[dict]:
     return rows
 
 
-def _point(m: common_pb2.Measurement | None, budget_w: float) -> dict | None:
+def _point(m: MeasurementRecord | None, budget_w: float) -> dict | None:
     if m is None:
         return None
     return {"mode": label(m.mode), "time_ms": m.time_ms, "power_w": m.power_w,

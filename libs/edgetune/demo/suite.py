@@ -1,7 +1,8 @@
 """The edgetune control plane on loopback, started as ``edgetune up`` starts it: embedded Redis,
 the estimator, the optimizer, the coordinator (whose reconcile loop runs tuning jobs) and one
-profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the clients
-the story talks to (the coordinator's typed client; the agents' and the optimizer's stubs)."""
+profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the typed clients
+the story talks to (the coordinator's, the optimizer's, each agent's profiler; the estimator through
+the tuning protocol's remote adapter)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import grpc
 
 from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.clients.optimizer import OptimizerClient
+from edgetune.clients.profiler import ProfilerClient
 from edgetune.clients.tuning import ServiceEstimator
 from edgetune.localrun.controlplane import LocalNode, start_control_plane
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
-from edgetune.proto.v1 import profiler_pb2_grpc
 from edgetune.store import NodeRecord, Store
 from edgetune.tuning.protocols import Estimator
 
@@ -50,7 +51,7 @@ FLEET: tuple[NodeSpec, ...] = (
 class Agent:
     node: NodeSpec
     child: Child
-    stub: profiler_pb2_grpc.ProfilerStub
+    profiler: ProfilerClient
 
 
 @dataclass
@@ -120,7 +121,7 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
     for node in fleet:
         child = plane.agents[node.node_id]
         on_started(child.name, child)
-        agents[node.node_id] = Agent(node, child, profiler_pb2_grpc.ProfilerStub(_channel(channels, child.address)))
+        agents[node.node_id] = Agent(node, child, ProfilerClient(_channel(channels, child.address)))
     estimator = ServiceEstimator(_channel(channels, plane.estimator.address), plane.estimator.address,
                                  "local Ray" if ray else "no Ray")
     optimizer = OptimizerClient(_channel(channels, plane.optimizer.address))

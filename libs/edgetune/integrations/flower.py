@@ -42,7 +42,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import grpc
 from flwr.client import NumPyClient
 from flwr.common import (
     Config,
@@ -62,6 +61,7 @@ from flwr.server.strategy import Strategy
 from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.clients.profiler import ProfilerClient
 from edgetune.errors import FailedPrecondition, InvalidArgument
@@ -384,8 +384,8 @@ class FitPlan:
                    str(config.get(ROUND_ID, "")), str(config.get(AGENT, "")))
 
 
-def _busy(exc: grpc.RpcError) -> bool:
-    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+def _busy(exc: CallFailed) -> bool:
+    return exc.code == Status.FAILED_PRECONDITION
 
 
 @contextmanager
@@ -406,9 +406,9 @@ def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TI
         finally:
             try:
                 _retry_busy(agent.restore, busy_wait_s)
-            except grpc.RpcError as exc:
+            except CallFailed as exc:
                 log.error("restoring the power mode failed", extra={"agent": agent_address,
-                                                                    "code": exc.code().name, "error": exc.details()})
+                                                                    "code": exc.code.value, "error": exc.details})
 
 
 T = TypeVar("T")
@@ -419,7 +419,7 @@ def _retry_busy(call: Callable[[], T], wait_s: float) -> T:
     while True:
         try:
             return call()
-        except grpc.RpcError as exc:
+        except CallFailed as exc:
             if not _busy(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)

@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 
 from edgetune.clients.coordinator import CoordinatorClient
-from edgetune.localrun.processes import Child, Supervisor, SupervisorError, poll_until_serving
+from edgetune.localrun.processes import Child, Supervisor, SupervisorError, free_port, poll_until_serving
 from edgetune.store import EmbeddedRedisServer, Store, open_store
 
 START_TIMEOUT_S = 60.0
@@ -64,6 +64,9 @@ class LocalCluster:
     job_idle_timeout_ms: int | None = None
     #: Coordinator flags beyond the cluster's own (``--drift-check-s 1``).
     coordinator_args: Sequence[str] = ()
+    #: Each process serves its Prometheus endpoint on a free loopback port (``Child.metrics()`` reads
+    #: it); off, none does (``--metrics-port 0``).
+    metrics: bool = False
     store: Store | None = None
     coordinator: Child | None = None
     estimator: Child | None = None
@@ -118,9 +121,10 @@ class LocalCluster:
         return child
 
     def _service_argv(self, name: str, extra: Sequence[str], port: int = 0) -> list[str]:
+        metrics_port = free_port() if self.metrics else 0
         return ["-m", f"edgetune.services.{name}.server", "--host", "127.0.0.1", "--port", str(port),
-                "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
-                "--redis", self.redis_url, *extra]
+                "--metrics-port", str(metrics_port), "--grace-s", f"{self.grace_s:g}",
+                "--log-level", self.log_level, "--redis", self.redis_url, *extra]
 
     def spawn_coordinator(self, replica_id: str, name: str = "coordinator", *, port: int = 0) -> Child:
         """A coordinator replica on this cluster's Redis (with the tuning services' addresses when

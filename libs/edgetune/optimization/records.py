@@ -17,6 +17,7 @@ from typing import NamedTuple
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import BatchEfficiency, Predictions
+from edgetune.store import MeasurementRecord
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,11 @@ class Told(NamedTuple):
     workload: str
     time_ms: float
     power_w: float
+
+    @classmethod
+    def measured(cls, field: str, m: MeasurementRecord) -> Told:
+        """A stored measurement (a Profile's) as the point told at ``field``."""
+        return cls(field, m.mode, m.role, m.batch_size, m.workload, m.time_ms, m.power_w)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import yaml
 
 from edgetune import validation
 from edgetune.base.roles import Role
-from edgetune.base.workload import is_user_workload, parse_spec
+from edgetune.base.workload import WorkloadRef
 from edgetune.errors import InvalidArgument
 from edgetune.schemas import check
 from edgetune.tuning.jobs import DEFAULT_PROFILES, TuningJobSpec, TuningMethod, TuningObjective
@@ -45,11 +45,8 @@ def spec_from_doc(doc: Any, source: str = "job") -> TuningJobSpec:
     check(doc, JOB_SCHEMA, source)
     workload = doc["workload"]
     name = validation.identifier(workload["name"], f"{source}:workload.name")
-    if is_user_workload(name):  # its form; the nodes import it from their --workload-path
-        try:
-            parse_spec(name)
-        except InvalidArgument as exc:
-            raise exc.renamed(f"{source}:workload.name") from None
+    # a MODULE:FUNCTION's form; the nodes import it from their --workload-path
+    WorkloadRef.parse(name, f"{source}:workload.name")
     batch_sizes: tuple[int, ...] = (16,)
     if "batch_sizes" in workload:
         sizes = workload["batch_sizes"]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from edgetune import validation
 from edgetune.base.roles import Role
-from edgetune.base.workload import is_user_workload, parse_spec
+from edgetune.base.workload import WorkloadRef
 from edgetune.errors import InvalidArgument
 from edgetune.store.records import UnknownSchema
 
@@ -112,11 +112,8 @@ class TuningJobSpec:
             raise InvalidArgument("spec.name", f"{self.name!r} is not a DNS label",
                                   "lowercase letters, digits and '-', at most 63, e.g. mnv3-train")
         validation.identifier(self.workload, "spec.workload.name")
-        if is_user_workload(self.workload):  # its form only: the nodes import it (the coordinator never does)
-            try:
-                parse_spec(self.workload)
-            except InvalidArgument as exc:
-                raise exc.renamed("spec.workload.name") from None
+        # a MODULE:FUNCTION's form only: the nodes import it (the coordinator never does)
+        WorkloadRef.parse(self.workload, "spec.workload.name")
         if self.role not in {r.value for r in Role}:
             raise InvalidArgument("spec.workload.role", f"{self.role!r}", ", ".join(r.value for r in Role))
         if not self.batch_sizes:

@@ -4,7 +4,7 @@ Services use these at their edges (request -> library call -> response) so that 
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
 (role, grid, strategy, problem, objective) to and from the library's string names (prediction
 tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to messages and back to
-profile-table rows, a reader for ``optional`` scalars and Unix seconds as Timestamps. Bad input
+stored measurement records, a reader for ``optional`` scalars and Unix seconds as Timestamps. Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
 
@@ -23,6 +23,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.profiling.protocol import Measurement
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2
+from edgetune.store import MeasurementRecord
 
 # --- power modes and specs ------------------------------------------------------------------
 
@@ -171,33 +172,24 @@ def measurement_to_proto(m: Measurement, node_id: str | None = None,
     return msg
 
 
-def measurement_from_proto(msg: common_pb2.Measurement) -> dict[str, Any]:
-    """The docs/contract.md profile-table row of a Measurement message (``Measurement.to_row()`` keys).
+def measurement_from_proto(msg: common_pb2.Measurement, field: str = "measurement") -> MeasurementRecord:
+    """The stored form of a Measurement message: a :class:`~edgetune.store.MeasurementRecord` whose
+    :meth:`~edgetune.store.MeasurementRecord.to_row` is the docs/contract.md profile-table row.
 
-    A row, not a library Measurement: the message does not carry the protocol's run details
-    (settling, per-minibatch times, power samples, run window). ``energy_j`` is the whole run's energy (per-minibatch
-    energy x minibatches), as in rows written by ``edgetune profile``.
+    A record, not a profiling Measurement: the message does not carry the protocol's run details
+    (settling, per-minibatch times, power samples, run window). Its extra columns: ``energy_j`` the
+    whole run's energy (per-minibatch energy x minibatches, as in rows written by ``edgetune
+    profile``), ``energy_per_minibatch_j``, the spreads, the peak and idle power, the counts.
     """
-    mode = mode_from_proto(msg.mode, "measurement.mode")
-    return {
-        **mode.as_dict(),
-        "batch_size": int(msg.batch_size),
-        "time_ms": msg.time_ms,
-        "power_w": msg.power_w,
-        "device": msg.device,
-        "workload": msg.workload,
-        "role": role_from_proto(msg.role, "measurement.role").value,
-        "peak_power_w": msg.peak_power_w,
-        "energy_j": msg.energy_j * msg.minibatches,
-        "time_std_ms": msg.time_std_ms,
-        "power_std_w": msg.power_std_w,
-        "samples": int(msg.samples),
-        "idle_power_w": msg.idle_power_w,
-        "energy_per_minibatch_j": msg.energy_j,
-        "n_minibatches": int(msg.minibatches),
-        "node": msg.node_id,
-        "id": msg.id,
-    }
+    mode = mode_from_proto(msg.mode, f"{field}.mode")
+    return MeasurementRecord(
+        id=msg.id, device_model=msg.device, workload=msg.workload,
+        role=role_from_proto(msg.role, f"{field}.role").value, mode=mode, batch_size=int(msg.batch_size),
+        time_ms=msg.time_ms, power_w=msg.power_w, node_id=msg.node_id or None,
+        extra={"peak_power_w": msg.peak_power_w, "energy_j": msg.energy_j * msg.minibatches,
+               "time_std_ms": msg.time_std_ms, "power_std_w": msg.power_std_w, "samples": int(msg.samples),
+               "idle_power_w": msg.idle_power_w, "energy_per_minibatch_j": msg.energy_j,
+               "n_minibatches": int(msg.minibatches)})
 
 
 # --- optional scalars, profiling knobs ---------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.base.workload import is_user_workload, parse_spec
+from edgetune.base.workload import WorkloadRef
 from edgetune.devices.base import DeviceInfo, PowerSample
 from edgetune.errors import InvalidArgument
 from edgetune.profiling import Measurement, PointSkipped, ProfileEvent, ProfileProgress
@@ -83,11 +83,7 @@ def profile_job_from_proto(msg: profiler_pb2.ProfileRequest, field: str = "") ->
     name = msg.workload.name
     if not name:
         raise InvalidArgument(f"{field}workload.name", "is empty", WORKLOAD_ALLOWED)
-    if is_user_workload(name):  # its form only: the node imports it from its --workload-path
-        try:
-            parse_spec(name)
-        except InvalidArgument as exc:
-            raise exc.renamed(f"{field}workload.name") from None
+    WorkloadRef.parse(name, f"{field}workload.name")  # a MODULE:FUNCTION's form only: the node imports it
     role = role_from_proto(msg.workload.role, f"{field}workload.role", default=Role.TRAIN)
     profile_knobs(msg, field)
     if msg.modes and msg.random_modes:
@@ -147,7 +143,7 @@ def profile_event_from_proto(msg: profiler_pb2.ProfileEvent) -> ProfileProgress 
         s = msg.skipped
         return PointSkipped(mode_from_proto(s.mode, "skipped.mode"), int(s.batch_size), s.reason)
     if kind == "measurement":
-        return MeasurementRecord.from_row(measurement_from_proto(msg.measurement))
+        return measurement_from_proto(msg.measurement)
     raise InvalidArgument("event", "is not set", "progress, measurement or skipped")
 
 
