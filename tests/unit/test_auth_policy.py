@@ -20,6 +20,7 @@ def test_token_file_gives_identities_and_agents_their_nodes(tmp_path):
         {"token": "b" * 20, "role": "agent", "name": "orin-1"},
         {"token": "c" * 20, "role": "agent", "name": "rack-2", "nodes": ["n1", "n2"]},
     ]}))
+    path.chmod(0o600)
     table = load_tokens(path)
     assert len(table) == 3
     assert table.identify("a" * 20) == Identity("alice", "operator", "token", ())
@@ -51,6 +52,7 @@ def test_unreadable_token_file_names_it(tmp_path):
     with pytest.raises(InvalidArgument, match="cannot read"):
         load_tokens(tmp_path / "missing.yaml")
     (tmp_path / "bad.yaml").write_text("tokens: [")
+    (tmp_path / "bad.yaml").chmod(0o600)
     with pytest.raises(InvalidArgument, match="not YAML"):
         load_tokens(tmp_path / "bad.yaml")
 
