@@ -47,6 +47,7 @@ from edgetune.services.common import add_option, add_server_options, server_kwar
 from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.lost import LostRecordsInterceptor
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator.servicer import CoordinatorServicer
@@ -76,6 +77,7 @@ class CoordinatorServer(ServiceServer):
     """A ServiceServer that ends config watches before the graceful stop waits for RPCs."""
 
     servicer: CoordinatorServicer
+    lost_jobs: LostRecordsInterceptor
 
     def stop(self, grace_s: float | None = None) -> None:
         if getattr(self, "servicer", None) is not None:
@@ -150,10 +152,13 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
+        lost_jobs = LostRecordsInterceptor(store)  # a job lost with Redis' data is DATA_LOSS, not NOT_FOUND
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
-                                   security=security, audit_store=store, health_port=health_port)
+                                   security=security, audit_store=store, health_port=health_port,
+                                   interceptors=[lost_jobs])
+        server.lost_jobs = lost_jobs
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
         bound = server.host not in ("", "0.0.0.0", "::", "[::]")
@@ -192,6 +197,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
         membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
     # Hooks run last-registered first: kube watch, then the lease (released), then the store.
     owner.close_with(server)
+    server.on_shutdown.append(lost_jobs.stop)
     server.on_shutdown.append(lease.stop)
     if watcher is not None:
         server.on_shutdown.append(watcher.stop)
@@ -203,6 +209,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
 
 def start(coordinator: Coordinator) -> Coordinator:
     coordinator.server.start()
+    coordinator.server.lost_jobs.start()
     coordinator.lease.start()
     if coordinator.watcher is not None:
         coordinator.watcher.start()
