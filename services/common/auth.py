@@ -151,6 +151,10 @@ POLICY: dict[str, Rule] = {
     "/edgetune.v1.Coordinator/WatchTuningJob": Rule(VIEWER),
     "/edgetune.v1.Coordinator/CancelTuningJob": Rule(OPERATOR, audit=True),
     "/edgetune.v1.Coordinator/SubmitProfiling": Rule(OPERATOR, audit=True),
+    # A node's profiling jobs through the coordinator (its own agent, or an admin)
+    "/edgetune.v1.NodeJobs/ClaimJobs": Rule(ADMIN, _node_id, _set_node_id),
+    "/edgetune.v1.NodeJobs/CompleteJob": Rule(ADMIN, _node_id, _set_node_id, audit=True),
+    "/edgetune.v1.NodeJobs/RefuseJob": Rule(ADMIN, _node_id, _set_node_id, audit=True),
     # Estimator
     "/edgetune.v1.Estimator/Fit": Rule(OPERATOR, audit=True),
     "/edgetune.v1.Estimator/Transfer": Rule(OPERATOR, audit=True),

@@ -42,7 +42,7 @@ from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
 from edgetune.control.rounds import MembershipCheck, RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
-from edgetune.proto.v1 import coordinator_pb2_grpc
+from edgetune.proto.v1 import coordinator_pb2_grpc, nodejobs_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
 from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
@@ -50,6 +50,7 @@ from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.lost import LostRecordsInterceptor
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
+from edgetune.services.coordinator.nodejobs import NodeJobsServicer
 from edgetune.services.coordinator.servicer import CoordinatorServicer
 from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
@@ -193,6 +194,8 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                                        client=client)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
+        # Agents without a store credential claim and report their node's jobs here.
+        server.add(NodeJobsServicer(store, servicer.stopping), nodejobs_pb2_grpc.add_NodeJobsServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
         membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
     # Hooks run last-registered first: kube watch, then the lease (released), then the store.
