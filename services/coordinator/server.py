@@ -83,6 +83,7 @@ class CoordinatorServer(ServiceServer):
     def stop(self, grace_s: float | None = None) -> None:
         if getattr(self, "servicer", None) is not None:
             self.servicer.stopping.set()
+            self.servicer.configs.hub.wake()  # every watch sees it now, not at its next check
         super().stop(grace_s)
 
 
@@ -129,7 +130,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
-                       store: Store | None = None, watch_block_ms: int = 500,
+                       store: Store | None = None, watch_block_ms: int = 5000,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
                        drift_time_tolerance: float = DriftPolicy.time_tolerance,

@@ -204,3 +204,14 @@ def test_watches_are_capped_per_caller_and_their_threads_end_with_them(token_fil
         for call in (*held[1:], other, again):
             call.cancel()
         harness.wait_for(lambda: c.server.limits.open_watches == 0 or None, 20, "every stream released")
+
+
+def test_the_watch_streams_benchmark_is_registered_and_runs_small():
+    """``watch_streams_10000`` belongs in ``make bench``; here its code runs with 300 streams."""
+    from edgetune.bench import runner, watch
+
+    assert "watch_streams_10000" in {b.name for b in runner.REGISTRY}
+    measured = watch.measure_watch_streams(streams=300, channels=6, heartbeats=50, published=20, after_close_s=30.0)
+    assert measured["streams_open"] == 300 and measured["delivered"] == 20
+    assert measured["threads_with_streams"] >= measured["threads_before"] + 300
+    assert measured["handler_threads_after_close"] <= 2 and measured["open_watches_after_close"] == 0

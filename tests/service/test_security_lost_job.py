@@ -73,3 +73,24 @@ def test_a_job_lost_with_redis_data_is_reported_to_its_watcher_and_by_job_get():
         store.close()
         other_store.close()
         redis.stop()
+
+
+def test_the_store_names_its_incarnation_and_a_new_one_after_losing_its_data():
+    from edgetune.store import MemoryStore
+    from edgetune.store.lost import LostRecords
+
+    memory = MemoryStore()
+    first = memory.incarnation()
+    assert first == memory.incarnation() and "@" in first
+    lost = LostRecords(memory, "tuning-job-spec", what="tuning job", refresh_s=0)
+    memory.put_doc("tuning-job-spec", "j1", {"x": 1})
+    lost.refresh()
+    assert lost.lost("j1") is None and lost.lost("never") is None
+    memory.lose_everything()
+    assert memory.incarnation() != first and memory.get_doc("tuning-job-spec", "j1", missing_ok=True) is None
+    assert "tuning job 'j1' was lost" in lost.lost("j1") and lost.lost("never") is None
+    with EmbeddedRedisServer(port=0) as redis, open_store(redis.url) as store, open_store(redis.url) as other:
+        name = store.incarnation()
+        assert other.incarnation() == name  # every client of one store reads the same
+        store.client.flushall()
+        assert store.incarnation() != name

@@ -112,6 +112,11 @@ class ConfigWatchHub:
                 if not events:
                     del self._events[node_id]
 
+    def wake(self, node_ids: Iterable[str] | None = None) -> None:
+        """Wake the watches of ``node_ids`` (None: every watch) to check whether to stop: a stream that
+        ended, the server stopping. They re-read their config, which is harmless."""
+        self._wake(ConfigChanges("", tuple(node_ids or ()), node_ids is None))
+
     def _wake(self, changes: ConfigChanges) -> None:
         with self._lock:
             if changes.everything:
