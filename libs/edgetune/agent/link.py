@@ -65,6 +65,8 @@ RETRY_MIN_S, RETRY_MAX_S = 0.2, 5.0
 BUSY_RETRY_S = 0.1
 #: Longest a job claim blocks; below the store client's socket timeout (1 s embedded, 30 s Redis).
 CLAIM_BLOCK_MS = 500
+#: A job stream away: the store's, or the coordinator's (an agent without a store).
+JOB_ERRORS: tuple[type[BaseException], ...] = (*STORE_ERRORS, CallFailed)
 
 
 def advertised_address(host: str, port: int) -> str:
@@ -305,7 +307,7 @@ class CoordinatorLink:
                 for job in self._jobs.claim(self.node_id, self._consumer, block_ms=CLAIM_BLOCK_MS):
                     self._run_job(job)
                 backoff.reset()
-            except (*STORE_ERRORS, CallFailed) as exc:
+            except JOB_ERRORS as exc:
                 log.warning("job stream unreachable", extra={"error": str(exc)})
                 backoff.wait(self._stop)
 
