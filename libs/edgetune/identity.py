@@ -356,6 +356,8 @@ class JwksSource:
         self._keys: dict[str, list[tuple[str, Any]]] = {}
         self._stamp: Any = None
         self._fetched_at = -1e18
+        self._attempted_at = -1e18
+        self._error = ""
         self._lock = threading.Lock()
 
     def _fetch(self) -> dict[str, list[tuple[str, Any]]]:
@@ -392,14 +394,19 @@ class JwksSource:
                 if stamp != self._stamp or not self._keys:
                     self._keys, self._stamp = self._fetch(), stamp
                 return self._keys
-            age = time.monotonic() - self._fetched_at
-            if not self._keys or age > self.refresh_s or (unknown_kid and age > self.min_fetch_s):
+            now = time.monotonic()
+            age = now - self._fetched_at
+            due = not self._keys or age > self.refresh_s or (unknown_kid and age > self.min_fetch_s)
+            # At most one attempt every min_fetch_s, failed ones included (agents retry while it is away).
+            if due and now - self._attempted_at >= self.min_fetch_s:
+                self._attempted_at = now
                 try:
                     self._keys = self._fetch()
-                    self._fetched_at = time.monotonic()
-                except InvalidArgument:
-                    if not self._keys:
-                        raise
+                    self._fetched_at = now
+                except InvalidArgument as exc:
+                    self._error = str(exc)
+            if not self._keys:
+                raise InvalidArgument("agent_jwks", f"no keys yet: {self._error or 'not fetched'}")
             return self._keys
 
 
@@ -428,9 +435,12 @@ class JwksVerifier:
         except ValueError:
             raise TokenRefused("not a JWT") from None
         kid = str(header.get("kid", "")) if isinstance(header, dict) else ""
-        keys = self.source.keys()
-        if kid and kid not in keys:
-            keys = self.source.keys(unknown_kid=True)  # the issuer rotated its keys
+        try:
+            keys = self.source.keys()
+            if kid and kid not in keys:
+                keys = self.source.keys(unknown_kid=True)  # the issuer rotated its keys
+        except InvalidArgument as exc:  # the issuer's keys cannot be read now: the agent retries
+            raise TokenRefused(f"the issuer's keys are not available ({exc.message})") from None
         claims = verify_jwt(token, keys, now_s)
         if self.policy.issuer and claims.get("iss") != self.policy.issuer:
             raise TokenRefused("issued by another issuer")
@@ -517,11 +527,14 @@ class ServerSecurity:
         return load_tokens(self.auth_tokens, hashed_only=self.hashed_tokens_only) if self.auth_tokens else None
 
     def agent_verifier(self) -> JwksVerifier | None:
-        """The service-account token verifier (its keys loaded now: a bad source fails the start)."""
+        """The service-account token verifier. A JWKS file is read now (a bad one fails the start); keys
+        from a URL are fetched at the first token, and again until they come (the API server may be
+        away while this service starts: agents are UNAUTHENTICATED until then)."""
         if not self.agent_jwks:
             return None
         source = JwksSource(self.agent_jwks)
-        source.keys()
+        if not source.url:
+            source.keys()
         # Without --agent-issuer the keys are the check: only the issuer holds their private halves.
         return JwksVerifier(source, AgentTokenPolicy(issuer=self.agent_issuer,
                                                      service_accounts=self.agent_service_accounts))

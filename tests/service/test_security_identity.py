@@ -323,3 +323,16 @@ def test_a_hashed_only_server_refuses_a_file_with_a_plain_token(tmp_path):
                                                                           "name": "alice"}]}))
     with pytest.raises(InvalidArgument, match="hashed tokens only"):
         ServiceServer("probe", port=0, security=ServerSecurity(auth_tokens=str(path), hashed_tokens_only=True))
+
+
+def test_a_coordinator_starts_while_the_issuers_keys_are_away_and_refuses_agents_until_they_come(tmp_path):
+    from edgetune.services.common.server import listen_host
+
+    security = ServerSecurity(auth_tokens=str(private(tmp_path / "t.yaml", "tokens: []\n")),
+                              agent_jwks="https://127.0.0.1:9/openid/v1/jwks", agent_service_accounts=(AGENT_SA,))
+    verifier = security.agent_verifier()  # no fetch yet: the start does not wait for the API server
+    assert verifier is not None and listen_host("", security) == "127.0.0.1"
+    with pytest.raises(TokenRefused, match="keys are not available"):
+        verifier.identify(Issuer("rsa").token("jetson-a"))
+    with pytest.raises(TokenRefused, match="keys are not available"):  # asked again within 10 s: not fetched again
+        verifier.identify(Issuer("rsa").token("jetson-a"))
