@@ -130,7 +130,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
-                       store: Store | None = None, watch_block_ms: int = 5000,
+                       store: Store | None = None, watch_block_ms: int = 30_000,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
                        drift_time_tolerance: float = DriftPolicy.time_tolerance,
@@ -147,7 +147,9 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
     ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
     ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
-    the optimizer and the leader replica (TLS, token).
+    the optimizer and the leader replica (TLS, token). ``watch_block_ms``: how often an idle config
+    watch checks whether its stream ended, a safety net only: a stream's end and the server's stop
+    wake it at once.
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:

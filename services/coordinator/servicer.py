@@ -57,7 +57,7 @@ def _caller_credentials(context: grpc.ServicerContext) -> list[tuple[str, str]]:
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 5000, on_job_change: Callable[[], None] | None = None,
+                 watch_block_ms: int = 30_000, on_job_change: Callable[[], None] | None = None,
                  client: ClientSecurity | None = None) -> None:
         self.registry = registry
         self.configs = configs
