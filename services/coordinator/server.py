@@ -42,14 +42,16 @@ from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
 from edgetune.control.rounds import MembershipCheck, RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
-from edgetune.proto.v1 import coordinator_pb2_grpc
+from edgetune.proto.v1 import coordinator_pb2_grpc, nodejobs_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
 from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.lost import LostRecordsInterceptor
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.coordinator import metrics
+from edgetune.services.coordinator.nodejobs import NodeJobsServicer
 from edgetune.services.coordinator.servicer import CoordinatorServicer
 from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
@@ -77,10 +79,12 @@ class CoordinatorServer(ServiceServer):
     """A ServiceServer that ends config watches before the graceful stop waits for RPCs."""
 
     servicer: CoordinatorServicer
+    lost_jobs: LostRecordsInterceptor
 
     def stop(self, grace_s: float | None = None) -> None:
         if getattr(self, "servicer", None) is not None:
             self.servicer.stopping.set()
+            self.servicer.configs.hub.wake()  # every watch sees it now, not at its next check
         super().stop(grace_s)
 
 
@@ -127,7 +131,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
-                       store: Store | None = None, watch_block_ms: int = 500,
+                       store: Store | None = None, watch_block_ms: int = 30_000,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
                        drift_time_tolerance: float = DriftPolicy.time_tolerance,
@@ -144,17 +148,22 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
     ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
     ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
-    the optimizer and the leader replica (TLS, token).
+    the optimizer and the leader replica (TLS, token). ``watch_block_ms``: how often an idle config
+    watch checks whether its stream ended, a safety net only: a stream's end and the server's stop
+    wake it at once.
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
         assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
+        lost_jobs = LostRecordsInterceptor(store)  # a job lost with Redis' data is DATA_LOSS, not NOT_FOUND
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
-                                   security=security, audit_store=store, health_port=health_port)
+                                   security=security, audit_store=store, health_port=health_port,
+                                   interceptors=[lost_jobs])
+        server.lost_jobs = lost_jobs
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
         bound = server.host not in ("", "0.0.0.0", "::", "[::]")
@@ -190,10 +199,13 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                                        client=client)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
+        # Agents without a store credential claim and report their node's jobs here.
+        server.add(NodeJobsServicer(store, servicer.stopping), nodejobs_pb2_grpc.add_NodeJobsServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
         membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
     # Hooks run last-registered first: kube watch, then the lease (released), then the store.
     owner.close_with(server)
+    server.on_shutdown.append(lost_jobs.stop)
     server.on_shutdown.append(lease.stop)
     if watcher is not None:
         server.on_shutdown.append(watcher.stop)
@@ -205,6 +217,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
 
 def start(coordinator: Coordinator) -> Coordinator:
     coordinator.server.start()
+    coordinator.server.lost_jobs.start()
     coordinator.lease.start()
     if coordinator.watcher is not None:
         coordinator.watcher.start()

@@ -57,7 +57,7 @@ def _caller_credentials(context: grpc.ServicerContext) -> list[tuple[str, str]]:
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None,
+                 watch_block_ms: int = 30_000, on_job_change: Callable[[], None] | None = None,
                  client: ClientSecurity | None = None) -> None:
         self.registry = registry
         self.configs = configs
@@ -141,6 +141,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         def should_stop() -> bool:
             return self.stopping.is_set() or not context.is_active()
 
+        # The stream ends when the agent goes: wake its watch then, not at its next check.
+        context.add_callback(lambda: self.configs.hub.wake([request.node_id]))
         try:
             for cfg in self.configs.watch(request.node_id, request.after_revision, block_ms=self.watch_block_ms,
                                           should_stop=should_stop, epoch=request.after_epoch):

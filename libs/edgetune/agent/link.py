@@ -10,7 +10,9 @@ Four daemon threads, each retrying with backoff while the coordinator or Redis i
   power, applied config revision); ``reregister`` (a coordinator that lost its state)
   registers again.
 - **jobs**: ``JobQueue.claim`` on the node's stream in the agent's store (``--redis``, the
-  cluster's Redis), profile through :meth:`NodeAgent.start_profile` with the job id as run key
+  cluster's Redis), or, with no store (``--redis none``: an agent that holds no store credential),
+  the coordinator's ``NodeJobs`` for its own node (:class:`~edgetune.clients.nodejobs.RemoteJobQueue`);
+  profile through :meth:`NodeAgent.start_profile` with the job id as run key
   (a re-delivered job writes the same measurement ids), ``complete`` (write + ack). A payload is
   a :class:`~edgetune.store.ProfileJob` (``to_dict()``). A payload that can never run (bad field,
   unknown schema) is acknowledged and logged; a device failure is left pending, so the queue
@@ -46,6 +48,7 @@ from edgetune import validation
 from edgetune.agent import metrics
 from edgetune.agent.node import POLL_S, NodeAgent
 from edgetune.clients.calls import CallFailed, Stream
+from edgetune.clients.nodejobs import RemoteJobQueue
 from edgetune.clients.nodes import NodesClient
 from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
@@ -63,6 +66,8 @@ RETRY_MIN_S, RETRY_MAX_S = 0.2, 5.0
 BUSY_RETRY_S = 0.1
 #: Longest a job claim blocks; below the store client's socket timeout (1 s embedded, 30 s Redis).
 CLAIM_BLOCK_MS = 500
+#: A job stream away: the store's, or the coordinator's (an agent without a store).
+JOB_ERRORS: tuple[type[BaseException], ...] = (*STORE_ERRORS, CallFailed)
 
 
 def advertised_address(host: str, port: int) -> str:
@@ -109,8 +114,10 @@ class CoordinatorLink:
         self.refused_reason = ""
         self._channel = open_channel(coordinator, security)
         self._nodes = NodesClient(self._channel)
-        self._jobs = (JobQueue(agent.store, idle_timeout_ms=job_idle_timeout_ms)
-                      if agent.store is not None else None)
+        # Without a store credential (the chart's agents) the node's jobs come through the coordinator.
+        self._jobs: JobQueue | RemoteJobQueue = (
+            JobQueue(agent.store, idle_timeout_ms=job_idle_timeout_ms) if agent.store is not None
+            else RemoteJobQueue(self._channel, idle_timeout_ms=job_idle_timeout_ms))
         self._consumer = f"{socket.gethostname()}-{os.getpid()}"
         self._stop = threading.Event()
         self._registered = threading.Event()
@@ -125,12 +132,8 @@ class CoordinatorLink:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> CoordinatorLink:
-        if self._jobs is None:
-            log.warning("no store (--redis none): profiling jobs from the coordinator are not consumed")
         for name, target in (("heartbeat", self._heartbeat_loop), ("watch", self._watch_loop),
                              ("apply", self._apply_loop), ("jobs", self._job_loop)):
-            if name == "jobs" and self._jobs is None:
-                continue
             thread = threading.Thread(target=target, name=f"link-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -297,7 +300,6 @@ class CoordinatorLink:
 
     # -- profiling jobs --------------------------------------------------------------------
     def _job_loop(self) -> None:
-        assert self._jobs is not None
         backoff = _Backoff()
         while not self._stop.is_set():
             if not self._registered.wait(POLL_S):
@@ -306,12 +308,11 @@ class CoordinatorLink:
                 for job in self._jobs.claim(self.node_id, self._consumer, block_ms=CLAIM_BLOCK_MS):
                     self._run_job(job)
                 backoff.reset()
-            except STORE_ERRORS as exc:
+            except JOB_ERRORS as exc:
                 log.warning("job stream unreachable", extra={"error": str(exc)})
                 backoff.wait(self._stop)
 
     def _run_job(self, job: Job) -> None:
-        assert self._jobs is not None
         try:
             plan = self.agent.plan(ProfileJob.from_dict(job.payload), run_key=job.job_id)
         except (InvalidArgument, UnknownSchema) as exc:  # can never run: acknowledged (not re-delivered), the reason kept

