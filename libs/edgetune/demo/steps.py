@@ -230,7 +230,7 @@ def check(story: Story, tick: Tick) -> str:
         res.predictions = story.suite.estimator.predict(model, grid, o.batch_size)
         pt, mt, pp, mp = held_out_pairs(res)
         res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
-                                  story.tuning.z)
+                                  story.tuning.risk)
         res.decision = decision_msg(status)
         res.verified = verified_msg(status)
         with lock:
