@@ -156,7 +156,8 @@ class RoundCoordinator:
 
     def update_node_budget(self, node_id: str, power_budget_w: float | None, *, set_budget: bool = True,
                            inference: InferenceUpdate | None = None) -> BudgetChange:
-        """Set (or clear, None) a node's budget and re-plan what depends on it, written together.
+        """Set (or clear, None) a node's budget (checked where it came in: :func:`validation.power_budget_w`)
+        and re-plan what depends on it, written together.
 
         The last applied round is re-planned when the node is in it (its round override is
         dropped: the new budget is the operator's latest word); a node with an inference
@@ -169,8 +170,7 @@ class RoundCoordinator:
         if self.lease is not None:
             self.lease.require()
         validation.identifier(node_id, "node_id")
-        budget = (validation.optional(validation.power_budget_w, power_budget_w, "budgets.power_budget_w")
-                  if set_budget else None)
+        budget = power_budget_w if set_budget else None
         with self._replan_lock:
             # Optimistic concurrency: a concurrent re-registration must not be lost (bounded retries).
             for _attempt in range(_MAX_CAS_ATTEMPTS):
