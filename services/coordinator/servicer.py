@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
+from edgetune import validation
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader, leader_address
@@ -162,7 +163,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         # Each branch checks and plans first, then writes the budget with its re-plan in one step.
         inference = serde.inference_update_from_proto(request)
         if inference is not None:  # an inference node: re-solve its (mode, β) and publish its config only
-            power = optional_value(request.budgets, "power_budget_w")
+            power = validation.optional(validation.power_budget_w, optional_value(request.budgets, "power_budget_w"),
+                                        "budgets.power_budget_w")
             change = self.rounds.update_node_budget(request.node_id, power, set_budget=power is not None,
                                                     inference=inference)
             assert change.placement is not None

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from edgetune.base.objective import Objective
 from edgetune.cli import main
 from edgetune.cli.job import follow
 from edgetune.errors import InvalidArgument
@@ -23,7 +24,6 @@ from edgetune.tuning.jobs import (
     TuningJobStatus,
     TuningJobView,
     TuningMethod,
-    TuningObjective,
 )
 
 ISSUE_EXAMPLE = """\
@@ -49,7 +49,7 @@ def test_issue_example_converts(tmp_path):
     assert spec.workload == "mobilenetv3" and spec.role == "train"
     assert spec.batch_sizes == (16,)
     assert spec.nodes == ("orin-agx-1", "nano-1")
-    assert spec.objective == TuningObjective.MIN_TIME
+    assert spec.objective == Objective.MIN_TIME
     assert dict(spec.node_power_budget_w) == {"orin-agx-1": 25.0, "nano-1": 7.0}
     assert spec.power_budget_w is None
     assert spec.risk == 0.05 and spec.profiles == 50

@@ -9,12 +9,13 @@ from dataclasses import replace
 import pytest
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.control.registry import NodeRegistry
 from edgetune.control.rounds import RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
-from edgetune.planning.rounds import OptionTable, RoundNode, RoundRequest
+from edgetune.planning.rounds import RoundNode, RoundRequest
 from edgetune.powermodes.specs import get_spec
 from edgetune.store import ManualClock, MemoryStore, NodeRecord, spec_to_dict
 

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.errors import InvalidArgument
-from edgetune.optimization.problems import Decision
+from edgetune.optimization.problems import Solution
 from edgetune.planning.placement import InferencePlacement, InferenceUpdate
 from edgetune.planning.planner import NodePlan, RoundPlan
-from edgetune.planning.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.planning.rounds import RoundNode, RoundOutcome, RoundRequest
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde import coordinator as serde
 from edgetune.proto.serde.common import spec_to_proto
@@ -213,11 +214,11 @@ def test_a_bad_inference_update_is_refused_naming_the_field(msg, field):
 
 
 def test_a_placement_answers_its_budgets_revision_and_why_not():
-    ok = InferencePlacement("inf", "resnet18", 50.0, 100.0, 20.0, Decision(True))
+    ok = InferencePlacement("inf", "resnet18", 50.0, 100.0, 20.0, Solution(True))
     msg = _wire(serde.placement_to_proto(ok, 3))
     assert (msg.budgets.arrival_rps, msg.budgets.latency_budget_ms, msg.budgets.power_budget_w) == (50.0, 100.0, 20.0)
     assert msg.config_revision == 3 and msg.reason == ""
-    no = InferencePlacement("inf", "resnet18", 500.0, 10.0, None, Decision(False, reason="nothing keeps up"))
+    no = InferencePlacement("inf", "resnet18", 500.0, 10.0, None, Solution(False, reason="nothing keeps up"))
     msg = _wire(serde.placement_to_proto(no, 3))
     assert msg.reason == "nothing keeps up" and not msg.budgets.HasField("power_budget_w")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgetune.base.objective import JOB_OBJECTIVES, Objective
 from edgetune.errors import InvalidArgument
 from edgetune.proto.serde import tuning as serde
 from edgetune.proto.serde.profiler import profile_job_from_proto
@@ -21,14 +22,13 @@ from edgetune.tuning.jobs import (
     TuningJobStatus,
     TuningJobView,
     TuningMethod,
-    TuningObjective,
 )
 
 SPECS = [
     TuningJobSpec("mnv3-train", "mobilenetv3", nodes=("orin-agx-1", "nano-1"), risk=0.05, profiles=12,
                   node_power_budget_w={"orin-agx-1": 25.0, "nano-1": 7.0}),
     TuningJobSpec("e", "resnet18", "infer", batch_sizes=(8, 32), selector_device="nano",
-                  selector_labels={"rack": "a"}, objective=TuningObjective.MIN_ENERGY, time_budget_ms=250.0,
+                  selector_labels={"rack": "a"}, objective=Objective.MIN_ENERGY, time_budget_ms=250.0,
                   power_budget_w=9.5, method=TuningMethod.RANDOM, reference_model_id="ref-orin-train"),
     TuningJobSpec("cap", "pkg.models:make", batch_sizes=(32, 16), nodes=("a",), method=TuningMethod.CAP_SEARCH),
 ]
@@ -44,7 +44,7 @@ def test_unset_spec_fields_read_as_the_defaults():
     msg = tuning_pb2.TuningJobSpec(name="a", workload=common_pb2.Workload(name="lstm"), nodes=["n"])
     spec = serde.spec_from_proto(msg)
     assert spec.role == "train" and spec.batch_sizes == (16,) and spec.profiles == DEFAULT_PROFILES
-    assert spec.objective == TuningObjective.MIN_TIME and spec.method == TuningMethod.FRONTIER
+    assert spec.objective == Objective.MIN_TIME and spec.method == TuningMethod.FRONTIER
     assert spec.risk is None and spec.power_budget_w is None and spec.time_budget_ms is None
     msg.workload.batch_size = 64  # the workload's batch size when the list is empty
     assert serde.spec_from_proto(msg).batch_sizes == (64,)
@@ -81,7 +81,7 @@ def test_every_phase_has_its_wire_value():
         f"JOB_PHASE_{p.name}" for p in JobPhase}
     assert {tuning_pb2.NodePhase.Name(v) for v in serde.NODE_PHASES.values()} == {
         f"NODE_PHASE_{p.name}" for p in NodePhase}
-    assert set(serde.OBJECTIVES) == set(TuningObjective) and set(serde.METHODS) == set(TuningMethod)
+    assert set(serde.OBJECTIVES) == set(JOB_OBJECTIVES) and set(serde.METHODS) == set(TuningMethod)
 
 
 APPLIED = NodeStatus("orin-agx-1", "orin-agx", NodePhase.APPLIED, reason="", profiled=12,

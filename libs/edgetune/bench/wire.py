@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.objective import Objective
 from edgetune.bench.runner import benchmark
 from edgetune.clients.estimator import EstimatorClient
 from edgetune.clients.optimizer import OptimizerClient
@@ -103,7 +104,7 @@ def predict_select() -> dict[str, Any]:
             # The client reads the streamed chunks into one table of rows and sends them on: the
             # optimizer checks them, as it checks every inline table.
             pool = estimator.predict(PredictSpec(model.model_id, grid="full"))
-            return optimizer.select(SelectQuery(pool, "time", power_budget_w=30.0))[0], len(pool)
+            return optimizer.select(SelectQuery(pool, Objective.MIN_TIME, power_budget_w=30.0))[0], len(pool)
 
         t0 = time.perf_counter()
         decision, n = once()
@@ -163,7 +164,7 @@ def select_throughput() -> dict[str, Any]:
             n = len(modes)
             rows = Predictions(modes, np.full(n, 16), dev.true_time_ms(modes, "resnet18", "train", 16),
                                dev.true_power_w(modes, "resnet18", "train", 16))
-            query = SelectQuery(rows, "time", power_budget_w=30.0)
+            query = SelectQuery(rows, Objective.MIN_TIME, power_budget_w=30.0)
             optimizer.select(query)
             latency = []
             for _ in range(20):

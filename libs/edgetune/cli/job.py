@@ -33,7 +33,7 @@ from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.identity import ClientSecurity
 from edgetune.tuning.jobfile import load_job_file
-from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobView
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobView
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Server answers that mean the request was wrong: exit 2, like a bad option.
@@ -185,7 +185,7 @@ def follow(jobs: Iterator[TuningJobView], *, stream: Any = None) -> TuningJobVie
                 live.update(_rich_table(job), refresh=True)
         return last
     shown: dict[str, str] = {}
-    phase = ""
+    phase: JobPhase | None = None
     for job in jobs:
         last = job
         for node in job.nodes:
@@ -258,7 +258,7 @@ def submit(file: Path, address: str, security: ClientSecurity, wait: bool, timeo
         if wait:
             job = wait_done(client, job, timeout_s=timeout_s, quiet=as_json)
     show(job, as_json)
-    if wait and job.phase != "Succeeded":
+    if wait and job.phase != JobPhase.SUCCEEDED:
         raise click.exceptions.Exit(1)
 
 

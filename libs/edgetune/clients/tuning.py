@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, ModeKey, Points, Predictions, mode_key
 from edgetune.base.roles import Role
 from edgetune.base.workload import WorkloadRef
@@ -115,7 +116,7 @@ class OptimizerSelector:
     def __init__(self, channel: grpc.Channel, timeout_s: float = RPC_TIMEOUT_S) -> None:
         self.client = OptimizerClient(channel, timeout_s)
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice:
         verdict = self.client.select(SelectQuery(pool, objective, power_budget_w, risk=risk))[0]
         if not verdict.feasible or verdict.mode is None:
             return Choice(False, reason=verdict.reason)

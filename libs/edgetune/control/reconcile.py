@@ -60,6 +60,7 @@ from prometheus_client import Counter
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Decision, Points, Predictions
 from edgetune.base.roles import Role
 from edgetune.base.workload import WorkloadRef
@@ -93,7 +94,6 @@ from edgetune.tuning.jobs import (
     TuningJobSpec,
     TuningJobView,
     TuningMethod,
-    TuningObjective,
 )
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import Estimator, ModelRef, Selector, reference_model_id
@@ -167,7 +167,7 @@ def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningP
     """The tuning policy of a job: its risk, objective and profiling budget (frontier or random)."""
     base = base or default_policy()
     risk = spec.risk if spec.risk is not None else base.risk
-    objective = "energy" if spec.objective == TuningObjective.MIN_ENERGY else "time"
+    objective = spec.objective
     if spec.method == TuningMethod.RANDOM:
         return base.with_(risk=risk, objective=objective, n_initial=spec.profiles, rounds=0)
     # the frontier schedule's shape (N_INITIAL random, then rounds of PER_ROUND) scaled to the budget:
@@ -361,7 +361,7 @@ class CountedSelector:
     def __init__(self, inner: Selector) -> None:
         self.inner = inner
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice:
         return _counted("optimizer", "Select", lambda: self.inner.select(pool, power_budget_w, risk=risk,
                                                                          objective=objective))
 

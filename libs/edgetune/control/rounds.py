@@ -51,6 +51,7 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OPTION_COLUMNS, OptionTable
 from edgetune.control import faults
 from edgetune.control.configs import ConfigStore, NodeConfig, Published
 from edgetune.control.inference import has_placement, placement_key, solve_placement
@@ -59,14 +60,7 @@ from edgetune.control.registry import DOC_KIND, NodeRegistry
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.planning import Fleet, NodeOptions, RoundPlan, plan_round
 from edgetune.planning.placement import InferencePlacement, InferenceUpdate
-from edgetune.planning.rounds import (
-    OBJECTIVES,
-    OPTION_COLUMNS,
-    OptionTable,
-    RoundNode,
-    RoundOutcome,
-    RoundRequest,
-)
+from edgetune.planning.rounds import OBJECTIVES, RoundNode, RoundOutcome, RoundRequest
 from edgetune.powermodes.spec import FREQ_MATCH_REL_TOL, DeviceSpec
 from edgetune.store import (
     ROLES,
@@ -151,7 +145,7 @@ class RoundCoordinator:
             site = replace(site, site_power_budget_w=validation.optional(
                 validation.power_budget_w, site_power_budget_w, "budgets.site_power_budget_w"))
         if deadline_s is not None:
-            site = replace(site, deadline_s=_positive(deadline_s, "budgets.deadline_s"))
+            site = replace(site, deadline_s=validation.positive(deadline_s, "budgets.deadline_s", "> 0"))
         with self._replan_lock:
             replanned = self._replan_for_budget(None, _Pending(site=site))
             outcome, writes = replanned if replanned is not None else (None, None)
@@ -162,7 +156,8 @@ class RoundCoordinator:
 
     def update_node_budget(self, node_id: str, power_budget_w: float | None, *, set_budget: bool = True,
                            inference: InferenceUpdate | None = None) -> BudgetChange:
-        """Set (or clear, None) a node's budget and re-plan what depends on it, written together.
+        """Set (or clear, None) a node's budget (checked where it came in: :func:`validation.power_budget_w`)
+        and re-plan what depends on it, written together.
 
         The last applied round is re-planned when the node is in it (its round override is
         dropped: the new budget is the operator's latest word); a node with an inference
@@ -175,8 +170,7 @@ class RoundCoordinator:
         if self.lease is not None:
             self.lease.require()
         validation.identifier(node_id, "node_id")
-        budget = (validation.optional(validation.power_budget_w, power_budget_w, "budgets.power_budget_w")
-                  if set_budget else None)
+        budget = power_budget_w if set_budget else None
         with self._replan_lock:
             # Optimistic concurrency: a concurrent re-registration must not be lost (bounded retries).
             for _attempt in range(_MAX_CAS_ATTEMPTS):
@@ -383,7 +377,7 @@ class RoundCoordinator:
         deadline = request.deadline_s if request.deadline_s is not None else site.deadline_s
         site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site.site_power_budget_w
         if deadline is not None:
-            _positive(deadline, "budgets.deadline_s")
+            validation.positive(deadline, "budgets.deadline_s", "> 0")
         validation.optional(validation.power_budget_w, site_w, "budgets.site_power_budget_w")
         seen: set[str] = set()
         nodes: list[NodeOptions] = []
@@ -525,12 +519,6 @@ def _check_efficiency(eff: Mapping[int, float] | None, field_name: str) -> dict[
         if isinstance(r, bool) or not isinstance(r, int | float) or np.isnan(r) or r <= 0:
             raise InvalidArgument(f"{field_name}[{b}]", f"{r!r}", "> 0 (inf: never reaches the target)")
     return {int(b): float(r) for b, r in eff.items()}
-
-
-def _positive(value: float, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r}", "> 0")
-    return float(value)
 
 
 def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:

@@ -39,8 +39,9 @@ class TuningJobs:
         self.store = store
 
     def submit(self, spec: TuningJobSpec) -> TuningJobView:
-        """Create the job (any replica). The same spec again returns the job as it is (a retried call)."""
-        spec = spec.check()
+        """Create the job (any replica) from a checked spec (:meth:`TuningJobSpec.check`, which the wire's
+        :func:`~edgetune.proto.serde.tuning.spec_from_proto` runs). The same spec again returns the job
+        as it is (a retried call)."""
         doc = {**spec.to_dict(), "created_s": time.time()}
         try:
             self.store.put_doc(SPEC_KIND, spec.name, doc, expected_revision=0)

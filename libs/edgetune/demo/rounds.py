@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from edgetune.base.records import Predictions
+from edgetune.base.records import OptionTable, Predictions
 from edgetune.clients.calls import CallFailed, Status
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
@@ -20,7 +20,7 @@ from edgetune.demo.story import (
     parallel,
     profile,
 )
-from edgetune.planning.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.planning.rounds import RoundNode, RoundOutcome, RoundRequest
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ def round_options(res: NodeResult) -> Predictions:
     (mean + z(1 − risk) σ, calibrated) power as their power (:meth:`~edgetune.demo.story.NodeOptions.option_table`)."""
     assert res.options is not None
     table = res.options.option_table()
-    return Predictions(table.modes, table.batch_size, table.time_ms, table.safe_power_w)
+    return Predictions(table.modes, table.batch_size, table.time_ms, table.power_w)
 
 
 def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:

@@ -215,7 +215,7 @@ def check(story: Story, tick: Tick) -> str:
         res.predictions = story.suite.estimator.predict(model, grid, o.batch_size)
         pt, mt, pp, mp = held_out_pairs(res)
         res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
-                                  story.tuning.z)
+                                  story.tuning.risk)
         with lock:
             done["n"] += 1
             tick("check", done["n"], len(story.nodes))

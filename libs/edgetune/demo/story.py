@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import OptionTable, Predictions, mode_key
 from edgetune.base.roles import Role
 from edgetune.demo.suite import Agent, NodeSpec, Suite
@@ -22,14 +23,7 @@ from edgetune.planning.planner import RoundPlan
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.profiling import ProfileProgress
 from edgetune.store import MeasurementRecord, ProfileJob
-from edgetune.tuning.jobs import (
-    NodePhase,
-    NodeStatus,
-    TuningJobSpec,
-    TuningJobView,
-    TuningMethod,
-    TuningObjective,
-)
+from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobSpec, TuningJobView, TuningMethod
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.safety import SafetyState
@@ -93,7 +87,7 @@ def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]
     (the planned round re-plans), not the job's."""
     return TuningJobSpec(
         name=job_name(options), workload=options.workload, role=Role.TRAIN.value, batch_sizes=(options.batch_size,),
-        nodes=tuple(n.node_id for n in fleet), objective=TuningObjective.MIN_TIME,
+        nodes=tuple(n.node_id for n in fleet), objective=Objective.MIN_TIME,
         node_power_budget_w={n.node_id: n.budget_w for n in fleet}, risk=policy.risk, profiles=options.modes,
         method=TuningMethod.RANDOM)
 
@@ -106,10 +100,10 @@ class NodeOptions:
 
     predictions: Predictions
     safety: SafetyState
-    z: float
+    risk: float
 
     def option_table(self) -> OptionTable:
-        return self.safety.option_table(self.predictions, self.z)
+        return self.safety.option_table(self.predictions, self.risk)
 
     def learn_from_miss_at(self, mode: tuple[float, float, float, float], measured_w: float | None) -> int:
         """A config measured over its budget: drop it and every mode at or above its clocks."""
@@ -117,7 +111,7 @@ class NodeOptions:
         if index is None:
             return 0
         return self.safety.learn_from_miss(self.predictions.modes, index, float(self.predictions.power_w[index]),
-                                           measured_w, self.z)
+                                           measured_w, self.risk)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 * :mod:`.nn` — PowerTrain's MLP and its transfer; :mod:`.asymmetric` — Fulcrum's loss;
 * :mod:`.gp` — Gaussian process, and GP on transfer-NN residuals;
 * :mod:`.baselines` — linear regression, random forest, NN from scratch;
-* :mod:`.registry` — methods by name (:func:`make_predictor`, :func:`adapt`);
+* :mod:`.methods` — the methods' names (no torch); :mod:`.registry` — methods by name (:func:`make_predictor`,
+  :func:`adapt`);
 * :mod:`.bundle` — :class:`TimePowerModel`, the time + power pair in one file;
 * :mod:`.features`, :mod:`.validation` — feature / target handling and input checks;
 * :mod:`.metrics` — MAPE and friends;

@@ -34,9 +34,9 @@ from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batc
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.features import BATCH_FEATURE
 from edgetune.estimation.ids import default_model_id, id_part, parse_model_id
+from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS, parse_method
 from edgetune.estimation.parallel import TaskFailed, ensure_ray, run_tasks, single_threaded
 from edgetune.estimation.records import EfficiencySpec, FitSpec, MeasuredRow, TransferSpec
-from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.estimation.repository import Loaded, ModelRepository
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.spec import DeviceSpec
@@ -246,7 +246,7 @@ class ModelTrainer:
 
     def fit(self, spec: FitSpec, default_fraction: float) -> Loaded:
         """A reference model, saved as a new version; ``default_fraction`` held out when the spec says 0."""
-        method = params.parse_method(spec.method, params.DEFAULT_FIT_METHOD)
+        method = parse_method(spec.method, params.DEFAULT_FIT_METHOD)
         device = get_spec(id_part(spec.device, "device"))
         workload = id_part(spec.workload, "workload")
         role = spec.role.value
@@ -267,11 +267,11 @@ class ModelTrainer:
     def transfer(self, spec: TransferSpec, default_method: str) -> Loaded:
         """A new model from the spec's base, saved as a new version; ``default_method`` when it names none."""
         base = self.models.base(spec.base_model_id)
-        method = params.parse_method(spec.method, default_method, "params.method")
-        if method in TRANSFER_METHODS and base.meta.kind not in params.NN_METHODS:
+        method = parse_method(spec.method, default_method, "params.method")
+        if method in TRANSFER_METHODS and base.meta.kind not in NN_METHODS:
             raise InvalidArgument("base_model_id", f"{base.versioned_id} is a {base.meta.kind!r} model; "
                                   f"{method!r} fine-tunes an NN reference",
-                                  "a model fitted with " + ", ".join(params.NN_METHODS))
+                                  "a model fitted with " + ", ".join(NN_METHODS))
         kw, nn_attrs = params.transfer_params(method, spec.epochs, spec.params)
         device = get_spec(id_part(spec.device or base.model.device, "device"))
         workload = id_part(spec.workload or base.model.workload, "workload")

@@ -1,4 +1,4 @@
-"""The rules of a fit's or transfer's settings, one place each: method names, constructor keywords
+"""The rules of a fit's or transfer's settings, one place each (method names: :mod:`.methods`): constructor keywords
 given as text (the estimator's ``params``), epochs, the held-out fraction and the rows it needs.
 
 Each refusal is an :class:`~edgetune.errors.InvalidArgument` naming the setting (``kind``,
@@ -16,24 +16,13 @@ from edgetune import validation
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.bundle import held_out_count
 from edgetune.estimation.features import TARGETS
-from edgetune.estimation.registry import METHODS, TRANSFER_METHODS, make_predictor
+from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS
+from edgetune.estimation.registry import make_predictor
 
 DEFAULT_FIT_METHOD = "nn"
-#: Other names that mean one of the library's methods (the estimator's ``kind``).
-KIND_ALIASES = {"powertrain-nn": "nn", "powertrain": "nn", "nn-gp": "nn+gp"}
-#: Methods whose predictor is (or wraps) the PowerTrain MLP.
-NN_METHODS = ("nn", "transfer", "nn-asym", "nn+gp")
 #: Fine-tuning settings of the reference MLP a transfer may set.
 NN_TRANSFER_SETTINGS = ("transfer_epochs", "transfer_lr", "transfer_mode")
 MAX_VALIDATION_FRACTION = 0.5
-
-
-def parse_method(kind: str, default: str, field: str = "kind") -> str:
-    """The library method ``kind`` names (an alias, any case; empty: ``default``)."""
-    name = KIND_ALIASES.get(kind.strip().lower(), kind.strip().lower()) or default
-    if name not in METHODS:
-        raise InvalidArgument(field, f"unknown kind {kind!r}", ", ".join((*METHODS, *KIND_ALIASES)))
-    return name
 
 
 def parameter_value(text: str) -> Any:

@@ -60,6 +60,7 @@ from flwr.server.strategy import Strategy
 
 from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.base.roles import Role
 from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.coordinator import CoordinatorClient
@@ -67,7 +68,7 @@ from edgetune.clients.profiler import ProfilerClient
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.planning.planner import RoundPlan
-from edgetune.planning.rounds import OBJECTIVES, OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.planning.rounds import OBJECTIVES, RoundNode, RoundOutcome, RoundRequest
 from edgetune.store import NodeConfig
 from edgetune.tuning.jobs import NodePhase, TuningJobSpec, TuningJobView, TuningMethod
 

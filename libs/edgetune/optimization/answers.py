@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.objective import Objective
 from edgetune.base.records import Predictions
 from edgetune.errors import InvalidArgument
 from edgetune.optimization import problems as P
@@ -57,7 +58,7 @@ def select(query: SelectQuery) -> list[Verdict]:
     c = candidates(query.pool)
     if query.sweep is not None:
         budgets = query.sweep.budgets()
-        if query.objective == "power":  # least power sweeps the time budget
+        if query.objective == Objective.MIN_POWER:  # least power sweeps the time budget
             picks = [selector.select(c, query.power_budget_w, b) for b in budgets]
         else:
             picks = selector.sweep(c, budgets, query.time_budget_ms)
@@ -150,7 +151,7 @@ def select_concurrent(query: ConcurrentQuery) -> Verdict:
     return verdict_of_problem(problem.solve(obs), problem)
 
 
-def verdict_of_problem(decision: P.Decision, problem: P.Problem, profiled: int | None = None) -> Verdict:
+def verdict_of_problem(decision: P.Solution, problem: P.Problem, profiled: int | None = None) -> Verdict:
     """A problem's decision as a verdict. Concurrent: ``batch_size`` is the training minibatch and
     ``infer_batch_size`` the inference one (β); inference: ``batch_size`` is β."""
     base = Verdict(False, profiled=profiled or 0, power_budget_w=problem.power_budget_w,

@@ -4,8 +4,8 @@
 (:mod:`edgetune.clients.optimizer`) takes and returns them, and the library answers them
 (:mod:`.answers` for the one-shot questions, :mod:`.sessions` for ask/tell searches).
 
-Objectives are the selectors' names (``time``, ``power``, ``energy``), problems and strategies
-their library names (``train``, ``gmd``); ``risk`` is a probability (None: means only).
+Objectives are :class:`~edgetune.base.objective.Objective` s, problems and strategies their library
+names (``train``, ``gmd``); ``risk`` is a probability (None: means only).
 This module imports nothing heavy: clients read and write these records without torch.
 """
 
@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.store import MeasurementRecord
 
@@ -77,7 +78,7 @@ class SelectQuery:
     gives one per budget (of power; of time for the ``power`` objective)."""
 
     pool: Predictions
-    objective: str = "time"
+    objective: Objective = Objective.MIN_TIME
     power_budget_w: float | None = None
     time_budget_ms: float | None = None
     risk: float | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgetune.optimization.problems import Decision
+from edgetune.optimization.problems import Solution
 from edgetune.store.records import InferenceTarget, NodeConfig, Published
 
 
@@ -31,7 +31,7 @@ class InferencePlacement:
     latency_budget_ms: float
     #: The P̂ solved under (None: the node has no budget).
     power_budget_w: float | None
-    decision: Decision
+    decision: Solution
     #: None when the decision is infeasible (the previous config stays).
     published: Published | None = None
     #: What to write when the caller commits (``solve_placement(write=False)``): the config

@@ -2,7 +2,8 @@
 round planning (:mod:`edgetune.control.rounds`) takes and returns, and the wire maps
 (:mod:`edgetune.proto.serde.coordinator`).
 
-- :class:`RoundRequest` (its :class:`RoundNode` s, each with an optional :class:`OptionTable`):
+- :class:`RoundRequest` (its :class:`RoundNode` s, each with an optional
+  :class:`~edgetune.base.records.OptionTable`):
   one round to plan; ``to_json`` / ``from_json`` is how the last applied round is stored.
 - :class:`RoundOutcome`: the plan (:class:`~edgetune.planning.planner.RoundPlan`), the nodes
   planned around and the configs published.
@@ -10,51 +11,18 @@ round planning (:mod:`edgetune.control.rounds`) takes and returns, and the wire 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from edgetune.base.mode import PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.planning.planner import RoundPlan
 from edgetune.store.records import Published
 
 #: The objectives a round is planned for (docs/contract.md).
 OBJECTIVES = ("makespan", "energy")
-
-#: An option table's columns (the stored round keeps them as arrays of these names).
-OPTION_COLUMNS = ("batch_size", "time_ms", "power_w", "modes")
-
-
-@dataclass(frozen=True)
-class OptionTable:
-    """A node's options: (mode × batch size) rows with time_ms and power_w; modes is (n, 4)."""
-
-    batch_size: np.ndarray
-    time_ms: np.ndarray
-    power_w: np.ndarray
-    modes: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.batch_size.size)
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[tuple[PowerMode, int, float, float]]) -> OptionTable:
-        return cls(np.asarray([r[1] for r in rows], dtype=np.int64), np.asarray([r[2] for r in rows], dtype=float),
-                   np.asarray([r[3] for r in rows], dtype=float),
-                   np.asarray([r[0].as_tuple() for r in rows], dtype=float).reshape(len(rows), 4))
-
-    def to_json(self) -> dict:
-        return {"batch_size": self.batch_size.tolist(), "time_ms": self.time_ms.tolist(),
-                "power_w": self.power_w.tolist(), "modes": self.modes.tolist()}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> OptionTable:
-        """From :meth:`to_json`'s lists (or arrays of the same names)."""
-        n = len(doc["batch_size"])
-        return cls(np.asarray(doc["batch_size"], dtype=np.int64), np.asarray(doc["time_ms"], dtype=float),
-                   np.asarray(doc["power_w"], dtype=float), np.asarray(doc["modes"], dtype=float).reshape(n, 4))
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from typing import Any
 import yaml
 
 from edgetune import validation
+from edgetune.base.objective import Objective
 from edgetune.base.roles import Role
 from edgetune.base.workload import WorkloadRef
 from edgetune.errors import InvalidArgument
 from edgetune.schemas import check
-from edgetune.tuning.jobs import DEFAULT_PROFILES, TuningJobSpec, TuningMethod, TuningObjective
+from edgetune.tuning.jobs import DEFAULT_PROFILES, TuningJobSpec, TuningMethod
 
 JOB_SCHEMA = "job"
 
@@ -68,11 +69,11 @@ def spec_from_doc(doc: Any, source: str = "job") -> TuningJobSpec:
         selector = doc["selector"]
         if not selector:
             raise InvalidArgument(f"{source}:selector", "is empty", "device, labels (at least one)")
-    objective = TuningObjective(doc.get("objective", TuningObjective.MIN_TIME))
+    objective = Objective.from_job_name(doc.get("objective", Objective.MIN_TIME.job_name), f"{source}:objective")
     time_budget_ms = None
     if "time_budget_ms" in doc:
         time_budget_ms = validation.time_budget_ms(doc["time_budget_ms"], f"{source}:time_budget_ms")
-    elif objective == TuningObjective.MIN_ENERGY:
+    elif objective == Objective.MIN_ENERGY:
         raise InvalidArgument(f"{source}:time_budget_ms", "is missing", "a time budget in ms (objective min-energy)")
     budget = doc.get("power_budget_w")
     power_budget_w = None
@@ -107,7 +108,7 @@ def spec_to_doc(spec: TuningJobSpec) -> dict[str, Any]:
         if spec.selector_labels:
             selector["labels"] = dict(spec.selector_labels)
         doc["selector"] = selector
-    doc["objective"] = TuningObjective(spec.objective).value
+    doc["objective"] = spec.objective.job_name
     if spec.time_budget_ms is not None:
         doc["time_budget_ms"] = spec.time_budget_ms
     if spec.node_power_budget_w:

@@ -3,8 +3,9 @@
 The store-backed resource (``TuningJobs``, the leader's ``StatusWriter``) is the control plane's
 (:mod:`edgetune.control.tuningjobs`); the wire form is :mod:`edgetune.proto.serde.tuning`; a job
 file becomes a spec through :mod:`edgetune.tuning.jobfile`. Phase names are Kubernetes-style
-(``Succeeded``, ``Applied``): :class:`JobPhase`, :class:`NodePhase`. The objective and method keep
-the job file's spelling (``min-time``, ``cap-search``): :class:`TuningObjective`, :class:`TuningMethod`.
+(``Succeeded``, ``Applied``): :class:`JobPhase`, :class:`NodePhase`. The objective is the selectors'
+:class:`~edgetune.base.objective.Objective`, stored and read as the job file spells it (``min-time``);
+the profiling method keeps the job file's spelling (``cap-search``): :class:`TuningMethod`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from edgetune import validation
+from edgetune.base.objective import Objective
 from edgetune.base.roles import Role
 from edgetune.base.workload import WorkloadRef
 from edgetune.errors import InvalidArgument
@@ -57,13 +59,6 @@ class NodePhase(StrEnum):
         return self in (NodePhase.APPLIED, NodePhase.FAILED)
 
 
-class TuningObjective(StrEnum):
-    """What a job minimises within each node's power budget (``min-energy`` needs a time budget)."""
-
-    MIN_TIME = "min-time"
-    MIN_ENERGY = "min-energy"
-
-
 class TuningMethod(StrEnum):
     """How a job's nodes are profiled: frontier rounds, random modes, or CapSearch's order under the cap."""
 
@@ -96,7 +91,8 @@ class TuningJobSpec:
     nodes: tuple[str, ...] = ()
     selector_device: str = ""
     selector_labels: Mapping[str, str] = field(default_factory=dict)
-    objective: TuningObjective = TuningObjective.MIN_TIME
+    #: One of :data:`~edgetune.base.objective.JOB_OBJECTIVES` (``min-energy`` needs a time budget).
+    objective: Objective = Objective.MIN_TIME
     time_budget_ms: float | None = None
     power_budget_w: float | None = None
     node_power_budget_w: Mapping[str, float] = field(default_factory=dict)
@@ -107,7 +103,8 @@ class TuningJobSpec:
     cancelled: bool = False
 
     def check(self) -> TuningJobSpec:
-        """The spec, or InvalidArgument naming the field (``spec.nodes[1]``)."""
+        """The spec with its objective and method as enums (given as a job file spells them, or as
+        enums), or InvalidArgument naming the field (``spec.nodes[1]``)."""
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise InvalidArgument("spec.name", f"{self.name!r} is not a DNS label",
                                   "lowercase letters, digits and '-', at most 63, e.g. mnv3-train")
@@ -130,9 +127,8 @@ class TuningJobSpec:
         if bool(self.nodes) == selecting:
             raise InvalidArgument("spec.nodes", "give target nodes by id or by selector (one of the two)",
                                   "nodes: [id, ...] or selector: {device: ...}")
-        if self.objective not in tuple(TuningObjective):
-            raise InvalidArgument("spec.objective", f"{self.objective!r}", _names(TuningObjective))
-        if self.objective == TuningObjective.MIN_ENERGY and self.time_budget_ms is None:
+        objective = Objective.from_job_name(self.objective, "spec.objective")
+        if objective == Objective.MIN_ENERGY and self.time_budget_ms is None:
             raise InvalidArgument("spec.time_budget_ms", "min-energy needs a time budget", "> 0 ms")
         validation.optional(validation.time_budget_ms, self.time_budget_ms, "spec.time_budget_ms")
         validation.optional(validation.power_budget_w, self.power_budget_w, "spec.power_budget_w")
@@ -142,10 +138,12 @@ class TuningJobSpec:
         validation.count(self.profiles, "spec.profiles", minimum=3, maximum=100_000)
         if self.method not in tuple(TuningMethod):
             raise InvalidArgument("spec.method", f"{self.method!r}", _names(TuningMethod))
-        if self.method == TuningMethod.CAP_SEARCH and self.objective != TuningObjective.MIN_TIME:
+        method = TuningMethod(self.method)
+        if method == TuningMethod.CAP_SEARCH and objective != Objective.MIN_TIME:
             # it applies the fastest point under the cap
-            raise InvalidArgument("spec.objective", f"{self.objective!r} with method cap-search", "min-time")
-        return self
+            raise InvalidArgument("spec.objective", f"{objective.job_name!r} with method cap-search",
+                                  Objective.MIN_TIME.job_name)
+        return replace(self, objective=objective, method=method)
 
     def budget_for(self, node_id: str, registered_w: float | None) -> float | None:
         """The node's power budget: per node, else the job's, else the node's registered one."""
@@ -157,7 +155,7 @@ class TuningJobSpec:
         return {"schema": self.SCHEMA_VERSION, "name": self.name, "workload": self.workload,
                 "role": self.role, "batch_sizes": list(self.batch_sizes), "nodes": list(self.nodes),
                 "selector_device": self.selector_device, "selector_labels": dict(self.selector_labels),
-                "objective": TuningObjective(self.objective).value, "time_budget_ms": self.time_budget_ms,
+                "objective": self.objective.job_name, "time_budget_ms": self.time_budget_ms,
                 "power_budget_w": self.power_budget_w, "node_power_budget_w": dict(self.node_power_budget_w),
                 "risk": self.risk, "profiles": self.profiles, "method": TuningMethod(self.method).value,
                 "reference_model_id": self.reference_model_id, "cancelled": self.cancelled}
@@ -166,7 +164,7 @@ class TuningJobSpec:
     def from_dict(cls, doc: Any) -> TuningJobSpec:
         d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
         return cls(d["name"], d["workload"], d["role"], tuple(d["batch_sizes"]), tuple(d["nodes"]),
-                   d["selector_device"], dict(d["selector_labels"]), TuningObjective(d["objective"]),
+                   d["selector_device"], dict(d["selector_labels"]), Objective.from_job_name(d["objective"]),
                    d["time_budget_ms"], d["power_budget_w"], dict(d["node_power_budget_w"]), d["risk"],
                    int(d["profiles"]), TuningMethod(d["method"]), d["reference_model_id"], bool(d["cancelled"]))
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Points, Predictions
 
 
@@ -65,4 +66,4 @@ def reference_model_id(device: str, role: str = "train") -> str:
 class Selector(Protocol):
     """Chooses one option of a pool under a power budget at a risk (a probability)."""
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice: ...
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice: ...

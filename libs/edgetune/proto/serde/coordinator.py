@@ -18,12 +18,12 @@ from google.protobuf import json_format
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
-from edgetune.base.records import Predictions
+from edgetune.base.records import OptionTable, Predictions
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 from edgetune.planning.placement import InferencePlacement, InferenceUpdate
 from edgetune.planning.planner import NodePlan, RoundPlan
-from edgetune.planning.rounds import OptionTable, RoundNode, RoundOutcome, RoundRequest
+from edgetune.planning.rounds import RoundNode, RoundOutcome, RoundRequest
 from edgetune.powermodes.specs import SPECS
 from edgetune.proto.serde.common import (
     ROUND_OBJECTIVE,

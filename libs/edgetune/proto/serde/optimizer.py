@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.records import (
@@ -57,9 +58,9 @@ ESTIMATOR_MISSING = ("fetching predictions from a model needs the estimator serv
                      "is not connected to; send the candidates inline (candidates.table)")
 GUIDE_MISSING = ("guide_model_id: an estimator model as the guide needs the estimator service, which this optimizer "
                  "is not connected to; leave it empty (the nn strategy then fits its own guide on the profiled points)")
-#: The wire's objectives (``OBJECTIVE``'s names) and the selectors' names of them.
-SELECTORS = {"min_time": "time", "min_power": "power", "min_energy": "energy"}
-_WIRE_OBJECTIVES = {v: k for k, v in SELECTORS.items()}
+#: The wire's objectives (``OBJECTIVE``'s names) and the library's.
+OBJECTIVES = {"min_time": Objective.MIN_TIME, "min_power": Objective.MIN_POWER, "min_energy": Objective.MIN_ENERGY}
+_WIRE_OBJECTIVES = {v: k for k, v in OBJECTIVES.items()}
 
 
 # --- scalars ------------------------------------------------------------------------------------------
@@ -74,15 +75,13 @@ def risk_to_proto(risk: float | None) -> float:
     return 0.0 if risk is None else float(risk)
 
 
-def objective_from_proto(value: int, field: str = "objective") -> str:
-    """The selector's name (``time``; unset: least time)."""
-    return SELECTORS[OBJECTIVE.from_proto(value, field)]
+def objective_from_proto(value: int, field: str = "objective") -> Objective:
+    """The objective (unset: least time)."""
+    return OBJECTIVES[OBJECTIVE.from_proto(value, field)]
 
 
-def objective_to_proto(name: str) -> optimizer_pb2.Objective.ValueType:
-    if name not in _WIRE_OBJECTIVES:
-        raise InvalidArgument("objective", f"unknown objective {name!r}", ", ".join(_WIRE_OBJECTIVES))
-    return optimizer_pb2.Objective.ValueType(OBJECTIVE.to_proto(_WIRE_OBJECTIVES[name]))
+def objective_to_proto(objective: Objective | str) -> optimizer_pb2.Objective.ValueType:
+    return optimizer_pb2.Objective.ValueType(OBJECTIVE.to_proto(_WIRE_OBJECTIVES[Objective.parse(objective)]))
 
 
 #: Each budget field's rule (edgetune.validation) and what it allows.

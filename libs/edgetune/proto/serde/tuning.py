@@ -14,6 +14,7 @@ What the wire does not carry: a node's ``drift_epoch`` and the status document's
 from __future__ import annotations
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
 from edgetune.proto.serde.common import (
@@ -36,14 +37,13 @@ from edgetune.tuning.jobs import (
     TuningJobStatus,
     TuningJobView,
     TuningMethod,
-    TuningObjective,
 )
 
 # --- enums --------------------------------------------------------------------------------------
 
-OBJECTIVES: dict[TuningObjective, tuning_pb2.TuningObjective.ValueType] = {
-    TuningObjective.MIN_TIME: tuning_pb2.TUNING_OBJECTIVE_MIN_TIME,
-    TuningObjective.MIN_ENERGY: tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY,
+OBJECTIVES: dict[Objective, tuning_pb2.TuningObjective.ValueType] = {
+    Objective.MIN_TIME: tuning_pb2.TUNING_OBJECTIVE_MIN_TIME,
+    Objective.MIN_ENERGY: tuning_pb2.TUNING_OBJECTIVE_MIN_ENERGY,
 }
 METHODS: dict[TuningMethod, tuning_pb2.TuningMethod.ValueType] = {
     TuningMethod.FRONTIER: tuning_pb2.TUNING_METHOD_FRONTIER,
@@ -54,7 +54,7 @@ JOB_PHASES: dict[JobPhase, tuning_pb2.JobPhase.ValueType] = {
     phase: tuning_pb2.JobPhase.Value(f"JOB_PHASE_{phase.name}") for phase in JobPhase}
 NODE_PHASES: dict[NodePhase, tuning_pb2.NodePhase.ValueType] = {
     phase: tuning_pb2.NodePhase.Value(f"NODE_PHASE_{phase.name}") for phase in NodePhase}
-_OBJECTIVE_OF = {v: k for k, v in OBJECTIVES.items()} | {tuning_pb2.TUNING_OBJECTIVE_UNSPECIFIED: TuningObjective.MIN_TIME}
+_OBJECTIVE_OF = {v: k for k, v in OBJECTIVES.items()} | {tuning_pb2.TUNING_OBJECTIVE_UNSPECIFIED: Objective.MIN_TIME}
 _METHOD_OF = {v: k for k, v in METHODS.items()} | {tuning_pb2.TUNING_METHOD_UNSPECIFIED: TuningMethod.FRONTIER}
 _JOB_PHASE_OF = {v: k for k, v in JOB_PHASES.items()} | {tuning_pb2.JOB_PHASE_UNSPECIFIED: JobPhase.PENDING}
 _NODE_PHASE_OF = {v: k for k, v in NODE_PHASES.items()} | {tuning_pb2.NODE_PHASE_UNSPECIFIED: NodePhase.PENDING}
@@ -93,7 +93,7 @@ def spec_to_proto(spec: TuningJobSpec) -> tuning_pb2.TuningJobSpec:
                                                      role=common_pb2.Role.ValueType(role_to_proto(spec.role))),
         batch_sizes=list(spec.batch_sizes), nodes=list(spec.nodes),
         selector=tuning_pb2.NodeSelector(device=spec.selector_device, labels=dict(spec.selector_labels)),
-        objective=OBJECTIVES[TuningObjective(spec.objective)], node_power_budget_w=dict(spec.node_power_budget_w),
+        objective=OBJECTIVES[Objective.from_job_name(spec.objective, "spec.objective")], node_power_budget_w=dict(spec.node_power_budget_w),
         profiles=spec.profiles, method=METHODS[TuningMethod(spec.method)],
         reference_model_id=spec.reference_model_id)
     for name in ("time_budget_ms", "power_budget_w", "risk"):
