@@ -145,6 +145,7 @@ def test_many_open_watches_share_one_feed_reader_and_every_rpc_still_answers(lea
     coordinator, stub = leader
     n = 150  # past redis-py's default pool of 100, which one blocked read per stream exhausted at ~97
     ids = [f"w{i:03d}" for i in range(n)]
+    coordinator.server.limits.max_watches = n  # one channel here stands for n agents (each its own caller)
     for node_id in ids:
         _register(stub, node_id)
     calls = [stub.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=i)) for i in ids]

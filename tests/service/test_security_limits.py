@@ -214,4 +214,6 @@ def test_the_watch_streams_benchmark_is_registered_and_runs_small():
     measured = watch.measure_watch_streams(streams=300, channels=6, heartbeats=50, published=20, after_close_s=30.0)
     assert measured["streams_open"] == 300 and measured["delivered"] == 20
     assert measured["threads_with_streams"] >= measured["threads_before"] + 300
-    assert measured["handler_threads_after_close"] <= 2 and measured["open_watches_after_close"] == 0
+    # the coordinator's handler threads go back once the streams close (its elastic pool shrinks)
+    assert measured["threads_after_close"] <= measured["threads_before"] + 8
+    assert measured["open_watches_after_close"] == 0
