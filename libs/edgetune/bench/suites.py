@@ -332,10 +332,9 @@ def transfer_vs_gp_sim() -> dict:
     import torch
 
     from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.bundle import Z90
+    from edgetune.estimation.bundle import Z90, load_reference
     from edgetune.estimation.features import mode_features
     from edgetune.estimation.metrics import mape_pct
-    from edgetune.estimation.references import load_reference
     from edgetune.estimation.registry import adapt
     from edgetune.estimation.validation import ExtrapolationWarning
     from edgetune.powermodes.grids import modes_array

@@ -28,11 +28,11 @@ from edgetune import validation
 from edgetune.base.records import Predictions
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument, NotFound
-from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.bundle import TimePowerModel, load_reference
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, mode_features
 from edgetune.estimation.ids import ModelId, id_part, parse_model_id
 from edgetune.estimation.records import ModelInfo, PredictSpec
-from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference, load_reference
+from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
