@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 from prometheus_client import Counter, Histogram
+from threadpoolctl import ThreadpoolController
 
 from edgetune import validation
 from edgetune.base.records import Predictions
@@ -123,8 +124,6 @@ def _one_blas_thread() -> Any:
     threaded BLAS on shared cores is several times slower (nn+gp on 18,096 modes: 236 → 88 ms)."""
     global _BLAS
     if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
         _BLAS = ThreadpoolController()
     return _BLAS.limit(limits=1, user_api="blas")
 

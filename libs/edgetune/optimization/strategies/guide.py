@@ -160,7 +160,7 @@ class GPGuide(Guide):
         return self._scale.transform(x)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        from edgetune.estimation.gp import (
+        from edgetune.estimation.gp import (  # deferred: torch, sklearn
             GaussianProcess,  # deferred: sklearn (and torch) load on the first fit
         )
 
