@@ -48,7 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.x509.oid import NameOID
 
 from edgetune.errors import InvalidArgument
 
@@ -214,9 +221,6 @@ def certificate_identity(pem: bytes | None, common_name: str = "", sans: Sequenc
     name = common_name or (sans[0] if sans else "")
     role = VIEWER
     if pem:
-        from cryptography import x509
-        from cryptography.x509.oid import NameOID
-
         cert = x509.load_pem_x509_certificate(pem)
         cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         name = name or (str(cns[0].value) if cns else "")
@@ -249,8 +253,6 @@ def looks_like_jwt(token: str) -> bool:
 
 
 def _public_key(jwk: Mapping[str, Any]) -> Any:
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
     kty = jwk.get("kty")
     if kty == "RSA":
         n = int.from_bytes(_b64url(str(jwk["n"])), "big")
@@ -283,11 +285,6 @@ def parse_jwks(doc: Any, source: str) -> dict[str, list[tuple[str, Any]]]:
 
 def verify_jwt(token: str, keys: Mapping[str, list[tuple[str, Any]]], now_s: float | None = None) -> dict[str, Any]:
     """The claims of a JWT signed (RS256 / ES256) by one of ``keys``, its time claims checked; TokenRefused else."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec, padding
-    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-
     parts = token.split(".")
     if len(parts) != 3:
         raise TokenRefused("not a JWT")
@@ -517,8 +514,6 @@ class ServerSecurity:
 
     def credentials(self) -> Any:
         """``grpc.ServerCredentials`` for TLS (requiring a client certificate with ``tls_client_ca``)."""
-        import grpc
-
         client_ca = _read(self.tls_client_ca, "--tls-client-ca") if self.tls_client_ca else None
         return grpc.ssl_server_credentials([(_read(self.tls_key, "--tls-key"), _read(self.tls_cert, "--tls-cert"))],
                                            root_certificates=client_ca, require_client_auth=client_ca is not None)
@@ -606,8 +601,6 @@ class ClientSecurity:
 
 
 def _bearer_interceptor(source: TokenSource | Callable[[], str]) -> Any:
-    import grpc
-
     current = source.current if isinstance(source, TokenSource) else source
 
     class _Details(grpc.ClientCallDetails):
@@ -636,8 +629,6 @@ def _bearer_interceptor(source: TokenSource | Callable[[], str]) -> Any:
 def open_channel(address: str, security: ClientSecurity | None = None,
                  options: Sequence[tuple[str, Any]] = ()) -> Any:
     """A ``grpc.Channel`` to ``address``: TLS when ``security`` says so, every call carrying its token."""
-    import grpc
-
     security = security or ClientSecurity()
     security.check()
     opts = list(options)

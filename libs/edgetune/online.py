@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import math
 import queue
 import signal
@@ -69,11 +70,25 @@ from edgetune.base.records import Decision, Points
 from edgetune.base.roles import Role
 from edgetune.base.workload import id_name, workload_id
 from edgetune.devices.base import Device, PowerSampler
+from edgetune.devices.factory import open_device
+from edgetune.devices.simulated.profiles import get_profile, profile_from_module, register_profile
+from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
+from edgetune.localrun.controlplane import (
+    REFERENCE_BATCH_SIZE,
+    REFERENCE_EPOCHS,
+    REFERENCE_POINTS,
+    REFERENCE_WORKLOAD,
+)
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.profiling.protocol import measurement_id
 from edgetune.profiling.stats import mean_std, power_stats
+from edgetune.store.records import MeasurementRecord
 from edgetune.tables import points_table
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
+from edgetune.tuning.tuner import NodeTuner
 
 #: Mode grid the choice is made from (``candidates=`` overrides): Fulcrum's coarse grid, as TuningJobs use.
 DEFAULT_GRID = "fulcrum"
@@ -182,16 +197,7 @@ def simulated_reference(device: str, role: str = "train", epochs: int | None = N
     """The reference predictor of a simulated device model (a ``TimePowerModel``): the one
     ``edgetune up`` fits — the reference workload's truth on a sample of the device's modes —
     fitted once per process."""
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.localrun.controlplane import (
-        REFERENCE_BATCH_SIZE,
-        REFERENCE_EPOCHS,
-        REFERENCE_POINTS,
-        REFERENCE_WORKLOAD,
-    )
-    from edgetune.powermodes.grids import named_grid
-    from edgetune.powermodes.specs import get_spec
+    from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
     spec = get_spec(device)
     grid = named_grid(spec, "fulcrum").array()
@@ -288,8 +294,6 @@ class OnlineTuner:
         self.store, self.node_id, self.handle_signals, self.on_window = store, node_id, handle_signals, on_window
         self._reference, self._candidates_arg = reference, candidates
         if isinstance(device, str):
-            from edgetune.devices.factory import open_device
-
             self.device: Device = open_device(device, seed=self.seed)
             self._owns_device = True
         elif isinstance(device, Device):
@@ -559,8 +563,6 @@ class OnlineTuner:
     def _store(self, w: Window) -> None:
         if self.store is None:
             return
-        from edgetune.profiling.protocol import measurement_id
-        from edgetune.store.records import MeasurementRecord
 
         device = self.device.spec.name
         run_key = f"online-{self.seed}-{w.index}"
@@ -578,8 +580,6 @@ class OnlineTuner:
         inputs = self._sample_inputs(batch_size)
         self.workload = workload_id(self._name or type(self.model).__name__, structure_hash(self.model, inputs))
         if self._virtual and hasattr(self.device, "true_time_ms"):
-            from edgetune.devices.simulated.profiles import get_profile, profile_from_module, register_profile
-
             try:
                 get_profile(self.workload)
             except InvalidArgument:
@@ -604,8 +604,6 @@ class OnlineTuner:
 
     def _candidate_modes(self, candidates: str | np.ndarray) -> np.ndarray:
         if isinstance(candidates, str):
-            from edgetune.powermodes.grids import named_grid
-
             return named_grid(self.device.spec, candidates).array()
         arr = np.asarray(candidates, dtype=float)
         if arr.ndim != 2 or arr.shape[1] != len(MODE_FIELDS) or not len(arr):
@@ -615,7 +613,7 @@ class OnlineTuner:
         return arr
 
     def _reference_model(self) -> Any:
-        from edgetune.estimation.bundle import TimePowerModel
+        from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
         ref = self._reference
         if ref is None:  # a simulated device (checked when constructed)
@@ -625,8 +623,7 @@ class OnlineTuner:
         return ref
 
     def _start_workflow(self, batch_size: int) -> None:
-        from edgetune.tuning.local import LibraryEstimator, LibrarySelector
-        from edgetune.tuning.tuner import NodeTuner
+        from edgetune.tuning.local import LibraryEstimator, LibrarySelector  # deferred: torch, sklearn
 
         self.batch_size = batch_size
         if self.workload == "":
@@ -723,8 +720,6 @@ class OnlineTuner:
 
 
 def _parameters(fn: Callable) -> Sequence[str]:
-    import inspect
-
     try:
         return list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
@@ -734,7 +729,7 @@ def _parameters(fn: Callable) -> Sequence[str]:
 def _cuda_sync() -> Callable[[], None] | None:
     """``torch.cuda.synchronize`` when CUDA is there (a step's kernels finish inside its time)."""
     try:
-        import torch
+        import torch  # deferred: torch
     except ImportError:
         return None
     return torch.cuda.synchronize if torch.cuda.is_available() else None
@@ -742,7 +737,7 @@ def _cuda_sync() -> Callable[[], None] | None:
 
 def _resized(inputs: Any, batch_size: int) -> Any:
     """Zeros shaped like ``inputs`` with ``batch_size`` rows (the simulator costs shapes only)."""
-    import torch
+    import torch  # deferred: torch
 
     if isinstance(inputs, tuple | list):
         return tuple(_resized(t, batch_size) for t in inputs)

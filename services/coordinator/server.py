@@ -109,7 +109,7 @@ def _kube_watcher(mode: str, selector: str, registry: NodeRegistry) -> kube.Kube
         mode = "incluster" if in_pod else "none"
     if mode == "none":
         return None
-    from kubernetes import client, config
+    from kubernetes import client, config  # deferred: kubernetes
 
     try:
         if mode == "incluster":

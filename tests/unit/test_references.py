@@ -13,14 +13,9 @@ from edgetune.base.records import Points
 from edgetune.cli import main
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.bundle import load_reference
 from edgetune.estimation.metrics import mape_pct
-from edgetune.estimation.references import (
-    REFERENCES,
-    find_reference,
-    load_reference,
-    reference_path,
-    shipped_for,
-)
+from edgetune.estimation.references import REFERENCES, find_reference, reference_path, shipped_for
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.tables import Table, write_table

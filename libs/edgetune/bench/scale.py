@@ -20,15 +20,37 @@ estimator's and the optimizer's calls, and how many nodes were Applied within th
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.bench.runner import benchmark
-from edgetune.tuning.jobs import NodeStatus
+from edgetune.clients.estimator import EstimatorClient
+from edgetune.clients.nodes import NodesClient
+from edgetune.control.configs import ConfigStore
+from edgetune.control.jobs import JobQueue
+from edgetune.control.leader import LeaderLease
+from edgetune.control.reconcile import Reconciler
+from edgetune.control.registry import NodeRegistry
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.estimation.records import FitSpec, MeasuredRow
+from edgetune.identity import open_channel
+from edgetune.localrun.controlplane import default_budget_w
+from edgetune.localrun.localcluster import LocalCluster
+from edgetune.powermodes.grids import named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.profiling.protocol import measurement_id
+from edgetune.store import Heartbeat, MeasurementRecord, NodeAnnouncement, ProfileJob
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningMethod
+from edgetune.tuning.protocols import reference_model_id
 
 #: The fleet: device model -> nodes (100 in all).
 FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
@@ -52,12 +74,6 @@ class SimulatedFleet:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> SimulatedFleet:
-        from edgetune.clients.nodes import NodesClient
-        from edgetune.identity import open_channel
-        from edgetune.localrun.controlplane import default_budget_w
-        from edgetune.powermodes.specs import get_spec
-        from edgetune.store import Heartbeat, NodeAnnouncement
-
         self._channel = open_channel(self.coordinator)
         client = NodesClient(self._channel, timeout_s=10.0)
         interval = 5.0
@@ -82,11 +98,6 @@ class SimulatedFleet:
         return self
 
     def _work(self, node_ids: list[str], index: int) -> None:
-        from edgetune.control.jobs import JobQueue
-        from edgetune.devices.simulated.tables import truth_table
-        from edgetune.profiling.protocol import measurement_id
-        from edgetune.store import MeasurementRecord, ProfileJob
-
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
         consumer = f"fleet-{index}"
@@ -153,26 +164,6 @@ def _phases(node: NodeStatus) -> dict[str, float]:
            "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time < 300 s on 2 cores "
            "(reported: reconcile time per node and its phases, one reconcile pass)", "job_s", 300.0)
 def tuning_job_100_nodes() -> dict[str, Any]:
-    import tempfile
-    from pathlib import Path
-
-    import grpc
-
-    from edgetune.base.mode import PowerMode
-    from edgetune.base.roles import Role
-    from edgetune.clients.estimator import EstimatorClient
-    from edgetune.control.configs import ConfigStore
-    from edgetune.control.leader import LeaderLease
-    from edgetune.control.reconcile import Reconciler
-    from edgetune.control.registry import NodeRegistry
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.records import FitSpec, MeasuredRow
-    from edgetune.localrun.localcluster import LocalCluster
-    from edgetune.powermodes.grids import named_grid
-    from edgetune.powermodes.specs import get_spec
-    from edgetune.tuning.jobs import JobPhase, NodePhase, TuningJobSpec, TuningMethod
-    from edgetune.tuning.protocols import reference_model_id
-
     nodes = {f"{device}-{i + 1}": device for device, n in FLEET.items() for i in range(n)}
     with tempfile.TemporaryDirectory(prefix="edgetune-scale-") as tmp, \
             LocalCluster(Path(tmp), tuning=True, heartbeat_ttl_s=30.0, lease_ms=5000) as cluster:

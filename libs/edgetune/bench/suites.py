@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
 import time
+import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from edgetune.base.clocks import RealClock
 from edgetune.bench.runner import benchmark, best_of_s
+from edgetune.devices.sampling import ThreadedSampler
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.devices.sysfs import SysfsJetson
+from edgetune.estimation import parallel
+from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
+from edgetune.estimation.features import mode_features
+from edgetune.estimation.metrics import mape_pct
+from edgetune.estimation.validation import ExtrapolationWarning
+from edgetune.online import OnlineTuner, State, simulated_reference
+from edgetune.optimization.select import Candidates, MinTime, least_time
+from edgetune.planning.bench import bench_plan
+from edgetune.powermodes.grids import enumerate_modes, modes_array, named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.profiling import Profiler
+from edgetune.tables import Table
+from edgetune.validation import budget_sweep
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -18,9 +41,6 @@ REPO = Path(__file__).resolve().parents[3]
 
 @benchmark("grid_enumeration", "full Orin AGX + Xavier AGX grids as arrays < 20 ms", "seconds", 0.020)
 def grid_enumeration() -> dict:
-    from edgetune.powermodes.grids import modes_array
-    from edgetune.powermodes.specs import get_spec
-
     orin, xavier = get_spec("orin-agx"), get_spec("xavier-agx")
     s = best_of_s(lambda: (modes_array(orin, "full"), modes_array(xavier, "full")))
     return {"seconds": s, "modes": int(len(modes_array(orin, "full")) + len(modes_array(xavier, "full")))}
@@ -28,9 +48,6 @@ def grid_enumeration() -> dict:
 
 @benchmark("simulator_truth_18k", "time + power of all 18,096 Orin modes < 0.5 s", "seconds", 0.5)
 def simulator_truth() -> dict:
-    from edgetune.devices.simulated.device import SimulatedJetson
-    from edgetune.powermodes.grids import modes_array
-
     dev = SimulatedJetson("orin-agx")
     modes = modes_array(dev.spec, "full")
     s = best_of_s(lambda: (dev.true_time_ms(modes, "resnet18", "train", 16),
@@ -39,10 +56,6 @@ def simulator_truth() -> dict:
 
 
 def _orin_candidates(batch_sizes=(1, 4, 16, 32, 64)):
-    from edgetune.devices.simulated.device import SimulatedJetson
-    from edgetune.optimization.select import Candidates
-    from edgetune.powermodes.grids import modes_array
-
     dev = SimulatedJetson("orin-agx")
     modes = modes_array(dev.spec, "full")
     t = np.concatenate([dev.true_time_ms(modes, "mobilenetv3", "infer", b) for b in batch_sizes])
@@ -53,8 +66,6 @@ def _orin_candidates(batch_sizes=(1, 4, 16, 32, 64)):
 @benchmark("select_18096x5", "least time within a budget over 18,096 modes × 5 batch sizes < 5 ms",
            "seconds", 0.005)
 def select_all() -> dict:
-    from edgetune.optimization.select import least_time
-
     cands = _orin_candidates()
     s = best_of_s(lambda: least_time(cands, 30.0), repeats=20)
     return {"seconds": s, "options": len(cands)}
@@ -62,9 +73,6 @@ def select_all() -> dict:
 
 @benchmark("select_sweep_34", "a 17:50:1 budget sweep over the same options < 20 ms", "seconds", 0.020)
 def select_sweep() -> dict:
-    from edgetune.optimization.select import MinTime
-    from edgetune.validation import budget_sweep
-
     cands = _orin_candidates()
     budgets = budget_sweep("17:50:1")
     sel = MinTime()
@@ -74,16 +82,12 @@ def select_sweep() -> dict:
 
 @benchmark("plan_1000_nodes", "plan a 1,000-node round (both objectives, site budget) < 1 s", "seconds", 1.0)
 def plan_1k() -> dict:
-    from edgetune.planning.bench import bench_plan
-
     r = bench_plan(1000)
     return {"seconds": max(r["makespan"]["seconds"], r["energy"]["seconds"]), **r}
 
 
 @benchmark("plan_10000_nodes", "plan a 10,000-node round < 10 s", "seconds", 10.0)
 def plan_10k() -> dict:
-    from edgetune.planning.bench import bench_plan
-
     r = bench_plan(10000)
     return {"seconds": max(r["makespan"]["seconds"], r["energy"]["seconds"]), **r}
 
@@ -91,10 +95,6 @@ def plan_10k() -> dict:
 @benchmark("profile_point_sim", "one profiled point on the simulator (40 minibatches, settling): wall time",
            "seconds_per_point")
 def profile_point() -> dict:
-    from edgetune.devices.simulated.device import SimulatedJetson
-    from edgetune.powermodes.grids import enumerate_modes
-    from edgetune.profiling import Profiler
-
     dev = SimulatedJetson("orin-agx", seed=0)
     modes = enumerate_modes(dev.spec, "fulcrum")[::9]
     t0 = time.perf_counter()
@@ -113,13 +113,10 @@ def sampler_overhead() -> dict:
     core. Also reported: real CPU minibatches with and without the sampler, interleaved in
     alternating order (noisy when other work shares the cores).
     """
-    import torch
+    import torch  # deferred: torch
 
-    from edgetune.base.clocks import RealClock
-    from edgetune.devices.sampling import ThreadedSampler
-    from edgetune.devices.sysfs import SysfsJetson
-    from edgetune.workloads.registry import get_workload
-    from edgetune.workloads.runner import MinibatchRunner
+    from edgetune.workloads.registry import get_workload  # deferred: torch
+    from edgetune.workloads.runner import MinibatchRunner  # deferred: torch
 
     sensor = SysfsJetson(REPO / "tests" / "fixtures" / "sysroots" / "orin-agx-jp5").power_sensor()
 
@@ -176,11 +173,9 @@ def ray_speedup() -> dict:
     estimation modules: a warm-up batch) are measured apart. The machine's cores may be shared
     with other work, which a speed-up on 2 cores feels directly.
     """
-    import ray
+    import ray  # deferred: ray
 
-    from edgetune.estimation import parallel
-    from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
-    from edgetune.estimation.proxy import load_proxy_data, pretrained_state
+    from edgetune.estimation.proxy import load_proxy_data, pretrained_state  # deferred: torch
 
     shared = {"workload": "resnet-slim", "target_accuracy": 1.01,  # unreachable: fixed work per task
               "samples_per_pass": 256, "max_passes": 16, "input_size": 8,
@@ -212,11 +207,6 @@ def ray_speedup() -> dict:
 def _estimator_tables(grid: str, workload: str, every: int = 1, seed: int | None = None, n: int | None = None):
     """Simulator truth (Orin AGX, training, batch 16) on a grid as a library Table: every ``every``-th
     mode, or ``n`` modes drawn with ``seed``."""
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.powermodes.grids import named_grid
-    from edgetune.powermodes.specs import get_spec
-    from edgetune.tables import Table
-
     spec = get_spec("orin-agx")
     modes = named_grid(spec, grid).modes()
     if n is not None:
@@ -233,7 +223,7 @@ def _estimator_models() -> dict:
     """A reference nn (20 epochs on the 4,368 PowerTrain modes) and its nn+gp transfer to MobileNetV3
     from 50 random modes; built once for the predict benchmarks."""
     if not _ESTIMATOR_MODELS:
-        from edgetune.estimation.bundle import TimePowerModel
+        from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
         ref = TimePowerModel.fit_table(_estimator_tables("powertrain", "resnet18"), "nn", epochs=20)
         small = _estimator_tables("full", "mobilenetv3", seed=0, n=50)
@@ -245,13 +235,6 @@ def _predict_all_modes(model) -> dict:
     """Best of 7 full-grid predictions with one BLAS thread (how the estimator service runs them: a
     GP's 18k × 50 products gain nothing from threads, and threaded BLAS on shared cores is several
     times slower), and with the BLAS default for comparison."""
-    import warnings
-
-    from threadpoolctl import threadpool_limits
-
-    from edgetune.estimation.validation import ExtrapolationWarning
-    from edgetune.powermodes.grids import modes_array
-    from edgetune.powermodes.specs import get_spec
 
     x = modes_array(get_spec("orin-agx"), "full")
     with warnings.catch_warnings():
@@ -290,7 +273,7 @@ def estimator_transfer() -> dict:
            "seconds", 180.0)
 def estimator_fit() -> dict:
     """Both targets one after another in this process (the service runs them as two Ray tasks)."""
-    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
     table = _estimator_tables("powertrain", "resnet18")
     t0 = time.perf_counter()
@@ -327,19 +310,10 @@ def transfer_vs_gp_sim() -> dict:
     modes (all through ``registry.adapt``); MAPE on 1,000 other modes of the grid against the noise-free truth.
     Per target and size: each method's MAPE (mean over draws) and its ratio to ``gp``'s; per size: the mean
     ratio over the Orin workloads. The metric is ref+gp's worst such mean (over sizes, time and power)."""
-    import warnings
+    import torch  # deferred: torch
 
-    import torch
-
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.bundle import Z90
-    from edgetune.estimation.features import mode_features
-    from edgetune.estimation.metrics import mape_pct
-    from edgetune.estimation.references import load_reference
-    from edgetune.estimation.registry import adapt
-    from edgetune.estimation.validation import ExtrapolationWarning
-    from edgetune.powermodes.grids import modes_array
-    from edgetune.powermodes.specs import get_spec
+    from edgetune.estimation.bundle import Z90, load_reference  # deferred: torch, sklearn
+    from edgetune.estimation.registry import adapt  # deferred: torch, sklearn
 
     torch.set_num_threads(1)
     reference = load_reference("orin-agx")
@@ -423,12 +397,6 @@ def online_tuner_overhead() -> dict:
     reference and keeps its choice; then the whole bracket of an empty step is timed (a bare
     ``with`` of a no-op context manager beside it: the baseline in the same run).
     """
-    import shutil
-    import tempfile
-    from contextlib import nullcontext
-
-    from edgetune.devices.sysfs import SysfsJetson
-    from edgetune.online import OnlineTuner, State, simulated_reference
 
     reference = simulated_reference("orin-agx", "train", epochs=20)
     n = 10_000

@@ -25,13 +25,25 @@ after they closed (its handler pool gives idle threads back: issue 25 saw 1,000 
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from edgetune.base.mode import PowerMode
 from edgetune.bench.runner import benchmark
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.clients.nodes import NodesClient
+from edgetune.control.configs import ConfigStore
+from edgetune.control.leader import DEFAULT_LEASE_MS
+from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
+from edgetune.localrun.localcluster import LocalCluster
+from edgetune.store import Heartbeat, NodeConfig, NodeRecord, open_store
 
 #: Main before the change (daa557e: one blocking Redis read per stream, redis-py's pool of 100),
 #: this 2-core machine, 2026-11-26: with 150 open streams 0 of 100 Heartbeats answered, every one
@@ -65,19 +77,6 @@ def measure_watch_streams(streams: int = STREAMS, heartbeats: int = HEARTBEATS, 
                           channels: int = CHANNELS, after_close_s: float = 0.0) -> dict[str, Any]:
     """``after_close_s`` > 0: also close every stream and report the coordinator's threads once its
     idle handler threads ended (waiting up to that long)."""
-    import os
-    import tempfile
-
-    import grpc
-
-    from edgetune.base.mode import PowerMode
-    from edgetune.clients.coordinator import CoordinatorClient
-    from edgetune.clients.nodes import NodesClient
-    from edgetune.control.configs import ConfigStore
-    from edgetune.control.leader import DEFAULT_LEASE_MS
-    from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
-    from edgetune.localrun.localcluster import LocalCluster
-    from edgetune.store import Heartbeat, NodeConfig, NodeRecord, open_store
 
     ids = [f"node-{i:04d}" for i in range(streams)]
     calls: list[Any] = []

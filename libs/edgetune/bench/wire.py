@@ -16,19 +16,31 @@ loopback gRPC, columnar ``PredictionTable`` messages. The servers run as process
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.base.objective import Objective
+from edgetune.base.records import Predictions
 from edgetune.bench.runner import benchmark
 from edgetune.clients.estimator import EstimatorClient
 from edgetune.clients.optimizer import OptimizerClient
-from edgetune.optimization.records import SelectQuery
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.simulated.tables import truth_table
+from edgetune.estimation.records import FitSpec, MeasuredRow, PredictSpec
+from edgetune.localrun.localcluster import LocalCluster
+from edgetune.optimization.records import SelectQuery, Verdict
+from edgetune.powermodes.grids import modes_array, named_grid
+from edgetune.powermodes.specs import get_spec
+from edgetune.proto.serde.optimizer import select_to_proto
 
 #: Optimizer.Select with per-row Prediction messages (main at b3fb878, before the columnar tables),
 #: 8 client threads for 4 s each, this 2-core machine, 2026-11-25: requests/s, one client's p50 in
@@ -53,12 +65,6 @@ def _servers() -> Iterator[tuple[EstimatorClient, OptimizerClient, str]]:
     """An estimator (``--no-ray``: its jobs one after another in its process) and an optimizer on
     loopback, as processes sharing one redis-server; yields their typed clients and the optimizer's
     address."""
-    import tempfile
-    from pathlib import Path
-
-    import grpc
-
-    from edgetune.localrun.localcluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="edgetune-wire-") as tmp:
         cluster = LocalCluster(Path(tmp), log_level="WARNING", grace_s=1.0)
@@ -86,13 +92,6 @@ def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
 @benchmark("predict_select_18096_e2e", "Estimator.Predict -> Optimizer.Select over all 18,096 Orin modes, "
            "end to end on loopback (the servers as processes, the estimator without Ray) p50 < 50 ms", "p50_s", 0.050)
 def predict_select() -> dict[str, Any]:
-    from edgetune.base.mode import PowerMode
-    from edgetune.devices.simulated.tables import truth_table
-    from edgetune.estimation.records import FitSpec, MeasuredRow, PredictSpec
-    from edgetune.optimization.records import SelectQuery, Verdict
-    from edgetune.powermodes.grids import named_grid
-    from edgetune.powermodes.specs import get_spec
-
     spec = get_spec("orin-agx")
     rows = truth_table(spec, "resnet18", "train", named_grid(spec, "fulcrum").modes(), [16])
     measurements = tuple(MeasuredRow(PowerMode.from_mapping(r), r["batch_size"], r["time_ms"], r["power_w"])
@@ -123,8 +122,6 @@ def predict_select() -> dict[str, Any]:
 
 def _throughput(address: str, query: SelectQuery, clients: int, seconds: float) -> float:
     """Requests per second of ``clients`` threads (one channel each) calling Select for ``seconds``."""
-    import grpc
-
     done: list[int] = []
     lock = threading.Lock()
     stop = time.perf_counter() + seconds
@@ -151,11 +148,6 @@ def _throughput(address: str, query: SelectQuery, clients: int, seconds: float) 
 @benchmark("optimizer_select_throughput", "Optimizer.Select requests/s, 8 client threads, at 441 / 4,368 / 18,096 "
            "inline rows (columnar) next to the per-row form before; reported", "rps_4368")
 def select_throughput() -> dict[str, Any]:
-    from edgetune.base.records import Predictions
-    from edgetune.devices.simulated.device import SimulatedJetson
-    from edgetune.powermodes.grids import modes_array
-    from edgetune.proto.serde.optimizer import select_to_proto
-
     dev = SimulatedJetson("orin-agx")
     out: dict[str, Any] = {}
     with _servers() as (_, optimizer, address):

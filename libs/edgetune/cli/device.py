@@ -22,6 +22,9 @@ import time
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from edgetune import validation
 from edgetune.base.clocks import VirtualClock
@@ -30,6 +33,7 @@ from edgetune.cli.errors import checked, reports_errors
 from edgetune.devices.base import Device
 from edgetune.devices.factory import ALLOWED, open_device
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.telemetry.jtop import JtopReader
 from edgetune.telemetry.sample import TelemetrySample
 from edgetune.telemetry.sampler import TOTAL, EnergyCounter
 
@@ -90,9 +94,6 @@ def _fmt(v: float) -> str:
 
 
 def _print_rich(info: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     head = Table(title=f"{info['model']} ({info['backend']})", show_header=False, title_justify="left")
     head.add_column("field", style="bold")
@@ -177,8 +178,6 @@ def watch_line(s: TelemetrySample, joules: dict[str, float]) -> str:
 
 def watch_table(s: TelemetrySample, joules: dict[str, float], title: str):
     """The live rich table: one section per kind of reading."""
-    from rich.table import Table
-
     t = Table(title=title, title_justify="left")
     for col, just in (("reading", "left"), ("now", "right"), ("limit / applied", "right"), ("energy J", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
@@ -206,9 +205,6 @@ def watch(read, clock, interval_s: float, count: int, out: str, title: str = "",
     virtual = isinstance(clock, VirtualClock)
     live = None
     if out == "rich":
-        from rich.console import Console
-        from rich.live import Live
-
         live = Live(console=console or Console(), auto_refresh=False, transient=False)
         live.start()
     shown = 0
@@ -263,8 +259,6 @@ def command(device_spec: str, hard_limit_w: float | None, as_json: bool, watch_:
     if watch_:
         read = device.telemetry
         if use_jtop:
-            from edgetune.telemetry.jtop import JtopReader
-
             read = JtopReader(device).read
         out = "json" if as_json else ("rich" if sys.stdout.isatty() else "lines")
         title = f"{device.spec.display_name} ({device.backend}) — every {interval_s:g} s, Ctrl-C to stop"

@@ -22,9 +22,16 @@ from contextlib import contextmanager
 
 import click
 
+from edgetune import validation
+from edgetune.base.workload import is_user_workload
+from edgetune.cli.profile import parse_batch_sizes
 from edgetune.cli.progress import progress_display
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.batch_efficiency import BASE_LR, SAMPLES_PER_PASS, estimate_batch_efficiency
 from edgetune.estimation.methods import METHODS, NN_METHODS
+from edgetune.estimation.references import PREFIX
+from edgetune.estimation.user_efficiency import estimate_user_batch_efficiency
+from edgetune.tables import read_mode_table, read_profile_table, write_table
 
 
 @contextmanager
@@ -53,8 +60,7 @@ def command() -> None:
               help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
 def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, seed: int, cv_folds: int) -> None:
     """Fit time and power predictors on a profile table."""
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.tables import read_profile_table
+    from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
     table = read_profile_table(profiles_path)
     kw = _nn_kwargs(method, epochs)
@@ -83,9 +89,7 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None,
                  cv_folds: int) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.estimation.references import PREFIX, load_reference
-    from edgetune.tables import read_profile_table
+    from edgetune.estimation.bundle import TimePowerModel, load_reference  # deferred: torch, sklearn
 
     base = load_reference(base_path) if base_path.startswith(PREFIX) else TimePowerModel.load(base_path)
     table = read_profile_table(profiles_path)
@@ -99,7 +103,7 @@ def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str,
 
 
 def _echo_cv(model: object) -> None:
-    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
     cv = model.cross_validation if isinstance(model, TimePowerModel) else None
     if cv is not None:
@@ -113,8 +117,7 @@ def _echo_cv(model: object) -> None:
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Prediction table to write.")
 def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
     """Predict time and power for every row of a mode table."""
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.tables import read_mode_table, write_table
+    from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
 
     model = TimePowerModel.load(model_path)
     table = read_mode_table(modes_path)
@@ -171,17 +174,12 @@ def efficiency_cmd(workload: str, data: str, batch_sizes_text: str, target_accur
                    samples_per_pass: int | None, max_passes: int, base_lr: float | None, out_path: str,
                    ray: bool) -> None:
     """Batch efficiency (Ahmed et al.): passes to the target accuracy per batch size on a proxy data set."""
-    from edgetune import validation
-    from edgetune.base.workload import is_user_workload
-    from edgetune.cli.profile import parse_batch_sizes
-
     batch_sizes = parse_batch_sizes(batch_sizes_text) or []
     seeds = [validation.seed(_int(part), f"--seeds[{i}]") for i, part in enumerate(seeds_text.split(","))]
     if samples_per_pass is not None:
         validation.count(samples_per_pass, "--samples-per-pass")
     if base_lr is not None and not (math.isfinite(base_lr) and base_lr > 0):
         raise InvalidArgument("--base-lr", f"{base_lr!r}", "a finite learning rate > 0")
-    from edgetune.estimation.batch_efficiency import BASE_LR
 
     lr = BASE_LR if base_lr is None else base_lr
     with progress_display("runs") as update:
@@ -189,14 +187,10 @@ def efficiency_cmd(workload: str, data: str, batch_sizes_text: str, target_accur
             update("training", done, total)
 
         if is_user_workload(workload):
-            from edgetune.estimation.user_efficiency import estimate_user_batch_efficiency
-
             est = estimate_user_batch_efficiency(workload, data, batch_sizes, target_accuracy, seeds,
                                                  max_passes=max_passes, samples_per_pass=samples_per_pass,
                                                  base_lr=lr, parallel=ray, progress=show)
         else:
-            from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
-
             est = estimate_batch_efficiency(workload, batch_sizes, target_accuracy, seeds, data, max_passes, lr,
                                             parallel=ray, samples_per_pass=samples_per_pass or SAMPLES_PER_PASS,
                                             progress=show)

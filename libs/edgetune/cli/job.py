@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from edgetune.cli.errors import InputError, reports_errors
 from edgetune.clients.calls import CallFailed, Status
@@ -155,8 +158,6 @@ def node_line(job: TuningJobView, node: NodeStatus) -> str:
 
 
 def _rich_table(job: TuningJobView) -> Any:
-    from rich.table import Table
-
     rows = [node_cells(node, job.spec.profiles) for node in job.nodes]
     table = Table(title=f"job {job.spec.name}: {job.phase}")
     for i, column in enumerate(COLUMNS):
@@ -176,9 +177,6 @@ def follow(jobs: Iterator[TuningJobView], *, stream: Any = None) -> TuningJobVie
     out = stream if stream is not None else sys.stdout
     last: TuningJobView | None = None
     if out.isatty():
-        from rich.console import Console
-        from rich.live import Live
-
         with Live(console=Console(file=out), auto_refresh=False) as live:
             for job in jobs:
                 last = job

@@ -27,7 +27,10 @@ from edgetune.base.mode import PowerMode
 from edgetune.cli.errors import checked, reports_errors
 from edgetune.cli.progress import progress_display
 from edgetune.devices.base import Device
+from edgetune.devices.factory import open_device
+from edgetune.devices.workloads import resolve_workload
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.powermodes.grids import named_grid
 from edgetune.profiling.order import CapSearch, descending_order, gpu_levels
 from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler, ProgressEvent
 from edgetune.tables import read_mode_table, write_table
@@ -51,8 +54,6 @@ def parse_batch_sizes(text: str | None, option: str = "--batch-sizes") -> list[i
 
 def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[PowerMode]:
     """``n`` distinct modes drawn from grid ``grid`` of the device's spec (seeded)."""
-    from edgetune.powermodes.grids import named_grid
-
     space = named_grid(device.spec, grid)
     validation.count(n, "--random", maximum=space.n_modes)
     picks = np.random.default_rng(seed).choice(space.n_modes, size=n, replace=False)
@@ -62,8 +63,6 @@ def random_modes(device: Device, n: int, seed: int, grid: str = "full") -> list[
 def check_workload(device: Device, workload: str, role: str = "train") -> str:
     """The name the device runs ``--workload`` under: a zoo name, or a ``MODULE:FUNCTION``
     (imported from ``PYTHONPATH``) by its id; exit 2 naming the workload otherwise."""
-    from edgetune.devices.workloads import resolve_workload
-
     return resolve_workload(device, workload, role, field="--workload")
 
 
@@ -144,8 +143,6 @@ def command(device_name: str, workload: str, role: str, modes_path: str | None, 
             sample_rate_hz: float, idle_s: float, hard_limit_w: float | None, repeat_short: bool, order: str,
             node: str, run_key: str, power_cap_w: float | None) -> None:
     """Profile power modes with the measurement protocol and write a profile table."""
-    from edgetune.devices.factory import open_device
-
     batch_sizes = parse_batch_sizes(batch_sizes_text)
     if (order == "cap-search") != (power_cap_w is not None):
         raise InvalidArgument("--power-cap", "goes with --order cap-search, and it needs one",

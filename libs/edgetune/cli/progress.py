@@ -20,6 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
 from edgetune.errors import InvalidArgument
 
 Update = Callable[..., None]  # (task: str, done: int, total: int, detail: str = "")
@@ -94,8 +97,6 @@ def progress_display(unit: str = "") -> Iterator[Update]:
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         yield PlainProgress(sys.stderr, _interval_s()).update
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     bars = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                     TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True))

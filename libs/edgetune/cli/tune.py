@@ -31,10 +31,14 @@ from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.cli.errors import reports_errors
 from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
+from edgetune.devices.factory import open_device
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.methods import check_method
 from edgetune.optimization.select import Selection
+from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
+from edgetune.tuning.policy import default_policy
+from edgetune.tuning.tuner import NodeTuner
 
 DEFAULT_RISK = 0.2
 
@@ -88,12 +92,9 @@ def _log(text: str) -> None:
 def command(device_name, workload, role, batch_size, base_path, modes_path, power_budget, risk, method, n_initial,
             rounds, per_round, seed, profiles_out, model_out, predictions_out, as_json) -> None:
     """Profile modes on the predicted front, transfer, select and verify on the device: safe budgets in one go."""
-    from edgetune.devices.factory import open_device
+    # deferred: torch, sklearn
     from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler
     from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
-    from edgetune.tuning.policy import default_policy
-    from edgetune.tuning.tuner import NodeTuner
 
     if method is not None:
         check_method(method, "--method")

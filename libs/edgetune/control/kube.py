@@ -159,8 +159,8 @@ class KubeNodeWatcher:
 
         An expired resourceVersion (410 Gone) re-lists.
         """
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes import watch  # deferred: kubernetes
+        from kubernetes.client.exceptions import ApiException  # deferred: kubernetes
 
         if self.resource_version is None:
             self.sync()

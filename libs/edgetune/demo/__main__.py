@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         summary.update({"shutdown": [{"process": n, "pid": pid, "exit_code": code, "stopped_by": how}
                                      for n, pid, code, how in sup.stopped],
                         "stray_pids": strays, "total_s": round(total, 1), "exit_code": rc})
-        from edgetune.demo import report
+        from edgetune.demo import report  # deferred: matplotlib
 
         report.write_json(out / "summary.json", summary)
     # Say what this run wrote, not where a report would be: a stop before the report step writes none.

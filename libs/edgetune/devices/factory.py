@@ -14,6 +14,9 @@ import inspect
 from typing import Any
 
 from edgetune.devices.base import Device
+from edgetune.devices.replay import ReplayDevice
+from edgetune.devices.simulated.device import SimulatedJetson
+from edgetune.devices.sysfs import SysfsJetson
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.specs import SPECS, UNTABULATED
 
@@ -36,16 +39,12 @@ def open_device(spec: str, **kw: Any) -> Device:
         if arg not in SPECS:
             raise InvalidArgument("device", f"unknown simulated device {arg!r}", ALLOWED)
         # each backend imported when chosen: the simulator pulls in its physical model
-        from edgetune.devices.simulated.device import SimulatedJetson
 
         return _construct(SimulatedJetson, arg, **kw)
     if kind == "sysfs":
         # each backend imported when chosen: sysfs reads the board at import, replay reads tables
-        from edgetune.devices.sysfs import SysfsJetson
 
         return _construct(SysfsJetson, arg or "/", **kw)
     if kind == "replay" and arg:
-        from edgetune.devices.replay import ReplayDevice
-
         return _construct(ReplayDevice, arg, **kw)
     raise InvalidArgument("device", f"unknown device {text!r}", ALLOWED)

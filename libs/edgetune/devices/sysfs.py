@@ -552,7 +552,7 @@ class SysfsJetson(Device):
         if self.runner is None:
             # The real zoo on this machine's torch device (CUDA on a Jetson); imported late
             # because torch is heavy and discovery / actuation do not need it.
-            from edgetune.workloads.runner import RunnerPool
+            from edgetune.workloads.runner import RunnerPool  # deferred: torch
 
             self.runner = RunnerPool()
         return self.runner(workload, Role.parse(role), batch_size, n_minibatches)

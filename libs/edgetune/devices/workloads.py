@@ -16,6 +16,7 @@ from pathlib import Path
 from edgetune.base.roles import Role
 from edgetune.base.workload import is_user_workload
 from edgetune.devices.base import Device
+from edgetune.devices.simulated.profiles import profile_for_workload
 from edgetune.errors import InvalidArgument
 
 
@@ -43,7 +44,7 @@ def resolve_workload(device: Device, name: str, role: Role | str = Role.TRAIN, *
         if name not in known:
             raise InvalidArgument(field, f"unknown workload {name!r}", ", ".join(known) + ", or MODULE:FUNCTION")
         return name
-    from edgetune.workloads.user import load_workload
+    from edgetune.workloads.user import load_workload  # deferred: torch
 
     try:
         wl = load_workload(name, allowed_path)
@@ -51,8 +52,6 @@ def resolve_workload(device: Device, name: str, role: Role | str = Role.TRAIN, *
             raise InvalidArgument("workload", f"{name}: loss_fn is None, so it runs only as an inference workload",
                                   "--role infer, or return a loss_fn")
         if device.backend == "sim":
-            from edgetune.devices.simulated.profiles import profile_for_workload
-
             profile_for_workload(wl)
     except InvalidArgument as exc:
         raise exc.renamed(field) from None

@@ -9,8 +9,14 @@ with ``loss="asym-mape"``), which defaults to the ``power_w`` target.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    # only tensor methods are called, so importing this module (the optimizer's guide reads
+    # UNDER_WEIGHT) does not load torch
+    import torch
 
 UNDER_WEIGHT = 4.0
 
@@ -18,7 +24,7 @@ UNDER_WEIGHT = 4.0
 def asymmetric_mape_loss(pred: torch.Tensor, true: torch.Tensor, under_weight: float = UNDER_WEIGHT) -> torch.Tensor:
     """Mean of ``w · |pred − true| / |true|`` with ``w = under_weight`` where ``pred < true``, else 1."""
     rel = (pred - true) / true.abs().clamp_min(1e-9)
-    weight = torch.where(rel < 0, torch.full_like(rel, under_weight), torch.ones_like(rel))
+    weight = rel.new_full(rel.shape, under_weight).where(rel < 0, rel.new_ones(rel.shape))
     return (weight * rel.abs()).mean()
 
 

@@ -61,7 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from edgetune import validation
+from edgetune import stopping, validation
+from edgetune.base.records import BatchEfficiency
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.parallel import Progress, run_tasks
 
@@ -83,7 +84,7 @@ OPTIMIZERS = ("adam", "adamw")  # torch defaults otherwise (AdamW: weight_decay 
 
 def default_optimizer(workload: str) -> str:
     """The paper's optimizer for ``workload``: AdamW for a text (transformer) model, Adam for the CNNs."""
-    from edgetune.estimation.proxy_text import TEXT_MODELS
+    from edgetune.estimation.proxy_text import TEXT_MODELS  # deferred: torch
 
     return "adamw" if workload in TEXT_MODELS else "adam"
 
@@ -97,7 +98,7 @@ def _optimizer_name(workload: str, optimizer: str | None) -> str:
 
 def _check_pairing(workload: str, data_set: str) -> None:
     """A text model trains on a text data set and an image model on an image one."""
-    from edgetune.estimation.proxy_text import TEXT_DATASETS, TEXT_MODELS
+    from edgetune.estimation.proxy_text import TEXT_DATASETS, TEXT_MODELS  # deferred: torch
 
     if workload in TEXT_MODELS and data_set not in TEXT_DATASETS:
         raise InvalidArgument("proxy", f"{workload!r} is a text model; {data_set!r} is not a text data set",
@@ -194,10 +195,10 @@ def train_to_target(*, workload: str, batch_size: int, seed: int, target_accurac
     workload (:func:`default_optimizer`). Deterministic for a seed on one thread (``run_tasks``
     ensures that in both of its modes).
     """
-    import torch
-    from torch.nn import functional as F
+    import torch  # deferred: torch
+    from torch.nn import functional as F  # deferred: torch
 
-    from edgetune.estimation.proxy import accuracy, build_proxy_model
+    from edgetune.estimation.proxy import accuracy, build_proxy_model  # deferred: torch
 
     t0 = time.perf_counter()
     opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[_optimizer_name(workload, optimizer)]
@@ -218,9 +219,7 @@ def passes_to_target(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any], t
     """The method's count: train ``model`` on ``train`` = (inputs, targets) b samples a step, from a
     seeded stream of epoch permutations (the same order for every b), ``evaluate()`` after every s
     samples; (the first pass k reaching the target or inf, the accuracy after each pass)."""
-    import torch
-
-    from edgetune import stopping
+    import torch  # deferred: torch
 
     x_train, y_train = train
     order_rng = np.random.default_rng(seed)
@@ -297,8 +296,6 @@ class BatchEfficiencyEstimate:
 
         ``fit="noise-scale"``: smoothed by McCandlish et al.'s model (:meth:`fitted_passes`).
         """
-        from edgetune.base.records import BatchEfficiency
-
         if fit not in FITS:
             raise InvalidArgument("fit", f"unknown fit {fit!r}", ", ".join(FITS))
         passes = self._passes(seed) if fit == "none" else self.fitted_passes(seed)
@@ -401,7 +398,7 @@ def matched_target_accuracy(proxy_initial: float, target_initial: float, target_
 
 
 def _start_state(workload: str, input_size: int, fresh_head: bool):
-    from edgetune.estimation.proxy import pretrained_state, with_fresh_head
+    from edgetune.estimation.proxy import pretrained_state, with_fresh_head  # deferred: torch
 
     state = pretrained_state(workload, input_size)
     return with_fresh_head(workload, state, input_size) if fresh_head else state
@@ -412,7 +409,7 @@ def initial_accuracy(workload: str, data_set: str, input_size: int = 8, eval_dra
     """The shared pre-trained checkpoint's held-out accuracy on ``data_set`` (``eval_draws`` as in
     :func:`~edgetune.estimation.proxy.load_proxy_data`; ``fresh_head``: with its classifier layer
     re-initialised, as :func:`estimate_batch_efficiency` starts then)."""
-    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data  # deferred: torch
 
     _check_pairing(workload, data_set)
     data = load_proxy_data(data_set, input_size, eval_draws)
@@ -475,7 +472,7 @@ def estimate_batch_efficiency(
     ``fresh_head``: start from the checkpoint with its classifier layer re-initialised
     (:func:`edgetune.estimation.proxy.with_fresh_head`), as a transfer to a new label set does.
     """
-    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data
+    from edgetune.estimation.proxy import accuracy, build_proxy_model, load_proxy_data  # deferred: torch
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
     check_settings(batch_sizes, seeds, target_accuracy, samples_per_pass, max_passes)

@@ -32,6 +32,7 @@ from edgetune.estimation.base import Predictor, check_header
 from edgetune.estimation.devices import check_modes_device, model_devices
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
 from edgetune.estimation.metrics import mape_pct
+from edgetune.estimation.references import reference_path
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.tables import Table
 
@@ -251,6 +252,11 @@ class TimePowerModel:
         what = "/".join(v for v in (self.device, self.workload, self.role) if v) or "unnamed"
         methods = ", ".join(f"{t}: {p.method}" for t, p in self.predictors.items())
         return f"{what} ({methods}; features {','.join(self.columns)})"
+
+
+def load_reference(name: str) -> TimePowerModel:
+    """A shipped reference model (:mod:`edgetune.estimation.references` names them), loaded."""
+    return TimePowerModel.load(reference_path(name))
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ the GP without re-optimising (identical predictions, no pickle).
 
 from __future__ import annotations
 
+import copy
+import warnings
 from typing import Any
 
 import numpy as np
@@ -81,8 +83,6 @@ class GaussianProcess:
 
     def fit(self, x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> GaussianProcess:
         """Optimise the kernel on ``(x, y)``; from hyper-parameters ``start`` (log-space theta) if given."""
-        import warnings
-
         kernel = make_kernel(x.shape[1])
         if start is not None:
             kernel = kernel.clone_with_theta(start)
@@ -254,8 +254,6 @@ class NNGPPredictor(Predictor):
         Also sets :attr:`calibration_means`: each row's held-out (out-of-fold) mean in target units,
         what :func:`~edgetune.optimization.select.selection_margin` replays the selection on.
         """
-        import copy
-
         n = xs.shape[0]
         k = min(self.calibration_folds, n)
         folds = np.array_split(np.random.default_rng(self.seed + 7).permutation(n), k)

@@ -23,6 +23,7 @@ Both over-estimate rather than under-estimate the noise where ``f`` has structur
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -101,8 +102,6 @@ def floor_mape_pct(sd: float, transform: str, y: np.ndarray) -> float:
     ``log``: ``y = e^{f+ε}``, error ``|e^{−ε} − 1|``, whose mean is ``e^{s²/2}(2Φ(s) − 1)``.
     ``identity``: ``E|ε| / |y| = s·sqrt(2/π) / |y|``, averaged over the rows.
     """
-    from statistics import NormalDist
-
     if not np.isfinite(sd):
         return float("nan")
     if transform == "log":

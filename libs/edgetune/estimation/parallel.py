@@ -27,10 +27,14 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from threadpoolctl import threadpool_limits
 
 from edgetune import stopping
 from edgetune.errors import EdgetuneError, InvalidArgument
@@ -60,10 +64,8 @@ def _short_repr(value: Any, limit: int = 80) -> str:
 @contextmanager
 def single_threaded() -> Iterator[None]:
     """One torch intra-op thread and one BLAS / OpenMP thread inside the block; restored after."""
-    from threadpoolctl import threadpool_limits
-
     try:
-        import torch
+        import torch  # deferred: torch
     except ImportError:  # torch-free tasks still get the BLAS limit
         torch = None  # type: ignore[assignment]
     before = torch.get_num_threads() if torch is not None else None
@@ -106,9 +108,6 @@ class _Failure:
 
     @classmethod
     def of(cls, exc: BaseException) -> _Failure:
-        import pickle
-        import traceback
-
         exc_cls: type[BaseException] | None = type(exc)
         args: tuple[Any, ...] = exc.args
         state: dict[str, Any] = dict(getattr(exc, "__dict__", {}))
@@ -143,7 +142,7 @@ LOCAL_START_ATTEMPTS = 3
 
 def init_local_ray(attempts: int = LOCAL_START_ATTEMPTS, **init_kwargs: Any) -> Any:
     """``ray.init(**init_kwargs)`` for a local Ray, retried when the node times out starting."""
-    import ray
+    import ray  # deferred: ray
 
     for attempt in range(1, attempts + 1):
         try:
@@ -164,7 +163,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
     A Ray the caller already initialised is left as it is (its ``num_cpus`` wins).
     """
     global _started_here
-    import ray
+    import ray  # deferred: ray
 
     with _lock:
         if ray.is_initialized():
@@ -188,7 +187,7 @@ def shutdown() -> None:
     global _started_here
     with _lock:
         if _started_here:
-            import ray
+            import ray  # deferred: ray
 
             ray.shutdown()
             _started_here = False
@@ -250,7 +249,7 @@ RAY_POLL_S = 0.25
 
 def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
     ray = ensure_ray(address, num_cpus)
-    from ray.exceptions import RayError
+    from ray.exceptions import RayError  # deferred: ray
 
     remote = ray.remote(num_cpus=1, max_retries=0)(_remote_call)
     fn_ref = ray.put(fn)

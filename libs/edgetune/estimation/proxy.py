@@ -71,7 +71,9 @@ from edgetune.estimation.proxy_text import (
     load_text_data,
     pretrain_text_state,
 )
+from edgetune.workloads.data import DigitsImages
 from edgetune.workloads.mobilenet import InvertedResidual
+from edgetune.workloads.registry import get_workload
 from edgetune.workloads.resnet import BasicBlock
 
 DATASETS = ("digits", "digits-noisy")
@@ -95,8 +97,6 @@ _MAX_EVAL_DRAWS = 64
 
 @lru_cache(maxsize=4)
 def _digits_at(input_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from edgetune.workloads.data import DigitsImages
-
     ds = DigitsImages(input_size, IN_CHANNELS)
     x, y = default_collate([ds[i] for i in range(len(ds))])
     return x, y
@@ -334,7 +334,6 @@ def build_proxy_model(workload: str, input_size: int = 8) -> nn.Module:
 
     if workload in TEXT_MODELS:
         return build_text_model(workload)
-    from edgetune.workloads.registry import get_workload
 
     wl = get_workload(workload)  # unknown names raise InvalidArgument listing the zoo
     if wl.task != "classify":

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import ast
 import math
+import pydoc_data.topics
 import sysconfig
 import tokenize
 from collections.abc import Iterator
@@ -185,8 +186,6 @@ def _stdlib_docstrings() -> dict[str, tuple[str, ...]]:
 
 @lru_cache(maxsize=1)
 def _corpora() -> dict[str, str]:
-    import pydoc_data.topics
-
     topics = pydoc_data.topics.topics
     docs = _stdlib_docstrings()
     groups = {

@@ -23,16 +23,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 from prometheus_client import Counter, Histogram
+from threadpoolctl import ThreadpoolController
 
 from edgetune import validation
 from edgetune.base.records import Predictions
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument, NotFound
-from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.bundle import TimePowerModel, load_reference
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, mode_features
 from edgetune.estimation.ids import ModelId, id_part, parse_model_id
 from edgetune.estimation.records import ModelInfo, PredictSpec
-from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference, load_reference
+from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -123,8 +124,6 @@ def _one_blas_thread() -> Any:
     threaded BLAS on shared cores is several times slower (nn+gp on 18,096 modes: 236 → 88 ms)."""
     global _BLAS
     if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
         _BLAS = ThreadpoolController()
     return _BLAS.limit(limits=1, user_api="blas")
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.workload import parse_spec
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import (
     BASE_BATCH,
@@ -44,10 +45,9 @@ DATA_ALLOWED = "MODULE:FUNCTION whose FUNCTION() returns (train, val), each (inp
 
 def load_data(spec: str) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """``(train, val)`` of the user's data function, checked; errors name ``data`` and the spec."""
-    import torch
+    import torch  # deferred: torch
 
-    from edgetune.base.workload import parse_spec
-    from edgetune.workloads.user import call_entry
+    from edgetune.workloads.user import call_entry  # deferred: torch
 
     got = call_entry(spec, field=FIELD, allowed=DATA_ALLOWED)
     function = parse_spec(spec)[1]
@@ -68,7 +68,7 @@ def load_data(spec: str) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
 
 
 def _accuracy(model: Any, x: Any, y: Any) -> float:
-    import torch
+    import torch  # deferred: torch
 
     model.eval()
     with torch.no_grad():
@@ -80,9 +80,9 @@ def _accuracy(model: Any, x: Any, y: Any) -> float:
 def train_user_to_target(*, workload: str, batch_size: int, seed: int, lr: float, target_accuracy: float,
                          samples_per_pass: int, max_passes: int, init_state: dict, train: tuple, val: tuple) -> RunResult:
     """One (batch size, seed) run of the user's model from its checkpoint (module doc)."""
-    import torch
+    import torch  # deferred: torch
 
-    from edgetune.workloads.user import load_workload
+    from edgetune.workloads.user import load_workload  # deferred: torch
 
     t0 = time.perf_counter()
     user = load_workload(workload)
@@ -105,7 +105,7 @@ def estimate_user_batch_efficiency(workload: str, data: str, batch_sizes: Sequen
                                    progress: Progress | None = None) -> BatchEfficiencyEstimate:
     """Passes to ``target_accuracy`` of the user's model on the user's data per (batch size, seed)
     (module doc); ``samples_per_pass`` defaults to 2 × the largest batch size."""
-    from edgetune.workloads.user import load_workload
+    from edgetune.workloads.user import load_workload  # deferred: torch
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
     s = samples_per_pass if samples_per_pass is not None else 2 * max(validation.batch_sizes(batch_sizes))

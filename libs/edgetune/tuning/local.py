@@ -12,10 +12,10 @@ import numpy as np
 from edgetune.base.mode import PowerMode
 from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Points, Predictions
-from edgetune.estimation.bundle import TaskRunner, TimePowerModel
+from edgetune.estimation.bundle import TaskRunner, TimePowerModel, load_reference
 from edgetune.estimation.features import mode_features
 from edgetune.estimation.methods import TRANSFER_METHODS
-from edgetune.estimation.references import PREFIX, load_reference
+from edgetune.estimation.references import PREFIX
 from edgetune.optimization.select import Candidates, make_selector
 from edgetune.profiling.protocol import Measurement, Profiler, ProgressEvent
 from edgetune.tables import points_table

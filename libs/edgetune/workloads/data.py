@@ -252,7 +252,7 @@ def make_loader(
     synthetic source serves them from a pool made here (module docs).
     """
     if isinstance(workload, str):
-        from edgetune.workloads.registry import get_workload
+        from edgetune.workloads.registry import get_workload  # deferred: torch
 
         workload = get_workload(workload)
     validation.batch_size(batch_size)

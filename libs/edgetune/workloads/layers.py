@@ -16,6 +16,7 @@ Hooks see ``nn.Module`` calls only: functional ops inside a forward (``torch.fla
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import SupportsInt
@@ -183,8 +184,6 @@ def _on_meta(model: nn.Module, input_shape: Sequence[int]) -> tuple[nn.Module, t
     except StopIteration:
         on_meta = True
     if not on_meta:
-        import copy
-
         model = copy.deepcopy(model).to("meta")
     return model, torch.zeros(tuple(int(s) for s in input_shape), device="meta")
 

@@ -12,6 +12,7 @@ Units: GPU work in GFLOP, DRAM traffic in MB, CPU work in core-milliseconds *on 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from edgetune import validation
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
+from edgetune.physics.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,6 @@ def _role_from_layers(records_at: dict, sample_inputs, role: Role) -> RoleProfil
     """Fit one :class:`RoleProfile` to the layer costing of ``records_at[b]`` (the layer records at
     each of :data:`FIT_BATCHES`) on the reference device at MAXN."""
     # late: the layer costing loads torch and the simulator's hardware and rail models
-    from edgetune.physics.costing import GEMM_PEAK_EFF, REF_CPU_MHZ, LayerCostModel
 
     cm = LayerCostModel(REFERENCE_DEVICE)
     maxn = cm.spec.maxn()
@@ -340,11 +341,9 @@ def _layer_records(model, sample_inputs, batch_size: int):
     Shapes only, on the meta device (no weights copied, no arithmetic); a model that cannot
     run on meta (data-dependent control flow, ``.item()``) runs for real on zeros.
     """
-    import copy
+    import torch  # deferred: torch
 
-    import torch
-
-    from edgetune.workloads.layers import extract_layers
+    from edgetune.workloads.layers import extract_layers  # deferred: torch
 
     def batch(device: str) -> list:
         return [torch.zeros((batch_size, *t.shape[1:]), dtype=t.dtype, device=device) for t in sample_inputs]
@@ -369,7 +368,7 @@ def profile_from_module(model, make_batch, *, name: str, roles: Iterable[Role | 
     memory-bound layers follows the EMC clock. The data pipeline is in-memory tensors
     (a small per-sample copy). Not registered: see :func:`register_profile`.
     """
-    from edgetune.workloads.user import check_batch
+    from edgetune.workloads.user import check_batch  # deferred: torch
 
     validation.identifier(name, "workload")
     try:

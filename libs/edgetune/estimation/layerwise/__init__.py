@@ -1,7 +1,8 @@
 """Layer-wise time / power / energy estimation.
 
-* :mod:`.features` — per-layer records of any torch model (type, shapes, channels, kernel,
-  stride, padding, batch, FLOPs, bytes moved) from forward hooks;
+Per-layer records of any torch model come from :mod:`edgetune.workloads.layers` (forward hooks;
+the record is :class:`edgetune.physics.layers.LayerRecord`).
+
 * :mod:`.neuralpower` — NeuralPower / NeuralPower: one Lasso polynomial model per layer type
   and target (time, power), grid over degree and alpha with 5-fold CV; real CPU layer timing;
 * :mod:`.blocks` — THOR's parsing of a sequential model into input / hidden / output blocks,
@@ -12,8 +13,10 @@
   kind with variance-guided active learning, additive estimates, and the FLOPs + linear
   regression baseline;
 * :mod:`.pruning` — energy-aware random channel pruning guided by an estimator;
-* :mod:`.costing` — per-layer time / power / energy of any network on a Jetson model (the
-  simulator's hardware constants and rails): the ground truth these are profiled against.
+* :mod:`.energy` — the estimator service's EstimateEnergy over these models.
+
+The ground truth these are profiled against, per-layer cost of any network on a Jetson model,
+is :mod:`edgetune.physics.costing` (the simulator's hardware constants and rails).
 
 Submodules import torch / scikit-learn; import
 the ones you need.

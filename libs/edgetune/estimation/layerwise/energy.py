@@ -59,8 +59,8 @@ def require() -> None:
 # --- the network ------------------------------------------------------------------------------------
 def network_from_layers(layers: Sequence[LayerSpec], batch_size: int) -> Any:
     """The layers as a THOR-parsed model; a layer that does not fit its input is named."""
-    import torch
-    from torch import nn
+    import torch  # deferred: torch
+    from torch import nn  # deferred: torch
 
     validation.repeated(layers, "layers", maximum=validation.MAX_LAYERS)
     for i, layer in enumerate(layers):  # every size bounded before a module is built

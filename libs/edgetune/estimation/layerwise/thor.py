@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal, overload
 
 import numpy as np
+import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Matern, WhiteKernel
@@ -375,8 +376,6 @@ class FlopsLinear:
 
 
 def _meta_input(shape: Sequence[int]):
-    import torch
-
     return (torch.zeros(tuple(int(s) for s in shape), device="meta"),)
 
 

@@ -3,8 +3,11 @@ fitted on the simulator's grid of that device, so that ``estimate transfer`` (an
 job's default reference) can start from them without hours of profiling a board.
 
 Each is a :class:`~edgetune.estimation.bundle.TimePowerModel` file in this package, named
-``DEVICE-WORKLOAD-ROLE.vN.model``; :data:`REFERENCES` lists them and :func:`load_reference`
-loads one by device name (``orin-agx``) or by full name (``orin-agx-resnet18-train``).
+``DEVICE-WORKLOAD-ROLE.vN.model``. This module is the catalogue, data only (no torch, so the
+control plane can name and pick references): :data:`REFERENCES` lists them, :func:`find_reference`
+finds one by device name (``orin-agx``) or by full name (``orin-agx-resnet18-train``),
+:func:`shipped_for` picks a device's, :func:`reference_path` gives its file;
+:func:`edgetune.estimation.bundle.load_reference` loads one.
 ``tools/make_references.py`` regenerates them (bump :data:`REFERENCE_VERSION` when what
 they are fitted on changes).
 """
@@ -15,7 +18,6 @@ import os
 from dataclasses import dataclass
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.bundle import TimePowerModel
 from edgetune.validation import shown
 
 #: Version of the shipped files (part of their names).
@@ -71,7 +73,3 @@ def reference_path(name: str) -> str:
     ref = find_reference(name)
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), ref.filename)
 
-
-def load_reference(name: str) -> TimePowerModel:
-    """A shipped reference model, loaded."""
-    return TimePowerModel.load(reference_path(name))

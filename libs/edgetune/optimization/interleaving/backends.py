@@ -137,9 +137,9 @@ class TorchBackend(Backend):
     def __init__(self, train_workload, infer_workload, train_batch_size: int = 16, max_infer_batch: int = 64,
                  device: str = "cpu", seed: int = 0) -> None:
         # torch and the model zoo only for this backend: the simulated ones need neither
-        import torch
+        import torch  # deferred: torch
 
-        from edgetune.workloads import MinibatchRunner, get_workload
+        from edgetune.workloads import MinibatchRunner, get_workload  # deferred: torch
 
         if max_infer_batch < 1:
             raise InvalidArgument("max_infer_batch", f"{max_infer_batch} must be positive", ">= 1")

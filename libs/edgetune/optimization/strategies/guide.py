@@ -17,6 +17,7 @@ full-batch training), which session resumption relies on.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgetune.estimation.asymmetric import UNDER_WEIGHT, asymmetric_mape_loss
+from edgetune.estimation.features import Standardizer
 
 if TYPE_CHECKING:
     from edgetune.estimation.gp import GaussianProcess
@@ -55,7 +57,7 @@ batch-size sweep spanning 50× in time is fitted evenly.
     def __init__(self, x_domain: np.ndarray, seed: int = 0, hidden: tuple[int, ...] = (256, 128, 64),
                  epochs: int = 300, refit_epochs: int = 60, lr: float = 3e-3,
                  under_weight: float = UNDER_WEIGHT) -> None:
-        import torch
+        import torch  # deferred: the optimizer process imports this module without torch (GPGuide is the default)
 
         dom = np.asarray(x_domain, dtype=np.float64)
         self._mu = dom.mean(axis=0)
@@ -84,12 +86,12 @@ batch-size sweep spanning 50× in time is fitted evenly.
         return z.clamp(-20.0, 20.0).exp()
 
     def _x(self, x: np.ndarray):
-        import torch
+        import torch  # deferred (torch), as in __init__
 
         return torch.from_numpy((np.asarray(x, dtype=np.float64) - self._mu) / self._sd)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        import torch
+        import torch  # deferred (torch), as in __init__
 
         y = np.asarray(y, dtype=np.float64)
         if not self._fitted:
@@ -107,7 +109,7 @@ batch-size sweep spanning 50× in time is fitted evenly.
         self._fitted = True
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        import torch
+        import torch  # deferred (torch), as in __init__
 
         self.net.eval()
         with torch.no_grad(), _one_thread():
@@ -118,7 +120,7 @@ batch-size sweep spanning 50× in time is fitted evenly.
 @contextmanager
 def _one_thread():
     """Run a tiny network on one thread: intra-op threads only add contention at this size."""
-    import torch
+    import torch  # deferred (torch), as in MLPGuide
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -130,9 +132,7 @@ def _one_thread():
 
 def _init(lin, gen) -> None:
     """He-uniform weights from ``gen`` (torch's default init draws from the global RNG)."""
-    import math
-
-    import torch
+    import torch  # deferred: the optimizer process imports this module without torch
 
     bound = math.sqrt(6.0 / lin.in_features)
     with torch.no_grad():
@@ -152,8 +152,6 @@ class GPGuide(Guide):
     """
 
     def __init__(self, x_domain: np.ndarray, seed: int = 0) -> None:
-        from edgetune.estimation.features import Standardizer
-
         self._scale = Standardizer.fit(np.asarray(x_domain, dtype=np.float64))
         self.seed = int(seed)
         self._gp: GaussianProcess | None = None
@@ -162,7 +160,9 @@ class GPGuide(Guide):
         return self._scale.transform(x)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        from edgetune.estimation.gp import GaussianProcess
+        from edgetune.estimation.gp import (  # deferred: torch, sklearn
+            GaussianProcess,  # deferred: sklearn (and torch) load on the first fit
+        )
 
         start = self._gp.state()[1]["theta"] if self._gp is not None else None
         self._gp = GaussianProcess(0, self.seed).fit(
