@@ -69,8 +69,9 @@ from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.base.records import Decision, Points
 from edgetune.base.roles import Role
 from edgetune.base.workload import id_name, workload_id
-from edgetune.devices.base import Device, PowerSampler
+from edgetune.devices.base import Device
 from edgetune.devices.factory import open_device
+from edgetune.devices.sampling import PowerSampler
 from edgetune.devices.simulated.profiles import get_profile, profile_from_module, register_profile
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument

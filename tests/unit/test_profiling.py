@@ -15,7 +15,8 @@ import pytest
 from edgetune.base.clocks import VirtualClock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
+from edgetune.devices.base import Device
+from edgetune.devices.sampling import PowerSample, PowerSampler, PowerSensor
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.powermodes.specs import NANO, ORIN_AGX
 from edgetune.profiling import (

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from edgetune.base.clocks import RealClock, VirtualClock
-from edgetune.devices.base import PowerSensor
-from edgetune.devices.sampling import ThreadedSampler, VirtualSampler
+from edgetune.devices.sampling import PowerSensor, ThreadedSampler, VirtualSampler
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
 

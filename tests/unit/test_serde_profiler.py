@@ -9,7 +9,8 @@ import pytest
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import DeviceInfo, PowerSample
+from edgetune.devices.base import DeviceInfo
+from edgetune.devices.sampling import PowerSample
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling import Measurement, PointSkipped, ProfileProgress

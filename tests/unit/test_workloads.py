@@ -278,10 +278,10 @@ def test_digits_loader():
     x, y = next(iter(make_loader(wl, 16, source="digits")))
     assert x.shape == (16, 3, 40, 40) and y.min() >= 0 and y.max() <= 9
     with pytest.raises(InvalidArgument) as e:
-        make_loader("lstm-tiny", 4, source="digits")
+        make_loader(get_workload("lstm-tiny"), 4, source="digits")
     assert e.value.field == "source"
     with pytest.raises(InvalidArgument) as e:
-        make_loader("lstm-tiny", 4, source="imagenet")
+        make_loader(get_workload("lstm-tiny"), 4, source="imagenet")
     assert e.value.field == "source"
     with pytest.raises(InvalidArgument) as e:
         make_loader(wl, 4, num_workers=-1)

@@ -36,7 +36,8 @@ from edgetune.agent import metrics
 from edgetune.agent.safety import ModeKeeper
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import DeviceInfo, PowerSample
+from edgetune.devices.base import DeviceInfo
+from edgetune.devices.sampling import PowerSample
 from edgetune.devices.workloads import resolve_workload
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.powermodes.grids import named_grid

@@ -30,8 +30,9 @@ from typing import IO, Any
 from edgetune.base.clocks import Clock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSampler, PowerSensor
+from edgetune.devices.base import Device
 from edgetune.devices.guard import ModeGuard
+from edgetune.devices.sampling import PowerSampler, PowerSensor
 from edgetune.errors import FailedPrecondition
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.telemetry.sample import TelemetrySample

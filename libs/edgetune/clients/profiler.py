@@ -13,7 +13,8 @@ import grpc
 
 from edgetune.base.mode import PowerMode
 from edgetune.clients.calls import translated
-from edgetune.devices.base import DeviceInfo, PowerSample
+from edgetune.devices.base import DeviceInfo
+from edgetune.devices.sampling import PowerSample
 from edgetune.profiling import PointSkipped, ProfileProgress
 from edgetune.proto.serde.profiler import (
     RUN_KEY_METADATA,

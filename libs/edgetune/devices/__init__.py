@@ -10,6 +10,7 @@
 - ``workloads``  which workload a device runs for a name
 """
 
-from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
+from edgetune.devices.base import Device
+from edgetune.devices.sampling import PowerSample, PowerSampler, PowerSensor
 
 __all__ = ["Device", "PowerSample", "PowerSampler", "PowerSensor"]

@@ -1,4 +1,4 @@
-"""The Device interface every backend implements, its power sensors and samplers.
+"""The Device interface every backend implements (its power sensors and samplers: :mod:`.sampling`).
 
 A backend answers five questions: what it is (``spec``), which mode it is in
 (``current_mode``), how to switch (``apply`` — validated first), how long minibatches take
@@ -19,50 +19,10 @@ from dataclasses import dataclass
 from edgetune.base.clocks import Clock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.devices.sampling import PowerSampler, PowerSensor, ThreadedSampler
+from edgetune.errors import EdgetuneError
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.telemetry.sample import Clocks, TelemetrySample
-
-
-# --- power ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PowerSample:
-    t_s: float  # on the device's clock
-    power_w: float  # total board / module power
-    rails_w: dict[str, float] | None = None  # per rail (VDD_GPU_SOC, VDD_CPU_CV, ...) when known
-
-
-class PowerSensor(ABC):
-    """Instantaneous power, as INA3221 / jtop report it."""
-
-    @abstractmethod
-    def read_w(self) -> float:
-        """Total power now (W)."""
-
-    def rails_w(self) -> dict[str, float]:
-        """Per-rail power now (W); empty when the sensor has only a total."""
-        return {}
-
-
-class PowerSampler(ABC):
-    """Collects power samples at a fixed rate while a workload runs.
-
-    ``start()`` before the minibatches, ``stop()`` after; ``stop`` returns the samples taken
-    in between (the first at the start instant). Real devices sample from a thread
-    (``edgetune.devices.sampling.ThreadedSampler``); virtual-clock devices produce the
-    samples their sensor would have given at those instants.
-    """
-
-    def __init__(self, rate_hz: float) -> None:
-        if rate_hz <= 0:
-            raise InvalidArgument("sample_rate_hz", f"{rate_hz} must be positive", "> 0")
-        self.rate_hz = rate_hz
-
-    @abstractmethod
-    def start(self) -> None: ...
-
-    @abstractmethod
-    def stop(self) -> list[PowerSample]: ...
 
 
 # --- the device -----------------------------------------------------------------------------
@@ -113,8 +73,6 @@ class Device(ABC):
 
     def sampler(self, rate_hz: float = 1.0) -> PowerSampler:
         """A sampler at ``rate_hz``; real devices sample from a thread on the real clock."""
-        from edgetune.devices.sampling import ThreadedSampler
-
         return ThreadedSampler(self.power_sensor(), self.clock, rate_hz)
 
     def telemetry(self) -> TelemetrySample:

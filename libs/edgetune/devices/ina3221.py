@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from edgetune.devices.base import PowerSensor
+from edgetune.devices.sampling import PowerSensor
 from edgetune.devices.sysfs_layout import read_text, rel_glob, rpath
 
 #: Rails that measure the whole board's input; when present they are the total.

@@ -24,8 +24,8 @@ from edgetune import validation
 from edgetune.base.clocks import Clock, VirtualClock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSampler, PowerSensor
-from edgetune.devices.sampling import VirtualSampler
+from edgetune.devices.base import Device
+from edgetune.devices.sampling import PowerSampler, PowerSensor, VirtualSampler
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import SPECS

@@ -1,4 +1,4 @@
-"""Power samplers: a polling thread for real devices, instant replay for virtual-clock devices.
+"""Power samples, sensors and samplers: a polling thread for real devices, instant replay for virtual-clock devices.
 
 ``ThreadedSampler`` polls a sensor from a daemon thread at a fixed rate on a real clock. Its
 schedule is drift-free: sample *k* is due at ``t0 + k / rate_hz`` (not "previous + period"),
@@ -7,7 +7,7 @@ skipped rather than bunched. The first sample is taken in ``start()`` itself, at
 instant. The loop does nothing but one sensor read and an ``Event.wait`` per sample, so its
 cost stays far below the 2 % overhead budget of a minibatch.
 
-``VirtualSampler`` serves devices on a :class:`~edgetune.devices.base.VirtualClock`: no
+``VirtualSampler`` serves devices on a :class:`~edgetune.base.clocks.VirtualClock`: no
 thread; ``stop()`` produces the samples a sensor would have given at ``t0 + k / rate_hz`` for
 every instant up to now, asking the device what its power was at each one.
 """
@@ -16,11 +16,53 @@ from __future__ import annotations
 
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from edgetune.base.clocks import Clock
-from edgetune.devices.base import PowerSample, PowerSampler, PowerSensor
-from edgetune.errors import FailedPrecondition
+from edgetune.errors import FailedPrecondition, InvalidArgument
+
+
+# --- power ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PowerSample:
+    t_s: float  # on the device's clock
+    power_w: float  # total board / module power
+    rails_w: dict[str, float] | None = None  # per rail (VDD_GPU_SOC, VDD_CPU_CV, ...) when known
+
+
+class PowerSensor(ABC):
+    """Instantaneous power, as INA3221 / jtop report it."""
+
+    @abstractmethod
+    def read_w(self) -> float:
+        """Total power now (W)."""
+
+    def rails_w(self) -> dict[str, float]:
+        """Per-rail power now (W); empty when the sensor has only a total."""
+        return {}
+
+
+class PowerSampler(ABC):
+    """Collects power samples at a fixed rate while a workload runs.
+
+    ``start()`` before the minibatches, ``stop()`` after; ``stop`` returns the samples taken
+    in between (the first at the start instant). Real devices sample from a thread
+    (:class:`ThreadedSampler`); virtual-clock devices produce the
+    samples their sensor would have given at those instants.
+    """
+
+    def __init__(self, rate_hz: float) -> None:
+        if rate_hz <= 0:
+            raise InvalidArgument("sample_rate_hz", f"{rate_hz} must be positive", "> 0")
+        self.rate_hz = rate_hz
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> list[PowerSample]: ...
 
 
 def _reader(sensor: PowerSensor, with_rails: bool) -> Callable[[], tuple[float, dict[str, float] | None]]:

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field, replace
 from edgetune.base.clocks import Clock, RealClock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSensor
+from edgetune.devices.base import Device
 from edgetune.devices.ina3221 import Ina3221Sensor, Rail, find_rails
+from edgetune.devices.sampling import PowerSensor
 from edgetune.devices.sysfs_layout import (
     CpuLayout,
     EmcLayout,

@@ -39,7 +39,8 @@ from typing import Any
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSample
+from edgetune.devices.base import Device
+from edgetune.devices.sampling import PowerSample
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.profiling.settling import SettleResult, wait_for_settle, window_size
 from edgetune.profiling.stats import mean_std, power_stats, repetitions

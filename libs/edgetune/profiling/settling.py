@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgetune.base.clocks import Clock
-from edgetune.devices.base import PowerSample, PowerSensor
+from edgetune.devices.sampling import PowerSample, PowerSensor
 from edgetune.errors import InvalidArgument
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from edgetune.devices.base import PowerSample
+from edgetune.devices.sampling import PowerSample
 from edgetune.errors import FailedPrecondition, InvalidArgument
 
 #: Samples this far outside the window (clock jitter of a threaded sampler) still count as inside.

@@ -229,7 +229,7 @@ def dataset_for(
 
 
 def make_loader(
-    workload: WorkloadDef | str,
+    workload: WorkloadDef,
     batch_size: int,
     num_workers: int = 0,
     *,
@@ -242,7 +242,7 @@ def make_loader(
     prefetch_factor: int | None = None,
     persistent_workers: bool = False,
 ) -> DataLoader:
-    """A DataLoader over ``workload``'s dataset.
+    """A DataLoader over ``workload``'s dataset (a registry entry: ``get_workload(name)``).
 
     ``num_workers`` = 0 loads in the calling process (no overlap with compute, like the
     PowerTrain YOLO runs); n ≥ 1 starts n loader processes that prefetch. ``pin_memory``
@@ -251,10 +251,6 @@ def make_loader(
     compare. ``n_samples`` defaults to 64 minibatches (the digits source has 1,797 items); a
     synthetic source serves them from a pool made here (module docs).
     """
-    if isinstance(workload, str):
-        from edgetune.workloads.registry import get_workload  # deferred: torch
-
-        workload = get_workload(workload)
     validation.batch_size(batch_size)
     if num_workers < 0:
         raise InvalidArgument("num_workers", f"{num_workers} must not be negative", ">= 0")

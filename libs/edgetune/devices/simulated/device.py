@@ -33,7 +33,8 @@ from edgetune import validation
 from edgetune.base.clocks import VirtualClock
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
-from edgetune.devices.base import Device, PowerSample, PowerSampler, PowerSensor
+from edgetune.devices.base import Device
+from edgetune.devices.sampling import PowerSample, PowerSampler, PowerSensor
 from edgetune.devices.simulated.profiles import RoleProfile, get_profile, profile_names
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.physics.hardware import REF_CPU_MHZ, hardware_for

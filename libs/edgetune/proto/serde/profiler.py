@@ -10,7 +10,7 @@ reads and answers, and what its client (:mod:`edgetune.clients.profiler`) sends 
   :class:`~edgetune.profiling.Measurement` out; a :class:`~edgetune.store.MeasurementRecord` back,
   as the message does not carry the protocol's run details).
 - ``GetDeviceResponse`` <-> :class:`~edgetune.devices.base.DeviceInfo`, ``PowerSample`` <->
-  :class:`~edgetune.devices.base.PowerSample`, and the mode changes (ApplyPowerMode's target and
+  :class:`~edgetune.devices.sampling.PowerSample`, and the mode changes (ApplyPowerMode's target and
   answer, RestorePowerMode's answer).
 """
 
@@ -23,7 +23,8 @@ from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
 from edgetune.base.workload import WorkloadRef
-from edgetune.devices.base import DeviceInfo, PowerSample
+from edgetune.devices.base import DeviceInfo
+from edgetune.devices.sampling import PowerSample
 from edgetune.errors import InvalidArgument
 from edgetune.profiling import Measurement, PointSkipped, ProfileEvent, ProfileProgress
 from edgetune.proto.serde.common import (
