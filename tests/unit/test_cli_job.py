@@ -161,12 +161,13 @@ def test_json_shape_exact():
              "mode": {"cores": 8, "cpu_mhz": 1728.0, "gpu_mhz": 624.75, "emc_mhz": 3199.0},
              "batch_size": 16, "power_budget_w": 25.0, "profiled": 12,
              "predicted": {"time_ms": 101.5, "power_w": 21.0, "power_upper_w": 23.5},
-             "measured": {"time_ms": 99.0, "power_w": 20.5}, "reason": ""},
+             "measured": {"time_ms": 99.0, "power_w": 20.5}, "reason": "", "conditions": []},
             {"id": "nano-1", "device": "nano", "phase": "Profiling", "mode": None, "batch_size": None,
              "power_budget_w": None, "profiled": 3,
              "predicted": {"time_ms": None, "power_w": None, "power_upper_w": None},
-             "measured": {"time_ms": None, "power_w": None}, "reason": ""},
+             "measured": {"time_ms": None, "power_w": None}, "reason": "", "conditions": []},
         ],
+        "conditions": [],
     }
     assert json.dumps(tuning_job().to_json()).count('"cores": 8,') == 1  # an int, as the CLI always printed it
 
