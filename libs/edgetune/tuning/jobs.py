@@ -301,12 +301,13 @@ class NodeStatus:
     def terminal(self) -> bool:
         return NodePhase(self.phase).terminal
 
-    def with_event(self, message: str, *, now_s: float | None = None, reason: str = "",
+    def with_event(self, message: str, *, now_s: float | None = None, event_reason: str = "",
                    warning: bool = False, **changes: Any) -> NodeStatus:
-        """A copy with ``changes`` and one more event (the oldest dropped past :data:`MAX_EVENTS`)."""
+        """A copy with ``changes`` and one more event (the oldest dropped past :data:`MAX_EVENTS`);
+        ``event_reason`` is the event's reason word (``reason`` in ``changes`` is the node's)."""
         now = time.time() if now_s is None else now_s
         kind = EventType.WARNING if warning else EventType.NORMAL
-        events = (*self.events, TuningEvent(now, message, kind, reason))[-MAX_EVENTS:]
+        events = (*self.events, TuningEvent(now, message, kind, event_reason))[-MAX_EVENTS:]
         return replace(self, **changes, events=events, updated_s=now, started_s=self.started_s or now)
 
     def with_condition(self, type: ConditionType, status: bool, reason: str = "", message: str = "") -> NodeStatus:
@@ -389,14 +390,16 @@ class TuningJobStatus:
 
 
 def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None) -> JobPhase:
-    """The job's phase from its nodes' (one rule: the API and the CLI read it)."""
+    """The job's phase from its nodes' (one rule: the API and the CLI read it). A job some of whose
+    target ids match no node (``NoMatchingNodes``) is not Succeeded: it waits for them (Running)."""
     if spec.cancelled:
         return JobPhase.CANCELLED
     if status is None or not status.nodes:
         return JobPhase.PENDING
     phases = [n.phase for n in status.nodes.values()]
     if all(p == NodePhase.APPLIED for p in phases):
-        return JobPhase.SUCCEEDED
+        unmatched = condition(status.conditions, ConditionType.NO_MATCHING_NODES)
+        return JobPhase.RUNNING if unmatched is not None and unmatched.true else JobPhase.SUCCEEDED
     if all(NodePhase(p).terminal for p in phases):
         return JobPhase.FAILED
     if all(p == NodePhase.PENDING for p in phases):
