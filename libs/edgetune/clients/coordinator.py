@@ -18,7 +18,7 @@ from edgetune.planning.rounds import RoundOutcome, RoundRequest
 from edgetune.proto.serde import coordinator as serde
 from edgetune.proto.serde.tuning import job_from_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
-from edgetune.store import NodeConfig, NodeRecord
+from edgetune.store import NodeConfig, NodeRecord, SiteBudgets
 from edgetune.tuning.jobs import TuningJobSpec, TuningJobView
 
 #: Unary calls wait this long unless the client says otherwise.
@@ -64,6 +64,13 @@ class CoordinatorClient:
             reply = self._stub.UpdateBudget(serde.node_budget_request(node_id, power_budget_w),
                                             timeout=timeout_s or self.timeout_s)
         return serde.node_budget_from_response(reply)
+
+    def update_site_budget(self, site_power_budget_w: float, *, timeout_s: float | None = None) -> SiteBudgets:
+        """Set the site's power budget (the leader re-plans the last applied round); the site's budgets now."""
+        with translated():
+            reply = self._stub.UpdateBudget(serde.site_budget_request(site_power_budget_w),
+                                            timeout=timeout_s or self.timeout_s)
+        return serde.site_budgets_from_response(reply)
 
     # -- configs -------------------------------------------------------------------------------
     def config(self, node_id: str) -> NodeConfig:

@@ -700,8 +700,10 @@ class Reconciler:
             self._cap_search(spec, node, writer, should_stop, budget, phase)
             return
         if self.estimator is None or self.selector is None:
-            writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase=NodePhase.PENDING,
-                                                          reason="the coordinator has no --estimator / --optimizer"))
+            why = "the coordinator has no --estimator / --optimizer"
+            writer.update(node_id, lambda s: s if s.reason == why else s.with_event(  # once, not every pass
+                "no estimator / optimizer", phase=NodePhase.PENDING, reason=why, event_reason="NoEstimator",
+                warning=True))
             return
         current = writer.update(node_id, lambda s: s)
         if not rebudget and current.phase == NodePhase.VERIFYING and current.mode is not None \
