@@ -83,11 +83,10 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None,
                  cv_folds: int) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
-    from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.estimation.references import PREFIX, load_reference
+    from edgetune.estimation.references import load_base
     from edgetune.tables import read_profile_table
 
-    base = load_reference(base_path) if base_path.startswith(PREFIX) else TimePowerModel.load(base_path)
+    base = load_base(base_path, "--base")
     table = read_profile_table(profiles_path)
     settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
     with progress_display("epochs") as show, _warnings_to_stderr():

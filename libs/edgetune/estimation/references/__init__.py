@@ -66,9 +66,24 @@ def shipped_for(device: str, role: str = "train") -> Reference | None:
     return next((ref for ref in REFERENCES if ref.device == device and ref.role == role), None)
 
 
-def reference_path(name: str) -> str:
+def load_base(name_or_path: str, field: str = "--base") -> TimePowerModel:
+    """The model a transfer starts from: a shipped reference (``reference:NAME``) or a model file; a bad
+    one is InvalidArgument naming ``field`` (the same rule for ``estimate transfer`` and ``tune``)."""
+    try:
+        if name_or_path.startswith(PREFIX):
+            return TimePowerModel.load(reference_path(name_or_path, field))
+        return TimePowerModel.load(name_or_path)
+    except InvalidArgument as exc:
+        if exc.field == field:
+            raise
+        raise InvalidArgument(field, exc.message if exc.field == name_or_path else str(exc),
+                              exc.allowed or f"a model file (edgetune estimate fit) or "
+                              f"{', '.join(PREFIX + r.device for r in REFERENCES)}") from None
+
+
+def reference_path(name: str, field: str = "reference") -> str:
     """The file of a shipped reference (inside the installed package)."""
-    ref = find_reference(name)
+    ref = find_reference(name, field)
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), ref.filename)
 
 
