@@ -230,3 +230,17 @@ def test_bad_method_names_the_allowed_values():
         spec_from_doc({"name": "a", "workload": {"name": "x"}, "nodes": ["n"], "method": "cap_search"})
     assert err.value.field == "job:method"
     assert all(f"'{m}'" in str(err.value) for m in ("frontier", "random", "cap-search"))
+
+
+def test_job_file_errors_say_the_line(tmp_path):
+    """A YAML syntax error and a bad key's value both name the line of the file (issue 26)."""
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload: {name: resnet18\nnodes: [x]\n"))
+    assert err.value.field.startswith("job.yaml:") and err.value.field.count(":") == 2, err.value.field
+    assert "is not YAML" in err.value.message
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload:\n  name: resnet18\n  batch_sizes: [16, 0]\nnodes: [x]\n"))
+    assert err.value.field.startswith("job.yaml:workload.batch_sizes") and err.value.message.startswith("line 4: ")
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload: {name: resnet18}\nnodes:\n  - x\n  - x\n"))
+    assert err.value.field == "job.yaml:nodes[1]" and err.value.message.startswith("line 5: "), str(err.value)

@@ -142,7 +142,7 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
 def _reason(table, sel: Selection) -> str:
     """Why a selection is infeasible, its closest option named by its mode (and its row and line)."""
     if sel.closest is None:
-        return sel.reason
+        return sel.reason or ""
     return f"{sel.reason}; closest: {_option_name(table, sel.closest)}, {_row_name(table, sel.closest)}"
 
 
