@@ -734,7 +734,7 @@ class Reconciler:
         decision = tuner.select_and_verify(budget)
         if not decision.feasible or not decision.within_budget:
             reason = decision.reason or (decision.notes[-1] if decision.notes else "no verified mode within budget")
-            hint = infeasible_hint(node_id, tuner.predictions)
+            hint = infeasible_hint(budget_command(spec, node_id), tuner.predictions)
             writer.update(node_id, lambda s: s.with_event(
                 f"failed: {reason}", phase=NodePhase.FAILED, reason=reason, event_reason="Infeasible", warning=True,
                 **_decision_fields(decision)).with_condition(ConditionType.INFEASIBLE, True, "NoFeasibleMode",
@@ -782,7 +782,7 @@ class Reconciler:
             writer.update(node_id, lambda s: s.with_event(
                 f"failed: {reason}", phase=NodePhase.FAILED, reason=reason, event_reason="Infeasible", warning=True)
                 .with_condition(ConditionType.INFEASIBLE, True, "NoPointUnderCap",
-                                f"{reason}; a higher budget (`edgetune node budget {node_id} WATTS`) searches again"))
+                                f"{reason}; a higher budget ({budget_command(spec, node_id)}) searches again"))
             return
         decided = writer.update(node_id, lambda s: s.with_event(
             f"fastest under the cap: {best.time_ms:.1f} ms at peak {best.peak_power_w:.2f} W of {n} points",
@@ -903,13 +903,22 @@ def no_match(spec: TuningJobSpec, registered: dict[str, NodeRecord],
     return "SelectorMatchesNothing", f"the selector {wanted} matches no registered node (registered: {known})"
 
 
-def infeasible_hint(node_id: str, predictions: Predictions | None) -> str:
-    """What would make an infeasible node feasible: a budget above the least predicted power."""
+def budget_command(spec: TuningJobSpec, node_id: str) -> str:
+    """How an operator changes the budget a job's node is tuned for: the node's own (``edgetune node
+    budget``), unless the job sets one, which then wins (the job submitted again with another)."""
+    if node_id in spec.node_power_budget_w or spec.power_budget_w is not None:
+        return f"the job's power_budget_w: `edgetune job cancel {spec.name}`, then submit it with another"
+    return f"`edgetune node budget {node_id} WATTS`"
+
+
+def infeasible_hint(how: str, predictions: Predictions | None) -> str:
+    """What would make an infeasible node feasible: a budget above the least predicted power (``how``: where
+    that budget is set, :func:`budget_command`)."""
     if predictions is None or not len(predictions):
-        return f"a higher budget (`edgetune node budget {node_id} WATTS`) selects again"
+        return f"a higher budget ({how}) selects again"
     lowest = float(np.min(predictions.power_w))
-    return (f"the least predicted power of its modes is {lowest:.2f} W: a budget above it "
-            f"(`edgetune node budget {node_id} WATTS`) selects again from the stored predictions, without profiling")
+    return (f"the least predicted power of its modes is {lowest:.2f} W: a budget above it ({how}) selects again "
+            "from the stored predictions, without profiling")
 
 
 def _applied(s: NodeStatus, budget: float) -> NodeStatus:
