@@ -132,3 +132,10 @@ def test_a_job_matching_no_node_times_out_with_its_condition_and_a_cancelled_nam
     assert events[-1]["node"] == "nano-1" and events[-1]["type"] == "Warning"
     plain = run("job", "events", "typo", *conn)
     assert plain.exit_code == 0 and "nano-1  Warning  NoEstimator  no estimator / optimizer" in plain.output
+
+    # delete frees the name: the same name is a new job (generation 1, no status yet)
+    r = run("job", "delete", "typo", "--json", *conn)
+    assert r.exit_code == 0 and json.loads(r.output)["phase"] == "Cancelled", r.output
+    assert run("job", "get", "typo", *conn).exit_code == 2  # NOT_FOUND
+    r = run("job", "submit", str(job), "--json", *conn)
+    assert r.exit_code == 0, r.output

@@ -2,7 +2,7 @@
 
     edgetune job submit FILE.yaml --coordinator ADDR [--wait [--timeout-s S]] [--json]
     edgetune job get NAME [--json]      edgetune job list [--json]
-    edgetune job watch NAME             edgetune job cancel NAME
+    edgetune job watch NAME             edgetune job cancel NAME       edgetune job delete NAME
     edgetune job events NAME [--json] [--follow]
 
 The connection flags (``--coordinator``, ``--context``, TLS, token) are :mod:`edgetune.cli.connection`'s.
@@ -243,6 +243,8 @@ get = _one_job_command("get", "Show one job: its phase and every node's progress
 cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working on its nodes (its name can then be "
                                     "submitted again, with any spec).",
                           lambda client, name: client.cancel_job(name))
+delete = _one_job_command("delete", "Delete a job: cancelled and removed, its name free for a new job.",
+                          lambda client, name: client.delete_job(name))
 
 
 @command.command(name="list")

@@ -116,6 +116,12 @@ class CoordinatorClient:
             reply = self._stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=self.timeout_s)
         return job_from_proto(reply)
 
+    def delete_job(self, name: str) -> TuningJobView:
+        """Remove the job (its name is free again); the job as it was, cancelled."""
+        with translated():
+            reply = self._stub.DeleteTuningJob(tuning_pb2.DeleteTuningJobRequest(name=name), timeout=self.timeout_s)
+        return job_from_proto(reply)
+
     def watch_job(self, name: str, after_revision: int = 0, *,
                   timeout_s: float | None = None) -> Stream[TuningJobView]:
         """Every change of the job after ``after_revision`` until the caller stops (or ``timeout_s``

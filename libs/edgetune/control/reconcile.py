@@ -420,8 +420,8 @@ class Reconciler:
         self._refreshed: dict[tuple[str, str], int] = {}
         #: (job, node) -> Estimator / Optimizer calls that failed transiently (retried up to MAX_TRANSIENT_RETRIES)
         self._transient: dict[tuple[str, str], int] = {}
-        #: job -> the spec generation the caches above are for
-        self._generations: dict[str, int] = {}
+        #: job -> the (spec generation, creation time) the caches above are for
+        self._generations: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -473,9 +473,12 @@ class Reconciler:
             if view.spec.cancelled:
                 self._stop_workers(lambda key, name=name: key[0] == name)  # type: ignore[misc]
                 continue
-            if self._generations.get(name, view.generation) != view.generation:
-                self._forget_job(name)  # submitted again: what the leader cached was for the old spec
-            self._generations[name] = view.generation
+            # a job submitted again after a cancel (a new generation), or deleted and created anew (a new
+            # creation time): what the leader cached was for the old spec
+            incarnation = (view.generation, view.created_s)
+            if self._generations.get(name, incarnation) != incarnation:
+                self._forget_job(name)
+            self._generations[name] = incarnation
             targets = self.targets(view.spec, live)
             writer = self._writer(name)
             status = writer.ensure([n.node_id for n in targets], {n.node_id: n.device_model for n in targets},

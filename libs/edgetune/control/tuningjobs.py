@@ -99,6 +99,14 @@ class TuningJobs:
                 continue
         return self.get(name)
 
+    def delete(self, name: str) -> TuningJobView:
+        """Remove the job (any replica): its status, then its spec; the leader drops what it held for it at
+        its next pass, and the name is free. The job as it was, cancelled; NotFound when there is none."""
+        view = self.get(name)
+        self.store.delete_doc(STATUS_KIND, name)
+        self.store.delete_doc(SPEC_KIND, name)
+        return replace(view, spec=replace(view.spec, cancelled=True))
+
     def get(self, name: str) -> TuningJobView:
         got = self.store.get_doc(SPEC_KIND, name, missing_ok=True)
         if got is None:

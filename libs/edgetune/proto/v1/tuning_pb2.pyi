@@ -643,6 +643,25 @@ class CancelTuningJobRequest(_message.Message):
 Global___CancelTuningJobRequest: _TypeAlias = CancelTuningJobRequest  # noqa: Y015
 
 @_typing.final
+class DeleteTuningJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteTuningJobRequest: _TypeAlias = DeleteTuningJobRequest  # noqa: Y015
+
+@_typing.final
 class SubmitProfilingRequest(_message.Message):
     """Profiling work for one node's agent, delivered through the node's job stream."""
 
