@@ -123,7 +123,8 @@ JOBS = [
     TuningJobView(SPECS[1], None, revision=2, created_s=1_699_999_999.0),  # the leader has not seen it yet
     TuningJobView(SPECS[2], TuningJobStatus("cap", {"orin-agx-1": APPLIED}, updated_s=5.0), revision=9),
     # no node matched yet: the job's own condition says which ids matched none (a resubmitted job: generation 2)
-    TuningJobView(SPECS[0], TuningJobStatus("mnv3-train", {}, updated_s=6.0, conditions=(
+    TuningJobView(SPECS[0], TuningJobStatus("mnv3-train", {"nano-1": NodeStatus("nano-1", "nano", generation=2)},
+                                            updated_s=6.0, conditions=(
         Condition(ConditionType.NO_MATCHING_NODES, "True", "NodesNotRegistered", "nano-9 matched no node", 6.0),)),
         revision=11, created_s=1_699_999_999.0, generation=2),
 ]

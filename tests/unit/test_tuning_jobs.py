@@ -359,7 +359,9 @@ def test_a_resubmitted_job_restarts_its_nodes_a_failed_one_after_its_backoff():
     assert failed.failures == 1  # counted when it went Failed
     jobs.cancel("mnv3-train")
     view = jobs.submit(_spec(profiles=20))  # the cancelled name takes a changed spec
-    assert view.generation == 2 and view.spec.profiles == 20 and view.phase != "Cancelled"
+    # its nodes' statuses are the old generation's (Applied, Failed): they count as Pending, so a
+    # `submit --wait` follows the new spec instead of returning the old outcome
+    assert view.generation == 2 and view.spec.profiles == 20 and view.phase == "Pending"
     status = writer.ensure(["a", "b"], {}, view.generation)
     assert status.nodes["a"].phase == "Pending" and status.nodes["a"].generation == 2
     assert status.nodes["b"].phase == "Failed"  # within its 1 s backoff

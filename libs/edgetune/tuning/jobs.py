@@ -292,8 +292,9 @@ class NodeStatus:
     #: get their own job ids, so they are measured anew rather than read back.
     drift_epoch: int = 0
     conditions: tuple[Condition, ...] = ()
-    #: The spec generation this status was tuned for (a resubmitted job's nodes start again).
-    generation: int = 0
+    #: The spec generation this status was tuned for (a resubmitted job's nodes start again; 1 before
+    #: generations existed).
+    generation: int = 1
     #: Times the node went Failed in this job (the retry backoff grows with it).
     failures: int = 0
 
@@ -353,7 +354,7 @@ class NodeStatus:
                    tuple(_event(e) for e in d["events"]),
                    # absent in records written before drift re-tunes / conditions
                    int(d.get("drift_epoch", 0)), tuple(Condition.from_dict(c) for c in d.get("conditions", ())),
-                   int(d.get("generation", 0)), int(d.get("failures", 0)))
+                   int(d.get("generation", 1)), int(d.get("failures", 0)))
 
 
 def _event(e: Any) -> TuningEvent:
@@ -389,14 +390,15 @@ class TuningJobStatus:
                    tuple(Condition.from_dict(c) for c in d.get("conditions", ())))  # absent before conditions
 
 
-def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None) -> JobPhase:
+def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None, generation: int = 1) -> JobPhase:
     """The job's phase from its nodes' (one rule: the API and the CLI read it). A job some of whose
-    target ids match no node (``NoMatchingNodes``) is not Succeeded: it waits for them (Running)."""
+    target ids match no node (``NoMatchingNodes``) is not Succeeded: it waits for them (Running); a node
+    whose status is of an older ``generation`` (the job was submitted again) counts as Pending."""
     if spec.cancelled:
         return JobPhase.CANCELLED
     if status is None or not status.nodes:
         return JobPhase.PENDING
-    phases = [n.phase for n in status.nodes.values()]
+    phases = [NodePhase.PENDING if n.generation < generation else n.phase for n in status.nodes.values()]
     if all(p == NodePhase.APPLIED for p in phases):
         unmatched = condition(status.conditions, ConditionType.NO_MATCHING_NODES)
         return JobPhase.RUNNING if unmatched is not None and unmatched.true else JobPhase.SUCCEEDED
@@ -421,7 +423,7 @@ class TuningJobView:
 
     @property
     def phase(self) -> JobPhase:
-        return job_phase(self.spec, self.status)
+        return job_phase(self.spec, self.status, self.generation)
 
     @property
     def nodes(self) -> tuple[NodeStatus, ...]:

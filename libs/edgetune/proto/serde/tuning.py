@@ -7,8 +7,7 @@
   :func:`job_from_proto`, and one node's status :func:`node_status_to_proto`,
   :func:`node_status_from_proto`.
 
-What the wire does not carry: a node's ``drift_epoch``, ``generation`` and ``failures`` and the status
-document's revision; a job's
+What the wire does not carry: a node's ``drift_epoch`` and ``failures`` and the status document's revision; a job's
 ``cancelled`` travels as its phase, and a status the leader wrote with no node yet reads back as none.
 """
 
@@ -147,7 +146,7 @@ _OPTIONAL_STATUS = ("power_budget_w", "predicted_time_ms", "predicted_power_w", 
 def node_status_to_proto(st: NodeStatus) -> tuning_pb2.NodeTuningStatus:
     msg = tuning_pb2.NodeTuningStatus(
         node_id=st.node_id, device=st.device, phase=NODE_PHASES[NodePhase(st.phase)], reason=st.reason,
-        profiled=st.profiled, batch_size=st.batch_size, config_revision=st.config_revision,
+        profiled=st.profiled, batch_size=st.batch_size, config_revision=st.config_revision, generation=st.generation,
         events=[event_to_proto(e) for e in st.events], conditions=[condition_to_proto(c) for c in st.conditions])
     if st.mode is not None:
         msg.mode.CopyFrom(mode_to_proto(PowerMode(int(st.mode[0]), st.mode[1], st.mode[2], st.mode[3])))
@@ -171,7 +170,7 @@ def node_status_from_proto(msg: tuning_pb2.NodeTuningStatus) -> NodeStatus:
         node_id=msg.node_id, device=msg.device, phase=_NODE_PHASE_OF.get(msg.phase, NodePhase.PENDING),
         reason=msg.reason, profiled=msg.profiled, mode=mode, batch_size=msg.batch_size,
         **{name: optional_value(msg, name) for name in _OPTIONAL_STATUS},
-        config_revision=msg.config_revision, started_s=timestamp_from_proto(msg.started),
+        config_revision=msg.config_revision, generation=msg.generation or 1, started_s=timestamp_from_proto(msg.started),
         updated_s=timestamp_from_proto(msg.updated),
         events=tuple(event_from_proto(e, f"nodes[{msg.node_id}].events") for e in msg.events),
         conditions=tuple(condition_from_proto(c, f"nodes[{msg.node_id}].conditions") for c in msg.conditions))

@@ -392,6 +392,7 @@ class NodeTuningStatus(_message.Message):
     UPDATED_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     CONDITIONS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     device: _builtins.str
     phase: Global___NodePhase.ValueType
@@ -410,6 +411,8 @@ class NodeTuningStatus(_message.Message):
     measured_power_w: _builtins.float
     config_revision: _builtins.int
     """The node's config revision carrying the choice (0: none published yet)."""
+    generation: _builtins.int
+    """The job generation this status is for (older than the job's: the node is Pending for the new spec)."""
     @_builtins.property
     def mode(self) -> _common_pb2.PowerMode:
         """The chosen configuration (once selected)."""
@@ -445,10 +448,11 @@ class NodeTuningStatus(_message.Message):
         updated: _timestamp_pb2.Timestamp | None = ...,
         events: _abc.Iterable[Global___TuningEvent] | None = ...,
         conditions: _abc.Iterable[Global___Condition] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "started", b"started", "updated", b"updated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "batch_size", b"batch_size", "conditions", b"conditions", "config_revision", b"config_revision", "device", b"device", "events", b"events", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "node_id", b"node_id", "phase", b"phase", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "profiled", b"profiled", "reason", b"reason", "started", b"started", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "batch_size", b"batch_size", "conditions", b"conditions", "config_revision", b"config_revision", "device", b"device", "events", b"events", "generation", b"generation", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "node_id", b"node_id", "phase", b"phase", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "profiled", b"profiled", "reason", b"reason", "started", b"started", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__measured_power_w: _TypeAlias = _typing.Literal["measured_power_w"]  # noqa: Y015
     _WhichOneofArgType__measured_power_w: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w"]  # noqa: Y015
