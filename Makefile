@@ -3,13 +3,23 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The runtime alone (`pip install -e .`, ~1.7 GB, mostly PyTorch and Ray): what `make demo` needs.
+RUNTIME := $(VENV)/.runtime
 PYTEST_ARGS ?=
 
 .PHONY: install demo test protos lint bench clean system-redis
 
 install: $(STAMP)
 
-# Reinstalled only when the dependency pins change. constraints.txt pins every version
+$(RUNTIME): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $(RUNTIME)
+
+# Everything for tests and lint: the runtime plus the dev, deploy and flower extras (~2.3 GB in all),
+# checkov's own venv and the Node client's packages. Reinstalled only when the dependency pins change. constraints.txt pins every version
 # (generated from a resolved environment); torch 2.13.0 comes from the local CPU wheel.
 $(STAMP): pyproject.toml constraints.txt clients/node/package-lock.json
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -21,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt clients/node/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  echo "npm ci (clients/node)"; (cd clients/node && npm ci --ignore-scripts --silent --no-audit --no-fund); \
 	else echo "no npm: the Node.js client test will be skipped"; fi
-	touch $(STAMP)
+	touch $(RUNTIME) $(STAMP)
 
 # The store tests also run against a real, system redis-server; Debian's is installed when
 # this machine lets us (root + apt). Without it those cases are skipped with a reason.
@@ -32,7 +42,7 @@ system-redis:
 	    || echo "could not install redis-server: system-Redis test cases will be skipped"; \
 	fi
 
-demo: install
+demo: $(RUNTIME)
 	$(BIN)/python -m edgetune.demo
 
 test: install

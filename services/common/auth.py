@@ -150,6 +150,7 @@ POLICY: dict[str, Rule] = {
     "/edgetune.v1.Coordinator/ListTuningJobs": Rule(VIEWER),
     "/edgetune.v1.Coordinator/WatchTuningJob": Rule(VIEWER),
     "/edgetune.v1.Coordinator/CancelTuningJob": Rule(OPERATOR, audit=True),
+    "/edgetune.v1.Coordinator/DeleteTuningJob": Rule(OPERATOR, audit=True),
     "/edgetune.v1.Coordinator/SubmitProfiling": Rule(OPERATOR, audit=True),
     # A node's profiling jobs through the coordinator (its own agent, or an admin)
     "/edgetune.v1.NodeJobs/ClaimJobs": Rule(ADMIN, _node_id, _set_node_id),

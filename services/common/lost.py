@@ -43,6 +43,7 @@ TUNING_JOBS: dict[str, Tracked] = {
     "/edgetune.v1.Coordinator/SubmitTuningJob": Tracked(None, _job_name),
     "/edgetune.v1.Coordinator/GetTuningJob": Tracked(lambda r: str(r.name), _job_name),
     "/edgetune.v1.Coordinator/CancelTuningJob": Tracked(lambda r: str(r.name), _job_name),
+    "/edgetune.v1.Coordinator/DeleteTuningJob": Tracked(lambda r: str(r.name), _job_name),
     "/edgetune.v1.Coordinator/WatchTuningJob": Tracked(lambda r: str(r.name), _job_name),
     "/edgetune.v1.Coordinator/ListTuningJobs": Tracked(None, lambda r: [str(j.spec.name) for j in r.jobs]),
 }

@@ -222,6 +222,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         return job_to_proto(view)
 
     @map_errors
+    def DeleteTuningJob(self, request, context):
+        view = self.jobs.delete(request.name)
+        self._changed()
+        return job_to_proto(view)
+
+    @map_errors
     def SubmitProfiling(self, request, context):
         if not self.registry.exists(request.node_id):
             raise NotFound(f"node_id: node {request.node_id!r} is not registered")

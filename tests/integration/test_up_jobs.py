@@ -81,7 +81,7 @@ def test_up_submit_wait_json_then_sigterm(up) -> None:
     budgets = {"orin-agx-1": 25.0, "nano-1": 6.0}
     for node in job["nodes"]:
         assert set(node) == {"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
-                             "predicted", "measured", "reason"}
+                             "predicted", "measured", "reason", "conditions"}
         assert node["phase"] == "Applied", node
         assert node["power_budget_w"] == budgets[node["id"]]
         assert 0 < node["measured"]["power_w"] <= node["power_budget_w"], node

@@ -161,12 +161,13 @@ def test_json_shape_exact():
              "mode": {"cores": 8, "cpu_mhz": 1728.0, "gpu_mhz": 624.75, "emc_mhz": 3199.0},
              "batch_size": 16, "power_budget_w": 25.0, "profiled": 12,
              "predicted": {"time_ms": 101.5, "power_w": 21.0, "power_upper_w": 23.5},
-             "measured": {"time_ms": 99.0, "power_w": 20.5}, "reason": ""},
+             "measured": {"time_ms": 99.0, "power_w": 20.5}, "reason": "", "conditions": []},
             {"id": "nano-1", "device": "nano", "phase": "Profiling", "mode": None, "batch_size": None,
              "power_budget_w": None, "profiled": 3,
              "predicted": {"time_ms": None, "power_w": None, "power_upper_w": None},
-             "measured": {"time_ms": None, "power_w": None}, "reason": ""},
+             "measured": {"time_ms": None, "power_w": None}, "reason": "", "conditions": []},
         ],
+        "conditions": [],
     }
     assert json.dumps(tuning_job().to_json()).count('"cores": 8,') == 1  # an int, as the CLI always printed it
 
@@ -229,3 +230,17 @@ def test_bad_method_names_the_allowed_values():
         spec_from_doc({"name": "a", "workload": {"name": "x"}, "nodes": ["n"], "method": "cap_search"})
     assert err.value.field == "job:method"
     assert all(f"'{m}'" in str(err.value) for m in ("frontier", "random", "cap-search"))
+
+
+def test_job_file_errors_say_the_line(tmp_path):
+    """A YAML syntax error and a bad key's value both name the line of the file (issue 26)."""
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload: {name: resnet18\nnodes: [x]\n"))
+    assert err.value.field.startswith("job.yaml:") and err.value.field.count(":") == 2, err.value.field
+    assert "is not YAML" in err.value.message
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload:\n  name: resnet18\n  batch_sizes: [16, 0]\nnodes: [x]\n"))
+    assert err.value.field.startswith("job.yaml:workload.batch_sizes") and err.value.message.startswith("line 4: ")
+    with pytest.raises(InvalidArgument) as err:
+        load_job_file(write(tmp_path, "name: a\nworkload: {name: resnet18}\nnodes:\n  - x\n  - x\n"))
+    assert err.value.field == "job.yaml:nodes[1]" and err.value.message.startswith("line 5: "), str(err.value)

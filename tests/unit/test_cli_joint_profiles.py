@@ -30,27 +30,29 @@ def eff(tmp_path):
 
 def test_the_lut_is_time_per_minibatch_scaled_to_s_samples_and_peak_power(tmp_path, eff, capsys):
     rows = [dict(zip(HEAD, r, strict=True)) for r in [
-        (4, 1479.0, 921.6, 1600.0, 32, 200.0, 5.0, 6.5),   # s=32: 0.2 s per pass, peak 6.5 W
-        (4, 1479.0, 460.8, 1600.0, 32, 380.0, 4.0, 5.2),   # 0.38 s
-        (4, 1479.0, 921.6, 1600.0, 8, 60.0, 4.5, 5.9),     # 4 minibatches per pass: 0.24 s
-        (4, 1479.0, 460.8, 1600.0, 8, 100.0, 3.5, 4.4)]]   # 0.4 s
+        (4, 1479.0, 921.6, 1600.0, 32, 200.0, 5.0, 6.5),   # s=64 (2 x 32): 0.4 s per pass, peak 6.5 W
+        (4, 1479.0, 460.8, 1600.0, 32, 380.0, 4.0, 5.2),   # 0.76 s
+        (4, 1479.0, 921.6, 1600.0, 8, 60.0, 4.5, 5.9),     # 8 minibatches per pass: 0.48 s
+        (4, 1479.0, 460.8, 1600.0, 8, 100.0, 3.5, 4.4)]]   # 0.8 s
     write_table(rows, tmp_path / "p.csv")
     lut = lut_from_profiles([tmp_path / "p.csv"])
-    assert lut.time_s.tolist() == pytest.approx([0.2, 0.38, 0.24, 0.4])
+    # s defaults to 2 x the largest batch size, as estimate efficiency counts its passes (a time to target
+    # half the truth came from the two defaults differing)
+    assert lut.time_s.tolist() == pytest.approx([0.4, 0.76, 0.48, 0.8])
     assert lut.power_w.tolist() == [6.5, 5.2, 5.9, 4.4]  # the peak, not the mean
     assert lut.mode[0] == "4c/1479/921.6/1600"
-    # no cap: b=8 at 921.6 MHz (0.24 s x 10 passes = 2.4 s) beats b=32 there (0.2 s x 15 = 3.0 s)
+    # no cap: b=8 at 921.6 MHz (0.48 s x 10 passes = 4.8 s) beats b=32 there (0.4 s x 15 = 6.0 s)
     code, got = _joint(capsys, "--profiles", tmp_path / "p.csv", "--efficiency", eff, "--power-cap", "none", "--json")
-    assert code == 0 and got["batch_size"] == 8 and got["time_to_target_s"] == pytest.approx(2.4)
-    # a cap exactly at b=8's fast peak rules it out (strict): b=8 slow (4.0 s) vs b=32 slow (5.7 s)
+    assert code == 0 and got["batch_size"] == 8 and got["time_to_target_s"] == pytest.approx(4.8)
+    # a cap exactly at b=8's fast peak rules it out (strict): b=8 slow (8.0 s) vs b=32 slow (11.4 s)
     code, got = _joint(capsys, "--profiles", tmp_path / "p.csv", "--efficiency", eff, "--power-cap", 5.9, "--json")
     assert code == 0 and got["batch_size"] == 8 and got["mode"] == "4c/1479/460.8/1600"
-    assert got["power_w"] == 4.4 and got["time_to_target_s"] == pytest.approx(4.0)
+    assert got["power_w"] == 4.4 and got["time_to_target_s"] == pytest.approx(8.0)
     code, got = _joint(capsys, "--profiles", tmp_path / "p.csv", "--efficiency", eff, "--power-cap", 5.91, "--json")
     assert got["mode"] == "4c/1479/921.6/1600"
-    # s given: every time scales by s / b_max
-    lut64 = lut_from_profiles([tmp_path / "p.csv"], samples_per_pass=64)
-    assert lut64.time_s.tolist() == pytest.approx([0.4, 0.76, 0.48, 0.8])
+    # s given: every time scales by s / b
+    lut32 = lut_from_profiles([tmp_path / "p.csv"], samples_per_pass=32)
+    assert lut32.time_s.tolist() == pytest.approx([0.2, 0.38, 0.24, 0.4])
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -240,4 +240,7 @@ def test_rows_are_named_one_way_on_success_and_when_infeasible(table):
     r = run("select", "--table", table, "--power-budget", "30")
     assert r.exit_code == 0 and "row 0 (line 2 of" in r.stdout, r.output
     r = run("select", "--table", table, "--power-budget", "10")
-    assert r.exit_code == 0 and "closest is row 2 (0-based)" in r.stdout and "row 2 (line 4 of" in r.stdout, r.output
+    assert r.exit_code == 0 and "0-based" not in r.stdout and "row 2 (line 4 of" in r.stdout, r.output
+    r = run("select", "--table", table, "--power-budget", "10", "--json")
+    reason = json.loads(r.stdout)["reason"]
+    assert "; closest: mode " in reason and ", row 2 (line 4 of" in reason and "0-based" not in reason, reason

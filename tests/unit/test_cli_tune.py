@@ -125,3 +125,30 @@ def test_tune_more_initial_modes_than_the_table_holds_names_initial(files, capsy
     code = main(["tune", "--device", "sim:orin-agx", "--workload", "mobilenetv3", "--base", str(files / "ref.model"),
                  "--modes", str(one), "--power-budget", "30"])
     assert code == 2 and "--initial" in capsys.readouterr().err
+
+
+def test_tune_takes_a_shipped_reference_as_base_and_names_base_when_it_is_bad(files, capsys):
+    code = main(["tune", "--device", "sim:orin-agx", "--workload", "mobilenetv3", "--base", "reference:orin-agx",
+                 "--modes", str(files / "modes.csv"), "--power-budget", "30", "--initial", "6", "--rounds", "0",
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["feasible"]
+    for bad in ("reference:thor", str(files / "missing.model")):
+        code = main(["tune", "--device", "sim:orin-agx", "--workload", "mobilenetv3", "--base", bad,
+                     "--modes", str(files / "modes.csv"), "--power-budget", "30"])
+        out, err = capsys.readouterr()
+        assert code == 2 and "--base" in err and "Traceback" not in err, err
+
+
+def test_the_verification_line_says_what_the_device_said():
+    from edgetune.base.records import Decision
+    from edgetune.cli.tune import verification_line
+
+    none_fits = Decision(1.0, False, reason="no option has power upper bound <= 1 W")
+    assert verification_line([none_fits]) == ("0 of 1 budget(s) got a mode measured within budget on the device "
+                                              "(0 distinct); 1 had no feasible mode")
+    ok = Decision(30.0, True, 3, (8.0, 1000.0, 600.0, 3199.0), 16, 100.0, 25.0, 26.0, 101.0, 24.0, 1)
+    over = Decision(20.0, True, 4, (8.0, 1000.0, 700.0, 3199.0), 16, 90.0, 19.0, 19.5, 91.0, 21.0, 3)
+    assert verification_line([ok, over]) == ("1 of 2 budget(s) got a mode measured within budget on the device "
+                                              "(1 distinct); 1 measured over budget; retried after a miss: 1")

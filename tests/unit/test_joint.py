@@ -147,6 +147,8 @@ def test_infeasible_reasons():
     eff = BatchEfficiency.from_pairs({8: 3, 16: math.inf})
     r = joint_select(lut, eff, 4.0)
     assert not r.feasible and "4 W" in r.reason and r.closest == 0
+    # what was profiled, and its peak power, not a fact about the device (issue 26)
+    assert "rows of the LUT has power < 4 W" in r.reason and "peak" in r.reason and "no (batch size" not in r.reason
     r = joint_select(lut, BatchEfficiency.from_pairs({8: math.inf, 16: math.inf}), None)
     assert not r.feasible and "never" in r.reason or "reaches" in r.reason
     r = joint_select(lut, eff, 5.5)

@@ -86,7 +86,8 @@ EXPECTED_RPCS = {
                   "Best": U, "EndSearch": U, "SelectConcurrent": U, "NextProfiles": U},
     "Coordinator": {"RegisterNode": U, "Heartbeat": U, "ListNodes": U, "PlanRound": U, "GetNodeConfig": U,
                     "WatchConfig": SS, "UpdateBudget": U, "SubmitTuningJob": U, "GetTuningJob": U,
-                    "ListTuningJobs": U, "WatchTuningJob": SS, "CancelTuningJob": U, "SubmitProfiling": U},
+                    "ListTuningJobs": U, "WatchTuningJob": SS, "CancelTuningJob": U, "DeleteTuningJob": U,
+                    "SubmitProfiling": U},
 }
 SERVICE_MODULES = {"Profiler": profiler_pb2, "Estimator": estimator_pb2, "Optimizer": optimizer_pb2,
                    "Coordinator": coordinator_pb2}

@@ -192,7 +192,8 @@ def test_closest_option_is_closest_to_the_budget_that_failed():
     # (60 ms), not the least-power one (500 ms at 5 W) that used to be named
     c = Candidates(np.array([500.0, 60.0, 200.0]), np.array([5.0, 40.0, 12.0]))
     sel = MinPower().select(c, None, 50.0)
-    assert not sel.feasible and sel.closest == 1 and "closest is row 1 (0-based)" in sel.reason
+    assert not sel.feasible and sel.closest == 1 and "the closest takes 60 ms at 40 W" in sel.reason
+    assert "row" not in sel.reason  # the caller names the option by its mode (Selection.closest)
     # a power budget alone: the least power
     assert MinTime().select(c, 4.0).closest == 0
     # both: the least summed relative excess (row 2 misses 10 W by 20 % and 150 ms by 33 %)

@@ -230,3 +230,8 @@ def test_options_keep_their_columns_on_the_wire():
     assert not table.power_std_w  # options are planned on their power as given
     np.testing.assert_array_equal(np.asarray(table.cores), OPTIONS.modes[:, 0])
     assert spec_to_proto(get_spec("orin-agx")) == serde.node_to_proto(NODE).device
+
+
+def test_a_site_budget_request_round_trips():
+    msg = _wire(serde.site_budget_request(90.0))
+    assert not msg.node_id and serde.site_budgets_from_proto(msg) == SiteBudgets(90.0, None)

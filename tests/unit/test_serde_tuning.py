@@ -14,6 +14,9 @@ from edgetune.proto.serde.profiler import profile_job_from_proto
 from edgetune.proto.v1 import common_pb2, profiler_pb2, tuning_pb2
 from edgetune.tuning.jobs import (
     DEFAULT_PROFILES,
+    Condition,
+    ConditionType,
+    EventType,
     JobPhase,
     NodePhase,
     NodeStatus,
@@ -89,7 +92,12 @@ APPLIED = NodeStatus("orin-agx-1", "orin-agx", NodePhase.APPLIED, reason="", pro
                      predicted_time_ms=101.5, predicted_power_w=21.0, predicted_power_upper_w=23.5,
                      measured_time_ms=99.0, measured_power_w=20.5, config_revision=3, started_s=1_700_000_000.5,
                      updated_s=1_700_000_042.25,
-                     events=(TuningEvent(1_700_000_000.5, "tuning for 25 W"), TuningEvent(1_700_000_042.25, "applied")))
+                     events=(TuningEvent(1_700_000_000.5, "tuning for 25 W"),
+                             TuningEvent(1_700_000_042.25, "applied", EventType.NORMAL, "Published"),
+                             TuningEvent(1_700_000_043.0, "measured 26 W", EventType.WARNING, "Drifted")),
+                     conditions=(Condition(ConditionType.VERIFIED, "True", "MeasuredWithinBudget", "20.5 W <= 25 W",
+                                           1_700_000_042.25),
+                                 Condition(ConditionType.INFEASIBLE, "False", "FeasibleModeFound", "", 1_700_000_040.0)))
 PROFILING = NodeStatus("nano-1", "nano", NodePhase.PROFILING, profiled=3, started_s=1_700_000_001.0,
                        updated_s=1_700_000_002.0)
 
@@ -114,15 +122,33 @@ JOBS = [
                                             updated_s=1_700_000_050.0), revision=7, created_s=1_699_999_999.0),
     TuningJobView(SPECS[1], None, revision=2, created_s=1_699_999_999.0),  # the leader has not seen it yet
     TuningJobView(SPECS[2], TuningJobStatus("cap", {"orin-agx-1": APPLIED}, updated_s=5.0), revision=9),
+    # no node matched yet: the job's own condition says which ids matched none (a resubmitted job: generation 2)
+    TuningJobView(SPECS[0], TuningJobStatus("mnv3-train", {"nano-1": NodeStatus("nano-1", "nano", generation=2)},
+                                            updated_s=6.0, conditions=(
+        Condition(ConditionType.NO_MATCHING_NODES, "True", "NodesNotRegistered", "nano-9 matched no node", 6.0),)),
+        revision=11, created_s=1_699_999_999.0, generation=2),
 ]
 
 
-@pytest.mark.parametrize("job", JOBS, ids=["running", "pending", "succeeded"])
+@pytest.mark.parametrize("job", JOBS, ids=["running", "pending", "succeeded", "no-matching-nodes"])
 def test_job_round_trips(job):
     msg = serde.job_to_proto(job)
     assert msg.phase == serde.JOB_PHASES[job.phase]
     again = serde.job_from_proto(tuning_pb2.TuningJob.FromString(msg.SerializeToString()))
     assert again == job and again.phase == job.phase and again.to_json() == job.to_json()
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda m: setattr(m.conditions[0], "type", "Happy"), "nodes[orin-agx-1].conditions.type"),
+    (lambda m: setattr(m.conditions[0], "status", "yes"), "nodes[orin-agx-1].conditions.status"),
+    (lambda m: setattr(m.events[0], "type", "Loud"), "nodes[orin-agx-1].events.type"),
+])
+def test_a_bad_condition_or_event_is_refused_naming_the_field(change, field):
+    msg = serde.node_status_to_proto(APPLIED)
+    change(msg)
+    with pytest.raises(InvalidArgument) as err:
+        serde.node_status_from_proto(msg)
+    assert err.value.field == field
 
 
 def test_a_cancelled_job_reads_back_cancelled():

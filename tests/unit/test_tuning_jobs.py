@@ -339,3 +339,32 @@ def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_pub
     status = rec.jobs.get(spec.name).status
     assert cfg is not None and cfg.revision == 2 and cfg.batch_size == 16  # the other publish got 1
     assert status is not None and status.nodes["a"].phase == "Applied" and status.nodes["a"].config_revision == 2
+
+
+def test_a_resubmitted_job_restarts_its_nodes_a_failed_one_after_its_backoff():
+    from dataclasses import replace
+
+    from edgetune.control.tuningjobs import retry_backoff_s
+
+    assert [retry_backoff_s(n) for n in (0, 1, 2, 3, 10)] == [0.0, 1.0, 2.0, 4.0, 60.0]
+    store = MemoryStore()
+    jobs = TuningJobs(store)
+    jobs.submit(_spec())
+    leader = LeaderLease(store, "coordinator", holder_id="r0", lease_ms=5000)
+    assert leader.try_acquire()
+    writer = StatusWriter(jobs, "mnv3-train", leader.fence)
+    writer.ensure(["a", "b"], {"a": "orin-agx", "b": "orin-agx"})
+    writer.update("a", lambda s: s.with_event("applied", phase="Applied"))
+    failed = writer.update("b", lambda s: s.with_event("failed", phase="Failed", reason="no mode fits"))
+    assert failed.failures == 1  # counted when it went Failed
+    jobs.cancel("mnv3-train")
+    view = jobs.submit(_spec(profiles=20))  # the cancelled name takes a changed spec
+    # its nodes' statuses are the old generation's (Applied, Failed): they count as Pending, so a
+    # `submit --wait` follows the new spec instead of returning the old outcome
+    assert view.generation == 2 and view.spec.profiles == 20 and view.phase == "Pending"
+    status = writer.ensure(["a", "b"], {}, view.generation)
+    assert status.nodes["a"].phase == "Pending" and status.nodes["a"].generation == 2
+    assert status.nodes["b"].phase == "Failed"  # within its 1 s backoff
+    writer.update("b", lambda s: replace(s, updated_s=s.updated_s - 1.5))
+    status = writer.ensure(["a", "b"], {}, view.generation)
+    assert status.nodes["b"].phase == "Pending" and status.nodes["b"].events[-1].reason == "SpecChanged"

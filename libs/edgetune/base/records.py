@@ -240,6 +240,13 @@ class OptionTable:
                    np.asarray(doc["power_w"], dtype=float), np.asarray(doc["modes"], dtype=float).reshape(n, 4))
 
 
+def default_samples_per_pass(batch_sizes: Sequence[int]) -> int:
+    """The sample count of one "pass" when none is given: 2 × the largest batch size. One rule for
+    ``estimate efficiency`` (passes counted in it) and ``optimize joint --profiles`` (time per pass in it),
+    so their product, the time to target, is right with the defaults of both."""
+    return 2 * max(int(b) for b in batch_sizes)
+
+
 @dataclass(frozen=True)
 class BatchEfficiency:
     """``passes_to_target`` per batch size; ``inf`` means the target is never reached."""

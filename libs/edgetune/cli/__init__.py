@@ -30,7 +30,9 @@ COMMANDS: dict[str, str] = {
     "plan": "Plan one federated round across nodes.",
     "serve": "Start one of the gRPC services.",
     "up": "Run the whole control plane on this machine with simulated nodes (until Ctrl-C).",
-    "job": "Submit, get, list, watch and cancel tuning jobs on a coordinator.",
+    "job": "Submit, get, list, watch, cancel tuning jobs on a coordinator, and show their events.",
+    "node": "List a coordinator's nodes, show one, set a node's power budget.",
+    "site": "Set the site's power budget on a coordinator.",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 

@@ -29,7 +29,6 @@ from edgetune.cli.progress import progress_display
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import BASE_LR, SAMPLES_PER_PASS, estimate_batch_efficiency
 from edgetune.estimation.methods import METHODS, NN_METHODS
-from edgetune.estimation.references import PREFIX
 from edgetune.estimation.user_efficiency import estimate_user_batch_efficiency
 from edgetune.tables import read_mode_table, read_profile_table, write_table
 
@@ -89,9 +88,9 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None,
                  cv_folds: int) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
-    from edgetune.estimation.bundle import TimePowerModel, load_reference  # deferred: torch, sklearn
+    from edgetune.estimation.bundle import load_base  # deferred: torch, sklearn
 
-    base = load_reference(base_path) if base_path.startswith(PREFIX) else TimePowerModel.load(base_path)
+    base = load_base(base_path, "--base")
     table = read_profile_table(profiles_path)
     settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
     with progress_display("epochs") as show, _warnings_to_stderr():

@@ -1,67 +1,43 @@
 """``edgetune job``: tuning jobs on a coordinator (docs/contract.md).
 
-    edgetune job submit FILE.yaml --coordinator ADDR [--wait] [--json]
+    edgetune job submit FILE.yaml --coordinator ADDR [--wait [--timeout-s S]] [--json]
     edgetune job get NAME [--json]      edgetune job list [--json]
-    edgetune job watch NAME             edgetune job cancel NAME
+    edgetune job watch NAME             edgetune job cancel NAME       edgetune job delete NAME
+    edgetune job events NAME [--json] [--follow]
 
+The connection flags (``--coordinator``, ``--context``, TLS, token) are :mod:`edgetune.cli.connection`'s.
 The job file is checked against ``job.schema.json`` before anything is sent (an unknown key is
 an error naming it, exit 2; :mod:`edgetune.tuning.jobfile`). ``--json`` prints
 :meth:`TuningJobView.to_json <edgetune.tuning.jobs.TuningJobView.to_json>`. ``watch`` (and ``submit --wait`` without
 ``--json``) shows each node's progress live: a table redrawn in place on a terminal, otherwise
 one plain line per node change (as :mod:`edgetune.cli.progress` does off a TTY). ``--wait`` exits
-0 when the job Succeeded, 1 when it Failed or was Cancelled.
+0 when the job Succeeded, 1 when it Failed or was Cancelled, and 1 when ``--timeout-s`` passed first,
+printing the job's phase and conditions (why it waits), not blaming the coordinator.
 
 Server errors: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS and FAILED_PRECONDITION exit 2 with
-the server's message; UNAVAILABLE (and a deadline passing) exits 1 naming the address.
+the server's message; UNAVAILABLE exits 1 saying the coordinator is unavailable, naming the address.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from edgetune.cli.errors import InputError, reports_errors
+from edgetune.cli.connection import Connection, ServerError, connected, coordinator_options
+from edgetune.cli.errors import reports_errors
 from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.coordinator import CoordinatorClient
-from edgetune.identity import ClientSecurity
 from edgetune.tuning.jobfile import load_job_file
-from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobView
-
-F = TypeVar("F", bound=Callable[..., Any])
-#: Server answers that mean the request was wrong: exit 2, like a bad option.
-INPUT_CODES = (Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.ALREADY_EXISTS, Status.FAILED_PRECONDITION,
-               Status.OUT_OF_RANGE)
-UNREACHABLE_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED)
-
-
-class ServerError(click.ClickException):
-    """The coordinator could not be reached or failed the call: exit 1."""
-
-    exit_code = 1
-
-    def format_message(self) -> str:
-        return self.message
-
-
-def rpc_error(exc: CallFailed, address: str) -> click.ClickException:
-    """The CLI's form of a failed call (see the module doc for the exit codes)."""
-    details = exc.details or exc.code.value
-    if exc.code in INPUT_CODES:
-        return InputError(details)
-    if exc.code in UNREACHABLE_CODES:
-        return ServerError(f"coordinator {address} unavailable: {details}")
-    return ServerError(f"coordinator {address}: {exc.code.value}: {details}")
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningEvent, TuningJobView
 
 
 def watch_until_done(client: CoordinatorClient, name: str, after_revision: int = 0,
@@ -72,45 +48,6 @@ def watch_until_done(client: CoordinatorClient, name: str, after_revision: int =
             yield job
             if job.phase.done:
                 return
-
-
-@contextmanager
-def connected(address: str, security: ClientSecurity) -> Iterator[CoordinatorClient]:
-    client = CoordinatorClient.connect(address, security)  # TLS when asked; every call carries the token
-    try:
-        yield client
-    except CallFailed as exc:
-        raise rpc_error(exc, address) from None
-    finally:
-        client.close()
-
-
-def coordinator_options(fn: F) -> F:
-    """--coordinator, --token and the TLS flags; the command gets ``address`` and ``security``."""
-
-    command = fn
-
-    @functools.wraps(command)
-    def with_security(*args: Any, token: str | None, tls_ca: str | None, tls_cert: str | None,
-                      tls_key: str | None, tls_server_name: str | None, **kwargs: Any) -> Any:
-        security = ClientSecurity(ca=tls_ca or "", cert=tls_cert or "", key=tls_key or "", token=token or "",
-                                  server_name=tls_server_name or "")
-        return command(*args, security=security, **kwargs)
-
-    fn = cast(F, with_security)
-    fn = click.option("--tls-server-name", envvar="EDGETUNE_TLS_SERVER_NAME", default=None, metavar="NAME",
-                      help="Name the coordinator's certificate carries when the address's host is not it.")(fn)
-    fn = click.option("--tls-key", envvar="EDGETUNE_TLS_KEY", default=None, metavar="PEM",
-                      help="Private key of --tls-cert.")(fn)
-    fn = click.option("--tls-cert", envvar="EDGETUNE_TLS_CERT", default=None, metavar="PEM",
-                      help="Client certificate (mTLS).")(fn)
-    fn = click.option("--tls-ca", envvar="EDGETUNE_TLS_CA", default=None, metavar="PEM",
-                      help="Verify the coordinator's TLS certificate with this CA (turns TLS on).")(fn)
-    fn = click.option("--token", envvar="EDGETUNE_TOKEN", default=None, metavar="TOKEN",
-                      help="Bearer token (default: $EDGETUNE_TOKEN).")(fn)
-    fn = click.option("--coordinator", "address", envvar="EDGETUNE_COORDINATOR", required=True, metavar="HOST:PORT",
-                      help="Coordinator address (default: $EDGETUNE_COORDINATOR).")(fn)
-    return fn
 
 
 # --------------------------------------------------------------------------- rendering
@@ -215,15 +152,40 @@ def wait_done(client: CoordinatorClient, job: TuningJobView, *, timeout_s: float
             updates = watch_until_done(client, job.spec.name, last.revision, remaining)
             seen = follow(updates, stream=sys.stderr) if not quiet else _last(updates)
         except CallFailed as exc:
-            if exc.code != Status.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
+            timed_out = deadline is not None and time.monotonic() >= deadline - 0.05
+            if exc.code == Status.DEADLINE_EXCEEDED and timed_out:  # our own --timeout-s, not the server
+                seen = None
+            elif exc.code != Status.UNAVAILABLE or timed_out:
                 raise
-            time.sleep(1.0)
-            seen = None
+            else:
+                time.sleep(1.0)
+                seen = None
         if seen is not None:
             last = seen
-        elif deadline is not None and time.monotonic() > deadline:
-            raise ServerError(f"job {job.spec.name} not done within {timeout_s:g} s")
+        elif deadline is not None and time.monotonic() >= deadline - 0.05:
+            assert timeout_s is not None
+            raise JobNotDone(client.job(job.spec.name), timeout_s)
     return last
+
+
+class JobNotDone(ServerError):
+    """``--wait --timeout-s`` ran out: exit 1 with the job's phase and conditions (why it is not done)."""
+
+    def __init__(self, job: TuningJobView, timeout_s: float) -> None:
+        lines = [f"job {job.spec.name} not done within {timeout_s:g} s: {job.phase}", *condition_lines(job)]
+        super().__init__("\n".join(lines))
+
+
+def condition_lines(job: TuningJobView) -> list[str]:
+    """The job's conditions, then each node's phase and the conditions that say why it is not Applied."""
+    out = [f"  {c.type}={c.status} ({c.reason}): {c.message}" for c in job.conditions]
+    for n in job.nodes:
+        out.append(f"  node {n.node_id}: {n.phase}" + (f" ({n.reason})" if n.reason else ""))
+        out += [f"    {c.type}={c.status} ({c.reason}): {c.message}" for c in n.conditions
+                if c.true or c.type == "Verified"]
+    if not job.conditions and not job.nodes:
+        out.append("  the coordinator's leader has not reconciled the job yet")
+    return out
 
 
 def _last(jobs: Iterator[TuningJobView]) -> TuningJobView | None:
@@ -248,10 +210,10 @@ def command() -> None:
 @click.option("--timeout-s", type=float, default=None, help="With --wait: give up after this long (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @reports_errors
-def submit(file: Path, address: str, security: ClientSecurity, wait: bool, timeout_s: float | None, as_json: bool) -> None:
-    """Submit the job in FILE.yaml (schema-checked first)."""
+def submit(file: Path, conn: Connection, wait: bool, timeout_s: float | None, as_json: bool) -> None:
+    """Submit the job in FILE.yaml (schema-checked first). A cancelled job's name takes a new spec."""
     spec = load_job_file(file)
-    with connected(address, security) as client:
+    with connected(conn) as client:
         job = client.submit_job(spec)
         if wait:
             job = wait_done(client, job, timeout_s=timeout_s, quiet=as_json)
@@ -267,8 +229,8 @@ def _one_job_command(verb: str, doc: str, call: Callable[[CoordinatorClient, str
     @coordinator_options
     @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
     @reports_errors
-    def run(name: str, address: str, security: ClientSecurity, as_json: bool) -> None:
-        with connected(address, security) as client:
+    def run(name: str, conn: Connection, as_json: bool) -> None:
+        with connected(conn) as client:
             job = call(client, name)
         show(job, as_json)
     return run
@@ -276,17 +238,20 @@ def _one_job_command(verb: str, doc: str, call: Callable[[CoordinatorClient, str
 
 get = _one_job_command("get", "Show one job: its phase and every node's progress and choice.",
                        lambda client, name: client.job(name))
-cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working on its nodes.",
+cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working on its nodes (its name can then be "
+                                    "submitted again, with any spec).",
                           lambda client, name: client.cancel_job(name))
+delete = _one_job_command("delete", "Delete a job: cancelled and removed, its name free for a new job.",
+                          lambda client, name: client.delete_job(name))
 
 
 @command.command(name="list")
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
 @reports_errors
-def list_jobs(address: str, security: ClientSecurity, as_json: bool) -> None:
+def list_jobs(conn: Connection, as_json: bool) -> None:
     """List the jobs with their phases."""
-    with connected(address, security) as client:
+    with connected(conn) as client:
         jobs = client.jobs()
     if as_json:
         click.echo(json.dumps([j.to_json() for j in jobs], indent=2))
@@ -300,7 +265,38 @@ def list_jobs(address: str, security: ClientSecurity, as_json: bool) -> None:
 @click.argument("name")
 @coordinator_options
 @reports_errors
-def watch(name: str, address: str, security: ClientSecurity) -> None:
+def watch(name: str, conn: Connection) -> None:
     """Follow a job's progress per node until it is done (Ctrl-C stops watching, not the job)."""
-    with connected(address, security) as client:
+    with connected(conn) as client:
         follow(watch_until_done(client, name))
+
+
+def event_line(node_id: str, e: TuningEvent) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(e.at_s))
+    return f"{at}  {node_id}  {e.type}  {e.reason or '-'}  {e.message}"
+
+
+@command.command()
+@click.argument("name")
+@coordinator_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event: {time, node, type, reason, message}.")
+@click.option("--follow", is_flag=True, help="Keep printing new events until the job is done (Ctrl-C stops).")
+@reports_errors
+def events(name: str, conn: Connection, as_json: bool, follow: bool) -> None:
+    """The recent events of every node of a job, oldest first (each node keeps its latest 20)."""
+    seen: set[tuple[str, float, str]] = set()
+
+    def emit(job: TuningJobView) -> None:
+        for node_id, e in job.events():
+            key = (node_id, e.at_s, e.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            click.echo(json.dumps(e.to_json(node_id)) if as_json else event_line(node_id, e))
+
+    with connected(conn) as client:
+        job = client.job(name)
+        emit(job)
+        if follow and not job.phase.done:
+            for update in watch_until_done(client, name, job.revision):
+                emit(update)

@@ -51,7 +51,7 @@ def _selection_json(table, sel: Selection, bounded: bool) -> dict:
     """docs/contract.md's object; ``power_upper_w`` (the bound the budget was checked against, as
     ``Optimizer.Select`` reports it) when the selection was std-aware (``bounded``)."""
     if not sel.feasible:
-        return {"feasible": False, "reason": sel.reason}
+        return {"feasible": False, "reason": _reason(table, sel)}
     row = table.rows[sel.index]
     out = {"feasible": True, "mode": {k: row[k] for k in MODE_FIELDS}, "batch_size": row.get("batch_size"),
            "time_ms": row["time_ms"], "power_w": row["power_w"]}
@@ -121,9 +121,7 @@ def emit_selections(table, budgets: list[float], results: list[Selection], objec
 def _print_selection(table, sel: Selection, objective: str) -> None:
     console = Console()
     if not sel.feasible or sel.index is None:  # a feasible selection has its row
-        console.print(f"[bold red]infeasible[/]: {sel.reason}")
-        if sel.closest is not None:
-            console.print(f"closest: {_row_name(table, sel.closest)}")
+        console.print(f"[bold red]infeasible[/]: {_reason(table, sel)}")
         return
     row = table.rows[sel.index]
     grid = RichTable(title=f"least {objective}", show_header=False)
@@ -139,6 +137,19 @@ def _print_selection(table, sel: Selection, objective: str) -> None:
         grid.add_row("power budget", f"{sel.power_budget_w:g} W")
     grid.add_row("row", _row_name(table, sel.index))
     console.print(grid)
+
+
+def _reason(table, sel: Selection) -> str:
+    """Why a selection is infeasible, its closest option named by its mode (and its row and line)."""
+    if sel.closest is None:
+        return sel.reason or ""
+    return f"{sel.reason}; closest: {_option_name(table, sel.closest)}, {_row_name(table, sel.closest)}"
+
+
+def _option_name(table, index: int) -> str:
+    row = table.rows[index]
+    name = f"mode {int(row['cores'])}c/{row['cpu_mhz']:g}/{row['gpu_mhz']:g}/{row['emc_mhz']:g}"
+    return name + (f", batch size {int(row['batch_size'])}" if row.get("batch_size") is not None else "")
 
 
 def _row_name(table, index: int) -> str:
@@ -183,7 +194,7 @@ def parse_power_cap(text: str) -> float | None:
               help="Profile tables (edgetune profile's CSVs; repeatable) instead of --lut: the LUT is built from "
                    "time per minibatch scaled to s samples and the PEAK power.")
 @click.option("--samples-per-pass", type=int, default=None, callback=checked(validation.count),
-              help="s, the samples every LUT row's time is for (with --profiles) [default: the largest batch size].")
+              help="s, the samples every LUT row's time is for (with --profiles) [default: 2 x the largest batch size, as estimate efficiency counts passes].")
 @click.option("--efficiency", "eff_path", required=True, type=click.Path(dir_okay=False),
               help="CSV batch_size,passes_to_target (empty / nan / inf: never reaches the target).")
 @click.option("--power-cap", "power_cap", required=True, help="Power cap W, or 'none'.")

@@ -23,11 +23,14 @@ profiled is written to ``--profiles-out`` after every measurement run, so a stop
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 import numpy as np
 
 from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.records import Decision
 from edgetune.cli.errors import reports_errors
 from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
@@ -61,6 +64,23 @@ def _log(text: str) -> None:
     click.echo(text, err=True)
 
 
+def verification_line(decisions: Sequence[Decision]) -> str:
+    """What the device said about the choices: how many budgets got a mode measured within them, and why
+    the others did not (no feasible mode, or measured over budget); never "verified 0 ... 1 of 1 within"."""
+    within = sum(d.feasible and d.within_budget for d in decisions)
+    over = sum(d.feasible and not d.within_budget for d in decisions)
+    infeasible = sum(not d.feasible for d in decisions)
+    modes = len({d.index for d in decisions if d.feasible and d.within_budget})
+    line = f"{within} of {len(decisions)} budget(s) got a mode measured within budget on the device ({modes} distinct)"
+    if infeasible:
+        line += f"; {infeasible} had no feasible mode"
+    if over:
+        line += f"; {over} measured over budget"
+    retried = sum(d.attempts > 1 for d in decisions)
+    return line + (f"; retried after a miss: {retried}" if retried else "")
+
+
+
 @click.command("tune")
 @click.option("--device", "device_name", required=True, help="sim:<device>, sysfs[:ROOT] or replay:<table.csv>.")
 @click.option("--workload", required=True,
@@ -68,7 +88,8 @@ def _log(text: str) -> None:
 @click.option("--role", type=click.Choice(ROLES), default="train", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
 @click.option("--base", "base_path", required=True, type=click.Path(dir_okay=False),
-              help="Reference model (edgetune estimate fit) to transfer from.")
+              help="Reference model to transfer from: a file (edgetune estimate fit), or a shipped one: "
+                   "reference:orin-agx, reference:xavier-agx.")
 @click.option("--modes", "modes_path", required=True, type=click.Path(dir_okay=False),
               help="The modes to choose from (a mode table, e.g. edgetune modes --grid powertrain).")
 @click.option("--power-budget", "power_budget", required=True, metavar="W|A:B[:STEP]",
@@ -93,7 +114,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
             rounds, per_round, seed, profiles_out, model_out, predictions_out, as_json) -> None:
     """Profile modes on the predicted front, transfer, select and verify on the device: safe budgets in one go."""
     # deferred: torch, sklearn
-    from edgetune.estimation.bundle import TimePowerModel
+    from edgetune.estimation.bundle import load_base
     from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
 
     if method is not None:
@@ -107,7 +128,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
     except InvalidArgument as exc:
         raise exc.renamed(f"--{exc.field.replace('_', '-')}") from None
     budgets = validation.budget_sweep(power_budget, "--power-budget")  # every input is checked before the device
-    base = TimePowerModel.load(base_path)
+    base = load_base(base_path, "--base")
     device = open_backend(open_device, device_name, seed)
     with device:
         workload = check_workload(device, workload, role)
@@ -155,12 +176,7 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                             for i, row in enumerate(mode_table.rows)])
     if predictions_out:
         write_table(table.rows, predictions_out, columns)
-    verified = {d.index: d for d in decisions if d.feasible}
-    over = [d for d in decisions if d.feasible and not d.within_budget]
-    _log(f"verified {len(verified)} chosen mode(s) on the device; {len(decisions) - len(over)} of {len(decisions)} "
-         f"budget(s) measured within budget" + (f", retried after a miss: "
-                                                f"{sum(d.attempts > 1 for d in decisions)}" if over or any(
-                                                    d.attempts > 1 for d in decisions) else ""))
+    _log(verification_line(decisions))
     for d in decisions:
         for note in d.notes:
             _log(f"{d.budget_w:g} W: {note}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import click
@@ -32,7 +31,7 @@ from edgetune.localrun.controlplane import (
     parse_nodes,
     start_control_plane,
 )
-from edgetune.localrun.processes import Supervisor, SupervisorError, install_signal_handlers
+from edgetune.localrun.processes import Supervisor, SupervisorError, catch_stop_signals, run_until_stopped
 
 _WATCH_S = 0.5
 
@@ -70,31 +69,31 @@ def command(ctx: click.Context, nodes_text: str, redis_url: str | None, ready_fi
     nodes = local_nodes(parse_nodes(nodes_text))  # bad --nodes: exit 2 before anything starts
     log_dir = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="edgetune-up-"))
     supervisor = Supervisor(log_dir)
-    restore = install_signal_handlers()  # SIGTERM / SIGHUP -> KeyboardInterrupt -> finally
+    stop = catch_stop_signals()  # SIGINT / SIGTERM / SIGHUP set it; the loop below checks it
     plane: ControlPlane | None = None
     code = 0
     try:
         # The run id marks every process of this run (EDGETUNE_RUN): `Supervisor.strays` finds leftovers.
         click.echo(f"starting {len(nodes)} node(s); logs in {log_dir}; run {supervisor.run_id}", err=True)
-        plane = start_control_plane(log_dir, nodes, redis_url=redis_url, ray=not no_ray, seed=seed,
-                                    log_level=log_level, references=not no_references, supervisor=supervisor,
-                                    workload_path=workload_path)
+        plane = run_until_stopped(lambda: start_control_plane(  # a signal while starting stops it at once
+            log_dir, nodes, redis_url=redis_url, ray=not no_ray, seed=seed, log_level=log_level,
+            references=not no_references, supervisor=supervisor, workload_path=workload_path), stop)
         _announce(plane, redis_url)
         if ready_file is not None:
             write_ready_file(ready_file, plane.ready_record())
-        while True:  # until a signal; a child dying on its own ends the run too
+        while not stop.wait(_WATCH_S):  # until a signal; a child dying on its own ends the run too
             supervisor.check_all_alive()
-            time.sleep(_WATCH_S)
+        click.echo(f"stopping ({stop.signal_name})", err=True)
     except (SupervisorError, FailedPrecondition) as exc:  # a process died / never served; Redis unreachable
         click.echo(f"Error: {exc}", err=True)
         code = 1
-    except KeyboardInterrupt:
-        click.echo("stopping", err=True)
+    except KeyboardInterrupt as exc:  # Interrupted: a signal while starting
+        click.echo(f"stopping ({exc})", err=True)
     finally:
         try:
             supervisor.close()
         finally:
-            restore()
+            stop.restore()
             if ready_file is not None:
                 ready_file.unlink(missing_ok=True)  # the addresses in it are gone
     click.echo(f"stopped {len(supervisor.stopped)} process(es)", err=True)

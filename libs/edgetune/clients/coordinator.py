@@ -18,7 +18,7 @@ from edgetune.planning.rounds import RoundOutcome, RoundRequest
 from edgetune.proto.serde import coordinator as serde
 from edgetune.proto.serde.tuning import job_from_proto, spec_to_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
-from edgetune.store import NodeConfig, NodeRecord
+from edgetune.store import NodeConfig, NodeRecord, SiteBudgets
 from edgetune.tuning.jobs import TuningJobSpec, TuningJobView
 
 #: Unary calls wait this long unless the client says otherwise.
@@ -65,6 +65,13 @@ class CoordinatorClient:
                                             timeout=timeout_s or self.timeout_s)
         return serde.node_budget_from_response(reply)
 
+    def update_site_budget(self, site_power_budget_w: float, *, timeout_s: float | None = None) -> SiteBudgets:
+        """Set the site's power budget (the leader re-plans the last applied round); the site's budgets now."""
+        with translated():
+            reply = self._stub.UpdateBudget(serde.site_budget_request(site_power_budget_w),
+                                            timeout=timeout_s or self.timeout_s)
+        return serde.site_budgets_from_response(reply)
+
     # -- configs -------------------------------------------------------------------------------
     def config(self, node_id: str) -> NodeConfig:
         """The node's current config (NOT_FOUND before one is published)."""
@@ -107,6 +114,12 @@ class CoordinatorClient:
     def cancel_job(self, name: str) -> TuningJobView:
         with translated():
             reply = self._stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=self.timeout_s)
+        return job_from_proto(reply)
+
+    def delete_job(self, name: str) -> TuningJobView:
+        """Remove the job (its name is free again); the job as it was, cancelled."""
+        with translated():
+            reply = self._stub.DeleteTuningJob(tuning_pb2.DeleteTuningJobRequest(name=name), timeout=self.timeout_s)
         return job_from_proto(reply)
 
     def watch_job(self, name: str, after_revision: int = 0, *,

@@ -28,8 +28,18 @@ under the cap is applied (:func:`~edgetune.profiling.order.fastest_under_cap`), 
 power in the status.
 
 Triggers: a pass runs every ``interval_s`` and at once on :meth:`Reconciler.wake` (a job submitted,
-a node registered). A node whose budget changed after Applied (``UpdateBudget``) is selected again
-from its stored predictions (the tuner kept in memory, or replayed from the store: no new profiling).
+a node registered). Level-triggered: a node's status follows its spec and budget, never a past
+failure. A node whose budget changed after it was Applied **or Failed** (``UpdateBudget``; e.g. Failed
+because no mode fits 1 W) is selected again from its stored predictions (the tuner kept in memory,
+or replayed from the store: no new profiling). A job submitted again after a cancel has a new
+generation: its nodes start again (a Failed one after a backoff, :func:`~edgetune.control.tuningjobs.retry_backoff_s`).
+
+Conditions (:class:`~edgetune.tuning.jobs.ConditionType`): each pass sets the job's ``NoMatchingNodes``
+(the target ids that match no registered node, or a selector matching none); a node carries
+``Infeasible`` (no option fits its budget, and what would), ``Verified`` (its applied configuration
+measured within budget), ``Drifted`` and ``Failed`` (any other failure, saying why). Each node's
+events say what happened (profiled, the reference transferred from, selected, verified, drifted,
+re-tuned, failed), with a reason word.
 
 Drift (:class:`DriftPolicy`): every ``check_s`` an Applied node's configuration is measured again on
 its agent (a ``check`` point). Measured over the budget, or its time off the prediction by more than
@@ -89,6 +99,7 @@ from edgetune.store import (
     Store,
 )
 from edgetune.tuning.jobs import (
+    ConditionType,
     NodePhase,
     NodeStatus,
     TuningJobSpec,
@@ -409,6 +420,8 @@ class Reconciler:
         self._refreshed: dict[tuple[str, str], int] = {}
         #: (job, node) -> Estimator / Optimizer calls that failed transiently (retried up to MAX_TRANSIENT_RETRIES)
         self._transient: dict[tuple[str, str], int] = {}
+        #: job -> the (spec generation, creation time) the caches above are for
+        self._generations: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -460,15 +473,26 @@ class Reconciler:
             if view.spec.cancelled:
                 self._stop_workers(lambda key, name=name: key[0] == name)  # type: ignore[misc]
                 continue
+            # a job submitted again after a cancel (a new generation), or deleted and created anew (a new
+            # creation time): what the leader cached was for the old spec
+            incarnation = (view.generation, view.created_s)
+            if self._generations.get(name, incarnation) != incarnation:
+                self._forget_job(name)
+            self._generations[name] = incarnation
             targets = self.targets(view.spec, live)
             writer = self._writer(name)
-            status = writer.ensure([n.node_id for n in targets], {n.node_id: n.device_model for n in targets})
+            status = writer.ensure([n.node_id for n in targets], {n.node_id: n.device_model for n in targets},
+                                   view.generation, no_match(view.spec, live, targets))
             for node in targets:
                 key = (name, node.node_id)
                 active.add(key)
                 st = status.nodes[node.node_id]
+                if st.generation < view.generation:  # a Failed node of the old spec, waiting out its backoff
+                    continue
                 budget = view.spec.budget_for(node.node_id, node.power_budget_w)
-                rebudget = st.phase == NodePhase.APPLIED and budget is not None and st.power_budget_w != budget
+                # a changed budget re-selects an Applied node and a Failed one alike (level-triggered)
+                rebudget = (st.phase in (NodePhase.APPLIED, NodePhase.FAILED) and budget is not None
+                            and st.power_budget_w != budget)
                 if not node.live:
                     self._fail_if_lost_too_long(writer, st, node)
                     continue
@@ -489,8 +513,9 @@ class Reconciler:
         if gone_s < self.lost_fail_s:
             return
         reason = f"node lost: no heartbeat for {gone_s:.0f} s while {st.phase.lower()}"
-        writer.update(node.node_id,
-                      lambda s: s if s.terminal else s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
+        writer.update(node.node_id, lambda s: s if s.terminal else s.with_event(
+            reason, phase=NodePhase.FAILED, reason=reason, event_reason="NodeLost", warning=True).with_condition(
+            ConditionType.FAILED, True, "NodeLost", f"{reason}; it is tuned again when its job or budget changes"))
 
     def _check_due(self, key: tuple[str, str]) -> bool:
         """A drift check of an Applied node is due (the first one ``check_s`` after it was seen Applied)."""
@@ -514,6 +539,15 @@ class Reconciler:
         jobs = {name for name, _ in active}
         for name in [n for n in self._writers if n not in jobs]:
             del self._writers[name]
+        for name in [n for n in self._generations if n not in jobs]:
+            del self._generations[name]
+
+    def _forget_job(self, name: str) -> None:
+        """Stop a job's workers and drop what the leader cached for it (its spec changed)."""
+        self._stop_workers(lambda key: key[0] == name)
+        for cache in (self._tuners, self._checked, self._refreshed, self._transient):
+            for key in [k for k in cache if k[0] == name]:
+                del cache[key]
 
     def cached(self) -> dict[str, int]:
         """How many entries each of the leader's caches holds (what pruning bounds)."""
@@ -570,7 +604,7 @@ class Reconciler:
             log.warning("tuning of %s paused: %s", spec.name, exc)
             lost = f"{exc}; waiting for it to return"
             try:
-                writer.update(node.node_id, lambda s: s.with_event(lost))
+                writer.update(node.node_id, lambda s: s.with_event(lost, event_reason="NodeLost", warning=True))
             except Exception:
                 log.exception("could not record the loss of %s", node.node_id)
         except CONNECTION_ERRORS as exc:  # the store away (a restart): the next pass resumes, nothing is lost
@@ -586,8 +620,10 @@ class Reconciler:
             STEPS.labels("failed").inc()
             try:
                 reason = str(exc) if isinstance(exc, EdgetuneError | TimeoutError) else f"{type(exc).__name__}: {exc}"
-                writer.update(node.node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED,
-                                                                   reason=reason))
+                writer.update(node.node_id, lambda s: s.with_event(
+                    f"failed: {reason}", phase=NodePhase.FAILED, reason=reason, event_reason="Failed",
+                    warning=True).with_condition(ConditionType.FAILED, True, "TuningFailed",
+                                                 f"{reason}; it is tuned again when its job or budget changes"))
             except Exception:
                 log.exception("could not record the failure of %s on %s", spec.name, node.node_id)
 
@@ -618,12 +654,17 @@ class Reconciler:
         STEPS.labels("drift").inc()
         if st.drift_epoch >= self.drift.max_retunes:
             why = f"drift persists after {st.drift_epoch} re-tunes: {reason}"
-            writer.update(node_id, lambda s: s.with_event(why, phase=NodePhase.FAILED, reason=why,
-                                                          measured_time_ms=time_ms, measured_power_w=power_w))
+            writer.update(node_id, lambda s: s.with_event(
+                why, phase=NodePhase.FAILED, reason=why, measured_time_ms=time_ms, measured_power_w=power_w,
+                event_reason="Failed", warning=True).with_condition(ConditionType.DRIFTED, True, "DriftPersists", why)
+                .with_condition(ConditionType.VERIFIED, False, "Drifted", reason))
             return False
         writer.update(node_id, lambda s: s.with_event(
             f"drift: {reason}; re-tuning near the choice", phase=NodePhase.PROFILING, reason="",
-            drift_epoch=s.drift_epoch + 1, measured_time_ms=time_ms, measured_power_w=power_w))
+            drift_epoch=s.drift_epoch + 1, measured_time_ms=time_ms, measured_power_w=power_w,
+            event_reason="Drifted", warning=True).with_condition(ConditionType.DRIFTED, True, "Drifted",
+                                                                 f"{reason}; re-tuning near the choice")
+            .with_condition(ConditionType.VERIFIED, False, "Drifted", reason))
         return True
 
     def _refresh(self, tuner: NodeTuner, status: NodeStatus, budget: float) -> None:
@@ -648,16 +689,24 @@ class Reconciler:
             writer.update(node_id, lambda s: s.with_event(message, phase=name, **changes))
 
         if budget is None:
-            writer.update(node_id, lambda s: s.with_event("no power budget", phase=NodePhase.FAILED,
-                                                          reason="no power budget: the job gives none and the "
-                                                                 "node registered none"))
+            why = "no power budget: the job gives none and the node registered none"
+            writer.update(node_id, lambda s: s.with_event(
+                "no power budget", phase=NodePhase.FAILED, reason=why, event_reason="NoBudget", warning=True)
+                .with_condition(ConditionType.FAILED, True, "NoBudget",
+                                f"{why}; `edgetune node budget {node_id} WATTS` tunes it"))
             return
+        if rebudget:
+            writer.update(node_id, lambda s: s.with_event(
+                f"budget {'none' if s.power_budget_w is None else format(s.power_budget_w, 'g')} -> {budget:g} W: "
+                "selecting again from the stored predictions", event_reason="BudgetChanged"))
         if spec.method == TuningMethod.CAP_SEARCH:  # needs no estimator / optimizer: the measured points are the table
             self._cap_search(spec, node, writer, should_stop, budget, phase)
             return
         if self.estimator is None or self.selector is None:
-            writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase=NodePhase.PENDING,
-                                                          reason="the coordinator has no --estimator / --optimizer"))
+            why = "the coordinator has no --estimator / --optimizer"
+            writer.update(node_id, lambda s: s if s.reason == why else s.with_event(  # once, not every pass
+                "no estimator / optimizer", phase=NodePhase.PENDING, reason=why, event_reason="NoEstimator",
+                warning=True))
             return
         current = writer.update(node_id, lambda s: s)
         if not rebudget and current.phase == NodePhase.VERIFYING and current.mode is not None \
@@ -683,16 +732,21 @@ class Reconciler:
         if current.drift_epoch > self._refreshed.get(key, 0) and current.mode is not None:
             self._refresh(tuner, current, budget)
             self._refreshed[key] = current.drift_epoch
-        phase(NodePhase.SELECTING, f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget)
+        phase(NodePhase.SELECTING, f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget,
+              reason="", event_reason="Selecting")
         decision = tuner.select_and_verify(budget)
         if not decision.feasible or not decision.within_budget:
             reason = decision.reason or (decision.notes[-1] if decision.notes else "no verified mode within budget")
-            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED, reason=reason,
-                                                          **_decision_fields(decision)))
+            hint = infeasible_hint(budget_command(spec, node_id), tuner.predictions)
+            writer.update(node_id, lambda s: s.with_event(
+                f"failed: {reason}", phase=NodePhase.FAILED, reason=reason, event_reason="Infeasible", warning=True,
+                **_decision_fields(decision)).with_condition(ConditionType.INFEASIBLE, True, "NoFeasibleMode",
+                                                             f"{reason}; {hint}")
+                .with_condition(ConditionType.VERIFIED, False, "NoFeasibleMode", reason))
             return
         decided = writer.update(node_id, lambda s: s.with_event(
             f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase=NodePhase.VERIFYING,
-            **_decision_fields(decision)))
+            event_reason="Verified", **_decision_fields(decision)))
         self._publish(spec, node, writer, decided, budget)
 
     def _cap_search(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter,
@@ -728,7 +782,10 @@ class Reconciler:
         best = fastest_under_cap(measured, budget)
         if best is None:
             reason = f"no measured point has a peak power under the {budget:g} W cap ({n} profiled)"
-            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED, reason=reason))
+            writer.update(node_id, lambda s: s.with_event(
+                f"failed: {reason}", phase=NodePhase.FAILED, reason=reason, event_reason="Infeasible", warning=True)
+                .with_condition(ConditionType.INFEASIBLE, True, "NoPointUnderCap",
+                                f"{reason}; a higher budget ({budget_command(spec, node_id)}) searches again"))
             return
         decided = writer.update(node_id, lambda s: s.with_event(
             f"fastest under the cap: {best.time_ms:.1f} ms at peak {best.peak_power_w:.2f} W of {n} points",
@@ -748,7 +805,8 @@ class Reconciler:
         # gives the config stamped in by the store: a crash never leaves the config published and
         # the node not Applied, and a publish to the node in between never leaves a wrong revision.
         (published,) = writer.update_with(
-            node.node_id, lambda s: s.with_event("config published", phase=NodePhase.APPLIED, reason=""),
+            node.node_id, lambda s: _applied(s.with_event("config published", phase=NodePhase.APPLIED, reason="",
+                                                          event_reason="Published"), budget),
             lambda doc: self.configs.publish_many([cfg], fence=self.lease, docs=[doc]))
         STEPS.labels("publish" if published.changed else "publish_unchanged").inc()
 
@@ -771,7 +829,7 @@ class Reconciler:
             ref = measurer.workload
             of = f" of {ref.id}" if ref.is_user and ref.resolved else ""  # a user workload's id
             writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
-                                                          profiled=profiled["n"]))
+                                                          profiled=profiled["n"], event_reason="Profiled"))
 
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device,
                                  WorkloadRef.parse(spec.workload), spec.role,
@@ -782,10 +840,14 @@ class Reconciler:
             reason = (f"no reference model: the job names none, none is shipped for {device} ({spec.role}) and the "
                       f"store holds fewer than {MIN_REFERENCE_POINTS} measurements of {spec.workload} ({spec.role}) "
                       f"on {device} to fit one")
-            writer.update(node_id, lambda s: s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
+            writer.update(node_id, lambda s: s.with_event(
+                reason, phase=NodePhase.FAILED, reason=reason, event_reason="NoReference", warning=True)
+                .with_condition(ConditionType.FAILED, True, "NoReference",
+                                f"{reason}; submit the job again (after `edgetune job cancel`) with reference_model"))
             return None
         base, which = found
-        writer.update(node_id, lambda s: s.with_event(f"reference model {base.model_id}: {which}"))
+        writer.update(node_id, lambda s: s.with_event(f"reference model {base.model_id}: {which}",
+                                                      event_reason="Reference"))
         candidates = named_grid(get_spec(device), CANDIDATE_GRID).array()
         return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
@@ -825,6 +887,51 @@ class Reconciler:
                         np.asarray([r.power_w for r in rows]), node.device_model, spec.workload, spec.role)
         fitted = self.estimator.fit(points, model_id=f"reference-{device}-{spec.workload}-{spec.role}", method="nn")
         return fitted, f"fitted on {len(rows)} stored measurements of {spec.workload} ({spec.role}) on other {device} nodes"
+
+
+def no_match(spec: TuningJobSpec, registered: dict[str, NodeRecord],
+             targets: list[NodeRecord]) -> tuple[str, str] | None:
+    """The job's ``NoMatchingNodes`` condition (reason, message), or None when every target matched."""
+    known = ", ".join(sorted(registered)[:10]) + (", ..." if len(registered) > 10 else "") or "none"
+    if spec.nodes:
+        missing = [n for n in spec.nodes if n not in registered]
+        if not missing:
+            return None
+        return "NodesNotRegistered", (f"{', '.join(missing)} matched no registered node (registered: {known}); "
+                                      "the job waits for them")
+    if targets:
+        return None
+    wanted = ", ".join([*([f"device={spec.selector_device}"] if spec.selector_device else []),
+                        *(f"{k}={v}" for k, v in sorted(spec.selector_labels.items()))])
+    return "SelectorMatchesNothing", f"the selector {wanted} matches no registered node (registered: {known})"
+
+
+def budget_command(spec: TuningJobSpec, node_id: str) -> str:
+    """How an operator changes the budget a job's node is tuned for: the node's own (``edgetune node
+    budget``), unless the job sets one, which then wins (the job submitted again with another)."""
+    if node_id in spec.node_power_budget_w or spec.power_budget_w is not None:
+        return f"the job's power_budget_w: `edgetune job cancel {spec.name}`, then submit it with another"
+    return f"`edgetune node budget {node_id} WATTS`"
+
+
+def infeasible_hint(how: str, predictions: Predictions | None) -> str:
+    """What would make an infeasible node feasible: a budget above the least predicted power (``how``: where
+    that budget is set, :func:`budget_command`)."""
+    if predictions is None or not len(predictions):
+        return f"a higher budget ({how}) selects again"
+    lowest = float(np.min(predictions.power_w))
+    return (f"the least predicted power of its modes is {lowest:.2f} W: a budget above it ({how}) selects again "
+            "from the stored predictions, without profiling")
+
+
+def _applied(s: NodeStatus, budget: float) -> NodeStatus:
+    """A node just Applied: Verified, and no longer Infeasible / Failed / Drifted (those it carries turn False)."""
+    measured = "" if s.measured_power_w is None else f"measured {s.measured_power_w:.2f} W <= budget {budget:g} W"
+    s = s.with_condition(ConditionType.VERIFIED, True, "MeasuredWithinBudget", measured)
+    for kind in (ConditionType.INFEASIBLE, ConditionType.FAILED, ConditionType.DRIFTED):
+        if s.condition(kind) is not None:
+            s = s.with_condition(kind, False, "Applied", "")
+    return s
 
 
 def _peak_power_w(row: MeasurementRecord) -> float:

@@ -5,7 +5,10 @@ The records are the library's (:mod:`edgetune.tuning.jobs`); two revisioned docs
 
 - ``tuning-job-spec/<name>``: written by any replica (``SubmitTuningJob``, ``CancelTuningJob``):
   what the client wants. Create-only on submit (a second submit of the same spec is a no-op, a
-  different spec under the same name is an error); a cancel sets ``cancelled``.
+  different spec under the name of a job still running is an error); a cancel sets ``cancelled``.
+  A cancelled job's name can be submitted again (any spec): the doc is replaced and its
+  ``generation`` goes up by one, and the leader tunes every node again for it (a node that had
+  Failed after a backoff that grows with its failures: :func:`retry_backoff_s`).
 - ``tuning-job-status/<name>``: written only by the leader's reconcile loop, fenced by its lease,
   so a deposed leader's late write fails instead of overwriting its successor's.
 
@@ -23,13 +26,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from edgetune.errors import InvalidArgument, NotFound
+from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.store import DocWrite, Fence, RevisionConflict, Store
-from edgetune.tuning.jobs import NodeStatus, TuningJobSpec, TuningJobStatus, TuningJobView
+from edgetune.tuning.jobs import (
+    ConditionType,
+    NodePhase,
+    NodeStatus,
+    TuningJobSpec,
+    TuningJobStatus,
+    TuningJobView,
+    condition,
+    set_condition,
+)
 
 SPEC_KIND = "tuning-job-spec"
 STATUS_KIND = "tuning-job-status"
 T = TypeVar("T")
+#: A Failed node of an older generation waits this long (doubling with each failure, at most the cap).
+RETRY_BASE_S, RETRY_CAP_S = 1.0, 60.0
+
+
+def retry_backoff_s(failures: int) -> float:
+    """How long after its last failure a Failed node is tried again for a changed spec."""
+    return 0.0 if failures <= 0 else min(RETRY_CAP_S, RETRY_BASE_S * 2.0 ** (failures - 1))
 
 
 class TuningJobs:
@@ -42,15 +61,30 @@ class TuningJobs:
         """Create the job (any replica) from a checked spec (:meth:`TuningJobSpec.check`, which the wire's
         :func:`~edgetune.proto.serde.tuning.spec_from_proto` runs). The same spec again returns the job
         as it is (a retried call)."""
-        doc = {**spec.to_dict(), "created_s": time.time()}
-        try:
-            self.store.put_doc(SPEC_KIND, spec.name, doc, expected_revision=0)
-        except RevisionConflict:
-            current = self.get(spec.name)
-            if not current.spec.same_request(spec):
-                raise InvalidArgument("spec.name", f"a different job {spec.name!r} exists already",
-                                      "a new name, or cancel the existing job") from None
-        return self.get(spec.name)
+        doc = {**spec.to_dict(), "created_s": time.time(), "generation": 1}
+        for _ in range(10):
+            try:
+                self.store.put_doc(SPEC_KIND, spec.name, doc, expected_revision=0)
+                return self.get(spec.name)
+            except RevisionConflict:
+                pass
+            got = self.store.get_doc(SPEC_KIND, spec.name, missing_ok=True)
+            if got is None:  # deleted meanwhile: create it
+                continue
+            current = TuningJobSpec.from_dict(got.doc)
+            if current.cancelled:  # the name is free again: this spec replaces the cancelled one
+                again = {**doc, "generation": int(got.doc.get("generation", 1)) + 1}
+                try:
+                    self.store.put_doc(SPEC_KIND, spec.name, again, expected_revision=got.revision)
+                except RevisionConflict:
+                    continue
+                return self.get(spec.name)
+            if not current.same_request(spec):
+                raise InvalidArgument("spec.name", f"a different job {spec.name!r} exists already and is not "
+                                      "cancelled", f"a new name, or `edgetune job cancel {spec.name}` and then "
+                                      "submit again (a cancelled job's name takes a new spec)") from None
+            return self.get(spec.name)
+        raise FailedPrecondition(f"spec.name: tuning job {spec.name!r} changed by others while submitting; try again")
 
     def cancel(self, name: str) -> TuningJobView:
         """Mark the job cancelled (desired state, any replica): the leader stops working on it."""
@@ -65,6 +99,14 @@ class TuningJobs:
                 continue
         return self.get(name)
 
+    def delete(self, name: str) -> TuningJobView:
+        """Remove the job (any replica): its status, then its spec; the leader drops what it held for it at
+        its next pass, and the name is free. The job as it was, cancelled; NotFound when there is none."""
+        view = self.get(name)
+        self.store.delete_doc(STATUS_KIND, name)
+        self.store.delete_doc(SPEC_KIND, name)
+        return replace(view, spec=replace(view.spec, cancelled=True))
+
     def get(self, name: str) -> TuningJobView:
         got = self.store.get_doc(SPEC_KIND, name, missing_ok=True)
         if got is None:
@@ -73,7 +115,8 @@ class TuningJobs:
         st = self.store.get_doc(STATUS_KIND, name, missing_ok=True)
         status = TuningJobStatus.from_dict(st.doc) if st is not None else None
         st_rev = st.revision if st is not None else 0
-        return TuningJobView(spec, status, max(got.revision, st_rev), st_rev, float(got.doc.get("created_s", 0.0)))
+        return TuningJobView(spec, status, max(got.revision, st_rev), st_rev, float(got.doc.get("created_s", 0.0)),
+                             int(got.doc.get("generation", 1)))
 
     def names(self) -> list[str]:
         return sorted(self.store.list_docs(SPEC_KIND))
@@ -115,8 +158,10 @@ class StatusWriter:
         with self._lock:
             view = self.jobs.get(self.name)
             status = view.status or TuningJobStatus(self.name)
-            node = status.nodes.get(node_id) or NodeStatus(node_id)
-            node = change(node)
+            old = status.nodes.get(node_id) or NodeStatus(node_id)
+            node = _counted(old, change(old))
+            if node == old:  # nothing to write (a read, or a condition already so)
+                return node
             nodes = {**status.nodes, node_id: node}
             self.jobs.put_status(replace(status, nodes=nodes, updated_s=time.time()), self.fence())
             return node
@@ -130,23 +175,55 @@ class StatusWriter:
         with self._lock:
             view = self.jobs.get(self.name)
             status = view.status or TuningJobStatus(self.name)
-            node = change(status.nodes.get(node_id) or NodeStatus(node_id))
+            old = status.nodes.get(node_id) or NodeStatus(node_id)
+            node = _counted(old, change(old))
             nodes = {**status.nodes, node_id: node}
             doc = replace(status, nodes=nodes, updated_s=time.time()).to_dict()
             at = (("nodes", list(nodes).index(node_id), "config_revision"), node_id)
             return write(DocWrite(STATUS_KIND, self.name, doc, expected_revision=view.status_revision,
                                   config_revisions=(at,)))
 
-    def ensure(self, node_ids: Sequence[str], devices: Mapping[str, str]) -> TuningJobStatus:
-        """Every target node in the status (Pending when new); the status as stored."""
+    def ensure(self, node_ids: Sequence[str], devices: Mapping[str, str], generation: int = 1,
+               no_match: tuple[str, str] | None = None) -> TuningJobStatus:
+        """Every target node in the status (Pending when new), each node of an older spec generation
+        Pending again (a Failed one once its backoff passed: :func:`retry_backoff_s`), and the job's
+        ``NoMatchingNodes`` condition set from ``no_match`` ((reason, message), None: every target
+        matched); the status as stored (written only when something changed)."""
         with self._lock:
             view = self.jobs.get(self.name)
             status = view.status or TuningJobStatus(self.name)
-            missing = [n for n in node_ids if n not in status.nodes]
-            if missing or view.status is None:
-                now = time.time()
-                nodes = {**status.nodes, **{n: NodeStatus(n, devices.get(n, ""), started_s=now, updated_s=now)
-                                            for n in missing}}
-                status = replace(status, nodes=nodes, updated_s=now)
+            now = time.time()
+            nodes = dict(status.nodes)
+            for n in node_ids:
+                if n not in nodes:
+                    nodes[n] = NodeStatus(n, devices.get(n, ""), started_s=now, updated_s=now, generation=generation)
+            for n, st in status.nodes.items():
+                if st.generation >= generation:
+                    continue
+                if st.phase == NodePhase.FAILED and now - st.updated_s < retry_backoff_s(st.failures):
+                    continue
+                nodes[n] = _restarted(st, generation, now)
+            conditions = status.conditions
+            if no_match is not None or condition(conditions, ConditionType.NO_MATCHING_NODES) is not None:
+                conditions = set_condition(conditions, ConditionType.NO_MATCHING_NODES, no_match is not None,
+                                           *(no_match or ("AllMatched", "")), now_s=now)
+            if nodes != status.nodes or conditions != status.conditions or view.status is None:
+                status = replace(status, nodes=nodes, conditions=conditions, updated_s=now)
                 self.jobs.put_status(status, self.fence())
             return status
+
+
+def _restarted(st: NodeStatus, generation: int, now: float) -> NodeStatus:
+    """A node of an older generation, Pending for the new spec (its events and failure count kept)."""
+    return replace(st.with_event(f"the job was submitted again (generation {generation}): tuning anew",
+                                 event_reason="SpecChanged", now_s=now),
+                   phase=NodePhase.PENDING, reason="", generation=generation, drift_epoch=0, conditions=(),
+                   config_revision=0)
+
+
+def _counted(old: NodeStatus, new: NodeStatus) -> NodeStatus:
+    """``new`` with its failures counted: one more each time the node goes Failed."""
+    if new.phase == NodePhase.FAILED and old.phase != NodePhase.FAILED:
+        return replace(new, failures=new.failures + 1)
+    return new
+

@@ -37,7 +37,14 @@ from edgetune.clients.calls import CallFailed
 from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
-from edgetune.localrun.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
+from edgetune.localrun.processes import (
+    RUN_ENV,
+    StopSignal,
+    Supervisor,
+    SupervisorError,
+    catch_stop_signals,
+    run_until_stopped,
+)
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
         "model", "kind", "backend", "state"}
@@ -95,12 +102,14 @@ def _ticker(progress: Progress, labels: dict[str, str]) -> Tick:
 class Runner:
     """Numbered steps with a headline each and its duration."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, stop: StopSignal) -> None:
         self.console = console
+        self.stop = stop
         self.n = 0
         self.timings: dict[str, float] = {}
 
     def step(self, title: str, fn: Callable[..., str], *args, bars: dict[str, str] | None = None) -> str:
+        self.stop.check()  # a stop signal ends the run between steps too (run_until_stopped: at once)
         self.n += 1
         self.console.rule(f"[bold]{self.n}. {title}", align="left")
         t0 = time.perf_counter()
@@ -148,13 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     # This process is the demo's alone: mark it too, so anything it forks is found by the stray
     # check like the children's.
     os.environ[RUN_ENV] = sup.run_id
-    restore_signals = install_signal_handlers()
+    stop = catch_stop_signals()  # the handler only sets it: the steps run on a worker, this thread waits
     suite = story = None
     page: Path | None = None  # the report, once this run wrote it
     rc, failure = 0, ""
-    runner = Runner(console)
+    runner = Runner(console, stop)
     summary: dict = {"args": vars(args), "run_id": sup.run_id, "fleet": [vars(n) for n in fleet]}
-    try:
+
+    def run() -> None:
+        """The demo's steps (on a worker thread: the main thread waits for them or for a stop signal)."""
+        nonlocal story, page
         def start() -> str:
             nonlocal suite
             with console.status("starting processes ..."):
@@ -250,9 +262,13 @@ def main(argv: list[str] | None = None) -> int:
              [story.concurrent] if story.concurrent else []),
             ("Processes", "Started and stopped by the demo's supervisor.", suite.rows()),
         ]
+        runner.stop.check()  # never a report after a stop
         page = report.write_html(out, sections, images, headline)
         console.print(f"Report: [bold]{page}[/] ({', '.join(p.name for p, _ in images)}, summary.json)")
         console.print(f"[bold green]{headline}")
+
+    try:
+        run_until_stopped(run, stop)
     except KeyboardInterrupt as exc:
         rc, failure = 130, f"interrupted ({exc or 'Ctrl-C'})"
     except CallFailed as exc:
@@ -273,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 suite.close()
             else:
                 sup.close()
-        restore_signals()
+        stop.restore()
     strays = sup.strays()
     _table(console, "Shutdown", [{"process": n, "pid": pid, "exit code": code, "stopped by": how}
                                  for n, pid, code, how in sup.stopped])

@@ -32,7 +32,7 @@ from edgetune.estimation.base import Predictor, check_header
 from edgetune.estimation.devices import check_modes_device, model_devices
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
 from edgetune.estimation.metrics import mape_pct
-from edgetune.estimation.references import reference_path
+from edgetune.estimation.references import PREFIX, REFERENCES, reference_path
 from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.tables import Table
 
@@ -257,6 +257,21 @@ class TimePowerModel:
 def load_reference(name: str) -> TimePowerModel:
     """A shipped reference model (:mod:`edgetune.estimation.references` names them), loaded."""
     return TimePowerModel.load(reference_path(name))
+
+
+def load_base(name_or_path: str, field: str = "--base") -> TimePowerModel:
+    """The model a transfer starts from: a shipped reference (``reference:NAME``) or a model file; a bad
+    one is InvalidArgument naming ``field`` (the same rule for ``estimate transfer`` and ``tune``)."""
+    try:
+        if name_or_path.startswith(PREFIX):
+            return TimePowerModel.load(reference_path(name_or_path, field))
+        return TimePowerModel.load(name_or_path)
+    except InvalidArgument as exc:
+        if exc.field == field:
+            raise
+        raise InvalidArgument(field, exc.message if exc.field == name_or_path else str(exc),
+                              exc.allowed or f"a model file (edgetune estimate fit) or "
+                              f"{', '.join(PREFIX + r.device for r in REFERENCES)}") from None
 
 
 # -- helpers -----------------------------------------------------------------------------------

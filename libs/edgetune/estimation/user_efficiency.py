@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.records import default_samples_per_pass
 from edgetune.base.workload import parse_spec
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import (
@@ -108,7 +109,8 @@ def estimate_user_batch_efficiency(workload: str, data: str, batch_sizes: Sequen
     from edgetune.workloads.user import load_workload  # deferred: torch
 
     batch_sizes, seeds = [int(b) for b in batch_sizes], [int(s) for s in seeds]
-    s = samples_per_pass if samples_per_pass is not None else 2 * max(validation.batch_sizes(batch_sizes))
+    s = samples_per_pass if samples_per_pass is not None else default_samples_per_pass(
+        validation.batch_sizes(batch_sizes))
     check_settings(batch_sizes, seeds, target_accuracy, s, max_passes)
     t0 = time.perf_counter()
     user = load_workload(workload)

@@ -12,8 +12,9 @@ operator's scraper sees: the benches read a service's gauges and counters there)
 Stopping is ordered and guaranteed: :meth:`Supervisor.close` sends SIGTERM to the children in
 reverse start order (agents first: they restore their power modes), SIGKILLs whatever is
 still alive after a grace period, then stops the embedded Redis. Call it from ``finally``; it
-also runs from an ``atexit`` hook and (through :func:`install_signal_handlers`) on SIGINT /
-SIGTERM. Children get their own session, so a Ctrl-C in the terminal reaches the parent only
+also runs from an ``atexit`` hook and after SIGINT / SIGTERM / SIGHUP: :func:`catch_stop_signals`'s
+handler only sets a :class:`StopSignal` that the run checks (:func:`run_until_stopped`), and the
+caller's ``finally`` shuts down. Children get their own session, so a Ctrl-C in the terminal reaches the parent only
 and the shutdown order stays ours. A parent killed with SIGKILL, where none of that runs, still
 takes its children along: each gets SIGTERM from the kernel (the parent-death signal,
 :mod:`edgetune.parent_death`; set by ``setpriv`` without forking through Python,
@@ -40,7 +41,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -48,6 +49,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edgetune.parent_death import launch_argv
 from edgetune.store import EmbeddedRedisServer
+
+T = TypeVar("T")
 
 #: Environment marker inherited by every process a supervisor starts (and their children).
 RUN_ENV = "EDGETUNE_RUN"
@@ -321,18 +324,73 @@ def find_marked(run_id: str) -> list[int]:
     return found
 
 
-def install_signal_handlers() -> Callable[[], None]:
-    """SIGTERM (and SIGHUP) raise KeyboardInterrupt in the main thread, as SIGINT does, so the
-    caller's ``finally`` shuts everything down; returns a function restoring the old handlers."""
-    def to_interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived (a KeyboardInterrupt, so a Ctrl-C handler catches it as one)."""
 
-    old = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        old[sig] = signal.signal(sig, to_interrupt)
 
-    def restore() -> None:
-        for sig, handler in old.items():
+class StopSignal:
+    """Set by SIGINT / SIGTERM / SIGHUP (:func:`catch_stop_signals`). The handler only records the signal
+    and sets an event: raising from a handler lands wherever the main thread is, and inside a finalizer
+    (``redis.Redis.__del__``) Python ignores the exception, so a Ctrl-C was once lost and the run went on.
+    The run checks the event instead (:meth:`check`, :meth:`wait`, :func:`run_until_stopped`)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal_name = ""
+        self._old: dict[int, Any] = {}
+
+    def handle(self, signum: int, _frame: object) -> None:
+        self.signal_name = self.signal_name or signal.Signals(signum).name
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.event.wait(timeout_s)
+
+    def check(self) -> None:
+        """Interrupted when a stop signal came."""
+        if self.event.is_set():
+            raise Interrupted(f"signal {self.signal_name}")
+
+    def install(self) -> StopSignal:
+        for sig in self.SIGNALS:
+            self._old[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def restore(self) -> None:
+        """Put back the handlers :meth:`install` replaced."""
+        for sig, handler in self._old.items():
             signal.signal(sig, handler)
+        self._old.clear()
 
-    return restore
+
+def catch_stop_signals() -> StopSignal:
+    """A :class:`StopSignal` handling SIGINT, SIGTERM and SIGHUP from now on (main thread; ``restore()`` undoes it)."""
+    return StopSignal().install()
+
+
+def run_until_stopped(fn: Callable[[], T], stop: StopSignal, *, poll_s: float = 0.1) -> T:
+    """``fn()`` on a worker thread while this (the main) thread waits on ``stop``: its result, or its exception
+    raised here, or :class:`Interrupted` as soon as a stop signal comes, wherever ``fn`` is (the caller's
+    ``finally`` then shuts its services down, which ends the worker's calls; the worker is a daemon)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="run", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        stop.check()
+        stop.wait(poll_s)
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return cast(T, box["result"])

@@ -152,7 +152,10 @@ def _infeasible(lut: JointLUT, passes: np.ndarray, fits: np.ndarray, power_cap_w
     closest = _argmin((lut.power_w, lut.time_s), pool)
     assert closest is not None  # pool has rows: the LUT is not empty
     if not fits.any():
-        reason = (f"no (batch size, mode) has power < {power_cap_w:g} W; "
+        # the LUT holds what was profiled (cap-search profiles a few points) and their *peak* power: say
+        # so, or this reads as a fact about the device, whose mean power may well fit the cap
+        reason = (f"none of the {len(lut)} (batch size, mode) rows of the LUT has power < {power_cap_w:g} W (its "
+                  f"power: each profiled point's peak, from --profiles; other modes were not profiled); "
                   f"closest is {_describe(lut, closest)}")
     elif not reaches.any():
         reason = "no batch size in the LUT reaches the target accuracy (passes_to_target empty or inf)"

@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from edgetune.base.mode import MODE_FIELDS, PowerMode
-from edgetune.base.records import BatchEfficiency
+from edgetune.base.records import BatchEfficiency, default_samples_per_pass
 from edgetune.errors import InvalidArgument
 from edgetune.optimization.joint import JointLUT
 from edgetune.tables import parse_table
@@ -63,7 +63,8 @@ def lut_from_profiles(paths: list[str | os.PathLike], samples_per_pass: int | No
     """The joint method's LUT from profile tables (``edgetune profile``'s CSVs, e.g. a ``--order
     cap-search`` run): one row per profiled (batch size, mode), ``mode`` its label
     (``8c/1344/727/2133``), ``time_s`` = time per minibatch × s / batch size (the time to train
-    **s** samples, ``samples_per_pass``; default the largest batch size profiled) and ``power_w`` =
+    **s** samples, ``samples_per_pass``; default 2 × the largest batch size profiled, as ``estimate
+    efficiency`` counts its passes: :func:`~edgetune.base.records.default_samples_per_pass`) and ``power_w`` =
     the point's PEAK power (the paper's profiled peak, not the mean). A point profiled twice
     is an error naming both lines."""
     rows: list[tuple[int, str, float, float]] = []
@@ -86,7 +87,7 @@ def lut_from_profiles(paths: list[str | os.PathLike], samples_per_pass: int | No
             rows.append((b, mode, float(row["time_ms"]), float(row["peak_power_w"])))
     if not rows:
         raise InvalidArgument("--profiles", "the profile tables have no data rows", "profiled points")
-    s = samples_per_pass if samples_per_pass is not None else max(b for b, *_ in rows)
+    s = samples_per_pass if samples_per_pass is not None else default_samples_per_pass([b for b, *_ in rows])
     if s < max(b for b, *_ in rows):
         raise InvalidArgument("--samples-per-pass", f"s={s} is below the largest batch size profiled",
                               f">= {max(b for b, *_ in rows)} (Ahmed et al.: b_max <= s)")

@@ -232,7 +232,8 @@ class Selector(ABC):
             parts.append(f"{what} <= {power_budget_w:g} W")
         if time_budget_ms is not None:
             parts.append(f"time <= {time_budget_ms:g} ms")
-        reason = (f"no option has {' and '.join(parts)}; closest is row {closest} (0-based) with "
+        # the option is named by its caller (its mode, from the table: ``Selection.closest``), not by a row number
+        reason = (f"no option has {' and '.join(parts)}; the closest takes "
                   f"{cands.time_ms[closest]:g} ms at {cands.power_w[closest]:g} W")
         if what != "power":
             reason += f" (bound {p_bound[closest]:g} W at risk {self.risk:g})"

@@ -11,6 +11,7 @@ checks on submit (:meth:`TuningJobSpec.check`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,43 @@ def load_job_file(path: str | Path) -> TuningJobSpec:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InvalidArgument(p.name, f"is not YAML: {str(exc).splitlines()[0]}", "a YAML job file") from None
-    return spec_from_doc(doc, p.name)
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else p.name
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidArgument(where, f"is not YAML: {problem}", "a YAML job file") from None
+    try:
+        return spec_from_doc(doc, p.name)
+    except InvalidArgument as exc:  # say on which line of the file the key is
+        line = key_line(text, exc.field.removeprefix(f"{p.name}:")) if exc.field.startswith(f"{p.name}:") else None
+        if line is None:
+            raise
+        raise InvalidArgument(exc.field, f"line {line}: {exc.message}", exc.allowed) from None
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def key_line(text: str, path: str) -> int | None:
+    """The 1-based line of ``path`` (``workload.batch_sizes``, ``nodes[1]``) in the YAML ``text``: its
+    deepest part found (a missing key: its parent's line); None when not even the first part is there."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line: int | None = None
+    for name, index in _PATH_PART.findall(path):
+        key = name or index
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+            if found is None:
+                return line
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and key.isdigit() and int(key) < len(node.value):
+            node = node.value[int(key)]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
 
 
 def spec_from_doc(doc: Any, source: str = "job") -> TuningJobSpec:

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.store.records import UnknownSchema
 
 #: Events kept per node (oldest dropped first).
-MAX_EVENTS = 12
+MAX_EVENTS = 20
 #: Points profiled per node when the job says nothing.
 DEFAULT_PROFILES = 50
 
@@ -172,10 +173,94 @@ class TuningJobSpec:
         return replace(self, cancelled=False) == replace(other, cancelled=False)
 
 
+class ConditionType(StrEnum):
+    """What a condition is about (Kubernetes-style: each type once per job or node, its status True / False)."""
+
+    #: Job: target ids (or the selector) that match no registered node; the message names them.
+    NO_MATCHING_NODES = "NoMatchingNodes"
+    #: Node: no option fits the budget (True), with the reason; False once one does.
+    INFEASIBLE = "Infeasible"
+    #: Node: the applied configuration was measured within its budget.
+    VERIFIED = "Verified"
+    #: Node: the applied configuration was measured off its prediction or over its budget (a re-tune follows).
+    DRIFTED = "Drifted"
+    #: Node: failed for another reason (lost, no reference, a service's error); the message says why.
+    FAILED = "Failed"
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a job or node: ``status`` ``True`` / ``False`` / ``Unknown`` (as Kubernetes spells it);
+    ``last_transition_s`` is when ``status`` last changed (epoch seconds), not when it was last written."""
+
+    type: ConditionType
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": ConditionType(self.type).value, "status": self.status, "reason": self.reason,
+                "message": self.message, "last_transition_s": self.last_transition_s}
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON: ``{type, status, reason, message, last_transition}`` (ISO 8601, UTC)."""
+        return {"type": ConditionType(self.type).value, "status": self.status, "reason": self.reason,
+                "message": self.message, "last_transition": _iso(self.last_transition_s)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Condition:
+        return cls(ConditionType(d["type"]), str(d["status"]), str(d["reason"]), str(d["message"]),
+                   float(d["last_transition_s"]))
+
+    @property
+    def true(self) -> bool:
+        return self.status == "True"
+
+
+def set_condition(conditions: tuple[Condition, ...], type: ConditionType, status: bool, reason: str = "",
+                  message: str = "", *, now_s: float | None = None) -> tuple[Condition, ...]:
+    """``conditions`` with ``type`` set; its last transition kept while its status stays the same (and the
+    tuple itself returned when nothing changed, so a caller can skip the write)."""
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.type == type), None)
+    if old is not None and (old.status, old.reason, old.message) == (value, reason, message):
+        return conditions
+    at = old.last_transition_s if old is not None and old.status == value else (time.time() if now_s is None else now_s)
+    new = Condition(type, value, reason, message, at)
+    if old is None:
+        return (*conditions, new)
+    return tuple(new if c.type == type else c for c in conditions)
+
+
+def condition(conditions: tuple[Condition, ...], type: ConditionType) -> Condition | None:
+    return next((c for c in conditions if c.type == type), None)
+
+
+def _iso(at_s: float) -> str | None:
+    if not at_s:
+        return None
+    return datetime.fromtimestamp(at_s, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 @dataclass(frozen=True)
 class TuningEvent:
+    """One thing that happened to a node in a job (``reason`` a short CamelCase word, ``message`` the detail)."""
+
     at_s: float
     message: str
+    type: EventType = EventType.NORMAL
+    reason: str = ""
+
+    def to_json(self, node_id: str) -> dict[str, Any]:
+        """``{time, node, type, reason, message}`` (``edgetune job events --json``)."""
+        return {"time": _iso(self.at_s), "node": node_id, "type": EventType(self.type).value, "reason": self.reason,
+                "message": self.message}
 
 
 #: A node's chosen mode as (cores, cpu_mhz, gpu_mhz, emc_mhz).
@@ -206,16 +291,31 @@ class NodeStatus:
     #: Re-tunes after drift (the applied configuration measured off its prediction); each one's points
     #: get their own job ids, so they are measured anew rather than read back.
     drift_epoch: int = 0
+    conditions: tuple[Condition, ...] = ()
+    #: The spec generation this status was tuned for (a resubmitted job's nodes start again; 1 before
+    #: generations existed).
+    generation: int = 1
+    #: Times the node went Failed in this job (the retry backoff grows with it).
+    failures: int = 0
 
     @property
     def terminal(self) -> bool:
         return NodePhase(self.phase).terminal
 
-    def with_event(self, message: str, *, now_s: float | None = None, **changes: Any) -> NodeStatus:
-        """A copy with ``changes`` and one more event (the oldest dropped past :data:`MAX_EVENTS`)."""
+    def with_event(self, message: str, *, now_s: float | None = None, event_reason: str = "",
+                   warning: bool = False, **changes: Any) -> NodeStatus:
+        """A copy with ``changes`` and one more event (the oldest dropped past :data:`MAX_EVENTS`);
+        ``event_reason`` is the event's reason word (``reason`` in ``changes`` is the node's)."""
         now = time.time() if now_s is None else now_s
-        events = (*self.events, TuningEvent(now, message))[-MAX_EVENTS:]
+        kind = EventType.WARNING if warning else EventType.NORMAL
+        events = (*self.events, TuningEvent(now, message, kind, event_reason))[-MAX_EVENTS:]
         return replace(self, **changes, events=events, updated_s=now, started_s=self.started_s or now)
+
+    def with_condition(self, type: ConditionType, status: bool, reason: str = "", message: str = "") -> NodeStatus:
+        return replace(self, conditions=set_condition(self.conditions, type, status, reason, message))
+
+    def condition(self, type: ConditionType) -> Condition | None:
+        return condition(self.conditions, type)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
@@ -226,7 +326,9 @@ class NodeStatus:
                 "predicted_power_upper_w": self.predicted_power_upper_w,
                 "measured_time_ms": self.measured_time_ms, "measured_power_w": self.measured_power_w,
                 "config_revision": self.config_revision, "started_s": self.started_s, "updated_s": self.updated_s,
-                "events": [[e.at_s, e.message] for e in self.events], "drift_epoch": self.drift_epoch}
+                "events": [[e.at_s, e.message, EventType(e.type).value, e.reason] for e in self.events],
+                "drift_epoch": self.drift_epoch, "conditions": [c.to_dict() for c in self.conditions],
+                "generation": self.generation, "failures": self.failures}
 
     def to_json(self) -> dict[str, Any]:
         """The node in the CLI's JSON (docs/contract.md; :meth:`TuningJobView.to_json`)."""
@@ -238,7 +340,7 @@ class NodeStatus:
             "predicted": {"time_ms": self.predicted_time_ms, "power_w": self.predicted_power_w,
                           "power_upper_w": self.predicted_power_upper_w},
             "measured": {"time_ms": self.measured_time_ms, "power_w": self.measured_power_w},
-            "reason": self.reason,
+            "reason": self.reason, "conditions": [c.to_json() for c in self.conditions],
         }
 
     @classmethod
@@ -249,8 +351,17 @@ class NodeStatus:
                    int(d["batch_size"]), d["power_budget_w"], d["predicted_time_ms"], d["predicted_power_w"],
                    d["predicted_power_upper_w"], d["measured_time_ms"], d["measured_power_w"],
                    int(d["config_revision"]), float(d["started_s"]), float(d["updated_s"]),
-                   tuple(TuningEvent(float(a), str(m)) for a, m in d["events"]),
-                   int(d.get("drift_epoch", 0)))  # absent in records written before drift re-tunes
+                   tuple(_event(e) for e in d["events"]),
+                   # absent in records written before drift re-tunes / conditions
+                   int(d.get("drift_epoch", 0)), tuple(Condition.from_dict(c) for c in d.get("conditions", ())),
+                   int(d.get("generation", 1)), int(d.get("failures", 0)))
+
+
+def _event(e: Any) -> TuningEvent:
+    """A stored event: ``[at_s, message]`` (before event types) or ``[at_s, message, type, reason]``."""
+    if len(e) == 2:
+        return TuningEvent(float(e[0]), str(e[1]))
+    return TuningEvent(float(e[0]), str(e[1]), EventType(e[2]), str(e[3]))
 
 
 @dataclass(frozen=True)
@@ -263,27 +374,34 @@ class TuningJobStatus:
     nodes: Mapping[str, NodeStatus] = field(default_factory=dict)
     cancelled: bool = False
     updated_s: float = 0.0
+    #: The job's own conditions (``NoMatchingNodes``); each node has its own.
+    conditions: tuple[Condition, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.SCHEMA_VERSION, "name": self.name, "cancelled": self.cancelled,
-                "updated_s": self.updated_s, "nodes": [n.to_dict() for n in self.nodes.values()]}
+                "updated_s": self.updated_s, "nodes": [n.to_dict() for n in self.nodes.values()],
+                "conditions": [c.to_dict() for c in self.conditions]}
 
     @classmethod
     def from_dict(cls, doc: Any) -> TuningJobStatus:
         d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
         nodes = [NodeStatus.from_dict(n) for n in d["nodes"]]
-        return cls(d["name"], {n.node_id: n for n in nodes}, bool(d["cancelled"]), float(d["updated_s"]))
+        return cls(d["name"], {n.node_id: n for n in nodes}, bool(d["cancelled"]), float(d["updated_s"]),
+                   tuple(Condition.from_dict(c) for c in d.get("conditions", ())))  # absent before conditions
 
 
-def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None) -> JobPhase:
-    """The job's phase from its nodes' (one rule: the API and the CLI read it)."""
+def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None, generation: int = 1) -> JobPhase:
+    """The job's phase from its nodes' (one rule: the API and the CLI read it). A job some of whose
+    target ids match no node (``NoMatchingNodes``) is not Succeeded: it waits for them (Running); a node
+    whose status is of an older ``generation`` (the job was submitted again) counts as Pending."""
     if spec.cancelled:
         return JobPhase.CANCELLED
     if status is None or not status.nodes:
         return JobPhase.PENDING
-    phases = [n.phase for n in status.nodes.values()]
+    phases = [NodePhase.PENDING if n.generation < generation else n.phase for n in status.nodes.values()]
     if all(p == NodePhase.APPLIED for p in phases):
-        return JobPhase.SUCCEEDED
+        unmatched = condition(status.conditions, ConditionType.NO_MATCHING_NODES)
+        return JobPhase.RUNNING if unmatched is not None and unmatched.true else JobPhase.SUCCEEDED
     if all(NodePhase(p).terminal for p in phases):
         return JobPhase.FAILED
     if all(p == NodePhase.PENDING for p in phases):
@@ -300,10 +418,12 @@ class TuningJobView:
     revision: int
     status_revision: int = 0
     created_s: float = 0.0
+    #: The spec's generation: 1 when created, one more each time a cancelled job is submitted again.
+    generation: int = 1
 
     @property
     def phase(self) -> JobPhase:
-        return job_phase(self.spec, self.status)
+        return job_phase(self.spec, self.status, self.generation)
 
     @property
     def nodes(self) -> tuple[NodeStatus, ...]:
@@ -318,5 +438,16 @@ class TuningJobView:
     def to_json(self) -> dict[str, Any]:
         """The CLI's JSON of a job (``edgetune job get --json``; docs/contract.md): ``{"name", "phase",
         "nodes": [{"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
-        "predicted", "measured", "reason"}]}``."""
-        return {"name": self.spec.name, "phase": self.phase.value, "nodes": [n.to_json() for n in self.nodes]}
+        "predicted", "measured", "reason", "conditions"}], "conditions"}``."""
+        return {"name": self.spec.name, "phase": self.phase.value, "nodes": [n.to_json() for n in self.nodes],
+                "conditions": [c.to_json() for c in self.conditions]}
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        """The job's own conditions (``NoMatchingNodes``)."""
+        return self.status.conditions if self.status is not None else ()
+
+    def events(self) -> list[tuple[str, TuningEvent]]:
+        """Every node's recent events as (node id, event), oldest first."""
+        out = [(n.node_id, e) for n in self.nodes for e in n.events]
+        return sorted(out, key=lambda pair: pair[1].at_s)

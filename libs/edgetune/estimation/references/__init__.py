@@ -68,8 +68,8 @@ def shipped_for(device: str, role: str = "train") -> Reference | None:
     return next((ref for ref in REFERENCES if ref.device == device and ref.role == role), None)
 
 
-def reference_path(name: str) -> str:
+def reference_path(name: str, field: str = "reference") -> str:
     """The file of a shipped reference (inside the installed package)."""
-    ref = find_reference(name)
+    ref = find_reference(name, field)
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), ref.filename)
 

@@ -352,6 +352,11 @@ def node_budget_request(node_id: str, power_budget_w: float) -> coordinator_pb2.
                                                budgets=common_pb2.Budgets(power_budget_w=power_budget_w))
 
 
+def site_budget_request(site_power_budget_w: float) -> coordinator_pb2.UpdateBudgetRequest:
+    """Set the site's power budget (no node id: the site's)."""
+    return coordinator_pb2.UpdateBudgetRequest(budgets=common_pb2.Budgets(site_power_budget_w=site_power_budget_w))
+
+
 def node_budget_to_proto(power_budget_w: float | None) -> coordinator_pb2.UpdateBudgetResponse:
     """The node's budget as now registered (None: none)."""
     msg = coordinator_pb2.UpdateBudgetResponse()

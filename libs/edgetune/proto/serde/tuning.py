@@ -7,7 +7,7 @@
   :func:`job_from_proto`, and one node's status :func:`node_status_to_proto`,
   :func:`node_status_from_proto`.
 
-What the wire does not carry: a node's ``drift_epoch`` and the status document's revision; a job's
+What the wire does not carry: a node's ``drift_epoch`` and ``failures`` and the status document's revision; a job's
 ``cancelled`` travels as its phase, and a status the leader wrote with no node yet reads back as none.
 """
 
@@ -29,6 +29,9 @@ from edgetune.proto.serde.common import (
 from edgetune.proto.v1 import common_pb2, tuning_pb2
 from edgetune.tuning.jobs import (
     DEFAULT_PROFILES,
+    Condition,
+    ConditionType,
+    EventType,
     JobPhase,
     NodePhase,
     NodeStatus,
@@ -105,6 +108,37 @@ def spec_to_proto(spec: TuningJobSpec) -> tuning_pb2.TuningJobSpec:
 
 # --- status -------------------------------------------------------------------------------------
 
+_CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+def condition_to_proto(c: Condition) -> tuning_pb2.Condition:
+    msg = tuning_pb2.Condition(type=ConditionType(c.type).value, status=c.status, reason=c.reason, message=c.message)
+    if c.last_transition_s:
+        msg.last_transition.CopyFrom(timestamp_to_proto(c.last_transition_s))
+    return msg
+
+
+def condition_from_proto(msg: tuning_pb2.Condition, field: str = "conditions") -> Condition:
+    """A condition as a server sent it (InvalidArgument naming the field for an unknown type or status)."""
+    if msg.type not in {t.value for t in ConditionType}:
+        raise InvalidArgument(f"{field}.type", f"{msg.type!r}", ", ".join(t.value for t in ConditionType))
+    if msg.status not in _CONDITION_STATUSES:
+        raise InvalidArgument(f"{field}.status", f"{msg.status!r}", ", ".join(_CONDITION_STATUSES))
+    return Condition(ConditionType(msg.type), msg.status, msg.reason, msg.message,
+                     timestamp_from_proto(msg.last_transition))
+
+
+def event_to_proto(e: TuningEvent) -> tuning_pb2.TuningEvent:
+    return tuning_pb2.TuningEvent(at=timestamp_to_proto(e.at_s), message=e.message, type=EventType(e.type).value,
+                                  reason=e.reason)
+
+
+def event_from_proto(msg: tuning_pb2.TuningEvent, field: str = "events") -> TuningEvent:
+    if msg.type and msg.type not in {t.value for t in EventType}:
+        raise InvalidArgument(f"{field}.type", f"{msg.type!r}", ", ".join(t.value for t in EventType))
+    return TuningEvent(timestamp_from_proto(msg.at), msg.message, EventType(msg.type or EventType.NORMAL.value),
+                       msg.reason)
+
 _OPTIONAL_STATUS = ("power_budget_w", "predicted_time_ms", "predicted_power_w", "predicted_power_upper_w",
                     "measured_time_ms", "measured_power_w")
 
@@ -112,8 +146,8 @@ _OPTIONAL_STATUS = ("power_budget_w", "predicted_time_ms", "predicted_power_w", 
 def node_status_to_proto(st: NodeStatus) -> tuning_pb2.NodeTuningStatus:
     msg = tuning_pb2.NodeTuningStatus(
         node_id=st.node_id, device=st.device, phase=NODE_PHASES[NodePhase(st.phase)], reason=st.reason,
-        profiled=st.profiled, batch_size=st.batch_size, config_revision=st.config_revision,
-        events=[tuning_pb2.TuningEvent(at=timestamp_to_proto(e.at_s), message=e.message) for e in st.events])
+        profiled=st.profiled, batch_size=st.batch_size, config_revision=st.config_revision, generation=st.generation,
+        events=[event_to_proto(e) for e in st.events], conditions=[condition_to_proto(c) for c in st.conditions])
     if st.mode is not None:
         msg.mode.CopyFrom(mode_to_proto(PowerMode(int(st.mode[0]), st.mode[1], st.mode[2], st.mode[3])))
     for name in _OPTIONAL_STATUS:
@@ -136,14 +170,17 @@ def node_status_from_proto(msg: tuning_pb2.NodeTuningStatus) -> NodeStatus:
         node_id=msg.node_id, device=msg.device, phase=_NODE_PHASE_OF.get(msg.phase, NodePhase.PENDING),
         reason=msg.reason, profiled=msg.profiled, mode=mode, batch_size=msg.batch_size,
         **{name: optional_value(msg, name) for name in _OPTIONAL_STATUS},
-        config_revision=msg.config_revision, started_s=timestamp_from_proto(msg.started),
+        config_revision=msg.config_revision, generation=msg.generation or 1, started_s=timestamp_from_proto(msg.started),
         updated_s=timestamp_from_proto(msg.updated),
-        events=tuple(TuningEvent(timestamp_from_proto(e.at), e.message) for e in msg.events))
+        events=tuple(event_from_proto(e, f"nodes[{msg.node_id}].events") for e in msg.events),
+        conditions=tuple(condition_from_proto(c, f"nodes[{msg.node_id}].conditions") for c in msg.conditions))
 
 
 def job_to_proto(view: TuningJobView) -> tuning_pb2.TuningJob:
     msg = tuning_pb2.TuningJob(spec=spec_to_proto(view.spec), phase=JOB_PHASES[view.phase],
-                               nodes=[node_status_to_proto(n) for n in view.nodes], revision=view.revision)
+                               nodes=[node_status_to_proto(n) for n in view.nodes], revision=view.revision,
+                               conditions=[condition_to_proto(c) for c in view.conditions],
+                               generation=view.generation)
     if view.created_s:
         msg.created.CopyFrom(timestamp_to_proto(view.created_s))
     if view.updated_s:
@@ -155,6 +192,9 @@ def job_from_proto(msg: tuning_pb2.TuningJob) -> TuningJobView:
     """A job as a server sent it (its spec not checked again)."""
     spec = _spec_of(msg.spec, cancelled=msg.phase == tuning_pb2.JOB_PHASE_CANCELLED)
     nodes = [node_status_from_proto(n) for n in msg.nodes]
-    status = (TuningJobStatus(spec.name, {n.node_id: n for n in nodes}, updated_s=timestamp_from_proto(msg.updated))
-              if nodes else None)
-    return TuningJobView(spec, status, msg.revision, created_s=timestamp_from_proto(msg.created))
+    conditions = tuple(condition_from_proto(c) for c in msg.conditions)
+    status = (TuningJobStatus(spec.name, {n.node_id: n for n in nodes}, updated_s=timestamp_from_proto(msg.updated),
+                              conditions=conditions)
+              if nodes or conditions else None)
+    return TuningJobView(spec, status, msg.revision, created_s=timestamp_from_proto(msg.created),
+                         generation=msg.generation or 1)

@@ -95,6 +95,11 @@ class CoordinatorStub:
                 request_serializer=edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.SerializeToString,
                 response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
                 _registered_method=True)
+        self.DeleteTuningJob = channel.unary_unary(
+                '/edgetune.v1.Coordinator/DeleteTuningJob',
+                request_serializer=edgetune_dot_v1_dot_tuning__pb2.DeleteTuningJobRequest.SerializeToString,
+                response_deserializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+                _registered_method=True)
         self.SubmitProfiling = channel.unary_unary(
                 '/edgetune.v1.Coordinator/SubmitProfiling',
                 request_serializer=edgetune_dot_v1_dot_tuning__pb2.SubmitProfilingRequest.SerializeToString,
@@ -184,6 +189,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTuningJob(self, request, context):
+        """Cancel the job and remove it (its spec and status): its name is free. Answers the job as it was.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitProfiling(self, request, context):
         """Queue profiling work on a node's agent (its job stream); the measurements land in the store.
         """
@@ -252,6 +264,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'CancelTuningJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTuningJob,
                     request_deserializer=edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.FromString,
+                    response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
+            ),
+            'DeleteTuningJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTuningJob,
+                    request_deserializer=edgetune_dot_v1_dot_tuning__pb2.DeleteTuningJobRequest.FromString,
                     response_serializer=edgetune_dot_v1_dot_tuning__pb2.TuningJob.SerializeToString,
             ),
             'SubmitProfiling': grpc.unary_unary_rpc_method_handler(
@@ -583,6 +600,33 @@ class Coordinator:
             target,
             '/edgetune.v1.Coordinator/CancelTuningJob',
             edgetune_dot_v1_dot_tuning__pb2.CancelTuningJobRequest.SerializeToString,
+            edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTuningJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgetune.v1.Coordinator/DeleteTuningJob',
+            edgetune_dot_v1_dot_tuning__pb2.DeleteTuningJobRequest.SerializeToString,
             edgetune_dot_v1_dot_tuning__pb2.TuningJob.FromString,
             options,
             channel_credentials,

@@ -54,6 +54,8 @@ class CoordinatorStub:
     WatchTuningJob: _grpc.UnaryStreamMultiCallable[_tuning_pb2.WatchTuningJobRequest, _tuning_pb2.TuningJob]
     """The job now (when newer than after_revision) and each change of its status."""
     CancelTuningJob: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.CancelTuningJobRequest, _tuning_pb2.TuningJob]
+    DeleteTuningJob: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.DeleteTuningJobRequest, _tuning_pb2.TuningJob]
+    """Cancel the job and remove it (its spec and status): its name is free. Answers the job as it was."""
     SubmitProfiling: _grpc.UnaryUnaryMultiCallable[_tuning_pb2.SubmitProfilingRequest, _tuning_pb2.SubmitProfilingResponse]
     """Queue profiling work on a node's agent (its job stream); the measurements land in the store."""
 
@@ -80,6 +82,8 @@ class CoordinatorAsyncStub(CoordinatorStub):
     WatchTuningJob: _aio.UnaryStreamMultiCallable[_tuning_pb2.WatchTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
     """The job now (when newer than after_revision) and each change of its status."""
     CancelTuningJob: _aio.UnaryUnaryMultiCallable[_tuning_pb2.CancelTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    DeleteTuningJob: _aio.UnaryUnaryMultiCallable[_tuning_pb2.DeleteTuningJobRequest, _tuning_pb2.TuningJob]  # type: ignore[assignment]
+    """Cancel the job and remove it (its spec and status): its name is free. Answers the job as it was."""
     SubmitProfiling: _aio.UnaryUnaryMultiCallable[_tuning_pb2.SubmitProfilingRequest, _tuning_pb2.SubmitProfilingResponse]  # type: ignore[assignment]
     """Queue profiling work on a node's agent (its job stream); the measurements land in the store."""
 
@@ -175,6 +179,14 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         request: _tuning_pb2.CancelTuningJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_tuning_pb2.TuningJob, _abc.Awaitable[_tuning_pb2.TuningJob]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteTuningJob(
+        self,
+        request: _tuning_pb2.DeleteTuningJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tuning_pb2.TuningJob, _abc.Awaitable[_tuning_pb2.TuningJob]]:
+        """Cancel the job and remove it (its spec and status): its name is free. Answers the job as it was."""
 
     @_abc_1.abstractmethod
     def SubmitProfiling(

@@ -27,7 +27,7 @@ from edgetune.proto.v1 import profiler_pb2 as edgetune_dot_v1_dot_profiler__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x64getune/v1/tuning.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x1a\x65\x64getune/v1/profiler.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\x0cNodeSelector\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x35\n\x06labels\x18\x02 \x03(\x0b\x32%.edgetune.v1.NodeSelector.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x04\n\rTuningJobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12\x13\n\x0b\x62\x61tch_sizes\x18\x03 \x03(\x05\x12\r\n\x05nodes\x18\x04 \x03(\t\x12+\n\x08selector\x18\x05 \x01(\x0b\x32\x19.edgetune.v1.NodeSelector\x12/\n\tobjective\x18\x06 \x01(\x0e\x32\x1c.edgetune.v1.TuningObjective\x12\x1b\n\x0etime_budget_ms\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epower_budget_w\x18\x08 \x01(\x01H\x01\x88\x01\x01\x12M\n\x13node_power_budget_w\x18\t \x03(\x0b\x32\x30.edgetune.v1.TuningJobSpec.NodePowerBudgetWEntry\x12\x11\n\x04risk\x18\n \x01(\x01H\x02\x88\x01\x01\x12\x10\n\x08profiles\x18\x0b \x01(\x05\x12)\n\x06method\x18\x0c \x01(\x0e\x32\x19.edgetune.v1.TuningMethod\x12\x1a\n\x12reference_model_id\x18\r \x01(\t\x1a\x37\n\x15NodePowerBudgetWEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_time_budget_msB\x11\n\x0f_power_budget_wB\x07\n\x05_risk\"F\n\x0bTuningEvent\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x99\x05\n\x10NodeTuningStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12%\n\x05phase\x18\x03 \x01(\x0e\x32\x16.edgetune.v1.NodePhase\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08profiled\x18\x05 \x01(\x05\x12$\n\x04mode\x18\x06 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x07 \x01(\x05\x12\x1b\n\x0epower_budget_w\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x1e\n\x11predicted_time_ms\x18\t \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11predicted_power_w\x18\n \x01(\x01H\x02\x88\x01\x01\x12$\n\x17predicted_power_upper_w\x18\x0b \x01(\x01H\x03\x88\x01\x01\x12\x1d\n\x10measured_time_ms\x18\x0c \x01(\x01H\x04\x88\x01\x01\x12\x1d\n\x10measured_power_w\x18\r \x01(\x01H\x05\x88\x01\x01\x12\x17\n\x0f\x63onfig_revision\x18\x0e \x01(\x03\x12+\n\x07started\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06\x65vents\x18\x11 \x03(\x0b\x32\x18.edgetune.v1.TuningEventB\x11\n\x0f_power_budget_wB\x14\n\x12_predicted_time_msB\x14\n\x12_predicted_power_wB\x1a\n\x18_predicted_power_upper_wB\x13\n\x11_measured_time_msB\x13\n\x11_measured_power_w\"\xf5\x01\n\tTuningJob\x12(\n\x04spec\x18\x01 \x01(\x0b\x32\x1a.edgetune.v1.TuningJobSpec\x12$\n\x05phase\x18\x02 \x01(\x0e\x32\x15.edgetune.v1.JobPhase\x12,\n\x05nodes\x18\x03 \x03(\x0b\x32\x1d.edgetune.v1.NodeTuningStatus\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x06 \x01(\x03\"B\n\x16SubmitTuningJobRequest\x12(\n\x04spec\x18\x01 \x01(\x0b\x32\x1a.edgetune.v1.TuningJobSpec\"#\n\x13GetTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15ListTuningJobsRequest\">\n\x16ListTuningJobsResponse\x12$\n\x04jobs\x18\x01 \x03(\x0b\x32\x16.edgetune.v1.TuningJob\"=\n\x15WatchTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\"&\n\x16\x43\x61ncelTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"g\n\x16SubmitProfilingRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x07request\x18\x02 \x01(\x0b\x32\x1b.edgetune.v1.ProfileRequest\x12\x0e\n\x06job_id\x18\x03 \x01(\t\"<\n\x17SubmitProfilingResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08*s\n\x0fTuningObjective\x12 \n\x1cTUNING_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1d\n\x19TUNING_OBJECTIVE_MIN_TIME\x10\x01\x12\x1f\n\x1bTUNING_OBJECTIVE_MIN_ENERGY\x10\x02*\x81\x01\n\x0cTuningMethod\x12\x1d\n\x19TUNING_METHOD_UNSPECIFIED\x10\x00\x12\x1a\n\x16TUNING_METHOD_FRONTIER\x10\x01\x12\x18\n\x14TUNING_METHOD_RANDOM\x10\x02\x12\x1c\n\x18TUNING_METHOD_CAP_SEARCH\x10\x03*\xd7\x01\n\tNodePhase\x12\x1a\n\x16NODE_PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12NODE_PHASE_PENDING\x10\x01\x12\x18\n\x14NODE_PHASE_PROFILING\x10\x02\x12\x19\n\x15NODE_PHASE_ESTIMATING\x10\x03\x12\x18\n\x14NODE_PHASE_SELECTING\x10\x04\x12\x18\n\x14NODE_PHASE_VERIFYING\x10\x05\x12\x16\n\x12NODE_PHASE_APPLIED\x10\x06\x12\x15\n\x11NODE_PHASE_FAILED\x10\x07*\x9b\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_PHASE_PENDING\x10\x01\x12\x15\n\x11JOB_PHASE_RUNNING\x10\x02\x12\x17\n\x13JOB_PHASE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_PHASE_FAILED\x10\x04\x12\x17\n\x13JOB_PHASE_CANCELLED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x64getune/v1/tuning.proto\x12\x0b\x65\x64getune.v1\x1a\x18\x65\x64getune/v1/common.proto\x1a\x1a\x65\x64getune/v1/profiler.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\x0cNodeSelector\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x35\n\x06labels\x18\x02 \x03(\x0b\x32%.edgetune.v1.NodeSelector.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x04\n\rTuningJobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x08workload\x18\x02 \x01(\x0b\x32\x15.edgetune.v1.Workload\x12\x13\n\x0b\x62\x61tch_sizes\x18\x03 \x03(\x05\x12\r\n\x05nodes\x18\x04 \x03(\t\x12+\n\x08selector\x18\x05 \x01(\x0b\x32\x19.edgetune.v1.NodeSelector\x12/\n\tobjective\x18\x06 \x01(\x0e\x32\x1c.edgetune.v1.TuningObjective\x12\x1b\n\x0etime_budget_ms\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epower_budget_w\x18\x08 \x01(\x01H\x01\x88\x01\x01\x12M\n\x13node_power_budget_w\x18\t \x03(\x0b\x32\x30.edgetune.v1.TuningJobSpec.NodePowerBudgetWEntry\x12\x11\n\x04risk\x18\n \x01(\x01H\x02\x88\x01\x01\x12\x10\n\x08profiles\x18\x0b \x01(\x05\x12)\n\x06method\x18\x0c \x01(\x0e\x32\x19.edgetune.v1.TuningMethod\x12\x1a\n\x12reference_model_id\x18\r \x01(\t\x1a\x37\n\x15NodePowerBudgetWEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x11\n\x0f_time_budget_msB\x11\n\x0f_power_budget_wB\x07\n\x05_risk\"d\n\x0bTuningEvent\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x7f\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x33\n\x0flast_transition\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd9\x05\n\x10NodeTuningStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12%\n\x05phase\x18\x03 \x01(\x0e\x32\x16.edgetune.v1.NodePhase\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08profiled\x18\x05 \x01(\x05\x12$\n\x04mode\x18\x06 \x01(\x0b\x32\x16.edgetune.v1.PowerMode\x12\x12\n\nbatch_size\x18\x07 \x01(\x05\x12\x1b\n\x0epower_budget_w\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x1e\n\x11predicted_time_ms\x18\t \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11predicted_power_w\x18\n \x01(\x01H\x02\x88\x01\x01\x12$\n\x17predicted_power_upper_w\x18\x0b \x01(\x01H\x03\x88\x01\x01\x12\x1d\n\x10measured_time_ms\x18\x0c \x01(\x01H\x04\x88\x01\x01\x12\x1d\n\x10measured_power_w\x18\r \x01(\x01H\x05\x88\x01\x01\x12\x17\n\x0f\x63onfig_revision\x18\x0e \x01(\x03\x12+\n\x07started\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06\x65vents\x18\x11 \x03(\x0b\x32\x18.edgetune.v1.TuningEvent\x12*\n\nconditions\x18\x12 \x03(\x0b\x32\x16.edgetune.v1.Condition\x12\x12\n\ngeneration\x18\x13 \x01(\x03\x42\x11\n\x0f_power_budget_wB\x14\n\x12_predicted_time_msB\x14\n\x12_predicted_power_wB\x1a\n\x18_predicted_power_upper_wB\x13\n\x11_measured_time_msB\x13\n\x11_measured_power_w\"\xb5\x02\n\tTuningJob\x12(\n\x04spec\x18\x01 \x01(\x0b\x32\x1a.edgetune.v1.TuningJobSpec\x12$\n\x05phase\x18\x02 \x01(\x0e\x32\x15.edgetune.v1.JobPhase\x12,\n\x05nodes\x18\x03 \x03(\x0b\x32\x1d.edgetune.v1.NodeTuningStatus\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x06 \x01(\x03\x12*\n\nconditions\x18\x07 \x03(\x0b\x32\x16.edgetune.v1.Condition\x12\x12\n\ngeneration\x18\x08 \x01(\x03\"B\n\x16SubmitTuningJobRequest\x12(\n\x04spec\x18\x01 \x01(\x0b\x32\x1a.edgetune.v1.TuningJobSpec\"#\n\x13GetTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15ListTuningJobsRequest\">\n\x16ListTuningJobsResponse\x12$\n\x04jobs\x18\x01 \x03(\x0b\x32\x16.edgetune.v1.TuningJob\"=\n\x15WatchTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\"&\n\x16\x43\x61ncelTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n\x16\x44\x65leteTuningJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"g\n\x16SubmitProfilingRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\x07request\x18\x02 \x01(\x0b\x32\x1b.edgetune.v1.ProfileRequest\x12\x0e\n\x06job_id\x18\x03 \x01(\t\"<\n\x17SubmitProfilingResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08*s\n\x0fTuningObjective\x12 \n\x1cTUNING_OBJECTIVE_UNSPECIFIED\x10\x00\x12\x1d\n\x19TUNING_OBJECTIVE_MIN_TIME\x10\x01\x12\x1f\n\x1bTUNING_OBJECTIVE_MIN_ENERGY\x10\x02*\x81\x01\n\x0cTuningMethod\x12\x1d\n\x19TUNING_METHOD_UNSPECIFIED\x10\x00\x12\x1a\n\x16TUNING_METHOD_FRONTIER\x10\x01\x12\x18\n\x14TUNING_METHOD_RANDOM\x10\x02\x12\x1c\n\x18TUNING_METHOD_CAP_SEARCH\x10\x03*\xd7\x01\n\tNodePhase\x12\x1a\n\x16NODE_PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12NODE_PHASE_PENDING\x10\x01\x12\x18\n\x14NODE_PHASE_PROFILING\x10\x02\x12\x19\n\x15NODE_PHASE_ESTIMATING\x10\x03\x12\x18\n\x14NODE_PHASE_SELECTING\x10\x04\x12\x18\n\x14NODE_PHASE_VERIFYING\x10\x05\x12\x16\n\x12NODE_PHASE_APPLIED\x10\x06\x12\x15\n\x11NODE_PHASE_FAILED\x10\x07*\x9b\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_PHASE_PENDING\x10\x01\x12\x15\n\x11JOB_PHASE_RUNNING\x10\x02\x12\x17\n\x13JOB_PHASE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_PHASE_FAILED\x10\x04\x12\x17\n\x13JOB_PHASE_CANCELLED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,14 +38,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODESELECTOR_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_TUNINGJOBSPEC_NODEPOWERBUDGETWENTRY']._loaded_options = None
   _globals['_TUNINGJOBSPEC_NODEPOWERBUDGETWENTRY']._serialized_options = b'8\001'
-  _globals['_TUNINGOBJECTIVE']._serialized_start=2267
-  _globals['_TUNINGOBJECTIVE']._serialized_end=2382
-  _globals['_TUNINGMETHOD']._serialized_start=2385
-  _globals['_TUNINGMETHOD']._serialized_end=2514
-  _globals['_NODEPHASE']._serialized_start=2517
-  _globals['_NODEPHASE']._serialized_end=2732
-  _globals['_JOBPHASE']._serialized_start=2735
-  _globals['_JOBPHASE']._serialized_end=2890
+  _globals['_TUNINGOBJECTIVE']._serialized_start=2594
+  _globals['_TUNINGOBJECTIVE']._serialized_end=2709
+  _globals['_TUNINGMETHOD']._serialized_start=2712
+  _globals['_TUNINGMETHOD']._serialized_end=2841
+  _globals['_NODEPHASE']._serialized_start=2844
+  _globals['_NODEPHASE']._serialized_end=3059
+  _globals['_JOBPHASE']._serialized_start=3062
+  _globals['_JOBPHASE']._serialized_end=3217
   _globals['_NODESELECTOR']._serialized_start=129
   _globals['_NODESELECTOR']._serialized_end=261
   _globals['_NODESELECTOR_LABELSENTRY']._serialized_start=216
@@ -55,25 +55,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TUNINGJOBSPEC_NODEPOWERBUDGETWENTRY']._serialized_start=711
   _globals['_TUNINGJOBSPEC_NODEPOWERBUDGETWENTRY']._serialized_end=766
   _globals['_TUNINGEVENT']._serialized_start=815
-  _globals['_TUNINGEVENT']._serialized_end=885
-  _globals['_NODETUNINGSTATUS']._serialized_start=888
-  _globals['_NODETUNINGSTATUS']._serialized_end=1553
-  _globals['_TUNINGJOB']._serialized_start=1556
-  _globals['_TUNINGJOB']._serialized_end=1801
-  _globals['_SUBMITTUNINGJOBREQUEST']._serialized_start=1803
-  _globals['_SUBMITTUNINGJOBREQUEST']._serialized_end=1869
-  _globals['_GETTUNINGJOBREQUEST']._serialized_start=1871
-  _globals['_GETTUNINGJOBREQUEST']._serialized_end=1906
-  _globals['_LISTTUNINGJOBSREQUEST']._serialized_start=1908
-  _globals['_LISTTUNINGJOBSREQUEST']._serialized_end=1931
-  _globals['_LISTTUNINGJOBSRESPONSE']._serialized_start=1933
-  _globals['_LISTTUNINGJOBSRESPONSE']._serialized_end=1995
-  _globals['_WATCHTUNINGJOBREQUEST']._serialized_start=1997
-  _globals['_WATCHTUNINGJOBREQUEST']._serialized_end=2058
-  _globals['_CANCELTUNINGJOBREQUEST']._serialized_start=2060
-  _globals['_CANCELTUNINGJOBREQUEST']._serialized_end=2098
-  _globals['_SUBMITPROFILINGREQUEST']._serialized_start=2100
-  _globals['_SUBMITPROFILINGREQUEST']._serialized_end=2203
-  _globals['_SUBMITPROFILINGRESPONSE']._serialized_start=2205
-  _globals['_SUBMITPROFILINGRESPONSE']._serialized_end=2265
+  _globals['_TUNINGEVENT']._serialized_end=915
+  _globals['_CONDITION']._serialized_start=917
+  _globals['_CONDITION']._serialized_end=1044
+  _globals['_NODETUNINGSTATUS']._serialized_start=1047
+  _globals['_NODETUNINGSTATUS']._serialized_end=1776
+  _globals['_TUNINGJOB']._serialized_start=1779
+  _globals['_TUNINGJOB']._serialized_end=2088
+  _globals['_SUBMITTUNINGJOBREQUEST']._serialized_start=2090
+  _globals['_SUBMITTUNINGJOBREQUEST']._serialized_end=2156
+  _globals['_GETTUNINGJOBREQUEST']._serialized_start=2158
+  _globals['_GETTUNINGJOBREQUEST']._serialized_end=2193
+  _globals['_LISTTUNINGJOBSREQUEST']._serialized_start=2195
+  _globals['_LISTTUNINGJOBSREQUEST']._serialized_end=2218
+  _globals['_LISTTUNINGJOBSRESPONSE']._serialized_start=2220
+  _globals['_LISTTUNINGJOBSRESPONSE']._serialized_end=2282
+  _globals['_WATCHTUNINGJOBREQUEST']._serialized_start=2284
+  _globals['_WATCHTUNINGJOBREQUEST']._serialized_end=2345
+  _globals['_CANCELTUNINGJOBREQUEST']._serialized_start=2347
+  _globals['_CANCELTUNINGJOBREQUEST']._serialized_end=2385
+  _globals['_DELETETUNINGJOBREQUEST']._serialized_start=2387
+  _globals['_DELETETUNINGJOBREQUEST']._serialized_end=2425
+  _globals['_SUBMITPROFILINGREQUEST']._serialized_start=2427
+  _globals['_SUBMITPROFILINGREQUEST']._serialized_end=2530
+  _globals['_SUBMITPROFILINGRESPONSE']._serialized_start=2532
+  _globals['_SUBMITPROFILINGRESPONSE']._serialized_end=2592
 # @@protoc_insertion_point(module_scope)

@@ -296,11 +296,21 @@ Global___TuningJobSpec: _TypeAlias = TuningJobSpec  # noqa: Y015
 
 @_typing.final
 class TuningEvent(_message.Message):
+    """One thing that happened to a node in a job (profiled, transferred from a reference, selected,
+    verified, missed and re-selected, drifted, re-tuned, failed and why).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     AT_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     message: _builtins.str
+    type: _builtins.str
+    """"Normal" or "Warning"."""
+    reason: _builtins.str
+    """A short CamelCase word ("Profiled", "Selected", "Infeasible", "Drifted"); may be empty."""
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -308,14 +318,57 @@ class TuningEvent(_message.Message):
         *,
         at: _timestamp_pb2.Timestamp | None = ...,
         message: _builtins.str = ...,
+        type: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "message", b"message", "reason", b"reason", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TuningEvent: _TypeAlias = TuningEvent  # noqa: Y015
+
+@_typing.final
+class Condition(_message.Message):
+    """A Kubernetes-style condition of a job or a node: each type at most once.
+    Job: NoMatchingNodes. Node: Infeasible, Verified, Drifted, Failed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    LAST_TRANSITION_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    status: _builtins.str
+    """"True", "False" or "Unknown"."""
+    reason: _builtins.str
+    """A short CamelCase word."""
+    message: _builtins.str
+    """What happened, and what would change it."""
+    @_builtins.property
+    def last_transition(self) -> _timestamp_pb2.Timestamp:
+        """When status last changed."""
+
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        status: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        last_transition: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_transition", b"last_transition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_transition", b"last_transition", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Condition: _TypeAlias = Condition  # noqa: Y015
 
 @_typing.final
 class NodeTuningStatus(_message.Message):
@@ -338,6 +391,8 @@ class NodeTuningStatus(_message.Message):
     STARTED_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
+    CONDITIONS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     device: _builtins.str
     phase: Global___NodePhase.ValueType
@@ -356,6 +411,8 @@ class NodeTuningStatus(_message.Message):
     measured_power_w: _builtins.float
     config_revision: _builtins.int
     """The node's config revision carrying the choice (0: none published yet)."""
+    generation: _builtins.int
+    """The job generation this status is for (older than the job's: the node is Pending for the new spec)."""
     @_builtins.property
     def mode(self) -> _common_pb2.PowerMode:
         """The chosen configuration (once selected)."""
@@ -368,6 +425,8 @@ class NodeTuningStatus(_message.Message):
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TuningEvent]:
         """The latest events, oldest first (a short, bounded list)."""
 
+    @_builtins.property
+    def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Condition]: ...
     def __init__(
         self,
         *,
@@ -388,10 +447,12 @@ class NodeTuningStatus(_message.Message):
         started: _timestamp_pb2.Timestamp | None = ...,
         updated: _timestamp_pb2.Timestamp | None = ...,
         events: _abc.Iterable[Global___TuningEvent] | None = ...,
+        conditions: _abc.Iterable[Global___Condition] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "started", b"started", "updated", b"updated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "batch_size", b"batch_size", "config_revision", b"config_revision", "device", b"device", "events", b"events", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "node_id", b"node_id", "phase", b"phase", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "profiled", b"profiled", "reason", b"reason", "started", b"started", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w", "_measured_time_ms", b"_measured_time_ms", "_power_budget_w", b"_power_budget_w", "_predicted_power_upper_w", b"_predicted_power_upper_w", "_predicted_power_w", b"_predicted_power_w", "_predicted_time_ms", b"_predicted_time_ms", "batch_size", b"batch_size", "conditions", b"conditions", "config_revision", b"config_revision", "device", b"device", "events", b"events", "generation", b"generation", "measured_power_w", b"measured_power_w", "measured_time_ms", b"measured_time_ms", "mode", b"mode", "node_id", b"node_id", "phase", b"phase", "power_budget_w", b"power_budget_w", "predicted_power_upper_w", b"predicted_power_upper_w", "predicted_power_w", b"predicted_power_w", "predicted_time_ms", b"predicted_time_ms", "profiled", b"profiled", "reason", b"reason", "started", b"started", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__measured_power_w: _TypeAlias = _typing.Literal["measured_power_w"]  # noqa: Y015
     _WhichOneofArgType__measured_power_w: _TypeAlias = _typing.Literal["_measured_power_w", b"_measured_power_w"]  # noqa: Y015
@@ -430,9 +491,13 @@ class TuningJob(_message.Message):
     CREATED_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    CONDITIONS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     phase: Global___JobPhase.ValueType
     revision: _builtins.int
     """Increases with every change of the job's status (WatchTuningJob's after_revision)."""
+    generation: _builtins.int
+    """1 when created; one more each time the job is submitted again after a cancel."""
     @_builtins.property
     def spec(self) -> Global___TuningJobSpec: ...
     @_builtins.property
@@ -441,6 +506,10 @@ class TuningJob(_message.Message):
     def created(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def updated(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Condition]:
+        """The job's own conditions (NoMatchingNodes); each node carries its own."""
+
     def __init__(
         self,
         *,
@@ -450,10 +519,12 @@ class TuningJob(_message.Message):
         created: _timestamp_pb2.Timestamp | None = ...,
         updated: _timestamp_pb2.Timestamp | None = ...,
         revision: _builtins.int = ...,
+        conditions: _abc.Iterable[Global___Condition] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "spec", b"spec", "updated", b"updated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "nodes", b"nodes", "phase", b"phase", "revision", b"revision", "spec", b"spec", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "created", b"created", "generation", b"generation", "nodes", b"nodes", "phase", b"phase", "revision", b"revision", "spec", b"spec", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -574,6 +645,25 @@ class CancelTuningJobRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelTuningJobRequest: _TypeAlias = CancelTuningJobRequest  # noqa: Y015
+
+@_typing.final
+class DeleteTuningJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteTuningJobRequest: _TypeAlias = DeleteTuningJobRequest  # noqa: Y015
 
 @_typing.final
 class SubmitProfilingRequest(_message.Message):
