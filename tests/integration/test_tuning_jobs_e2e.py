@@ -1,11 +1,14 @@
-"""TuningJobs end to end: Redis, the Estimator (``--no-ray``), the Optimizer, coordinator replicas and
-simulated agents as separate processes on loopback; the leader's reconcile loop drives every node to
-Applied through the agents' job streams, the estimator's Transfer / Predict and the optimizer's Select.
+"""TuningJobs end to end: the Estimator (no Ray), the Optimizer, the coordinator and simulated agents
+on loopback; the leader's reconcile loop drives every node to Applied through the agents' job
+streams, the estimator's Transfer / Predict and the optimizer's Select.
 
 - a job over two nodes reaches Succeeded: each node's config is published once, its measured power
-  within its budget, and the agents apply it;
+  within its budget, and the agents apply it; a budget change re-selects without profiling. The
+  services run in this process over the in-memory store (``harness.InProcessCluster``): the
+  behaviour under test is the services', not their processes';
 - SIGKILL the leader mid-job: the standby finishes it; no point is profiled twice (each point's job
-  id was queued once per node) and each node has one config revision.
+  id was queued once per node) and each node has one config revision. Here they are processes
+  (Redis, coordinator replicas, services, agents): the fault is a process dying.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 
 import grpc
 import pytest
-from harness import wait_job
+from harness import InProcessCluster, wait_job
 
 from edgetune.localrun.controlplane import fit_references
 from edgetune.localrun.localcluster import LocalCluster
@@ -42,16 +45,18 @@ def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True)
         node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
 
 
-def _why(cluster: LocalCluster, job: tuning_pb2.TuningJob) -> list:
-    """The nodes' reasons and events and the coordinators' logged warnings (the job's repr is cut short)."""
+def _why(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.TuningJob) -> list:
+    """The nodes' reasons and events and the coordinators' logged warnings (the job's repr is cut short;
+    in-process, the warnings are in the test's captured log)."""
     why: list = [(n.node_id, n.reason, [e.message for e in n.events]) for n in job.nodes]
-    children = cluster.supervisor.children if cluster.supervisor is not None else []
+    supervisor = getattr(cluster, "supervisor", None)
+    children = supervisor.children if supervisor is not None else []
     logged = [line for c in children if c.name.startswith("coordinator") for line in c.log_tail(400).splitlines()
               if '"level": "warning"' in line or '"level": "error"' in line]
     return why + logged[-30:]
 
 
-def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
+def _check_applied(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
     why = _why(cluster, job) if job.phase != tuning_pb2.JOB_PHASE_SUCCEEDED else []
     assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, why
     for node in job.nodes:
@@ -69,7 +74,7 @@ def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: di
 
 
 def test_job_reaches_applied_within_budget(tmp_path):
-    with LocalCluster(tmp_path, tuning=True) as cluster:
+    with InProcessCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.stub is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
         refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
