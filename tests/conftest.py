@@ -17,7 +17,10 @@ suite over its two workers. xdist hands out *units*, in the order the tests are 
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -122,7 +125,7 @@ def _join_group(item: pytest.Item, group: str) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getvalue("loadgroup"):
+    if not config.getoption("loadgroup", default=False):  # set on the workers of --dist loadgroup
         return
     units: dict[str, list[pytest.Item]] = defaultdict(list)
     for item in items:
@@ -163,3 +166,27 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         ray.shutdown()
         _ray_started_here = False
 
+
+# --- work done once per run ---------------------------------------------------------------------------
+# edgetune.estimation.proxy.CHECKPOINT_DIR_ENV, spelled out: importing it would import torch into every
+# run (tests/unit/test_proxy_checkpoints.py checks the two agree)
+CHECKPOINT_DIR_ENV = "EDGETUNE_CHECKPOINT_DIR"
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A directory every worker of this run shares (for what one computes and the other reads)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if worker_id != "master" else base) / "shared"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkpoints_once_per_run(run_dir: Path) -> Iterator[None]:
+    """The proxy workloads' pre-trained checkpoints (tens of CPU seconds each) trained once per run:
+    ``$EDGETUNE_CHECKPOINT_DIR`` in the run's shared directory, read by the other worker and by the
+    services the tests start as processes. A directory set from outside (a CI cache) is kept."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CHECKPOINT_DIR_ENV, os.environ.get(CHECKPOINT_DIR_ENV) or str(run_dir / "checkpoints"))
+        yield

@@ -10,6 +10,8 @@ Imported as ``harness`` (``tests/conftest.py`` puts this directory on ``sys.path
   stopped on exit;
 - :func:`durable_redis` / :func:`restart_redis`: a redis-server on TCP with an AOF fsynced on
   every write, and the same one again on its port after a stop (the fault tests' outages);
+- :func:`references`: ``edgetune up``'s reference models on a cluster's estimator, each fitted once per
+  run and copied into the stores of the clusters after it;
 - :func:`free_port` / :func:`wait_serving`: a port for a service run as its own process, and a
   channel to it once it serves;
 - :func:`wait_for` / :func:`wait_job`: poll until something holds, failing after a timeout.
@@ -20,11 +22,13 @@ two shared cores neither waits long at shutdown nor misses a change.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pickle
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +36,18 @@ from typing import Any, TypeVar
 
 import grpc
 
+from edgetune.localrun.controlplane import REFERENCE_EPOCHS, REFERENCE_POINTS, fit_references
 from edgetune.localrun.processes import SupervisorError, wait_process_serving
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.coordinator.server import Coordinator, create_coordinator, start
+from edgetune.services.estimator.convert import BLOB_KIND
 from edgetune.services.estimator.server import create_server as create_estimator
 from edgetune.services.optimizer.server import create_server as create_optimizer
 from edgetune.services.profiler.server import create_server as create_agent
 from edgetune.services.profiler.server import link_to_coordinator
 from edgetune.store import EmbeddedRedisServer, MemoryStore, Store
+from edgetune.tuning.protocols import reference_model_id
 
 T = TypeVar("T")
 
@@ -206,6 +213,32 @@ class InProcessCluster:
             served.server.stop(0)
         self._services.clear()
         self.store.close()
+
+
+def references(store: Store, estimator_address: str, devices: Sequence[str], cache: Path, *,
+               points: int = REFERENCE_POINTS, epochs: int = REFERENCE_EPOCHS) -> dict[str, str]:
+    """``fit_references`` (what ``edgetune up`` fits: a training reference per device model) on the
+    estimator at ``estimator_address``, whose store is ``store``, with each device's model fitted once
+    per run: the first time through the estimator's Fit, its stored model (bytes and record) then
+    kept in ``cache`` (the run's shared directory) and written into the next clusters' stores as the
+    estimator wrote it. ``device -> model id``, as ``fit_references`` returns."""
+    out: dict[str, str] = {}
+    for device in dict.fromkeys(devices):
+        path = cache / f"reference-{device}-{points}-{epochs}.pickle"
+        with open(path.with_suffix(".lock"), "w") as lock:  # one worker fits, the other waits and reads
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():
+                parts, data, meta = pickle.loads(path.read_bytes())
+                store.put_blob(BLOB_KIND, parts, data, meta)
+            else:
+                before = set(store.list_blobs(BLOB_KIND))
+                fit_references(estimator_address, [device], points=points, epochs=epochs)
+                (fitted,) = [b for b in store.list_blobs(BLOB_KIND) if b not in before]
+                data, meta, _ = store.get_blob(BLOB_KIND, fitted.key_parts)
+                path.with_suffix(".tmp").write_bytes(pickle.dumps((fitted.key_parts, data, meta)))
+                path.with_suffix(".tmp").replace(path)
+        out[device] = reference_model_id(device)
+    return out
 
 
 def durable_redis(data_dir: Path, port: int = 0) -> EmbeddedRedisServer:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from harness import InProcessCluster
+from harness import InProcessCluster, references
 
 pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
 
@@ -48,7 +48,6 @@ from edgetune.integrations.flower import (  # noqa: E402
     PowerAwareStrategy,
     Tuning,
 )
-from edgetune.localrun.controlplane import fit_references  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.serde.common import mode_from_proto  # noqa: E402
 from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402
@@ -67,22 +66,23 @@ def _current_mode(address: str) -> PowerMode:
         return mode_from_proto(reply.current_mode)
 
 
-def _tuning_cluster(workdir: Path, nodes: dict[str, tuple[str, float]]) -> InProcessCluster:
+def _tuning_cluster(workdir: Path, nodes: dict[str, tuple[str, float]], run_dir: Path) -> InProcessCluster:
     """The example's ``start_cluster`` in this process: the control plane, an agent per node (with its
-    budget) and a reference model per device model fitted on the estimator."""
+    budget) and a reference model per device model on the estimator (``fit_references``'s, fitted
+    once per run: ``harness.references``)."""
     cluster = InProcessCluster(workdir, tuning=True).start()
     try:
         cluster.start_agents(nodes)
         assert cluster.estimator is not None
-        fit_references(cluster.estimator.address, [model for model, _ in nodes.values()])
+        references(cluster.store, cluster.estimator.address, [model for model, _ in nodes.values()], run_dir)
     except BaseException:
         cluster.close()
         raise
     return cluster
 
 
-def test_flower_rounds_run_in_the_planned_modes(tmp_path):
-    cluster = _tuning_cluster(tmp_path, NODES)
+def test_flower_rounds_run_in_the_planned_modes(tmp_path, run_dir):
+    cluster = _tuning_cluster(tmp_path, NODES, run_dir)
     agents = cluster.agents
     try:
         assert cluster.coordinator is not None
@@ -159,12 +159,12 @@ class _Node(ClientProxy):
         raise NotImplementedError
 
 
-def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path):
+def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path, run_dir):
     """The strategy's safety policy without Flower's engine: configure_fit submits a TuningJob at the
     strategy's risk, the coordinator's shared workflow verifies each node's choice on its agent, and
     the round is planned from exactly those choices (a later round reads the same job again)."""
     nodes = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
-    cluster = _tuning_cluster(tmp_path, nodes)
+    cluster = _tuning_cluster(tmp_path, nodes, run_dir)
     try:
         assert cluster.coordinator is not None
         manager = SimpleClientManager()

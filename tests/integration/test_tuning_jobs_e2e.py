@@ -18,9 +18,8 @@ import time
 
 import grpc
 import pytest
-from harness import InProcessCluster, wait_job
+from harness import InProcessCluster, references, wait_job
 
-from edgetune.localrun.controlplane import fit_references
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
@@ -73,11 +72,11 @@ def _check_applied(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.Tun
             (node.mode.cores, node.mode.cpu_mhz, node.mode.gpu_mhz, node.mode.emc_mhz)
 
 
-def test_job_reaches_applied_within_budget(tmp_path):
+def test_job_reaches_applied_within_budget(tmp_path, run_dir):
     with InProcessCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.stub is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
+        refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
         stub = cluster.stub
         # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
         jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
@@ -116,14 +115,15 @@ def test_job_reaches_applied_within_budget(tmp_path):
         assert later and not any(m.startswith("profile") for m in later), later
 
 
-def test_leader_killed_mid_job_standby_finishes(tmp_path):
+def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
     with LocalCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.stub is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None
         cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
+        assert cluster.store is not None
+        refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
         target = f"ipv4:127.0.0.1:{cluster.coordinator.address.rsplit(':', 1)[1]}," \
                  f"127.0.0.1:{standby.address.rsplit(':', 1)[1]}"
         with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as channel:

@@ -1,6 +1,9 @@
 """``edgetune up`` + ``edgetune job`` end to end, as a user runs them: ``up`` as a subprocess
-(Redis, estimator, optimizer, coordinator, one simulated agent per node), jobs submitted with the
-CLI against the address in its ready file, then SIGTERM: exit 0 and no process of the run left.
+(Redis, estimator, optimizer, coordinator, one simulated agent per node), a job submitted with the
+CLI (a process too) against the address in its ready file, then SIGTERM: exit 0 and no process of
+the run left. The other ``edgetune job`` calls (get, list, the refusals, a call after the stop) run
+the same CLI in this process (:func:`edgetune_here`): what they check is the CLI's output and exit
+code, not a process's start.
 
 The estimator runs ``--no-ray`` here (two shared CPU cores in CI; Ray's start-up is the
 slowest part and is covered by the demo).
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from edgetune.cli import main
 from edgetune.localrun.processes import find_marked
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,6 +43,14 @@ reference_model: reference-orin-agx-train
 
 def edgetune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def edgetune_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``edgetune ARGS`` run by the CLI's ``main`` in this process: its exit code and output."""
+    capsys.readouterr()  # what came before is not this call's
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["edgetune", *args], code, out, err)
 
 
 @pytest.fixture
@@ -63,7 +75,7 @@ def up(tmp_path: Path):
             proc.wait(30)
 
 
-def test_up_submit_wait_json_then_sigterm(up) -> None:
+def test_up_submit_wait_json_then_sigterm(up, capsys) -> None:
     proc, ready, run_id, ready_path, tmp_path = up
     assert ready["nodes"] == ["orin-agx-1", "nano-1"] and set(ready) == {"coordinator", "nodes"}
     address = ready["coordinator"]
@@ -90,17 +102,17 @@ def test_up_submit_wait_json_then_sigterm(up) -> None:
         assert node["profiled"] >= 12
     print(f"job Succeeded in {wall_s:.1f} s:", json.dumps(job["nodes"]))
 
-    got = edgetune("job", "get", "mnv3-train", "--coordinator", address, "--json")
+    got = edgetune_here(capsys, "job", "get", "mnv3-train", "--coordinator", address, "--json")
     assert got.returncode == 0 and json.loads(got.stdout) == job
-    listed = edgetune("job", "list", "--coordinator", address)
+    listed = edgetune_here(capsys, "job", "list", "--coordinator", address)
     assert listed.returncode == 0 and "mnv3-train  Succeeded  2/2 nodes applied" in listed.stdout
 
     # Server errors: NOT_FOUND and INVALID_ARGUMENT exit 2 with the server's message.
-    missing = edgetune("job", "get", "no-such-job", "--coordinator", address)
+    missing = edgetune_here(capsys, "job", "get", "no-such-job", "--coordinator", address)
     assert missing.returncode == 2 and "no-such-job" in missing.stderr, missing.stderr
     (tmp_path / "bad.yaml").write_text(JOB.replace("name: mnv3-train", "name: too-few").replace("profiles: 12",
                                                                                                "profiles: 2"))
-    bad = edgetune("job", "submit", str(tmp_path / "bad.yaml"), "--coordinator", address)
+    bad = edgetune_here(capsys, "job", "submit", str(tmp_path / "bad.yaml"), "--coordinator", address)
     assert bad.returncode == 2 and "spec.profiles" in bad.stderr, bad.stderr
 
     proc.send_signal(signal.SIGTERM)
@@ -112,7 +124,7 @@ def test_up_submit_wait_json_then_sigterm(up) -> None:
     errors = [f"{log.name}: {line[:300]}" for log in sorted((tmp_path / "logs").glob("*.log"))
               for line in log.read_text().splitlines() if '"level": "error"' in line or '"level": "critical"' in line]
     assert errors == [], errors
-    after = edgetune("job", "get", "mnv3-train", "--coordinator", address, timeout=60)
+    after = edgetune_here(capsys, "job", "get", "mnv3-train", "--coordinator", address)
     assert after.returncode == 1 and f"coordinator {address} unavailable" in after.stderr
 
 

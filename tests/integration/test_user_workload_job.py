@@ -19,10 +19,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from harness import InProcessCluster, wait_job
+from harness import InProcessCluster, references, wait_job
 
 from edgetune.cli import main
-from edgetune.localrun.controlplane import fit_references
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, estimator_pb2, estimator_pb2_grpc, tuning_pb2
 from edgetune.workloads.user import load_workload
 
@@ -41,11 +40,11 @@ reference_model: reference-{device}-train
 """
 
 
-def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys):
+def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys, run_dir):
     with InProcessCluster(tmp_path, tuning=True, workload_path=(FIXTURES,)) as cluster:
         assert cluster.estimator is not None and cluster.stub is not None and cluster.store is not None
         cluster.start_agents({NODE: (DEVICE, BUDGET_W)})
-        fit_references(cluster.estimator.address, [DEVICE])  # what `edgetune up` does
+        references(cluster.store, cluster.estimator.address, [DEVICE], run_dir)  # what `edgetune up` fits
         assert cluster.coordinator is not None
         address = cluster.coordinator.address
         stub = cluster.stub
