@@ -23,7 +23,6 @@ import numpy as np
 
 from edgetune.base.records import Points
 from edgetune.control.reconcile import CANDIDATE_GRID, policy_for
-from edgetune.control.tuningjobs import TuningJobSpec
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.localrun.controlplane import REFERENCE_BATCH_SIZE, REFERENCE_WORKLOAD
@@ -31,6 +30,7 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import Profiler
 from edgetune.tables import write_table
+from edgetune.tuning.jobs import TuningJobSpec
 from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
 from edgetune.tuning.tuner import NodeTuner
 

@@ -36,12 +36,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.estimation.repository import BLOB_KIND
 from edgetune.localrun.controlplane import REFERENCE_EPOCHS, REFERENCE_POINTS, fit_references
 from edgetune.localrun.processes import SupervisorError, wait_process_serving
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
+from edgetune.proto.v1 import tuning_pb2
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.coordinator.server import Coordinator, create_coordinator, start
-from edgetune.services.estimator.convert import BLOB_KIND
 from edgetune.services.estimator.server import create_server as create_estimator
 from edgetune.services.optimizer.server import create_server as create_optimizer
 from edgetune.services.profiler.server import create_server as create_agent
@@ -101,7 +102,7 @@ class InProcessCluster:
     mode-restore state directory under ``workdir``. The servers are the services' own
     ``create_server`` / ``create_coordinator``: the same servicers, interceptors and agent loop as
     the processes, without a process start (an interpreter and torch) per service. Attributes as
-    LocalCluster's: ``store``, ``stub`` (the coordinator's), ``coordinator`` / ``estimator`` /
+    LocalCluster's: ``store``, ``channel`` and ``client`` (the coordinator's), ``coordinator`` / ``estimator`` /
     ``optimizer`` (with ``address``). A context manager; :meth:`close` stops agents first (they
     restore their modes), then the coordinator and the services.
     """
@@ -118,9 +119,10 @@ class InProcessCluster:
     estimator: Served | None = None
     optimizer: Served | None = None
     agents: dict[str, Served] = field(default_factory=dict)
-    stub: coordinator_pb2_grpc.CoordinatorStub | None = None
+    channel: grpc.Channel | None = None
+    #: The coordinator's client on :attr:`channel` (records in and out).
+    client: CoordinatorClient | None = None
     _replica: Coordinator | None = None
-    _channel: grpc.Channel | None = None
     _services: list[Served] = field(default_factory=list)
 
     def __enter__(self) -> InProcessCluster:
@@ -143,8 +145,8 @@ class InProcessCluster:
             self._replica = replica
             self.coordinator = Served("coordinator", replica.server, replica.servicer)
             assert replica.lease.wait_leader(10.0), "the coordinator did not take the lease"
-            self._channel = grpc.insecure_channel(replica.server.address)
-            self.stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+            self.channel = grpc.insecure_channel(replica.server.address)
+            self.client = CoordinatorClient(self.channel)
         except BaseException:
             self.close()
             raise
@@ -167,13 +169,14 @@ class InProcessCluster:
                      job_idle_timeout_ms: int | None = None, timeout_s: float = 30.0) -> dict[str, Served]:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, returned once each
         has registered with the coordinator (``seed``: the first agent's simulator seed, +1 per agent)."""
-        assert self.coordinator is not None and self.stub is not None, "the cluster is not started"
+        assert self.coordinator is not None and self.client is not None, "the cluster is not started"
+        client = self.client
         started = {node_id: self.start_agent(node_id, model, budget_w, seed=seed + i,
                                              job_idle_timeout_ms=job_idle_timeout_ms)
                    for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
 
         def registered() -> bool:
-            listed = {n.node_id: n for n in self.stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+            listed = {n.node_id: n for n in client.nodes()}
             return all(n in listed and listed[n].state != "lost" for n in started)
 
         wait_for(registered, timeout_s, "the agents to register", poll_s=0.05)
@@ -205,8 +208,8 @@ class InProcessCluster:
     def close(self) -> None:
         for node_id in list(self.agents):  # agents first: they restore their modes
             self.stop_agent(node_id)
-        if self._channel is not None:
-            self._channel.close()
+        if self.channel is not None:
+            self.channel.close()
         if self._replica is not None:
             self._replica.server.stop(0)
         for served in reversed(self._services):

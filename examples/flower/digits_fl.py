@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {n.node_id:14} measured {n.measured_power_w:5.1f} W of {n.power_budget_w:4.1f} W, "
                   f"{n.measured_time_ms:6.1f} ms per minibatch, {n.profiled} points profiled")
     for server_round, record in sorted(strategy.rounds.items()):
-        print(f"round {server_round} ({record.plan.round_id}): makespan {record.plan.makespan_s:.2f} s, "
+        print(f"round {server_round} ({record.round_id}): makespan {record.plan.makespan_s:.2f} s, "
               f"energy {record.plan.energy_j:.1f} J")
         for a in record.assignments:
             print(f"  {a.node_id:14} batch {a.batch_size:3}  mode {a.mode.label() if a.mode else '-':24} "

@@ -38,8 +38,10 @@ step's body, with ``torch.cuda.synchronize()`` before and after when CUDA is ava
 device with a virtual clock (the simulator, a replayed table) it is the device's costing of the
 workload: for a ``torch.nn.Module`` the simulator's layer costing of that module
 (:func:`edgetune.devices.simulated.profiles.profile_from_module`), so the loop runs end to end
-without a Jetson. The workload's id (:func:`workload_id`: a name and a hash of the module's
-structure) names its measurements in the store (``store=``).
+without a Jetson. The workload's id names its measurements in the store (``store=``): the one
+formula of :func:`edgetune.base.workload.workload_id`, ``NAME-HASH`` with the hash of the module's
+structure and NAME the class name, or ``workload=`` (a ``MODULE:FUNCTION`` there gives the id the
+CLI and the agents give that entry: ``models.make-HASH``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from edgetune.base.clocks import VirtualClock
 from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.base.records import Decision, Points
 from edgetune.base.roles import Role
+from edgetune.base.workload import id_name, workload_id
 from edgetune.devices.base import Device, PowerSampler
 from edgetune.errors import InvalidArgument
 from edgetune.profiling.stats import mean_std, power_stats
@@ -174,16 +177,6 @@ def split_profiles(profiles: int, policy: TuningPolicy) -> TuningPolicy:
     return policy.with_(n_initial=n_initial + rest - rounds * per_round, rounds=rounds, per_round=per_round)
 
 
-def workload_id(model: Any, sample_inputs: Any, name: str | None = None) -> str:
-    """The workload's id: a zoo name as is; a module: ``NAME-HASH`` (its class name unless ``name``
-    is given, and the hash of its structure and input shapes, as ``--workload MODULE:FUNCTION``)."""
-    if isinstance(model, str):
-        return model
-    from edgetune.workloads.user import structure_hash
-
-    return f"{name or type(model).__name__}-{structure_hash(model, sample_inputs)}"
-
-
 @functools.lru_cache(maxsize=8)
 def simulated_reference(device: str, role: str = "train", epochs: int | None = None, seed: int = 0) -> Any:
     """The reference predictor of a simulated device model (a ``TimePowerModel``): the one
@@ -285,6 +278,8 @@ class OnlineTuner:
                                   "a torch.nn.Module or a zoo workload name")
         if make_batch is not None and not callable(make_batch):
             raise InvalidArgument("make_batch", "is not callable", "make_batch(batch_size) -> (inputs, targets)")
+        if workload is not None:  # the id's name part: checked now, not at the first step
+            id_name(workload)
         self.warmup_steps, self.settle_s, self.min_window_s = warmup_steps, float(settle_s), float(min_window_s)
         self.sample_rate_hz = float(sample_rate_hz)
         self.seed = int(seed)
@@ -578,8 +573,10 @@ class OnlineTuner:
     # -- the workflow -----------------------------------------------------------------------------
     def _register_workload(self, batch_size: int) -> None:
         """The module's id and, on the simulator, its layer-costed profile (registered once)."""
+        from edgetune.workloads.user import structure_hash  # imports torch: only for a module
+
         inputs = self._sample_inputs(batch_size)
-        self.workload = workload_id(self.model, inputs, self._name)
+        self.workload = workload_id(self._name or type(self.model).__name__, structure_hash(self.model, inputs))
         if self._virtual and hasattr(self.device, "true_time_ms"):
             from edgetune.devices.simulated.profiles import get_profile, profile_from_module, register_profile
 
@@ -753,4 +750,4 @@ def _resized(inputs: Any, batch_size: int) -> Any:
 
 
 __all__ = ["DEFAULT_GRID", "OnlineDecision", "OnlineTuner", "State", "StepRecord", "Window", "simulated_reference",
-           "split_profiles", "workload_id"]
+           "split_profiles"]

@@ -109,10 +109,19 @@ def _real(value: object, field: str, allowed: str) -> float:
     return v
 
 
-def _positive(value: object, field: str, allowed: str) -> float:
+def positive(value: object, field: str, allowed: str) -> float:
+    """A finite real number > 0 (a measured time, a budget); ``allowed`` says so in the field's units."""
     v = _real(value, field, allowed)
     if v <= 0:
         raise InvalidArgument(field, f"{_show(value)} is not > 0", allowed)
+    return v
+
+
+def non_negative(value: object, field: str, allowed: str) -> float:
+    """A finite real number >= 0 (a measured power, a std); ``allowed`` says so in the field's units."""
+    v = _real(value, field, allowed)
+    if v < 0:
+        raise InvalidArgument(field, f"{_show(value)} is not >= 0", allowed)
     return v
 
 
@@ -140,29 +149,29 @@ def power_budget_w(value: object, field: str = "power_budget_w") -> float:
     0 W is refused: no option draws no power, so a 0 W budget can only mean a mistake (an
     unset field read as 0). "No budget" is ``None`` / an absent field, never 0 or inf.
     """
-    return _positive(value, field, POWER_BUDGET_ALLOWED)
+    return positive(value, field, POWER_BUDGET_ALLOWED)
 
 
 def time_budget_ms(value: object, field: str = "time_budget_ms") -> float:
     """A per-minibatch time budget: a finite number of milliseconds > 0 (no budget: None)."""
-    return _positive(value, field, TIME_BUDGET_ALLOWED)
+    return positive(value, field, TIME_BUDGET_ALLOWED)
 
 
 def latency_budget_ms(value: object, field: str = "latency_budget_ms") -> float:
     """An inference latency budget (peak latency of a request): a finite number of ms > 0."""
-    return _positive(value, field, TIME_BUDGET_ALLOWED)
+    return positive(value, field, TIME_BUDGET_ALLOWED)
 
 
 def arrival_rps(value: object, field: str = "arrival_rps") -> float:
     """A mean request arrival rate: a finite number of requests per second > 0."""
-    return _positive(value, field, ARRIVAL_RATE_ALLOWED)
+    return positive(value, field, ARRIVAL_RATE_ALLOWED)
 
 
 def sample_rate_hz(value: object, field: str = "sample_rate_hz", *, maximum: float = MAX_SAMPLE_RATE_HZ) -> float:
     """A power sampling rate: a finite number of Hz with :data:`MIN_SAMPLE_RATE_HZ` <= rate <= ``maximum``
     (default 1 kHz); a rate of 1e-113 Hz would wait past the end of time between two samples."""
     allowed = f"a number of Hz with {MIN_SAMPLE_RATE_HZ:g} <= rate <= {maximum:g}"
-    v = _positive(value, field, allowed)
+    v = positive(value, field, allowed)
     if v > maximum or v < MIN_SAMPLE_RATE_HZ:
         raise InvalidArgument(field, f"{_show(value)} is out of range", allowed)
     return v
@@ -369,7 +378,7 @@ def budget_range(start: object, stop: object, step: object = 1.0, field: str = "
     try:
         a = power_budget_w(start, field)
         b = power_budget_w(stop, field)
-        s = _positive(step, field, SWEEP_ALLOWED)
+        s = positive(step, field, SWEEP_ALLOWED)
     except InvalidArgument as exc:  # name the sweep, keep what was wrong with the part
         raise InvalidArgument(field, f"sweep {_show(start)}:{_show(stop)}:{_show(step)}: {exc.message}",
                               SWEEP_ALLOWED) from None

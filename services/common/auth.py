@@ -17,12 +17,29 @@ has a store, :meth:`Store.append_audit`.
 
 Search sessions are owned: the identity that started one (StartSearch) is the only one, besides
 an admin, that may Ask, Tell or end it.
+
+Agents may also identify with their pod's projected service-account token (``--agent-jwks``,
+:class:`~edgetune.identity.JwksVerifier`): a bearer token that is a JWT goes to the verifier, whose
+identity is the node named in the token's claims.
+
+Refused calls are audited at a bounded rate (:class:`RefusedAuditLimiter`): at most
+``REFUSED_PER_PEER_PER_S`` records a second per peer host (bursts of ``REFUSED_PER_PEER_BURST``) and
+``REFUSED_TOTAL_PER_S`` over all peers; the rest are counted and summed up in one record per peer
+(outcome RESOURCE_EXHAUSTED, ``target`` "N refused calls not recorded") once the peer may write
+again. Calls that were let in are always recorded, so a flood of anonymous calls can no longer
+push genuine records out of the audit stream's ``AUDIT_MAX_LEN``.
+
+While a call runs, :func:`current_caller` is its identity (the limits interceptor shares heavy
+slots and watch streams by it).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +50,15 @@ from edgetune.identity import (
     ADMIN,
     AGENT,
     AUTHORIZATION,
+    MAX_BEARER_CHARS,
     OPERATOR,
     VIEWER,
     Identity,
+    JwksVerifier,
+    TokenRefused,
     TokenTable,
     certificate_identity,
+    looks_like_jwt,
 )
 from edgetune.services.common.handlers import wrap_handler
 from edgetune.services.common.metrics import split_method
@@ -53,6 +74,28 @@ _AUDIT_FIELD_CHARS = 256
 #: How long an ownership record lives: at least a search session's default idle lifetime.
 OWNER_TTL_S = 7 * 24 * 3600.0
 _RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
+#: Refused calls written to the audit stream: per peer host (a second, burst) and over all peers.
+REFUSED_PER_PEER_PER_S = 2.0
+REFUSED_PER_PEER_BURST = 20.0
+REFUSED_TOTAL_PER_S = 20.0
+REFUSED_TOTAL_BURST = 200.0
+#: Peers the limiter remembers (least recently refused forgotten first).
+MAX_TRACKED_PEERS = 10_000
+
+_CALLER: contextvars.ContextVar[tuple[Identity, str] | None] = contextvars.ContextVar("edgetune_caller",
+                                                                                      default=None)
+
+
+def current_caller() -> tuple[Identity, str] | None:
+    """(identity, peer) of the call this thread serves now; None outside an authenticated call."""
+    return _CALLER.get()
+
+
+def peer_host(peer: str) -> str:
+    """``ipv4:10.0.0.7:51234`` -> ``ipv4:10.0.0.7``; ``ipv6:[::1]:5`` -> ``ipv6:[::1]``; others as they are."""
+    if peer.startswith(("ipv4:", "ipv6:")) and peer.count(":") >= 2:
+        return peer.rsplit(":", 1)[0]
+    return peer
 
 
 @dataclass(frozen=True)
@@ -108,6 +151,10 @@ POLICY: dict[str, Rule] = {
     "/edgetune.v1.Coordinator/WatchTuningJob": Rule(VIEWER),
     "/edgetune.v1.Coordinator/CancelTuningJob": Rule(OPERATOR, audit=True),
     "/edgetune.v1.Coordinator/SubmitProfiling": Rule(OPERATOR, audit=True),
+    # A node's profiling jobs through the coordinator (its own agent, or an admin)
+    "/edgetune.v1.NodeJobs/ClaimJobs": Rule(ADMIN, _node_id, _set_node_id),
+    "/edgetune.v1.NodeJobs/CompleteJob": Rule(ADMIN, _node_id, _set_node_id, audit=True),
+    "/edgetune.v1.NodeJobs/RefuseJob": Rule(ADMIN, _node_id, _set_node_id, audit=True),
     # Estimator
     "/edgetune.v1.Estimator/Fit": Rule(OPERATOR, audit=True),
     "/edgetune.v1.Estimator/Transfer": Rule(OPERATOR, audit=True),
@@ -187,21 +234,31 @@ class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates, authorises by :data:`POLICY`, records ownership and audits (module doc)."""
 
     def __init__(self, service: str, *, tokens: TokenTable | None = None, client_certs: bool = False,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, agents: JwksVerifier | None = None,
+                 refused: RefusedAuditLimiter | None = None) -> None:
         self.service = service
         self.tokens = tokens
         self.client_certs = client_certs
+        self.agents = agents
         self.store = store
+        self.refused = refused or RefusedAuditLimiter()
 
     @property
     def enforcing(self) -> bool:
-        return self.tokens is not None or self.client_certs
+        return self.tokens is not None or self.client_certs or self.agents is not None
 
     def identify(self, context: grpc.ServicerContext) -> Identity:
         if not self.enforcing:
             return ANONYMOUS
         token = _bearer(context.invocation_metadata())
         if token is not None:
+            if len(token) > MAX_BEARER_CHARS:
+                raise Denied(grpc.StatusCode.UNAUTHENTICATED, "bearer token too long")
+            if self.agents is not None and looks_like_jwt(token):
+                try:
+                    return self.agents.identify(token)
+                except TokenRefused as exc:
+                    raise Denied(grpc.StatusCode.UNAUTHENTICATED, f"service-account token refused: {exc}") from None
             who = self.tokens.identify(token) if (self.tokens is not None and token) else None
             if who is None:
                 raise Denied(grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
@@ -252,10 +309,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
         if streaming:
             return self._stream(behavior, request, context, method, rule, who, target)
         failed = True
+        token = _CALLER.set((who, context.peer() or ""))
         try:
             response = behavior(request, context)
             failed = False
         finally:
+            _CALLER.reset(token)
             outcome = _code(context, failed)
             if rule.audit:
                 self.audit(method, who, outcome, context, target)
@@ -266,6 +325,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
     def _stream(self, behavior: Callable[..., Any], request: Any, context: grpc.ServicerContext, method: str,
                 rule: Rule, who: Identity, target: str) -> Iterator[Any]:
         outcome = "UNKNOWN"
+        # The whole stream is served by this one thread (grpc's sync server), so the caller holds while it runs.
+        token = _CALLER.set((who, context.peer() or ""))
         try:
             yield from behavior(request, context)
             outcome = _code(context, False)
@@ -276,6 +337,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
             outcome = _code(context, True)
             raise
         finally:
+            try:
+                _CALLER.reset(token)
+            except ValueError:  # closed from another context (garbage-collected elsewhere): nothing to undo here
+                pass
             if rule.audit:
                 self.audit(method, who, outcome, context, target)
 
@@ -304,17 +369,33 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     # -- audit -------------------------------------------------------------------------------
     def audit(self, method: str, who: Identity | None, outcome: str, context: grpc.ServicerContext,
-              target: str) -> None:
+              target: str, *, refused: bool | None = None) -> None:
+        """Write one audit record. A refused call (``refused``: by default, one without an identity
+        or refused for its credentials / role) is written only as the limiter allows; the ones it
+        holds back are summed up in the peer's next record."""
         _service, name = split_method(method)
-        record = AuditRecord(time.time(), self.service, name, (who.name if who else "unauthenticated")[:_AUDIT_FIELD_CHARS],
-                             who.role if who else "", who.via if who else "none", outcome,
-                             (context.peer() or "")[:_AUDIT_FIELD_CHARS], target[:_AUDIT_FIELD_CHARS])
+        peer = (context.peer() or "")[:_AUDIT_FIELD_CHARS]
+        if refused is None:
+            refused = who is None or outcome in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+        if refused:
+            allowed, suppressed = self.refused.admit(peer_host(peer))
+            if not allowed:
+                return
+            if suppressed:
+                self._write(AuditRecord(time.time(), self.service, name, "unauthenticated", "", "none",
+                                        "RESOURCE_EXHAUSTED", peer, f"{suppressed} refused calls not recorded"))
+        self._write(AuditRecord(time.time(), self.service, name,
+                                (who.name if who else "unauthenticated")[:_AUDIT_FIELD_CHARS],
+                                who.role if who else "", who.via if who else "none", outcome, peer,
+                                target[:_AUDIT_FIELD_CHARS]))
+
+    def _write(self, record: AuditRecord) -> None:
         log.info("audit", extra={"audit": record.to_dict()})
         if self.store is not None:
             try:
                 self.store.append_audit(record, max_len=AUDIT_MAX_LEN)
             except Exception:  # the structured log has it; a store hiccup must not fail the call
-                log.exception("cannot write the audit record", extra={"method": name})
+                log.exception("cannot write the audit record", extra={"method": record.method})
 
 
 def _code(context: grpc.ServicerContext, failed: bool) -> str:
@@ -322,3 +403,53 @@ def _code(context: grpc.ServicerContext, failed: bool) -> str:
     if code is None:
         return "UNKNOWN" if failed else "OK"
     return code.name if isinstance(code, grpc.StatusCode) else str(code)
+
+
+class _Bucket:
+    __slots__ = ("tokens", "stamp", "suppressed")
+
+    def __init__(self, tokens: float, stamp: float) -> None:
+        self.tokens, self.stamp, self.suppressed = tokens, stamp, 0
+
+
+class RefusedAuditLimiter:
+    """Token buckets for refused calls' audit records: one per peer host and one over all peers
+    (module doc). :meth:`admit` says whether a record may be written now and how many of the
+    peer's earlier ones were held back (to be summed up in one record)."""
+
+    def __init__(self, per_peer_per_s: float = REFUSED_PER_PEER_PER_S, per_peer_burst: float = REFUSED_PER_PEER_BURST,
+                 total_per_s: float = REFUSED_TOTAL_PER_S, total_burst: float = REFUSED_TOTAL_BURST,
+                 clock: Callable[[], float] = time.monotonic, max_peers: int = MAX_TRACKED_PEERS) -> None:
+        self.per_peer_per_s, self.per_peer_burst = per_peer_per_s, per_peer_burst
+        self.total_per_s, self.total_burst = total_per_s, total_burst
+        self.clock, self.max_peers = clock, max_peers
+        self._peers: OrderedDict[str, _Bucket] = OrderedDict()
+        self._total = _Bucket(total_burst, clock())
+        self._lock = threading.Lock()
+        #: Records held back since the start (all peers).
+        self.suppressed_total = 0
+
+    @staticmethod
+    def _refill(bucket: _Bucket, rate: float, burst: float, now: float) -> None:
+        bucket.tokens = min(burst, bucket.tokens + (now - bucket.stamp) * rate)
+        bucket.stamp = now
+
+    def admit(self, peer: str) -> tuple[bool, int]:
+        now = self.clock()
+        with self._lock:
+            bucket = self._peers.pop(peer, None) or _Bucket(self.per_peer_burst, now)
+            self._peers[peer] = bucket  # most recent last
+            while len(self._peers) > self.max_peers:
+                self._peers.popitem(last=False)
+            self._refill(bucket, self.per_peer_per_s, self.per_peer_burst, now)
+            self._refill(self._total, self.total_per_s, self.total_burst, now)
+            # A summary needs a token of its own, so a record and its summary take two.
+            need = 2.0 if bucket.suppressed else 1.0
+            if bucket.tokens < need or self._total.tokens < need:
+                bucket.suppressed += 1
+                self.suppressed_total += 1
+                return False, 0
+            bucket.tokens -= need
+            self._total.tokens -= need
+            suppressed, bucket.suppressed = bucket.suppressed, 0
+            return True, suppressed

@@ -124,13 +124,27 @@ def add_security_options(parser: argparse.ArgumentParser, environ: Mapping[str, 
     add_option(parser, "tls_ca", "", "CA (PEM) that verifies the services this one calls (turns TLS on for them)",
                environ=environ)
     add_option(parser, "token", "", "bearer token this service sends when it calls another", environ=environ)
+    add_option(parser, "token_file", "", "file holding the bearer token this service sends (read again when it "
+               "changes: a projected service-account token); instead of --token", environ=environ)
+    add_option(parser, "hashed_tokens_only", False, "refuse an --auth-tokens file holding a plain token "
+               "(only sha256: digests: what an agent keeps, so it holds nothing replayable)", environ=environ)
+    add_option(parser, "agent_jwks", "", "identify agents by their pods' projected service-account tokens "
+               "(audience edgetune), verified with the issuer's keys: a JWKS file, an https:// URL, or "
+               "'kubernetes' (the API server's /openid/v1/jwks)", environ=environ)
+    add_option(parser, "agent_issuer", "", "the iss claim agents' service-account tokens must carry (empty: "
+               "any token the keys of --agent-jwks verify)", environ=environ)
+    add_option(parser, "agent_service_account", "", "NAMESPACE:NAME[,...] of the agent pods' service accounts: "
+               "only their tokens are agents (needed with --agent-jwks)", environ=environ)
     add_option(parser, "tls_server_name", "", "name in this service's own certificate: verifies a replica of it "
                "reached by IP (the coordinator forwarding to its leader)", environ=environ)
 
 
 def server_security(args: argparse.Namespace) -> ServerSecurity:
+    accounts = tuple(a.strip() for a in str(args.agent_service_account or "").split(",") if a.strip())
     return ServerSecurity(tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-                          auth_tokens=args.auth_tokens, insecure=bool(args.insecure))
+                          auth_tokens=args.auth_tokens, insecure=bool(args.insecure),
+                          hashed_tokens_only=bool(args.hashed_tokens_only), agent_jwks=args.agent_jwks,
+                          agent_issuer=args.agent_issuer, agent_service_accounts=accounts)
 
 
 def client_security(args: argparse.Namespace) -> ClientSecurity:
@@ -138,7 +152,7 @@ def client_security(args: argparse.Namespace) -> ClientSecurity:
     mTLS), and its ``--token``."""
     tls = bool(args.tls_ca)
     return ClientSecurity(ca=args.tls_ca, cert=args.tls_cert if tls else "", key=args.tls_key if tls else "",
-                          token=args.token, server_name=args.tls_server_name)
+                          token=args.token, server_name=args.tls_server_name, token_file=args.token_file)
 
 
 def server_kwargs(args: argparse.Namespace) -> dict[str, Any]:

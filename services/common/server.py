@@ -34,6 +34,7 @@ from edgetune.services.common.auth import AuthInterceptor
 from edgetune.services.common.errors import ErrorInterceptor
 from edgetune.services.common.limits import LimitsInterceptor
 from edgetune.services.common.metrics import MetricsInterceptor, start_metrics_server
+from edgetune.services.common.pool import DEFAULT_IDLE_S, ElasticThreadPool
 from edgetune.store import Store
 
 log = logging.getLogger("edgetune.services.common.server")
@@ -44,15 +45,32 @@ ANY_HOSTS = ("0.0.0.0", "::", "[::]")
 
 
 def listen_host(host: str, security: ServerSecurity) -> str:
-    """Where a server may listen: anywhere once it is secured (TLS or authentication) or ``--insecure``;
-    otherwise loopback only (the default host then), and a request for another address is refused."""
-    if security.secured or security.insecure:
+    """Where a server may listen, or InvalidArgument (exit 2) when it could not tell its callers apart.
+
+    - ``--insecure``: anywhere (it warns).
+    - TLS with a way to know callers (``--tls-client-ca``, ``--auth-tokens``, ``--agent-jwks``): anywhere.
+    - TLS alone: refused. Every caller would be an anonymous admin behind an encrypted channel.
+    - Authentication without TLS: loopback by default; another address is refused (tokens would
+      cross the network in clear text).
+    - Neither: loopback only (the default host then); another address is refused.
+    """
+    if security.insecure:
+        return host or "0.0.0.0"
+    if security.tls and not security.authenticates:
+        raise InvalidArgument("--tls-client-ca/--auth-tokens", "TLS alone cannot tell callers apart: every caller "
+                              "would have every right", "give --tls-client-ca CA (client certificates) or "
+                              "--auth-tokens FILE (bearer tokens), or --insecure to serve anonymous callers on purpose")
+    if security.tls:
         return host or "0.0.0.0"
     if not host:
         return "127.0.0.1"
     if host not in LOOPBACK_HOSTS:
+        if security.authenticates:
+            raise InvalidArgument("--host", f"{host!r} would send bearer tokens over the network in clear text",
+                                  "a loopback address, or give --tls-cert/--tls-key, or --insecure")
         raise InvalidArgument("--host", f"{host!r} would expose a service without TLS or authentication",
-                              "a loopback address, or give --tls-cert/--tls-key, --auth-tokens, or --insecure")
+                              "a loopback address, or give --tls-cert/--tls-key with --auth-tokens or "
+                              "--tls-client-ca, or --insecure")
     return host
 
 
@@ -84,25 +102,29 @@ class ServiceServer:
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
                  options: Sequence[tuple[str, Any]] = (),
                  security: ServerSecurity | None = None, audit_store: Store | None = None,
-                 health_port: int | None = None) -> None:
-        """``host`` "" means loopback unless ``security`` is secured or insecure, then every address
-        (:func:`listen_host`); ``audit_store`` receives the audit stream (:mod:`.auth`).
+                 health_port: int | None = None, idle_thread_s: float = DEFAULT_IDLE_S) -> None:
+        """``host`` "" means every address when the server is TLS-secured or insecure, else loopback
+        (:func:`listen_host`, which also refuses settings that cannot tell callers apart);
+        ``audit_store`` receives the audit stream (:mod:`.auth`).
         ``health_port``: also serve gRPC health checking alone, in plain text, there (kubelet's
-        gRPC probes speak no TLS); None: not."""
+        gRPC probes speak no TLS); None: not. ``idle_thread_s``: how long an idle handler thread
+        lives (:class:`~.pool.ElasticThreadPool`)."""
         self.name = name
         security = security or ServerSecurity()
         host = listen_host(host, security)
         tokens = security.tokens()  # read before anything listens: a bad file fails the start
-        self.auth = AuthInterceptor(name, tokens=tokens, client_certs=bool(security.tls_client_ca), store=audit_store)
+        self.auth = AuthInterceptor(name, tokens=tokens, client_certs=bool(security.tls_client_ca), store=audit_store,
+                                    agents=security.agent_verifier())
         self.grace_s = grace_s
         #: Called once on shutdown after in-flight RPCs finished (or the grace ran out), in
         #: reverse order; exceptions are logged and do not stop the others.
         self.on_shutdown: list[Callable[[], None]] = []
         self.service_names: list[str] = []
         self.health = health.HealthServicer()
-        self.limits = LimitsInterceptor()  # request limits and the admission limit on heavy RPCs
+        self.limits = LimitsInterceptor()  # request limits, heavy slots by role, watches per caller
+        self.pool = ElasticThreadPool(max_workers, thread_name_prefix=f"{name}-rpc", idle_s=idle_thread_s)
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
+            self.pool,  # an Executor; grpc only calls submit()
             # Metrics outermost so they see the code the error interceptor mapped to.
             # Auth innermost but for the limits: a refused call is counted and never reaches the
             # servicer; limits inside the error mapping: a refused request is INVALID_ARGUMENT /
@@ -209,6 +231,7 @@ class ServiceServer:
             self._server.stop(grace).wait()
             if self._health_server is not None:
                 self._health_server.stop(0)
+            self.pool.shutdown(wait=False)  # idle handler threads end now, busy ones when their call does
             for hook in reversed(self.on_shutdown):
                 try:
                     hook()
@@ -278,16 +301,19 @@ class ServiceServer:
 
 
 def _warn_about(name: str, host: str, security: ServerSecurity) -> None:
+    """What --insecure lets through (listen_host refuses the same settings without it)."""
     everywhere = host not in LOOPBACK_HOSTS
-    if security.insecure and not security.secured:
+    if not security.insecure:
+        return
+    if not security.secured:
         log.warning("--insecure: serving without TLS or authentication; anyone who reaches %s controls it",
                     host, extra={"service": name, "host": host})
-    elif security.tls and not security.authenticates and everywhere:
-        log.warning("TLS without --auth-tokens or --tls-client-ca: every caller has every right",
+    elif security.tls and not security.authenticates:
+        log.warning("--insecure: TLS without --auth-tokens or --tls-client-ca: every caller has every right",
                     extra={"service": name, "host": host})
-    elif security.auth_tokens and not security.tls and everywhere:
-        log.warning("bearer tokens without TLS: tokens cross the network in clear text (give --tls-cert/--tls-key)",
-                    extra={"service": name, "host": host})
+    elif security.authenticates and not security.tls and everywhere:
+        log.warning("--insecure: bearer tokens without TLS: tokens cross the network in clear text "
+                    "(give --tls-cert/--tls-key)", extra={"service": name, "host": host})
 
 
 def build_server(name: str, services: Sequence[tuple[object, Callable[[Any, Any], None]]] = (),

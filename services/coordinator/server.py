@@ -11,7 +11,7 @@ watch stops, the lease is released (the standby takes over at once) and the stor
 
 Membership re-plans: the leader checks every heartbeat interval (TTL / 3) whether a node of
 the last applied round was lost or came back, and re-plans the round when so
-(:class:`MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
+(:class:`~edgetune.control.rounds.MembershipCheck`); a RegisterNode of a node in that round re-plans at once.
 
 Flags (each also read from ``EDGETUNE_<NAME>``): ``--redis``, ``--lease-ms``,
 ``--heartbeat-ttl-s``, ``--replica-id``, ``--advertise``, ``--estimator``, ``--optimizer``, ``--reconcile-s``,
@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,21 +36,24 @@ from prometheus_client import Gauge
 from edgetune import validation
 from edgetune.control import kube
 from edgetune.control.configs import ConfigStore
-from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, NotLeader, default_holder_id
+from edgetune.control.leader import DEFAULT_LEASE_MS, LeaderLease, default_holder_id
 from edgetune.control.reconcile import DriftPolicy, Reconciler, remote_services
-from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRecord, NodeRegistry
-from edgetune.control.rounds import RoundCoordinator
+from edgetune.control.registry import DEFAULT_HEARTBEAT_TTL_S, NodeRegistry
+from edgetune.control.rounds import MembershipCheck, RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, ServerSecurity
-from edgetune.proto.v1 import coordinator_pb2_grpc
+from edgetune.proto.v1 import coordinator_pb2_grpc, nodejobs_pb2_grpc
 from edgetune.services.common import add_option, add_server_options, server_kwargs
 from edgetune.services.common.config import client_security, env_name
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.lost import LostRecordsInterceptor
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
+from edgetune.services.coordinator import metrics
+from edgetune.services.coordinator.nodejobs import NodeJobsServicer
 from edgetune.services.coordinator.servicer import CoordinatorServicer
-from edgetune.store import CONNECTION_ERRORS, Store
+from edgetune.store import CONNECTION_ERRORS, NodeRecord, Store
 
 log = logging.getLogger("edgetune.coordinator")
 
@@ -77,47 +79,13 @@ class CoordinatorServer(ServiceServer):
     """A ServiceServer that ends config watches before the graceful stop waits for RPCs."""
 
     servicer: CoordinatorServicer
+    lost_jobs: LostRecordsInterceptor
 
     def stop(self, grace_s: float | None = None) -> None:
         if getattr(self, "servicer", None) is not None:
             self.servicer.stopping.set()
+            self.servicer.configs.hub.wake()  # every watch sees it now, not at its next check
         super().stop(grace_s)
-
-
-class MembershipCheck:
-    """The leader's periodic check: re-plan the last round when its plannable nodes changed."""
-
-    def __init__(self, rounds: RoundCoordinator, lease: LeaderLease, interval_s: float) -> None:
-        self.rounds = rounds
-        self.lease = lease
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def check(self) -> None:
-        if not self.lease.is_leader:
-            return
-        try:
-            self.rounds.replan_after_membership_change()
-        except NotLeader:
-            pass  # lost the lease meanwhile: the new leader checks
-        except Exception:  # Redis hiccup, a bad stored round: log and try again next time
-            log.exception("membership check failed")
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="membership-check", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 5.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check()
 
 
 @dataclass
@@ -163,7 +131,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                        kube_selector: str = kube.JETSON_LABEL_SELECTOR, host: str = "",
                        metrics_port: int | None = None, grace_s: float = 10.0, ready_file: str | None = None,
                        max_workers: int = DEFAULT_MAX_WORKERS,
-                       store: Store | None = None, watch_block_ms: int = 500,
+                       store: Store | None = None, watch_block_ms: int = 30_000,
                        membership_check_s: float | None = None, estimator: str = "", optimizer: str = "",
                        reconcile_s: float = 1.0, drift_check_s: float = 0.0,
                        drift_time_tolerance: float = DriftPolicy.time_tolerance,
@@ -180,17 +148,22 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
     ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
     ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
-    the optimizer and the leader replica (TLS, token).
+    the optimizer and the leader replica (TLS, token). ``watch_block_ms``: how often an idle config
+    watch checks whether its stream ended, a safety net only: a stream's end and the server's stop
+    wake it at once.
     """
     owner = OwnedStore(store, redis_url)
     with owner as store:
         assert store is not None  # a required store (not optional=True): opened from redis_url if not given
         registry = NodeRegistry(store, heartbeat_ttl_s=heartbeat_ttl_s)
         configs = ConfigStore(store)
+        lost_jobs = LostRecordsInterceptor(store)  # a job lost with Redis' data is DATA_LOSS, not NOT_FOUND
         server = CoordinatorServer("coordinator", host=host, port=port, metrics_port=metrics_port,
                                    grace_s=grace_s, max_workers=max_workers, ready_file=ready_file,
                                    options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
-                                   security=security, audit_store=store, health_port=health_port)
+                                   security=security, audit_store=store, health_port=health_port,
+                                   interceptors=[lost_jobs])
+        server.lost_jobs = lost_jobs
         # In the chart, the pod IP (downward API) is what another replica or a client can reach.
         # (A replica bound to one address is reached there: a standby forwards planning calls to it.)
         bound = server.host not in ("", "0.0.0.0", "::", "[::]")
@@ -220,15 +193,19 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
                 except Exception:  # the registration itself succeeded; the periodic check retries
                     log.exception("re-plan after the registration of %s failed", record.node_id)
 
+        metrics.track(configs.hub)  # open watches and feed reads on the metrics endpoint
         servicer = CoordinatorServicer(registry, configs, rounds, lease, on_register=on_register,
                                        watch_block_ms=watch_block_ms, on_job_change=reconciler.wake,
                                        client=client)
         server.servicer = servicer
         server.add(servicer, coordinator_pb2_grpc.add_CoordinatorServicer_to_server)
+        # Agents without a store credential claim and report their node's jobs here.
+        server.add(NodeJobsServicer(store, servicer.stopping), nodejobs_pb2_grpc.add_NodeJobsServicer_to_server)
         interval = registry.heartbeat_interval_s if membership_check_s is None else membership_check_s
         membership = MembershipCheck(rounds, lease, interval) if interval > 0 else None
     # Hooks run last-registered first: kube watch, then the lease (released), then the store.
     owner.close_with(server)
+    server.on_shutdown.append(lost_jobs.stop)
     server.on_shutdown.append(lease.stop)
     if watcher is not None:
         server.on_shutdown.append(watcher.stop)
@@ -240,6 +217,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
 
 def start(coordinator: Coordinator) -> Coordinator:
     coordinator.server.start()
+    coordinator.server.lost_jobs.start()
     coordinator.lease.start()
     if coordinator.watcher is not None:
         coordinator.watcher.start()

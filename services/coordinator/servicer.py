@@ -23,36 +23,30 @@ event, not on Redis: one reader of the store's change feed serves every stream, 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 
 import grpc
 
+from edgetune import validation
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
-from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry
+from edgetune.control.leader import LeaderLease, NotLeader, leader_address
+from edgetune.control.registry import NodeRegistry
 from edgetune.control.rounds import RoundCoordinator
 from edgetune.control.tuningjobs import TuningJobs
-from edgetune.errors import InvalidArgument, NotFound
+from edgetune.errors import NotFound
 from edgetune.identity import AUTHORIZATION, ClientSecurity, open_channel
-from edgetune.proto.serde.common import budgets_from_dict, mode_from_proto, optional_value
+from edgetune.proto.serde import coordinator as serde
+from edgetune.proto.serde.common import optional_value
+from edgetune.proto.serde.profiler import profile_job_from_proto
+from edgetune.proto.serde.tuning import job_to_proto, spec_from_proto
 from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, tuning_pb2
 from edgetune.services.common import map_errors
-from edgetune.services.coordinator import convert
-from edgetune.store import RevisionConflict
+from edgetune.store import NodeRecord
 
 #: Metadata key a standby sets on a forwarded call: the receiver does not forward it again.
 FORWARDED = "x-edgetune-forwarded"
 FORWARD_TIMEOUT_S = 30.0
-
-
-def leader_address(holder: str | None) -> str | None:
-    """The address in a lease holder id (``name@host:port`` or ``name@host:port#nonce``); None without one."""
-    if not holder or "@" not in holder:
-        return None
-    address = holder.rsplit("@", 1)[1].split("#", 1)[0]
-    return address or None
 
 
 def _caller_credentials(context: grpc.ServicerContext) -> list[tuple[str, str]]:
@@ -64,7 +58,7 @@ def _caller_credentials(context: grpc.ServicerContext) -> list[tuple[str, str]]:
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: NodeRegistry, configs: ConfigStore, rounds: RoundCoordinator,
                  lease: LeaderLease, *, on_register: Callable[[NodeRecord], None] | None = None,
-                 watch_block_ms: int = 500, on_job_change: Callable[[], None] | None = None,
+                 watch_block_ms: int = 30_000, on_job_change: Callable[[], None] | None = None,
                  client: ClientSecurity | None = None) -> None:
         self.registry = registry
         self.configs = configs
@@ -85,7 +79,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @map_errors
     def RegisterNode(self, request, context):
-        record = self.registry.register(convert.node_record_from_proto(request.node))
+        record = self.registry.register(serde.registered_node_from_proto(request.node))
         if self.on_register is not None:
             self.on_register(record)
         return coordinator_pb2.RegisterNodeResponse(node_id=record.node_id,
@@ -95,12 +89,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @map_errors
     def Heartbeat(self, request, context):
-        current = (mode_from_proto(request.current_mode, "current_mode").as_dict()
-                   if request.current_mode.cores else None)
-        known = self.registry.heartbeat(request.node_id, state=request.state, current_mode=current,
-                                        power_w=request.power_w, applied_revision=request.applied_revision,
-                                        applied_epoch=request.applied_epoch, refused_revision=request.refused_revision,
-                                        refused_reason=request.refused_reason)
+        beat = serde.heartbeat_from_proto(request)
+        known = self.registry.heartbeat(request.node_id, state=beat.state, current_mode=beat.current_mode,
+                                        power_w=beat.power_w, applied_revision=beat.applied_revision,
+                                        applied_epoch=beat.applied_epoch, refused_revision=beat.refused_revision,
+                                        refused_reason=beat.refused_reason)
         if not known:
             return coordinator_pb2.HeartbeatResponse(reregister=True)
         return coordinator_pb2.HeartbeatResponse(config_revision=self.configs.revision(request.node_id),
@@ -108,7 +101,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @map_errors
     def ListNodes(self, request, context):
-        return coordinator_pb2.ListNodesResponse(nodes=[convert.node_info_to_proto(n) for n in self.registry.nodes()])
+        return coordinator_pb2.ListNodesResponse(nodes=[serde.node_to_proto(n) for n in self.registry.nodes()])
 
     def _forward(self, rpc: str, request, context):
         """The leader's answer to ``request`` (this replica is a standby); NotLeader when nobody leads."""
@@ -134,12 +127,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def PlanRound(self, request, context):
         if not self.lease.is_leader and not self._is_forwarded(context):
             return self._forward("PlanRound", request, context)
-        outcome = self.rounds.plan(convert.round_request_from_proto(request))
-        return convert.round_outcome_to_proto(outcome)
+        outcome = self.rounds.plan(serde.round_request_from_proto(request))
+        return serde.round_outcome_to_proto(outcome)
 
     @map_errors
     def GetNodeConfig(self, request, context):
-        return convert.config_to_proto(self.configs.get(request.node_id))
+        return serde.config_to_proto(self.configs.get(request.node_id))
 
     @map_errors
     def WatchConfig(self, request, context) -> Iterator[coordinator_pb2.NodeConfig]:
@@ -149,10 +142,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         def should_stop() -> bool:
             return self.stopping.is_set() or not context.is_active()
 
+        # The stream ends when the agent goes: wake its watch then, not at its next check.
+        context.add_callback(lambda: self.configs.hub.wake([request.node_id]))
         try:
             for cfg in self.configs.watch(request.node_id, request.after_revision, block_ms=self.watch_block_ms,
                                           should_stop=should_stop, epoch=request.after_epoch):
-                yield convert.config_to_proto(cfg)
+                yield serde.config_to_proto(cfg)
         except Exception:
             # The stream already ended (the agent went away, or the server is stopping and has closed the
             # store under a blocked read): nobody is left to tell, and a clean stop logs no error.
@@ -166,24 +161,24 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             return self._forward("UpdateBudget", request, context)
         self.lease.require()  # a re-plan follows: leader only, so a standby does not half-apply it
         # Each branch checks and plans first, then writes the budget with its re-plan in one step.
-        inference = convert.inference_update_from_proto(request)
+        inference = serde.inference_update_from_proto(request)
         if inference is not None:  # an inference node: re-solve its (mode, β) and publish its config only
-            power = optional_value(request.budgets, "power_budget_w")
+            power = validation.optional(validation.power_budget_w, optional_value(request.budgets, "power_budget_w"),
+                                        "budgets.power_budget_w")
             change = self.rounds.update_node_budget(request.node_id, power, set_budget=power is not None,
                                                     inference=inference)
             assert change.placement is not None
-            return convert.placement_to_proto(change.placement, self.configs.revision(request.node_id))
+            return serde.placement_to_proto(change.placement, self.configs.revision(request.node_id))
         if request.node_id:
-            change = self.rounds.update_node_budget(request.node_id, convert.node_budget_from_proto(request))
+            change = self.rounds.update_node_budget(request.node_id, serde.node_budget_from_proto(request))
             self._changed()  # a TuningJob on the node without a budget of its own selects again
             assert change.record is not None
-            return coordinator_pb2.UpdateBudgetResponse(
-                budgets=budgets_from_dict({"power_budget_w": change.record.power_budget_w}))
-        site = self.rounds.update_site_budgets(
-            site_power_budget_w=optional_value(request.budgets, "site_power_budget_w"),
-            deadline_s=optional_value(request.budgets, "deadline_s")).site
+            return serde.node_budget_to_proto(change.record.power_budget_w)
+        wanted = serde.site_budgets_from_proto(request)
+        site = self.rounds.update_site_budgets(site_power_budget_w=wanted.site_power_budget_w,
+                                               deadline_s=wanted.deadline_s).site
         assert site is not None
-        return coordinator_pb2.UpdateBudgetResponse(budgets=budgets_from_dict(dict(site)))
+        return serde.site_budgets_to_proto(site)
 
     # -- tuning jobs: any replica writes the spec (desired state); the leader's loop acts on it -----
     def _changed(self) -> None:
@@ -192,17 +187,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @map_errors
     def SubmitTuningJob(self, request, context):
-        view = self.jobs.submit(convert.tuning_spec_from_proto(request.spec))
+        view = self.jobs.submit(spec_from_proto(request.spec))
         self._changed()
-        return convert.tuning_job_to_proto(view)
+        return job_to_proto(view)
 
     @map_errors
     def GetTuningJob(self, request, context):
-        return convert.tuning_job_to_proto(self.jobs.get(request.name))
+        return job_to_proto(self.jobs.get(request.name))
 
     @map_errors
     def ListTuningJobs(self, request, context):
-        return tuning_pb2.ListTuningJobsResponse(jobs=[convert.tuning_job_to_proto(v) for v in self.jobs.list()])
+        return tuning_pb2.ListTuningJobsResponse(jobs=[job_to_proto(v) for v in self.jobs.list()])
 
     @map_errors
     def WatchTuningJob(self, request, context) -> Iterator[tuning_pb2.TuningJob]:
@@ -218,27 +213,18 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             if view is None:
                 continue
             after = view.revision
-            yield convert.tuning_job_to_proto(view)
+            yield job_to_proto(view)
 
     @map_errors
     def CancelTuningJob(self, request, context):
         view = self.jobs.cancel(request.name)
         self._changed()
-        return convert.tuning_job_to_proto(view)
+        return job_to_proto(view)
 
     @map_errors
     def SubmitProfiling(self, request, context):
         if not self.registry.exists(request.node_id):
             raise NotFound(f"node_id: node {request.node_id!r} is not registered")
-        payload = convert.profile_job_from_proto(request.request)
-        job_id = request.job_id or uuid.uuid4().hex
-        if len(job_id) > 200:
-            raise InvalidArgument("job_id", f"{len(job_id)} characters", "at most 200")
-        self.queue.submit(request.node_id, payload, job_id=job_id)
-        try:  # the queue ignores a second submit of the id; this marker tells the caller it was one
-            self.registry.store.put_doc("profiling-job", f"{request.node_id}:{job_id}", {"schema": 1},
-                                        expected_revision=0)
-            duplicate = False
-        except RevisionConflict:
-            duplicate = True
+        job_id, duplicate = self.queue.submit_once(
+            request.node_id, profile_job_from_proto(request.request, "request.").to_dict(), request.job_id)
         return tuning_pb2.SubmitProfilingResponse(job_id=job_id, duplicate=duplicate)

@@ -26,6 +26,8 @@ import grpc
 
 from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
+from edgetune.estimation.jobs import Runner
+from edgetune.estimation.layerwise.energy import Unimplemented
 from edgetune.estimation.repository import ModelRepository
 from edgetune.identity import ServerSecurity
 from edgetune.proto.v1 import estimator_pb2_grpc
@@ -39,8 +41,6 @@ from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
-from edgetune.services.estimator.energy import Unimplemented
-from edgetune.services.estimator.jobs import Runner
 from edgetune.services.estimator.servicer import EstimatorServicer
 from edgetune.store import Store
 

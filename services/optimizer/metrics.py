@@ -1,8 +1,8 @@
-"""The optimizer's own Prometheus metrics (beside the gRPC ones every service has).
+"""The optimizer's own Prometheus metric (beside the gRPC ones every service has): the decisions it answered.
 
-They live in prometheus_client's default registry, which the server's metrics endpoint serves.
-Sessions are shared by every replica through the store, so these count what *this* replica did; the
-session store counts its own (:mod:`edgetune.optimization.sessions`).
+It lives in prometheus_client's default registry, which the server's metrics endpoint serves, and
+counts what *this* replica answered; the session store counts its own work (sessions started,
+points told, ended, reloaded, revision conflicts: :mod:`edgetune.optimization.sessions`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from prometheus_client import Counter
 
 DECISIONS = Counter("edgetune_optimizer_decisions_total",
                     "Decisions answered, by RPC and whether they were feasible.", ["rpc", "feasible"])
-SESSIONS_STARTED = Counter("edgetune_optimizer_sessions_started_total",
-                           "Search sessions started, by strategy and problem.", ["strategy", "problem"])
-POINTS_TOLD = Counter("edgetune_optimizer_points_told_total", "Measured points recorded by Tell.")
 
 
 def decided(rpc: str, feasible: bool) -> None:

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from edgetune import validation
+from edgetune.agent import metrics
 from edgetune.agent.link import CoordinatorLink, advertised_address
+from edgetune.agent.node import NodeAgent
 from edgetune.agent.safety import default_state_dir, open_guarded_device, state_file_name
 from edgetune.base.workload import split_workload_path
 from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS
@@ -48,11 +50,9 @@ from edgetune.services.common.config import client_security
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
-from edgetune.services.profiler import metrics
 from edgetune.services.profiler.servicer import ProfilerServicer
 from edgetune.store import Store
 from edgetune.telemetry.jtop import TELEMETRY_SOURCES, telemetry_reader
-from edgetune.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger("edgetune.profiler")
 
@@ -68,8 +68,9 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
                   telemetry_hz: float = DEFAULT_TELEMETRY_HZ, telemetry_source: str = "auto",
                   workload_path: str | Sequence[str | os.PathLike] = (),
                   security: ServerSecurity | None = None,
-                  health_port: int | None = None) -> tuple[ServiceServer, ProfilerServicer]:
-    """The agent's server, not yet started, and its servicer (see :func:`serve` for the arguments).
+                  health_port: int | None = None) -> tuple[ServiceServer, NodeAgent]:
+    """The agent's server, not yet started, and the node agent it serves (see :func:`serve` for the
+    arguments).
 
     The device is open and locked and a crashed run's mode already recovered; the shutdown
     hooks are registered, so ``server.stop()`` restores the mode even if it never started.
@@ -89,8 +90,8 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
         with owner as store:
             paths = split_workload_path(workload_path) if isinstance(workload_path, str) else \
                 [Path(p) for p in workload_path]
-            servicer = ProfilerServicer(keeper, store=store, node_id=node_id, workload_path=paths)
-            server = build_server("profiler", [(servicer, profiler_pb2_grpc.add_ProfilerServicer_to_server)],
+            agent = NodeAgent(keeper, store=store, node_id=node_id, workload_path=paths)
+            server = build_server("profiler", [(ProfilerServicer(agent), profiler_pb2_grpc.add_ProfilerServicer_to_server)],
                                   host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
                                   max_workers=max_workers, ready_file=ready_file, security=security,
                                   audit_store=store, health_port=health_port)
@@ -101,28 +102,25 @@ def create_server(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | N
     # the store closes.
     owner.close_with(server)
     server.on_shutdown.append(keeper.close)
-    server.on_shutdown.append(servicer.shutdown)
+    server.on_shutdown.append(agent.shutdown)
     if read is not None:
-        sampler = TelemetrySampler(read, telemetry_hz, [metrics.TelemetryExporter()])
-        servicer.telemetry = sampler
-        server.on_shutdown.append(sampler.stop)
-        sampler.start()
+        server.on_shutdown.append(agent.start_telemetry(read, telemetry_hz).stop)
     log.info("profiler agent ready", extra={
         "device": device_spec, "model": keeper.device.spec.name, "backend": keeper.device.backend,
         "mode": keeper.device.current_mode().label(), "port": server.port, "state_file": str(state_path),
         "store": repr(store) if store is not None else "none",
-        "workload_path": os.pathsep.join(str(p) for p in servicer.workload_path)})
-    return server, servicer
+        "workload_path": os.pathsep.join(str(p) for p in agent.workload_path)})
+    return server, agent
 
 
-def link_to_coordinator(server: ServiceServer, servicer: ProfilerServicer, coordinator: str, address: str, *,
+def link_to_coordinator(server: ServiceServer, agent: NodeAgent, coordinator: str, address: str, *,
                         power_budget_w: float | None = None,
                         job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
                         client: ClientSecurity | None = None) -> CoordinatorLink:
     """Start the agent's coordinator link for a started ``server`` reachable at ``address``; it stops
     first on shutdown (hooks run last-registered first), before profiles are cancelled and the mode
     restored."""
-    link = CoordinatorLink(servicer, coordinator, address, power_budget_w=power_budget_w,
+    link = CoordinatorLink(agent, coordinator, address, power_budget_w=power_budget_w,
                            job_idle_timeout_ms=job_idle_timeout_ms, security=client)
     server.on_shutdown.append(link.stop)
     return link.start()
@@ -145,12 +143,12 @@ def serve(device_spec: str, port: int = DEFAULT_PORT, redis_url: str | None = "e
     link calls the coordinator (TLS, token). ``block=False`` returns the started server
     (``server.port``, ``server.stop()``).
     """
-    server, servicer = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
+    server, agent = create_server(device_spec, port, redis_url, state_dir, metrics_port, **kwargs)
     server.start()  # before the link: the address it registers must already answer
     if coordinator:
         try:
             address = advertise or advertised_address(server.host, server.port)
-            link_to_coordinator(server, servicer, coordinator, address, power_budget_w=power_budget_w,
+            link_to_coordinator(server, agent, coordinator, address, power_budget_w=power_budget_w,
                                 job_idle_timeout_ms=job_idle_timeout_ms, client=client)
         except BaseException:
             server.stop(0)

@@ -176,10 +176,11 @@ def test_agent_host_mounts_are_the_needed_subtrees_only() -> None:
     spec = pod_spec(find(objects("default"), "DaemonSet")[0])
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert set(host.values()) == {"/sys/devices", "/sys/class", "/sys/bus", "/sys/firmware/devicetree/base",
-                                  "/etc/nv_tegra_release", "/sys/kernel/debug", "/var/lib/edgetune"}
+                                  "/etc/nv_tegra_release", "/sys/kernel/debug/bpmp/debug/clk/emc",
+                                  "/sys/kernel/debug/bpmp/debug/emc", "/var/lib/edgetune"}
     mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
     writable = {host[n] for n, m in mounts.items() if n in host and not m.get("readOnly")}
-    assert writable == {"/sys/devices", "/sys/kernel/debug", "/var/lib/edgetune"}
+    assert writable == {"/sys/devices", "/sys/kernel/debug/bpmp/debug/clk/emc", "/var/lib/edgetune"}
     assert mounts["host-sys-devices"]["mountPath"] == "/host/sys/devices"
     env = env_of(spec["containers"][0])
     assert env["EDGETUNE_DEVICE"]["value"] == "sysfs:/host"
@@ -213,10 +214,13 @@ def test_only_the_coordinator_has_rbac_get_list_watch_nodes(variant: str) -> Non
     roles = find(objs, "ClusterRole")
     assert len(roles) == 1 and component(roles[0]) == "coordinator"
     assert roles[0]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
-    (binding,) = find(objs, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
+    bindings = {b["roleRef"]["name"]: b for b in find(objs, "ClusterRoleBinding")}
+    # Its nodes role, and the built-in one that reads the issuer's keys verifying the agents' tokens.
+    assert set(bindings) == {roles[0]["metadata"]["name"], "system:service-account-issuer-discovery"}
     coordinator_sa = pod_spec(find(objs, "Deployment", "coordinator")[0])["serviceAccountName"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": coordinator_sa, "namespace": "edgetune"}]
+    for binding in bindings.values():
+        assert component(binding) == "coordinator"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": coordinator_sa, "namespace": "edgetune"}]
     # Tokens: mounted for the coordinator only.
     for w in workloads(objs):
         assert pod_spec(w)["automountServiceAccountToken"] is (component(w) == "coordinator"), w["metadata"]["name"]
@@ -228,11 +232,20 @@ def test_only_the_coordinator_has_rbac_get_list_watch_nodes(variant: str) -> Non
 
 
 def test_node_access_off_means_no_rbac_and_no_token() -> None:
-    objs = render_with({"coordinator": {"nodeAccess": False}})
+    # With the issuer's keys from a Secret the coordinator needs no token at all.
+    objs = render_with({"coordinator": {"nodeAccess": False},
+                        "security": {"agentIdentity": {"jwksSecret": "cluster-jwks"}}})
     assert not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding")
     spec = pod_spec(find(objs, "Deployment", "coordinator")[0])
     assert spec["automountServiceAccountToken"] is False
-    assert env_of(spec["containers"][0])["EDGETUNE_KUBE"]["value"] == "none"
+    env = env_of(spec["containers"][0])
+    assert env["EDGETUNE_KUBE"]["value"] == "none" and env["EDGETUNE_AGENT_JWKS"]["value"] == "/etc/edgetune/jwks/jwks.json"
+    assert volumes_of(objs, "coordinator")["agent-jwks"]["secret"]["secretName"] == "cluster-jwks"
+    # Else it keeps its token for /openid/v1/jwks only: no node role.
+    objs = render_with({"coordinator": {"nodeAccess": False}})
+    assert not find(objs, "ClusterRole")
+    assert [b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding")] == ["system:service-account-issuer-discovery"]
+    assert pod_spec(find(objs, "Deployment", "coordinator")[0])["automountServiceAccountToken"] is True
 
 
 # --------------------------------------------------------------------------- services
@@ -332,11 +345,13 @@ def test_bundled_redis_has_aof_a_pvc_and_a_password() -> None:
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
     c = pod_spec(sts)["containers"][0]
     assert {"name": "data", "mountPath": "/data"} in c["volumeMounts"]
-    assert "--requirepass" in c["args"]
-    agent_env = env_of(pod_spec(find(objs, "DaemonSet")[0])["containers"][0])
-    assert agent_env["EDGETUNE_REDIS"]["value"] == \
-        "redis://:$(EDGETUNE_REDIS_PASSWORD)@edgetune-redis.edgetune.svc:6379/0"
-    secret = agent_env["EDGETUNE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert c["args"] == ["/etc/redis/redis.conf"]  # no password on the command line: an aclfile
+    coordinator_env = env_of(service_containers(objs)["coordinator"])
+    assert coordinator_env["EDGETUNE_REDIS"]["value"] == ("rediss://coordinator:$(EDGETUNE_REDIS_PASSWORD)@"
+                                                          "edgetune-redis.edgetune.svc:6379/0"
+                                                          "?ssl_ca_certs=/etc/edgetune/tls/ca.crt")
+    secret = coordinator_env["EDGETUNE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "edgetune-redis-auth", "key": "coordinator-password"}
     assert secret["name"] in {s["metadata"]["name"] for s in find(objs, "Secret")}
 
 
@@ -344,10 +359,13 @@ def test_external_redis_replaces_the_statefulset() -> None:
     objs = objects("external-redis.yaml")
     assert not find(objs, "StatefulSet")
     for w in workloads(objs):
-        ref = env_of(pod_spec(w)["containers"][0])["EDGETUNE_REDIS"]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": "edgetune-redis-url", "key": "redis-url"}
+        redis_env = env_of(pod_spec(w)["containers"][0])["EDGETUNE_REDIS"]
+        if component(w) == "agent":  # agents hold no store credential
+            assert redis_env == {"name": "EDGETUNE_REDIS", "value": "none"}
+            continue
+        assert redis_env["valueFrom"]["secretKeyRef"] == {"name": "edgetune-redis-url", "key": "redis-url"}
     objs = render_with({"redis": {"enabled": False, "external": {"url": "rediss://:pw@r.example:6380/1"}}})
-    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"] != "edgetune-tls"]
+    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"] == "edgetune-redis-url"]
     assert secret["data"]["redis-url"]  # created by the chart from the value
 
 
@@ -391,7 +409,7 @@ def test_network_policies_default_deny_and_allowed_paths() -> None:
     assert peers(pols["edgetune-estimator"]["spec"]["ingress"][0]) == {"coordinator"}
     assert peers(pols["edgetune-agent"]["spec"]["ingress"][0]) == {"?"}  # clients: by namespace and label
     redis_in = pols["edgetune-redis"]["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
-    assert set(redis_in[1]["values"]) == set(SERVICES)
+    assert set(redis_in[1]["values"]) == {"coordinator", "estimator", "optimizer"}  # never an agent
     metrics_rules = [r for r in pols["edgetune-agent"]["spec"]["ingress"] if r["ports"][0]["port"] == 9090]
     assert metrics_rules, "Prometheus scrape of the agent's metrics port"
     assert not find(objects("no-network-policies.yaml"), "NetworkPolicy")
@@ -552,7 +570,7 @@ def test_dashboard_configmap_carries_the_sidecar_label_and_the_dashboard_file() 
 
 def test_dashboard_is_schema_valid_and_every_query_names_an_agent_metric() -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    from edgetune.services.profiler.metrics import exported_metric_names
+    from edgetune.agent.metrics import exported_metric_names
 
     dash = json.loads(DASHBOARD.read_text())
     jsonschema.validate(dash, DASHBOARD_SCHEMA)
@@ -615,17 +633,26 @@ def test_without_cert_manager_the_chart_generates_a_ca_and_a_certificate_for_eve
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     cert.verify_directly_issued_by(ca)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
-    for comp in SERVICES:
+    for comp in ("coordinator", "estimator", "optimizer", "redis"):
         assert f"edgetune-{comp}.edgetune.svc" in names
+    assert "edgetune-agent.edgetune.svc" not in names  # the agents have their own certificate
+    (agent_secret,) = [o for o in find(objs, "Secret") if o["metadata"]["name"] == "edgetune-agent-tls"]
+    agent_cert = x509.load_pem_x509_certificate(base64.b64decode(agent_secret["data"]["tls.crt"]))
+    agent_cert.verify_directly_issued_by(ca)
+    agent_names = agent_cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(agent_names.get_values_for_type(x509.DNSName)) == {
+        "edgetune-agent", "edgetune-agent.edgetune", "edgetune-agent.edgetune.svc", "edgetune-agent.edgetune.svc.cluster.local"}
     assert not [o for o in objs if o["apiVersion"].startswith("cert-manager.io/")]
     for comp, c in service_containers(objs).items():
         env = env_of(c)
         assert env["EDGETUNE_TLS_CERT"]["value"] == "/etc/edgetune/tls/tls.crt", comp
         assert env["EDGETUNE_TLS_KEY"]["value"] == "/etc/edgetune/tls/tls.key"
         assert env["EDGETUNE_TLS_CA"]["value"] == "/etc/edgetune/tls/ca.crt"  # verifies whom it calls
-        assert "EDGETUNE_INSECURE" not in env and "EDGETUNE_AUTH_TOKENS" not in env
+        assert "EDGETUNE_INSECURE" not in env
+        assert env["EDGETUNE_AUTH_TOKENS"]["value"] == "/etc/edgetune/auth/tokens.yaml"  # TLS is never alone
         assert {"name": "tls", "mountPath": "/etc/edgetune/tls", "readOnly": True} in c["volumeMounts"]
-        assert volumes_of(objs, comp)["tls"]["secret"]["secretName"] == "edgetune-tls"
+        assert volumes_of(objs, comp)["tls"]["secret"]["secretName"] == (
+            "edgetune-agent-tls" if comp == "agent" else "edgetune-tls")
     coord = env_of(service_containers(objs)["coordinator"])
     assert coord["EDGETUNE_TLS_SERVER_NAME"]["value"] == "edgetune-coordinator.edgetune.svc"  # standby -> leader by IP
 
@@ -637,7 +664,9 @@ def test_with_cert_manager_a_self_signed_issuer_signs_the_services_certificate()
             kubernetes_validate.validate(obj, KUBE_VERSIONS[0], strict=True)
     cm = {(o["kind"], o["metadata"]["name"]): o for o in objs if o["apiVersion"] == "cert-manager.io/v1"}
     assert set(cm) == {("Issuer", "edgetune-selfsigned"), ("Certificate", "edgetune-ca"), ("Issuer", "edgetune-ca"),
-                       ("Certificate", "edgetune-tls")}
+                       ("Certificate", "edgetune-tls"), ("Certificate", "edgetune-agent-tls")}
+    assert "edgetune-agent.edgetune.svc" not in cm[("Certificate", "edgetune-tls")]["spec"]["dnsNames"]
+    assert "edgetune-agent.edgetune.svc" in cm[("Certificate", "edgetune-agent-tls")]["spec"]["dnsNames"]
     tls = cm[("Certificate", "edgetune-tls")]["spec"]
     assert tls["issuerRef"] == {"kind": "Issuer", "name": "edgetune-ca"} and tls["secretName"] == "edgetune-tls"
     assert {"server auth", "client auth"} <= set(tls["usages"])
@@ -647,42 +676,49 @@ def test_with_cert_manager_a_self_signed_issuer_signs_the_services_certificate()
     objs = render_with({"security": {"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp"}}}}},
                        api_versions=CERT_MANAGER)
     cm = {(o["kind"], o["metadata"]["name"]): o for o in objs if o["apiVersion"] == "cert-manager.io/v1"}
-    assert set(cm) == {("Certificate", "edgetune-tls")}
+    assert set(cm) == {("Certificate", "edgetune-tls"), ("Certificate", "edgetune-agent-tls")}
     assert cm[("Certificate", "edgetune-tls")]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp"}
 
 
 def test_a_user_tls_secret_is_mounted_as_is() -> None:
     objs = render_with({"security": {"tls": {"existingSecret": "my-tls"}}})
-    assert not [o for o in find(objs, "Secret") if o["metadata"]["name"] == "edgetune-tls"]
+    assert not [o for o in find(objs, "Secret") if o["metadata"]["name"] in ("edgetune-tls", "edgetune-agent-tls")]
     for comp in SERVICES:
         assert volumes_of(objs, comp)["tls"]["secret"]["secretName"] == "my-tls"
+    objs = render_with({"security": {"tls": {"existingSecret": "my-tls", "agentExistingSecret": "my-agent-tls"}}})
+    assert volumes_of(objs, "agent")["tls"]["secret"]["secretName"] == "my-agent-tls"
+    assert volumes_of(objs, "coordinator")["tls"]["secret"]["secretName"] == "my-tls"
     with pytest.raises(helm.HelmError, match="security.tls.existingSecret is required"):
         render({"security": {"tls": {"mode": "secret"}}})
 
 
 def test_tokens_come_from_a_secret_and_the_callers_send_theirs() -> None:
-    objs = render_with(TOKENS)
-    for comp, c in service_containers(objs).items():
-        env = env_of(c)
-        assert env["EDGETUNE_AUTH_TOKENS"]["value"] == "/etc/edgetune/auth/tokens.yaml", comp
-        auth = volumes_of(objs, comp)["auth-tokens"]["secret"]
-        # Only the token file is mounted: the tokens services send stay env vars of their own pods.
-        assert auth == {"secretName": "edgetune-tokens", "items": [{"key": "tokens.yaml", "path": "tokens.yaml"}]}
-        sends = env.get("EDGETUNE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
-        want = {"coordinator": "coordinator", "agent": "agent"}.get(comp)
-        assert (sends == {"name": "edgetune-tokens", "key": want}) if want else sends is None, comp
+    for objs, secret in ((render_with(TOKENS), "edgetune-tokens"), (objects("default"), "edgetune-tokens")):
+        for comp, c in service_containers(objs).items():
+            env = env_of(c)
+            assert env["EDGETUNE_AUTH_TOKENS"]["value"] == "/etc/edgetune/auth/tokens.yaml", comp
+            # Only the token file, copied mode 0600 by the init container (services refuse a readable one).
+            auth = volumes_of(objs, comp)["auth-src"]["secret"]
+            assert auth["secretName"] == secret and auth["items"] == [{"key": "tokens.yaml", "path": "tokens.yaml"}]
+            assert volumes_of(objs, comp)["auth"]["emptyDir"]["medium"] == "Memory"
+            (w,) = [w for w in workloads(objs) if component(w) == comp]
+            (init,) = pod_spec(w)["initContainers"]
+            assert "umask 077" in init["command"][-1] and init["command"][-1].endswith("/etc/edgetune/auth/tokens.yaml")
+            sends = env.get("EDGETUNE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
+            want = {"coordinator": "coordinator"}.get(comp)  # agents send their service-account token
+            assert (sends == {"name": secret, "key": want}) if want else sends is None, comp
 
 
-def test_no_tls_and_no_tokens_is_refused_unless_insecure_is_explicit() -> None:
+def test_no_tls_is_refused_unless_insecure_is_explicit() -> None:
     with pytest.raises(helm.HelmError, match="security.insecure=true"):
         render({"security": {"tls": {"mode": "none"}}})
+    with pytest.raises(helm.HelmError, match="security.insecure=true"):  # tokens in clear text are not enough
+        render({"security": {"tls": {"mode": "none"}, "tokens": {"existingSecret": "edgetune-tokens"}}})
     objs = render_with({"security": {"tls": {"mode": "none"}, "insecure": True}})
     for comp, c in service_containers(objs).items():
         env = env_of(c)
         assert env["EDGETUNE_INSECURE"]["value"] == "true" and "EDGETUNE_TLS_CERT" not in env, comp
         assert "tls" not in volumes_of(objs, comp)
-    objs = render_with({"security": {"tls": {"mode": "none"}}, **TOKENS})  # tokens alone suffice
-    assert all("EDGETUNE_INSECURE" not in env_of(c) for c in service_containers(objs).values())
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from harness import durable_redis, free_port, restart_redis
 
+from edgetune.clients.coordinator import CoordinatorClient
 from edgetune.control.faults import ENV as FAULT_ENV
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
@@ -177,7 +178,7 @@ def fleet(request, tmp_path, monkeypatch):
         cluster.start(coordinator=False)
         f.start_coordinator(getattr(request, "param", None))
         cluster.coordinator = f.coordinator  # the agents' --coordinator
-        cluster.stub = f.stub
+        cluster.client = CoordinatorClient(f.channel)  # start_agents waits on the fleet's coordinator
         cluster.start_agents({n: ("orin-agx", 50.0) for n in NODES})
         yield f
     finally:

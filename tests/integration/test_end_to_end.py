@@ -38,6 +38,7 @@ from edgetune.proto.serde.tables import table_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
+    coordinator_pb2_grpc,
     estimator_pb2,
     estimator_pb2_grpc,
     optimizer_pb2,
@@ -81,7 +82,7 @@ def _agents_follow(cluster, agents, configs) -> None:
                 device = profiler_pb2_grpc.ProfilerStub(channel).GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10)
             if mode_from_proto(device.current_mode) != mode_from_proto(configs[node_id].mode):
                 return False
-        listed = {n.node_id: n for n in cluster.stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+        listed = {n.node_id: n for n in coordinator_pb2_grpc.CoordinatorStub(cluster.channel).ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
         return all(listed[n].state == "running" and mode_from_proto(listed[n].current_mode) ==
                    mode_from_proto(configs[n].mode) for n in NODES)
 
@@ -140,7 +141,7 @@ def test_profile_plan_push_and_replan(tmp_path):
                 estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=10)
         optimizer = cluster.start_service("optimizer") if HAS_OPTIMIZER else None
         agents = cluster.start_agents({n: (model, budget) for n, (model, budget, _s) in NODES.items()})
-        stub = cluster.stub
+        stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
         budgets_w = {n: budget for n, (_m, budget, _s) in NODES.items()}
 
         # 1. Profiling jobs through SubmitProfiling (the per-node streams); the agents write and acknowledge.

@@ -50,7 +50,8 @@ from edgetune.integrations.flower import (  # noqa: E402
 )
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.serde.common import mode_from_proto  # noqa: E402
-from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc, tuning_pb2  # noqa: E402
+from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc  # noqa: E402
+from edgetune.tuning.jobs import JobPhase, NodePhase  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,23 +92,23 @@ def test_flower_rounds_run_in_the_planned_modes(tmp_path, run_dir):
         strategy, losses = digits_fl.run(cluster.coordinator.address, list(NODES), rounds=2)
 
         job = strategy.tuning_job
-        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job is not None and job.phase == JobPhase.SUCCEEDED, job
         assert job.spec.risk == digits_fl.TUNING.risk == 0.05 and sorted(job.spec.nodes) == sorted(NODES)
         verified = {n.node_id: n for n in job.nodes}
         for node_id, n in verified.items():  # the shared workflow verified each choice on the node
-            assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= NODES[node_id][1], n
+            assert n.phase == NodePhase.APPLIED and n.measured_power_w <= NODES[node_id][1], n
         assert sorted(strategy.rounds) == [1, 2]
         for server_round, record in strategy.rounds.items():
             assert record.plan.feasible and not record.sat_out
-            planned = {p.node_id: p for p in record.plan.nodes}
+            planned = {p.id: p for p in record.plan.nodes}
             assert {a.node_id for a in record.assignments} == set(NODES) == set(record.fit_metrics)
             for a in record.assignments:
                 model, budget_w = NODES[a.node_id]
                 # What the strategy sent is the coordinator's plan for this node ...
                 plan = planned[a.node_id]
-                assert a.mode == mode_from_proto(plan.mode) and a.batch_size == plan.batch_size > 0
+                assert a.mode == plan.mode and a.batch_size == plan.batch_size > 0
                 # ... which is the job's verified choice, planned at its measured power or bound ...
-                assert a.mode == mode_from_proto(verified[a.node_id].mode)
+                assert a.mode is not None and a.mode.as_tuple() == verified[a.node_id].mode
                 assert a.batch_size == verified[a.node_id].batch_size
                 assert a.planned_power_w == pytest.approx(max(verified[a.node_id].measured_power_w,
                                                               verified[a.node_id].predicted_power_upper_w))
@@ -180,14 +181,14 @@ def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_pat
         finally:
             strategy.close()
         job = strategy.tuning_job
-        assert job is not None and job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, job
+        assert job is not None and job.phase == JobPhase.SUCCEEDED, job
         assert job.spec.risk == 0.05 and sorted(job.spec.nodes) == sorted(nodes) and job.spec.name == "t-tuning-1"
         verified = {n.node_id: n for n in job.nodes}
         for server_round, record in strategy.rounds.items():
             for a in record.assignments:
                 n = verified[a.node_id]
-                assert n.phase == tuning_pb2.NODE_PHASE_APPLIED and n.measured_power_w <= nodes[a.node_id][1]
-                assert a.mode == mode_from_proto(n.mode) and a.batch_size == n.batch_size == 32
+                assert n.phase == NodePhase.APPLIED and n.measured_power_w <= nodes[a.node_id][1]
+                assert a.mode is not None and a.mode.as_tuple() == n.mode and a.batch_size == n.batch_size == 32
                 assert a.planned_power_w == pytest.approx(max(n.measured_power_w, n.predicted_power_upper_w))
                 assert a.planned_power_w <= nodes[a.node_id][1]
                 assert a.config_revision == n.config_revision + server_round

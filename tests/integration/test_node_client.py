@@ -238,6 +238,7 @@ def test_tls_and_token_flags_reach_a_secured_coordinator(node_modules, tmp_path)
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(json.dumps({"tokens": [{"token": "agent-7-token-0123456789", "role": "agent", "name": "jetson-7"},
                                              {"token": "vera-token-0123456789", "role": "viewer", "name": "vera"}]}))
+    tokens.chmod(0o600)  # a token file others may read is refused
     with harness.coordinator(MemoryStore(), security=ServerSecurity(
             tls_cert=str(cert.cert), tls_key=str(cert.key), auth_tokens=str(tokens))) as c:
         address = f"localhost:{c.server.port}"

@@ -17,7 +17,7 @@ from harness import durable_redis, references, restart_redis, wait_job
 
 from edgetune.control.jobs import JobQueue
 from edgetune.localrun.localcluster import LocalCluster
-from edgetune.proto.v1 import common_pb2, tuning_pb2
+from edgetune.proto.v1 import common_pb2, coordinator_pb2_grpc, tuning_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,10 +49,10 @@ def test_redis_restart_and_a_killed_agent_mid_job(tmp_path, run_dir):
     try:
         with LocalCluster(tmp_path / "cluster", tuning=True, external_redis=redis.url,
                           job_idle_timeout_ms=1000) as cluster:
-            assert cluster.stub is not None and cluster.estimator is not None and cluster.store is not None
+            assert cluster.channel is not None and cluster.estimator is not None and cluster.store is not None
             agents = cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
             refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
-            stub = cluster.stub
+            stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
 
             # 1. Redis restarted mid-job (the AOF keeps the job, its status, the points and the queue)
             spec = _spec("restart", ["orin-agx-1"], refs)

@@ -24,6 +24,7 @@ from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
+    coordinator_pb2_grpc,
     tuning_pb2,
 )
 
@@ -74,10 +75,10 @@ def _check_applied(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.Tun
 
 def test_job_reaches_applied_within_budget(tmp_path, run_dir):
     with InProcessCluster(tmp_path, tuning=True) as cluster:
-        assert cluster.estimator is not None and cluster.stub is not None
+        assert cluster.estimator is not None and cluster.channel is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
         refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
-        stub = cluster.stub
+        stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
         # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
         jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
         for spec in jobs:
@@ -117,7 +118,7 @@ def test_job_reaches_applied_within_budget(tmp_path, run_dir):
 
 def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
     with LocalCluster(tmp_path, tuning=True) as cluster:
-        assert cluster.estimator is not None and cluster.stub is not None and cluster.coordinator is not None
+        assert cluster.estimator is not None and cluster.channel is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None
         cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")
@@ -127,8 +128,6 @@ def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
         target = f"ipv4:127.0.0.1:{cluster.coordinator.address.rsplit(':', 1)[1]}," \
                  f"127.0.0.1:{standby.address.rsplit(':', 1)[1]}"
         with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
-            from edgetune.proto.v1 import coordinator_pb2_grpc
-
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             spec = _spec("mnv3-kill", refs, "orin-agx")
             stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)

@@ -22,7 +22,14 @@ import pytest
 from harness import InProcessCluster, references, wait_job
 
 from edgetune.cli import main
-from edgetune.proto.v1 import common_pb2, coordinator_pb2, estimator_pb2, estimator_pb2_grpc, tuning_pb2
+from edgetune.proto.v1 import (
+    common_pb2,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    estimator_pb2,
+    estimator_pb2_grpc,
+    tuning_pb2,
+)
 from edgetune.workloads.user import load_workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,12 +49,12 @@ reference_model: reference-{device}-train
 
 def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys, run_dir):
     with InProcessCluster(tmp_path, tuning=True, workload_path=(FIXTURES,)) as cluster:
-        assert cluster.estimator is not None and cluster.stub is not None and cluster.store is not None
+        assert cluster.estimator is not None and cluster.channel is not None and cluster.store is not None
         cluster.start_agents({NODE: (DEVICE, BUDGET_W)})
         references(cluster.store, cluster.estimator.address, [DEVICE], run_dir)  # what `edgetune up` fits
         assert cluster.coordinator is not None
         address = cluster.coordinator.address
-        stub = cluster.stub
+        stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
 
         # a malformed entry: refused by the CLI before anything is sent, and by the coordinator
         bad_form = tmp_path / "bad-form.yaml"

@@ -408,3 +408,39 @@ def test_tuning_job_rpcs_and_submit_profiling(leader, store):
     code, details = _code(stub.SubmitProfiling, tuning_pb2.SubmitProfilingRequest(
         node_id=node, request=profiler_pb2.ProfileRequest(workload=common_pb2.Workload(name="resnet18"))))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "request.modes" in details
+
+
+def test_open_watches_and_feed_reads_are_on_the_metrics_endpoint(leader):
+    """``edgetune_coordinator_config_watches`` counts the open WatchConfig streams and
+    ``edgetune_coordinator_config_feed_reads_total`` the hub's reads of the change feed (what the
+    watch bench and an operator's scraper read); a stream cancelled leaves the gauge."""
+    from prometheus_client import REGISTRY
+
+    from edgetune.clients.coordinator import CoordinatorClient
+
+    coordinator, stub = leader
+    ids = [_register(stub, f"metrics-{i}") for i in range(3)]
+
+    def sample(name: str) -> float:
+        value = REGISTRY.get_sample_value(name)
+        assert value is not None, name
+        return value
+
+    before = sample("edgetune_coordinator_config_watches")
+    with grpc.insecure_channel(coordinator.server.address) as channel:
+        client = CoordinatorClient(channel)
+        streams = [client.watch_config(i) for i in ids]
+        deadline = time.monotonic() + 10
+        while sample("edgetune_coordinator_config_watches") < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sample("edgetune_coordinator_config_watches") == before + 3
+        reads = sample("edgetune_coordinator_config_feed_reads_total")
+        stub.PlanRound(_plan_request(ids[:1]))  # one published config: the hub reads it from the feed
+        assert next(streams[0]).revision == 1
+        assert sample("edgetune_coordinator_config_feed_reads_total") > reads
+        for s in streams:
+            s.close()
+        deadline = time.monotonic() + 10
+        while sample("edgetune_coordinator_config_watches") > before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sample("edgetune_coordinator_config_watches") == before

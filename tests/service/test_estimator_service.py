@@ -19,15 +19,22 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from edgetune.base.records import Predictions
+from edgetune.base.mode import PowerMode
+from edgetune.base.records import Points, Predictions
+from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
+from edgetune.clients.estimator import EstimatorClient
+from edgetune.clients.tuning import ServiceEstimator
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.ids import parse_model_id
+from edgetune.estimation.records import FitSpec, MeasuredRow, PredictSpec
+from edgetune.estimation.repository import BLOB_KIND
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.tables import table_from_proto
 from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
-from edgetune.services.estimator.convert import BLOB_KIND, parse_model_id
 from edgetune.services.estimator.server import create_server
 from edgetune.store import MeasurementRecord, open_store
 
@@ -231,6 +238,34 @@ def test_fit_again_adds_a_version(estimator, small_rows):
                                    measurements=_measurements(small_rows))
     first, second = estimator.Fit(req).model, estimator.Fit(req).model
     assert first.model_id.endswith("@1") and second.model_id.endswith("@2")
+
+
+def test_the_typed_client_and_the_tuning_adapter_speak_records(served, reference_rows):
+    """EstimatorClient: records in, records out, the same rows the stub streams; ServiceEstimator
+    (the tuner's remote estimator) fits, finds and predicts through it."""
+    _, channel = served
+    client = EstimatorClient(channel)
+    spread = reference_rows[::7]  # 63 modes across the grid
+    rows = tuple(MeasuredRow(PowerMode.from_mapping(r), r["batch_size"], r["time_ms"], r["power_w"]) for r in spread)
+    info = client.fit(FitSpec("orin-agx", "client-w", method="linear", measurements=rows, seed=0))
+    assert info.model_id == "orin-agx/client-w/train/linear@1" and info.kind == "linear" and info.role is Role.TRAIN
+    assert info.created_s > 0 and set(info.metrics) == {"time_mape", "power_mape"}
+    assert client.list_models(workload="client-w") == [info]
+    got = client.predict(PredictSpec(info.model_id, grid="fulcrum"), chunk_size=100)
+    _, want = _predict(served[0], model_id=info.model_id, grid=common_pb2.GRID_FULCRUM)
+    np.testing.assert_array_equal(got.modes, want.modes)
+    np.testing.assert_array_equal(got.time_ms, want.time_ms)
+    with pytest.raises(CallFailed) as caught:
+        client.predict(PredictSpec("no/such/model"))
+    assert caught.value.code == Status.NOT_FOUND and "no/such/model" in caught.value.details
+
+    adapter = ServiceEstimator(channel, "test")
+    points = Points(np.array([r.mode.as_tuple() for r in rows]), [r.batch_size for r in rows],
+                    [r.time_ms for r in rows], [r.power_w for r in rows], "orin-agx", "adapter-w", "train")
+    ref = adapter.fit(points, model_id="adapter/ref", method="linear")
+    assert ref.model_id == "adapter/ref@1" and ref.kind == "linear" and adapter.find("adapter/ref") == ref
+    preds = adapter.predict(ref, points.modes[:5], 16)
+    assert len(preds) == 5 and (preds.time_ms > 0).all()
 
 
 # --- Ray vs sequential --------------------------------------------------------------------------

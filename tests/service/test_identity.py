@@ -65,6 +65,7 @@ UNAUTHENTICATED, DENIED = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMI
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "tokens.yaml"
     path.write_text(yaml.safe_dump({"tokens": [{"token": t, "role": r, "name": n} for n, (t, r) in TOKENS.items()]}))
+    path.chmod(0o600)  # a token file others may read is refused
     return path
 
 
@@ -127,7 +128,7 @@ def coordinator(token_file):
 
 def test_anonymous_coordinator_attacks_are_refused_and_an_operator_succeeds(coordinator):
     c, store, stubs = coordinator
-    assert c.server.host == "0.0.0.0"  # secured by tokens: it may listen everywhere
+    assert c.server.host == "127.0.0.1"  # tokens without TLS: loopback only (tokens would cross the network in clear)
     # The agent registers itself (its token names its node), an admin registers another.
     assert stubs["jetson-a"].RegisterNode(coordinator_pb2.RegisterNodeRequest(node=_node("jetson-a", 30.0))).node_id \
         == "jetson-a"
@@ -388,5 +389,12 @@ def test_an_unsecured_server_listens_on_loopback_only_unless_insecure(token_file
     assert insecure.host == "0.0.0.0" and "--insecure" in caplog.text
     insecure.stop(0)
     tokens = ServiceServer("probe", port=0, security=ServerSecurity(auth_tokens=str(token_file)))
-    assert tokens.host == "0.0.0.0"
+    assert tokens.host == "127.0.0.1"  # tokens in clear text stay on loopback ...
     tokens.stop(0)
+    with pytest.raises(InvalidArgument, match="--host.*clear text.*--tls-cert"):
+        ServiceServer("probe", host="0.0.0.0", port=0, security=ServerSecurity(auth_tokens=str(token_file)))
+    with caplog.at_level(logging.WARNING, logger="edgetune.services.common.server"):  # ... unless on purpose
+        exposed = ServiceServer("probe", host="0.0.0.0", port=0,
+                                security=ServerSecurity(auth_tokens=str(token_file), insecure=True))
+    assert exposed.host == "0.0.0.0" and "clear text" in caplog.text
+    exposed.stop(0)

@@ -29,12 +29,15 @@ from edgetune.base.mode import PowerMode
 from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.base.risk import z_score
 from edgetune.cli.optimize import command as optimize_cli
+from edgetune.clients.optimizer import OptimizerClient
+from edgetune.clients.tuning import OptimizerSelector
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import COLUMNS, truth_table
 from edgetune.optimization.frontier import next_frontier_modes
 from edgetune.optimization.joint import JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
 from edgetune.optimization.problems import ConcurrentProblem, InferProblem, Observations, Point, TrainProblem
+from edgetune.optimization.records import SearchRequest, SelectQuery, Told
 from edgetune.optimization.select import Candidates, MinEnergy, MinPower, MinTime
 from edgetune.optimization.sessions import REVISION_CONFLICTS, SessionStore, space_ref
 from edgetune.optimization.strategies import SearchSpace, make_strategy, run_search
@@ -474,6 +477,48 @@ def test_search_session_reaches_the_in_process_decision(optimizer, truth, key):
     assert end.decision == best.decision
     _code(optimizer.Best, optimizer_pb2.BestRequest(session_id=start.session_id), grpc.StatusCode.NOT_FOUND,
           "session_id")
+
+
+def test_the_typed_client_and_the_tuning_selector_speak_records(store, truth):
+    """OptimizerClient: records in, records out, the same answers as the stub; OptimizerSelector (the
+    tuner's remote selector) gives the library's choice; a whole search session through the client."""
+    server, channel = _start(store)
+    try:
+        client = OptimizerClient(channel)
+        device, train, _ = truth
+        pool = Predictions.from_rows(train)
+        pool_std = dataclasses.replace(pool, power_std_w=np.full(len(pool), 1.5))
+        (verdict,) = client.select(SelectQuery(pool_std, "time", power_budget_w=25.0, risk=0.05))
+        want = MinTime(risk=0.05).select(_cands(train, np.full(len(train), 1.5)), 25.0)
+        assert verdict.feasible and verdict.mode == pool.mode(want.index)
+        assert verdict.power_upper_w == pytest.approx(want.power_bound_w) and verdict.power_budget_w == 25.0
+        choice = OptimizerSelector(channel).select(pool_std, 25.0, risk=0.05, objective="time")
+        assert (choice.feasible, choice.index) == (True, want.index)
+        assert choice.power_bound_w == pytest.approx(want.power_bound_w)
+        front = client.pareto_front(pool)
+        assert list(front.indices) == [int(i) for i in pareto_front(pool.time_ms, pool.power_w)[::-1]]
+
+        started = client.start_search(SearchRequest("gmd", "train", 30.0, device="orin-agx", grid="fulcrum",
+                                                    batch_sizes=(16,), train_workload="resnet18", seed=7))
+        while True:
+            asked = client.ask(started.session_id)
+            if asked.done:
+                break
+            told = []
+            for i, p in enumerate(asked.points):
+                row = device.lookup(p.mode, p.batch_size, p.workload, p.role)
+                told.append(Told(f"measurements[{i}]", p.mode, p.role, p.batch_size, p.workload, row["time_ms"],
+                                 row["power_w"]))
+            if client.tell(started.session_id, told).done:
+                break
+        result = _in_process("gmd-train", device)
+        best = client.best(started.session_id)
+        assert best.done and best.verdict.feasible and best.verdict.mode == result.decision.evaluation.mode
+        assert best.verdict.profiled == result.profiled
+        assert client.end_search(started.session_id) == best.verdict
+    finally:
+        channel.close()
+        server.stop(0)
 
 
 def test_ask_max_points_and_partial_tells(optimizer, truth):

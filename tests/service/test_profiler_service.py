@@ -20,12 +20,13 @@ from harness import free_port, wait_serving
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgetune.agent.node import BUSY
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.common import measurement_from_proto, mode_from_proto, mode_to_proto
+from edgetune.proto.serde.profiler import RUN_KEY_METADATA
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
-from edgetune.services.profiler.servicer import BUSY, RUN_KEY_METADATA
 from edgetune.store import open_store
 from edgetune.tables import read_profile_table, write_table
 
@@ -155,7 +156,7 @@ def test_profile_20_random_modes_streams_progress_then_measurements(agent, store
     modes = [mode_from_proto(m.mode) for m in ms]
     assert len(set(modes)) == 20 and all(m in FULCRUM for m in modes)
     assert all(m.id and m.minibatches == 40 and m.samples > 0 and m.timestamp.seconds > 0 for m in ms)
-    rows = [measurement_from_proto(m) for m in ms]
+    rows = [measurement_from_proto(m).to_row() for m in ms]
     _check_contract(rows, tmp_path)
     # Landed in the store, once each, with the streamed numbers.
     for m in ms:
@@ -384,7 +385,7 @@ def test_agent_process_profiles_over_grpc_into_the_store(store, tmp_path):
         elapsed_s = time.perf_counter() - t0
         ms = [e.measurement for e in events if e.HasField("measurement")]
         assert len(ms) == 20 and sum(e.HasField("progress") for e in events) == 21
-        _check_contract([measurement_from_proto(m) for m in ms], tmp_path)
+        _check_contract([measurement_from_proto(m).to_row() for m in ms], tmp_path)
         for m in ms:
             doc = store.get_measurement(m.id)
             assert doc is not None and doc.node_id == "jetson-7" and doc.time_ms == pytest.approx(m.time_ms)
@@ -460,21 +461,21 @@ def test_the_agents_heartbeat_power_reading_leaves_a_simulated_boards_measuremen
     """Heartbeats come when the wall clock says; the power they report must not draw on the noise the
     board's measurements use, or the same seed would measure differently from run to run."""
     from edgetune.agent.link import CoordinatorLink
+    from edgetune.agent.node import NodeAgent
     from edgetune.agent.safety import ModeKeeper
     from edgetune.base.mode import PowerMode
     from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.profiling.protocol import ProfileConfig, Profiler
-    from edgetune.services.profiler.servicer import ProfilerServicer
 
     mode = PowerMode(4, 1651.2, 1134.75, 2133.0)
 
     def measure(heartbeats: int) -> tuple[float, float]:
-        servicer = ProfilerServicer(ModeKeeper(SimulatedJetson("orin-agx", seed=3), tmp_path / f"state-{heartbeats}"))
-        link = CoordinatorLink(servicer, "127.0.0.1:1", "127.0.0.1:2")  # never started: no call is made
+        agent = NodeAgent(ModeKeeper(SimulatedJetson("orin-agx", seed=3), tmp_path / f"state-{heartbeats}"))
+        link = CoordinatorLink(agent, "127.0.0.1:1", "127.0.0.1:2")  # never started: no call is made
         try:
-            powers = [link._power_w() for _ in range(heartbeats)]
+            powers = [link._beat().power_w for _ in range(heartbeats)]
             assert all(p > 0 for p in powers)
-            m = Profiler(servicer.device, ProfileConfig(n_minibatches=5)).profile_points(
+            m = Profiler(agent.device, ProfileConfig(n_minibatches=5)).profile_points(
                 [(mode, 16)], "mobilenetv3", "train")[0]
             return m.time_ms, m.power_w
         finally:

@@ -12,9 +12,9 @@ import pytest
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
 from edgetune.proto.serde.common import mode_from_proto
+from edgetune.proto.serde.profiler import RUN_KEY_METADATA
 from edgetune.proto.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from edgetune.services.profiler.server import create_server
-from edgetune.services.profiler.servicer import RUN_KEY_METADATA
 from edgetune.store import open_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"

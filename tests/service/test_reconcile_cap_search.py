@@ -19,16 +19,17 @@ from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import Reconciler
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.tuningjobs import TuningJobs, TuningJobSpec
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapSearch, gpu_levels, run_cap_search
 from edgetune.profiling.protocol import measurement_id
-from edgetune.proto.serde.tuning import spec_from_doc
+from edgetune.proto.serde.tuning import spec_from_proto, spec_to_proto
 from edgetune.proto.v1 import tuning_pb2
-from edgetune.services.coordinator.convert import tuning_spec_from_proto, tuning_spec_to_proto
-from edgetune.store import MeasurementRecord, MemoryStore
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, ProfileJob, spec_to_dict
+from edgetune.tuning.jobfile import spec_from_doc
+from edgetune.tuning.jobs import TuningJobSpec
 
 DEVICE, WORKLOAD, NODE = "orin-agx", "mobilenetv3", "orin-agx-1"
 BATCH_SIZES = (32, 16, 8)
@@ -46,9 +47,8 @@ def _agent(store: MemoryStore, stop: threading.Event, ran: list[str]) -> None:
     while not stop.is_set():
         for job in queue.claim(NODE, "agent", block_ms=50):
             ran.append(job.job_id)
-            m = job.payload["modes"][0]
-            mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
-            b = int(job.payload["batch_sizes"][0])
+            point = ProfileJob.from_dict(job.payload)
+            mode, b = point.modes[0], point.batch_sizes[0]
             time_ms, peak_w = truth(b, mode)
             mid = measurement_id(DEVICE, NODE, WORKLOAD, "train", mode, b, job.job_id)
             queue.complete(job, [MeasurementRecord(mid, DEVICE, WORKLOAD, "train", mode, b, time_ms,
@@ -119,9 +119,10 @@ def test_cap_search_job_applies_the_fastest_point_strictly_under_the_cap(plane):
 
 
 def test_cap_search_reaches_the_coordinator_from_a_job_file():
-    msg = spec_from_doc({"name": "capjob", "workload": {"name": WORKLOAD, "batch_sizes": [32, 8]}, "nodes": [NODE],
-                         "power_budget_w": 30, "method": "cap-search"})
-    spec = tuning_spec_from_proto(msg)
-    assert spec.method == "cap-search"
-    assert tuning_spec_to_proto(spec).method == tuning_pb2.TUNING_METHOD_CAP_SEARCH
+    read = spec_from_doc({"name": "capjob", "workload": {"name": WORKLOAD, "batch_sizes": [32, 8]}, "nodes": [NODE],
+                          "power_budget_w": 30, "method": "cap-search"})
+    msg = spec_to_proto(read)
+    assert msg.method == tuning_pb2.TUNING_METHOD_CAP_SEARCH
+    spec = spec_from_proto(msg)
+    assert spec.method == "cap-search" and spec == read
     assert TuningJobSpec.from_dict(spec.to_dict()) == spec

@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 from harness import wait_for
 
-from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import DriftPolicy, Reconciler, drift_reason
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.tuningjobs import NodeStatus, TuningJobs, TuningJobSpec
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import MeasurementRecord, MemoryStore
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, ProfileJob, spec_to_dict
+from edgetune.tuning.jobs import NodeStatus, TuningJobSpec
 from edgetune.tuning.local import LibraryEstimator, LibrarySelector
 from edgetune.tuning.protocols import reference_model_id
 
@@ -51,9 +51,8 @@ class Board:
         while not self.stop.is_set():
             for job in queue.claim(self.node_id, "agent", block_ms=50):
                 self.ran.append(job.job_id)
-                m = job.payload["modes"][0]
-                mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
-                b = int(job.payload["batch_sizes"][0])
+                point = ProfileJob.from_dict(job.payload)
+                mode, b = point.modes[0], point.batch_sizes[0]
                 row = truth_table(DEVICE, WORKLOAD, "train", np.asarray([mode.as_tuple()], dtype=float), [b])[0]
                 mid = measurement_id(DEVICE, self.node_id, WORKLOAD, "train", mode, b, job.job_id)
                 queue.complete(job, [MeasurementRecord(mid, DEVICE, WORKLOAD, "train", mode, b,

@@ -30,12 +30,12 @@ from edgetune.estimation.bundle import TimePowerModel
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.profiling.protocol import ProfileConfig, Profiler
+from edgetune.proto.serde.tuning import spec_from_proto, spec_to_proto
 from edgetune.proto.v1 import (
     common_pb2,
     estimator_pb2,
     estimator_pb2_grpc,
 )
-from edgetune.services.coordinator.convert import tuning_spec_from_proto
 from edgetune.services.estimator.server import create_server
 from edgetune.store import open_store
 from edgetune.tables import write_table
@@ -133,7 +133,7 @@ def test_the_transfer_method_of_the_policy_is_the_estimator_service_default(file
 
 # --- the demo's tuning path ------------------------------------------------------------------------
 # The demo submits one TuningJob built from the library's policy (demo_policy -> job_spec); the
-# coordinator's reconcile loop reads it back (tuning_spec_from_proto -> policy_for) and runs a
+# coordinator's reconcile loop reads it back (spec_from_proto -> policy_for) and runs a
 # NodeTuner under that policy. Here: the same chain, the tuner on one simulated Orin AGX in-process.
 NODE = NodeSpec("orin-1", "orin-agx", 20.0, 1000)
 #: A short schedule: 6 profiled modes, no held-out calibration, so the transfer misses some budgets.
@@ -143,8 +143,8 @@ BUDGETS_W = (18.0, 22.0, 28.0)
 
 def _job_policy() -> tuning_policy.TuningPolicy:
     """The policy the coordinator tunes the demo's job under (read from the library default)."""
-    msg = job_spec(SHORT, demo_policy(SHORT), (NODE,))
-    return policy_for(tuning_spec_from_proto(msg))
+    msg = spec_to_proto(job_spec(SHORT, demo_policy(SHORT), (NODE,)))
+    return policy_for(spec_from_proto(msg))
 
 
 @pytest.fixture(scope="module")

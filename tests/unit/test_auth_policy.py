@@ -7,7 +7,7 @@ import yaml
 
 from edgetune.errors import InvalidArgument
 from edgetune.identity import ClientSecurity, Identity, ServerSecurity, load_tokens, parse_tokens
-from edgetune.proto.v1 import coordinator_pb2, estimator_pb2, optimizer_pb2, profiler_pb2
+from edgetune.proto.v1 import coordinator_pb2, estimator_pb2, nodejobs_pb2, optimizer_pb2, profiler_pb2
 from edgetune.services.common.auth import POLICY, PUBLIC_SERVICES, Denied, check, rule_for
 
 GOOD = "x" * 16
@@ -20,6 +20,7 @@ def test_token_file_gives_identities_and_agents_their_nodes(tmp_path):
         {"token": "b" * 20, "role": "agent", "name": "orin-1"},
         {"token": "c" * 20, "role": "agent", "name": "rack-2", "nodes": ["n1", "n2"]},
     ]}))
+    path.chmod(0o600)
     table = load_tokens(path)
     assert len(table) == 3
     assert table.identify("a" * 20) == Identity("alice", "operator", "token", ())
@@ -51,6 +52,7 @@ def test_unreadable_token_file_names_it(tmp_path):
     with pytest.raises(InvalidArgument, match="cannot read"):
         load_tokens(tmp_path / "missing.yaml")
     (tmp_path / "bad.yaml").write_text("tokens: [")
+    (tmp_path / "bad.yaml").chmod(0o600)
     with pytest.raises(InvalidArgument, match="not YAML"):
         load_tokens(tmp_path / "bad.yaml")
 
@@ -72,7 +74,8 @@ def _methods(module, service: str) -> list[str]:
 
 def test_every_rpc_of_every_service_has_a_rule_and_health_is_public():
     methods = (_methods(coordinator_pb2, "Coordinator") + _methods(estimator_pb2, "Estimator")
-               + _methods(optimizer_pb2, "Optimizer") + _methods(profiler_pb2, "Profiler"))
+               + _methods(optimizer_pb2, "Optimizer") + _methods(profiler_pb2, "Profiler")
+               + _methods(nodejobs_pb2, "NodeJobs"))
     assert sorted(methods) == sorted(POLICY)  # none falls through to the admin-only default unnoticed
     assert rule_for("/grpc.health.v1.Health/Check") is None and "grpc.health.v1.Health" in PUBLIC_SERVICES
     assert rule_for("/edgetune.v1.Coordinator/NewMethod").role == "admin"  # unknown: admins only

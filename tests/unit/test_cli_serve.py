@@ -60,6 +60,7 @@ def test_an_exposed_unauthenticated_service_or_a_bad_token_file_exits_2(tmp_path
     assert exposed.exit_code == 2 and "--host: '0.0.0.0' would expose" in exposed.output and "--insecure" in exposed.output
     bad = tmp_path / "tokens.yaml"
     bad.write_text("tokens: [{token: short, role: admin, name: x}]\n")
+    bad.chmod(0o600)
     refused = CliRunner().invoke(cli, ["serve", "optimizer", "--port", "0", "--metrics-port", "0",
                                        "--auth-tokens", str(bad)])
     assert refused.exit_code == 2 and "tokens[0].token: is 5 characters long" in refused.output

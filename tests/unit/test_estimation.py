@@ -20,8 +20,9 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.features import feature_columns
+from edgetune.estimation.methods import METHODS
 from edgetune.estimation.metrics import mape_pct, under_fraction
-from edgetune.estimation.registry import METHODS, adapt, make_predictor
+from edgetune.estimation.registry import adapt, make_predictor
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.optimization.select import selection_margin
 from edgetune.powermodes.grids import modes_array

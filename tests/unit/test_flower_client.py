@@ -11,14 +11,15 @@ from torch import nn
 from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.rounds import RoundCoordinator, RoundNode, RoundRequest
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
 from edgetune.integrations.flower_client import MODE_PREFIX, STATE, WINDOWS, WORKLOAD, OnlineTuningClient
 from edgetune.online import OnlineTuner, simulated_reference
+from edgetune.planning.rounds import RoundNode, RoundRequest
 from edgetune.powermodes.specs import get_spec
-from edgetune.store import MemoryStore
+from edgetune.store import MemoryStore, NodeRecord, spec_to_dict
 from tests.fixtures.workloads.sensor_cnn import SensorCNN, make_batches
 
 BATCH = 16

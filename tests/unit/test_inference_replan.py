@@ -6,15 +6,17 @@ from __future__ import annotations
 import pytest
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
+from edgetune.planning.rounds import RoundNode, RoundRequest
 from edgetune.powermodes.grids import fulcrum_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.store import MeasurementRecord, MemoryStore
+from edgetune.store import MeasurementRecord, MemoryStore, NodeRecord, spec_to_dict
 
 WORKLOAD = "mobilenetv3"
 BATCHES = (1, 4, 16, 32, 64)

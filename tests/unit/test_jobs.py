@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.control.jobs import REFUSAL_TTL_S, JobQueue, measurement_record
 from edgetune.errors import InvalidArgument
-from edgetune.store import DeadJob
+from edgetune.store import DeadJob, ProfileJob, UnknownSchema
 
 
 def _rows(job, n=2):
@@ -102,3 +104,33 @@ def test_a_refused_job_is_acknowledged_and_its_reason_kept(store, clock):
     assert q.refusal("n2", "j1") is None
     clock.advance(REFUSAL_TTL_S + 1)  # kept for a while, not for ever
     assert q.refusal("n1", "j1") is None
+
+
+def test_a_profile_job_is_the_payload_claimed_as_submitted(store):
+    q = JobQueue(store)
+    job = ProfileJob("mobilenetv3", Role.INFER, modes=(PowerMode(12, 2201.6, 1300.5, 3199.0),), batch_sizes=(8, 16),
+                     n_minibatches=10, warmup_minibatches=0, seed=3, power_limit_w=30.0, descending_order=True)
+    q.submit("n1", job.to_dict(), job_id="p1")
+    (claimed,) = q.claim("n1", "agent-a", block_ms=0)
+    assert ProfileJob.from_dict(claimed.payload) == job
+    drawn = ProfileJob("resnet18", random_modes=20, random_grid="fulcrum", seed=7)
+    assert ProfileJob.from_json(drawn.to_json()) == drawn
+
+
+def test_an_unreadable_profile_job_is_refused_naming_the_field():
+    good = ProfileJob("resnet18", random_modes=2).to_dict()
+    for change, field in (({"workload": ""}, "job.workload"), ({"role": "eval"}, "job.role"),
+                          ({"random_modes": 0}, "job.modes"),
+                          ({"modes": [{"cores": 4, "cpu_mhz": 1.0, "gpu_mhz": 2.0, "emc_mhz": 3.0}]}, "job.modes"),
+                          ({"random_modes": 0, "modes": [{"cores": 4}]}, "job.modes[0]"),
+                          ({"batch_sizes": []}, "job.batch_sizes"), ({"n_minibatches": 0}, "job.n_minibatches"),
+                          ({"sample_rate_hz": 1e9}, "job.sample_rate_hz"), ({"power_limit_w": -1}, "job.power_limit_w"),
+                          ({"seed": -1}, "job.seed")):
+        with pytest.raises(InvalidArgument) as err:
+            ProfileJob.from_dict({**good, **change})
+        assert err.value.field == field, change
+    # a ProfileRequest's proto-JSON (the payload before jobs had a schema) or a newer writer's job
+    for payload in ({"workload": {"name": "resnet18", "role": "ROLE_TRAIN"}, "random_modes": 2},
+                    {**good, "schema": 2}):
+        with pytest.raises(UnknownSchema):
+            ProfileJob.from_dict(payload)

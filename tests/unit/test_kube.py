@@ -19,7 +19,8 @@ import pytest
 from kubernetes import client, watch
 
 from edgetune.control import kube
-from edgetune.control.registry import NodeRecord, NodeRegistry
+from edgetune.control.registry import NodeRegistry
+from edgetune.store import NodeRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
 NODELIST = (FIXTURES / "nodelist_jetsons.json").read_text()

@@ -1,4 +1,4 @@
-"""The estimator's energy RPC prices networks with the Jetsons' physics (:mod:`edgetune.physics`),
+"""The estimator's energy estimate (THOR) prices networks with the Jetsons' physics (:mod:`edgetune.physics`),
 not with the simulated device: importing its path loads no ``edgetune.devices.simulated`` module
 (checked in a fresh interpreter, where nothing else has loaded it)."""
 
@@ -17,7 +17,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("edgetune."))))
 """
 
 
-@pytest.mark.parametrize("module", ["edgetune.services.estimator.energy", "edgetune.physics.costing"])
+@pytest.mark.parametrize("module", ["edgetune.estimation.layerwise.energy", "edgetune.physics.costing"])
 def test_the_energy_path_does_not_load_the_simulated_device(module):
     proc = subprocess.run([sys.executable, "-c", PROBE.format(module=module)], capture_output=True, text=True,
                           timeout=120)

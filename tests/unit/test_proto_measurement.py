@@ -1,5 +1,5 @@
-"""measurement_to_proto / measurement_from_proto: a profiling Measurement to the wire and back
-to a CONTRACT profile-table row."""
+"""measurement_to_proto / measurement_from_proto: a profiling Measurement to the wire and back to
+the stored record (whose row is the CONTRACT profile-table row)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.profiling import ProfileConfig, Profiler
 from edgetune.proto.serde.common import measurement_from_proto, measurement_to_proto
 from edgetune.proto.v1 import common_pb2
+from edgetune.store import MeasurementRecord
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +33,30 @@ def test_to_proto_carries_every_field(measurement):
     assert not measurement_to_proto(m).HasField("timestamp")
 
 
-def test_round_trip_gives_the_profile_row(measurement):
-    row = measurement_from_proto(measurement_to_proto(measurement))
+def test_round_trip_gives_the_stored_record_and_the_profile_row(measurement):
+    record = measurement_from_proto(measurement_to_proto(measurement))
+    assert isinstance(record, MeasurementRecord)
+    stored = MeasurementRecord.from_row(measurement.to_row())  # what the agent stores of it
+    assert (record.id, record.device_model, record.node_id, record.workload, record.role, record.mode,
+            record.batch_size, record.time_ms, record.power_w) == (
+        stored.id, stored.device_model, stored.node_id, stored.workload, stored.role, stored.mode,
+        stored.batch_size, stored.time_ms, stored.power_w)
+    row = record.to_row()
     expected = measurement.to_row()
     for key, value in row.items():
         assert value == pytest.approx(expected[key]) if isinstance(value, float) else value == expected[key], key
     assert list(row)[:7] == ["cores", "cpu_mhz", "gpu_mhz", "emc_mhz", "batch_size", "time_ms", "power_w"]
+    assert MeasurementRecord.from_json(record.to_json()) == record  # and it stores as it came
 
 
-def test_from_proto_refuses_a_message_without_a_mode():
+def test_from_proto_refuses_a_message_without_a_mode_role_or_id(measurement):
     with pytest.raises(InvalidArgument, match="measurement.mode.cores"):
         measurement_from_proto(common_pb2.Measurement(role=common_pb2.ROLE_TRAIN))
+    msg = measurement_to_proto(measurement)
+    msg.role = common_pb2.ROLE_UNSPECIFIED
+    with pytest.raises(InvalidArgument, match="event.measurement.role"):
+        measurement_from_proto(msg, "event.measurement")
+    msg = measurement_to_proto(measurement)
+    msg.id = ""
+    with pytest.raises(InvalidArgument, match="measurement.id"):
+        measurement_from_proto(msg)

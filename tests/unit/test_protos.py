@@ -222,13 +222,6 @@ def test_enums():
         convert.STRATEGY.to_proto("annealing")
 
 
-def test_budgets_and_optional_values():
-    msg = convert.budgets_from_dict({"power_budget_w": 0.0, "latency_budget_ms": None})
-    assert msg.HasField("power_budget_w") and not msg.HasField("latency_budget_ms")
-    values = convert.budgets_to_dict(msg)
-    assert values["power_budget_w"] == 0.0 and values["deadline_s"] is None
-
-
 def _arrays(n: int = 5, std: bool = True) -> Predictions:
     rng = np.random.default_rng(0)
     modes = np.column_stack([rng.integers(1, 13, n), rng.uniform(100, 2200, n), rng.uniform(100, 1300, n),
@@ -325,17 +318,3 @@ def test_prediction_table_from_rows():
     got = Predictions.from_rows(rows)
     assert got.mode(0) == PowerMode(4, 422.4, 114.75, 665.0) and got.time_std_ms is None
     assert got.power_std_w is not None and got.power_std_w.tolist() == [0.3]
-
-
-def test_decision_round_trips_the_contract_json():
-    select = {"feasible": True, "mode": {"cores": 12, "cpu_mhz": 2201.6, "gpu_mhz": 1300.5, "emc_mhz": 3199.0},
-              "batch_size": 16, "time_ms": 60.0, "power_w": 51.1, "power_budget_w": 52.0}
-    assert convert.decision_to_dict(convert.decision_from_dict(select)) == select
-    joint = {"feasible": True, "batch_size": 64, "mode": "460.8", "time_to_target_s": 8477.0, "power_w": 4.9}
-    assert convert.decision_to_dict(convert.decision_from_dict(joint)) == joint
-    concurrent = {"feasible": True, "mode": {"cores": 8, "cpu_mhz": 1344.0, "gpu_mhz": 726.75, "emc_mhz": 2133.0},
-                  "batch_size": 16, "time_ms": 80.0, "power_w": 30.0, "latency_ms": 120.0,
-                  "infer_batch_size": 4, "tau_train": 3, "train_minibatches_per_s": 9.5, "profiled": 15}
-    assert convert.decision_to_dict(convert.decision_from_dict(concurrent)) == concurrent
-    nothing = {"feasible": False, "reason": "no mode within 5 W", "power_budget_w": 5.0}
-    assert convert.decision_to_dict(convert.decision_from_dict(nothing)) == nothing

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_from_dict, spec_to_dict
+from edgetune.control.registry import NodeRegistry
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.powermodes.specs import get_spec
+from edgetune.store import NodeRecord, spec_from_dict, spec_to_dict
 
 
 def _node(node_id: str = "", **kw) -> NodeRecord:

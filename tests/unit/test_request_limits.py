@@ -76,14 +76,33 @@ def test_device_tables():
 
 def test_admission_counts_heavy_calls():
     limits = LimitsInterceptor(max_heavy=2)
-    limits._admit()
-    limits._admit()
+    limits.slots.acquire("", "admin")  # anonymous (no authentication): one admin, every slot
+    limits.slots.acquire("", "admin")
     assert limits.in_flight == 2
     with pytest.raises(ResourceExhausted):
-        limits._admit()
-    limits._release()
-    limits._admit()
+        limits.slots.acquire("", "admin")
+    limits.slots.release("", "admin")
+    limits.slots.acquire("", "admin")
     assert limits.in_flight == 2
+
+
+def test_heavy_slots_are_shared_by_role_and_caller():
+    slots = LimitsInterceptor(max_heavy=4).slots
+    slots.acquire("token:vera", "viewer")
+    slots.acquire("token:val", "viewer")
+    with pytest.raises(ResourceExhausted, match="kept for operators"):  # viewers hold half at most
+        slots.acquire("token:vic", "viewer")
+    slots.acquire("token:alice", "operator")
+    slots.release("token:vera", "viewer")
+    slots.release("token:val", "viewer")
+    slots.acquire("token:alice", "operator")
+    slots.acquire("token:alice", "operator")
+    with pytest.raises(ResourceExhausted, match="this caller already runs 3"):  # one caller never takes all
+        slots.acquire("token:alice", "operator")
+    slots.acquire("token:bob", "operator")
+    assert slots.running == 4
+    with pytest.raises(ResourceExhausted, match="4 heavy calls"):
+        slots.acquire("token:root", "admin")
 
 
 def test_stopping_is_per_thread_and_only_inside_stop_when():

@@ -9,13 +9,15 @@ from dataclasses import replace
 import pytest
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OptionTable
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry, spec_to_dict
-from edgetune.control.rounds import OptionTable, RoundCoordinator, RoundNode, RoundRequest
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.rounds import RoundCoordinator
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.planning.rounds import RoundNode, RoundRequest
 from edgetune.powermodes.specs import get_spec
-from edgetune.store import ManualClock, MemoryStore
+from edgetune.store import ManualClock, MemoryStore, NodeRecord, spec_to_dict
 
 FAST, MID = PowerMode(12, 2201.6, 1300.5, 3199.0), PowerMode(8, 1728.0, 930.75, 3199.0)
 OPTIONS = OptionTable.from_rows([(FAST, 32, 100.0, 42.0), (MID, 32, 150.0, 30.0)])
@@ -69,7 +71,8 @@ def test_budget_precedence_and_replan_revisions(setup):
         "a": (1, False), "b": (2, True), "c": (1, False)}
     # The standing site budget applies to the re-plan: 42 + 30 + 42 W no longer fits 100 W.
     site = rounds.update_site_budgets(site_power_budget_w=100.0)
-    assert site.site["site_power_budget_w"] == 100.0 and rounds.site_budgets()["site_power_budget_w"] == 100.0
+    assert site.site is not None and site.site.site_power_budget_w == 100.0
+    assert rounds.site_budgets().site_power_budget_w == 100.0
     assert site.outcome.plan.feasible and site.outcome.plan.total_power_w <= 100.0
     registry.register(NodeRecord("d", device=spec_to_dict(get_spec("orin-agx"))))
     assert rounds.update_node_budget("d", 20.0).outcome is None  # not in the round: only its budget

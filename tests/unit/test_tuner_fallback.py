@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from edgetune.base.records import Predictions
+from edgetune.base.risk import upper_bound
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import modes_array
@@ -46,7 +47,7 @@ def test_no_bound_fits_the_lowest_bound_is_measured_and_applied_when_within_budg
     assert pred is not None and pred.power_std_w is not None
     low = int(np.argmin(pred.power_w))
     budget_w = float(pred.power_w[low]) * 1.1  # the mean fits; mean + 1.645 · 30 % does not, for any mode
-    assert np.all(pred.power_w + t.policy.z * pred.power_std_w > budget_w)
+    assert np.all(upper_bound(pred.power_w, pred.power_std_w, t.policy.risk) > budget_w)
     decision = t.select_and_verify(budget_w)
     assert measured == ["verify"]
     assert decision.feasible and decision.within_budget, decision

@@ -9,21 +9,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgetune.base.mode import PowerMode
+from edgetune.base.workload import WorkloadRef
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import QueueMeasurer, point_job_id, policy_for
-from edgetune.control.tuningjobs import (
-    MAX_EVENTS,
-    NodeStatus,
-    StatusWriter,
-    TuningJobs,
-    TuningJobSpec,
-    TuningJobStatus,
-)
+from edgetune.control.tuningjobs import StatusWriter, TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore
+from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore, ProfileJob
+from edgetune.tuning.jobs import MAX_EVENTS, NodeStatus, TuningJobSpec, TuningJobStatus
 
 
 def _spec(**kw) -> TuningJobSpec:
@@ -114,18 +108,21 @@ def test_wait_returns_on_a_change():
     assert changed is not None and changed.phase == "Cancelled"
 
 
-def _agent(store: MemoryStore, node_id: str, stop: threading.Event, ran: list[str]) -> None:
+def _agent(store: MemoryStore, node_id: str, stop: threading.Event, ran: list[str],
+           ids: list[str] | None = None) -> None:
     """A simulated agent: claims the node's jobs, writes the measurement under the id the real agent
-    would (run key = job id), power = cores + GHz of the GPU, acknowledges."""
+    would (run key = job id; keyed by the name asked for), power = cores + GHz of the GPU,
+    acknowledges. ``ids``: the workload ids its rows carry, one per point in turn (a user
+    workload's, as the agent that loaded it reports); default the name asked for."""
     queue = JobQueue(store)
     while not stop.is_set():
         for job in queue.claim(node_id, "agent", block_ms=50):
             ran.append(job.job_id)
-            m = job.payload["modes"][0]
-            mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]), float(m["emc_mhz"]))
-            b = job.payload["batch_sizes"][0]
-            mid = measurement_id("orin-agx", node_id, "mobilenetv3", "train", mode, b, job.job_id)
-            queue.complete(job, [MeasurementRecord(mid, "orin-agx", "mobilenetv3", "train", mode, b,
+            point = ProfileJob.from_dict(job.payload)
+            mode, b = point.modes[0], point.batch_sizes[0]
+            mid = measurement_id("orin-agx", node_id, point.workload, "train", mode, b, job.job_id)
+            recorded = ids[(len(ran) - 1) % len(ids)] if ids else point.workload
+            queue.complete(job, [MeasurementRecord(mid, "orin-agx", recorded, "train", mode, b,
                                                    100.0 / mode.cores, mode.cores + mode.gpu_mhz / 1000,
                                                    node_id)])
 
@@ -139,7 +136,7 @@ def test_queue_measurer_replays_stored_points_without_profiling_again():
         counts: list[int] = []
 
         def measurer() -> QueueMeasurer:
-            return QueueMeasurer(store, JobQueue(store), "job", "a", "orin-agx", "mobilenetv3", "train",
+            return QueueMeasurer(store, JobQueue(store), "job", "a", "orin-agx", WorkloadRef.parse("mobilenetv3"), "train",
                                  should_stop=lambda: False, on_purpose=lambda p: None, on_points=counts.append,
                                  timeout_s=10, poll_s=0.02)
 
@@ -161,6 +158,51 @@ def test_queue_measurer_replays_stored_points_without_profiling_again():
         agent.join(2)
 
 
+def _user_measurer(store: MemoryStore) -> QueueMeasurer:
+    return QueueMeasurer(store, JobQueue(store), "job", "a", "orin-agx", WorkloadRef.parse("pkg.sensor_cnn:make"),
+                         "train", should_stop=lambda: False, on_purpose=lambda p: None, on_points=lambda n: None,
+                         timeout_s=10, poll_s=0.02)
+
+
+def test_queue_measurer_resolves_a_user_workloads_id_once_from_the_node():
+    """A MODULE:FUNCTION's id is pending until the node's first measurement reports it; points are
+    asked for (and keyed) by the name, the measured points carry the id from then on."""
+    store = MemoryStore()
+    stop, ran = threading.Event(), []
+    wid = "sensor_cnn.make-0123456789"
+    agent = threading.Thread(target=_agent, args=(store, "a", stop, ran, [wid]), daemon=True)
+    agent.start()
+    try:
+        measurer = _user_measurer(store)
+        assert not measurer.workload.resolved and measurer.workload.recorded_as == "pkg.sensor_cnn:make"
+        got = measurer.measure(np.array([[4, 1000, 500, 2000], [8, 2000, 900, 3000]], dtype=float), 16)
+        assert measurer.workload == WorkloadRef("pkg.sensor_cnn:make", wid) and got.workload == wid
+        assert measurer.queued == 2 and len(ran) == 2
+    finally:
+        stop.set()
+        agent.join(2)
+
+
+def test_queue_measurer_refuses_an_id_that_changes_half_way():
+    """The node's code changed between two points: its later measurements describe another model, so
+    the node fails saying so instead of mixing them under one name."""
+    store = MemoryStore()
+    stop, ran = threading.Event(), []
+    ids = ["sensor_cnn.make-0123456789", "sensor_cnn.make-abcdef0123"]
+    agent = threading.Thread(target=_agent, args=(store, "a", stop, ran, ids), daemon=True)
+    agent.start()
+    try:
+        measurer = _user_measurer(store)
+        measurer.measure(np.array([[4, 1000, 500, 2000]], dtype=float), 16)
+        with pytest.raises(InvalidArgument, match="node a: pkg.sensor_cnn:make was measured as "
+                                                  "sensor_cnn.make-0123456789, now as sensor_cnn.make-abcdef0123"):
+            measurer.measure(np.array([[8, 2000, 900, 3000]], dtype=float), 16)
+        assert measurer.workload.id == ids[0]
+    finally:
+        stop.set()
+        agent.join(2)
+
+
 def test_policy_follows_the_profiling_budget():
     small = policy_for(_spec(profiles=12, risk=0.1))
     assert small.profiles == 12 and small.risk == 0.1 and small.objective == "time"
@@ -174,7 +216,8 @@ def test_targets_by_ids_device_and_labels():
     (device model and every label must match)."""
     from edgetune.control.configs import ConfigStore
     from edgetune.control.reconcile import Reconciler
-    from edgetune.control.registry import NodeRecord, NodeRegistry
+    from edgetune.control.registry import NodeRegistry
+    from edgetune.store import NodeRecord
 
     store = MemoryStore()
     rec = Reconciler(store, NodeRegistry(store), ConfigStore(store), LeaderLease(store, "coordinator"), None, None)
@@ -196,17 +239,19 @@ def test_targets_by_ids_device_and_labels():
 
 def test_a_service_away_or_busy_is_retried_not_a_node_failure():
     """UNAVAILABLE / DEADLINE_EXCEEDED from the Estimator or Optimizer: the loop retries the node (a real
-    gRPC error from a call to an address nobody serves); any other error fails it."""
+    failed call, through the typed client, to an address nobody serves); any other error fails it."""
     import grpc
 
+    from edgetune.clients.calls import CallFailed, Status
+    from edgetune.clients.estimator import EstimatorClient
     from edgetune.control.reconcile import _transient
-    from edgetune.proto.v1 import estimator_pb2, estimator_pb2_grpc
 
     with grpc.insecure_channel("127.0.0.1:1") as channel:
-        with pytest.raises(grpc.RpcError) as err:
-            estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=2)
-    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        with pytest.raises(CallFailed) as err:
+            EstimatorClient(channel, timeout_s=2).list_models()
+    assert err.value.code in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED)
     assert _transient(err.value)
+    assert not _transient(CallFailed(Status.INVALID_ARGUMENT, "model_id: bad"))
     assert not _transient(ValueError("a bug")) and not _transient(InvalidArgument("x", "bad"))
 
 
@@ -258,7 +303,7 @@ def test_a_kill_around_the_publish_never_leaves_a_config_without_its_applied_sta
     """The tuned config and the node's Applied status (with its revision) are one atomic write: a
     leader killed before it leaves neither, killed after it leaves both; the next leader's publish
     of the same decision adds no revision."""
-    from edgetune.control.registry import NodeRecord
+    from edgetune.store import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     node = NodeRecord("a", device={"name": "orin-agx"})
@@ -284,7 +329,7 @@ def test_the_applied_status_carries_the_revision_the_store_wrote_even_with_a_pub
     """Another publish to the node lands between the leader's decision and its publish: the status
     written in the same atomic step as the config says the revision the store gave that config
     (not one guessed from what was read before), with nothing written after it to correct it."""
-    from edgetune.control.registry import NodeRecord
+    from edgetune.store import NodeRecord
 
     rec, store, configs, spec, writer, decided = _verified_on_a_dying_store()
     store.kill = "between"

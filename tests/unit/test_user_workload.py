@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
+from edgetune.base.workload import WorkloadRef, id_name, is_user_workload, parse_spec, workload_id
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.devices.simulated.profiles import (
     PROFILES,
@@ -27,7 +28,7 @@ from edgetune.devices.simulated.profiles import (
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
 from edgetune.workloads.flops import count_flops
-from edgetune.workloads.user import is_user_workload, load_workload, parse_spec, structure_hash
+from edgetune.workloads.user import load_workload, structure_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
@@ -77,6 +78,41 @@ def test_is_user_workload():
     assert is_user_workload("pkg.mod:make") and not is_user_workload("resnet18")
     assert not is_user_workload(None)
     assert parse_spec("a.b_c:make2") == ("a.b_c", "make2")
+
+
+def test_one_id_formula_for_specs_and_names():
+    """``NAME-HASH``: a spec's last module component and function, a plain name (the online tuner's
+    class name) as it is; the loaded workload's id is exactly that formula."""
+    wl = load_workload(SPEC)
+    digest = wl.workload_id.rsplit("-", 1)[1]
+    assert wl.workload_id == workload_id(SPEC, digest) == workload_id("sensor_cnn:make", digest)
+    assert id_name(SPEC) == "sensor_cnn.make" == wl.name
+    assert workload_id("SensorCNN", digest) == f"SensorCNN-{digest}"
+    for bad in ("", "0123", "0123456789abc", "ABCDEF0123", None):
+        with pytest.raises(InvalidArgument) as err:
+            workload_id(SPEC, bad)
+        assert err.value.field == "structure_hash"
+    with pytest.raises(InvalidArgument) as err:
+        workload_id("pkg:make()", digest)
+    assert err.value.field == "workload"
+
+
+def test_a_reference_resolves_its_id_once():
+    zoo = WorkloadRef.parse("resnet18")
+    assert zoo.resolved and zoo.id == "resnet18" and not zoo.is_user and zoo.resolve("resnet18") == zoo
+    ref = WorkloadRef.parse("pkg.sensor_cnn:make")
+    assert ref.is_user and not ref.resolved and ref.recorded_as == "pkg.sensor_cnn:make"
+    done = ref.resolve("sensor_cnn.make-0123456789")
+    assert done == WorkloadRef("pkg.sensor_cnn:make", "sensor_cnn.make-0123456789") and done.resolved
+    assert done.resolve("sensor_cnn.make-0123456789") is done and done.recorded_as == done.id
+    with pytest.raises(InvalidArgument, match="now as sensor_cnn.make-abcdef0123: its code changed"):
+        done.resolve("sensor_cnn.make-abcdef0123")
+    for other in ("other.make-0123456789", "sensor_cnn.make-xyz", "sensor_cnn.make"):  # not this spec's id
+        with pytest.raises(InvalidArgument, match="is not an id of pkg.sensor_cnn:make"):
+            ref.resolve(other)
+    with pytest.raises(InvalidArgument) as err:
+        WorkloadRef.parse("pkg:make()", "spec.workload.name")
+    assert err.value.field == "spec.workload.name"
 
 
 @pytest.mark.parametrize(
@@ -247,7 +283,7 @@ def test_runner_pool_runs_a_loaded_user_workload_by_id_on_a_copy():
 
 # -- the coordinator checks the form only ----------------------------------------------------
 def test_job_specs_check_the_form_of_a_user_workload_without_importing_it():
-    from edgetune.control.tuningjobs import TuningJobSpec
+    from edgetune.tuning.jobs import TuningJobSpec
 
     spec = TuningJobSpec("sensor", "not_installed_anywhere:make", nodes=("n1",)).check()
     assert spec.workload == "not_installed_anywhere:make"  # the nodes import it, not the coordinator

@@ -118,6 +118,30 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* The agent container's securityContext: uid 0 with every capability dropped where it writes the
+     host's clock files (root-owned, chart README "Privileges"), else the non-root one. */}}
+{{- define "edgetune.agentContainerSecurityContext" -}}
+{{- $v := .Values.agent -}}
+{{- if $v.hostAccess.enabled -}}
+runAsNonRoot: false
+runAsUser: 0
+runAsGroup: 0
+privileged: {{ $v.privileged }}
+allowPrivilegeEscalation: {{ $v.privileged }}
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+  {{- with $v.capabilities }}
+  add:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+seccompProfile:
+  type: RuntimeDefault
+{{- else -}}
+{{- include "edgetune.containerSecurityContext" . }}
+{{- end -}}
+{{- end -}}
+
 {{/* ---------------------------------------------------------------- redis ---------- */}}
 
 {{- define "edgetune.redisName" -}}
@@ -137,60 +161,73 @@ redis-url
 {{- end -}}
 {{- end -}}
 
-{{/* Bundled Redis: the Secret holding the password, and its key. */}}
-{{- define "edgetune.redisPasswordSecretName" -}}
+{{/* Bundled Redis: the Secret holding the ACL users' passwords and the aclfile. */}}
+{{- define "edgetune.redisAuthSecretName" -}}
 {{- .Values.redis.auth.existingSecret | default (printf "%s-auth" (include "edgetune.redisName" .)) -}}
 {{- end -}}
 
-{{- define "edgetune.redisPasswordSecretKey" -}}
-{{- if .Values.redis.auth.existingSecret -}}
-{{- .Values.redis.auth.existingSecretPasswordKey -}}
-{{- else -}}
-redis-password
-{{- end -}}
+{{/* The bundled Redis' ACL user of a component (edgetune.store.acl); "" for one without (the agent). */}}
+{{- define "edgetune.redisUser" -}}
+{{- if has .component (list "coordinator" "estimator" "optimizer") -}}{{ .component }}{{- end -}}
 {{- end -}}
 
-{{/* The bundled Redis' password: kept from the live Secret on upgrade, else generated. */}}
+{{/* The aclfile of the bundled Redis: the same users and rules as edgetune.store.acl.acl_file (a test
+     compares them), passwords as their SHA-256. (dict "passwords" (dict "coordinator" PW ...)) */}}
+{{- define "edgetune.redisAclFile" -}}
+{{- $ns := "edgetune" -}}
+{{- $conn := "+ping +client|setname +client|getname +client|id +hello +auth +select +echo +time +multi +exec +discard +unwatch" -}}
+{{- $audit := printf "(~%s:audit +xadd)" $ns -}}
+user default off resetkeys resetchannels -@all
+user coordinator on #{{ .passwords.coordinator | sha256sum }} ~{{ $ns }}:* resetchannels -@all +@all -@dangerous -@admin +info
+user estimator on #{{ .passwords.estimator | sha256sum }} resetkeys resetchannels -@all {{ $conn }} (~{{ $ns }}:blob:estimator-model:* ~{{ $ns }}:blob-latest:estimator-model:* ~{{ $ns }}:blob-index:estimator-model +@read +@write +@scripting -@dangerous) (%R~{{ $ns }}:meas:* %R~{{ $ns }}:meas-index:* +@read -@dangerous) {{ $audit }}
+user optimizer on #{{ .passwords.optimizer | sha256sum }} resetkeys resetchannels -@all {{ $conn }} (~{{ $ns }}:doc:optimizer-session:* ~{{ $ns }}:doc-index:optimizer-session ~{{ $ns }}:doc-rev ~{{ $ns }}:kv:owner:optimizer-session:* +@read +@write +watch -@dangerous) {{ $audit }}
+user probe on #{{ .passwords.probe | sha256sum }} resetkeys resetchannels -@all +ping +hello +auth
+{{ end -}}
+
+{{/* A password of the bundled Redis: kept from the live Secret on upgrade, else generated. (dict "root" $ "key" K) */}}
 {{- define "edgetune.redisPassword" -}}
-{{- $name := printf "%s-auth" (include "edgetune.redisName" .) -}}
-{{- $live := lookup "v1" "Secret" .Release.Namespace $name -}}
-{{- if and $live $live.data (index $live.data "redis-password") -}}
-{{- index $live.data "redis-password" | b64dec -}}
+{{- $name := printf "%s-auth" (include "edgetune.redisName" .root) -}}
+{{- $live := lookup "v1" "Secret" .root.Release.Namespace $name -}}
+{{- if and $live $live.data (index $live.data .key) -}}
+{{- index $live.data .key | b64dec -}}
 {{- else -}}
-{{- randAlphaNum 32 -}}
+{{- randAlphaNum 40 -}}
 {{- end -}}
 {{- end -}}
 
-{{/* EDGETUNE_REDIS for every service. Bundled: composed in the pod from the password Secret
-     (Kubernetes expands $(VAR)), so an existing Secret works too; external: the URL Secret. */}}
+{{/* EDGETUNE_REDIS of a component (dict "root" $ "component" C). Agents: none (they hold no store
+     credential: their node's jobs come through the coordinator). Bundled: the component's ACL user,
+     its password from the Secret (Kubernetes expands $(VAR)), TLS when the chart has certificates;
+     external: the URL Secret. */}}
 {{- define "edgetune.redisEnv" -}}
-{{- if .Values.redis.enabled -}}
-{{- $host := printf "%s.%s.svc:%d" (include "edgetune.redisName" .) .Release.Namespace (int .Values.redis.port) -}}
-{{- if .Values.redis.auth.enabled -}}
+{{- $root := .root -}}
+{{- if eq .component "agent" -}}
+- name: EDGETUNE_REDIS
+  value: "none"
+{{- else if $root.Values.redis.enabled -}}
+{{- $host := printf "%s.%s.svc:%d" (include "edgetune.redisName" $root) $root.Release.Namespace (int $root.Values.redis.port) -}}
+{{- $user := include "edgetune.redisUser" . -}}
+{{- $tls := ne (include "edgetune.tlsMode" $root) "none" -}}
 - name: EDGETUNE_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ include "edgetune.redisPasswordSecretName" . }}
-      key: {{ include "edgetune.redisPasswordSecretKey" . }}
+      name: {{ include "edgetune.redisAuthSecretName" $root }}
+      key: {{ $user }}-password
 - name: EDGETUNE_REDIS
-  value: {{ printf "redis://:$(EDGETUNE_REDIS_PASSWORD)@%s/%d" $host (int .Values.redis.database) | quote }}
-{{- else -}}
-- name: EDGETUNE_REDIS
-  value: {{ printf "redis://%s/%d" $host (int .Values.redis.database) | quote }}
-{{- end -}}
+  value: {{ printf "%s://%s:$(EDGETUNE_REDIS_PASSWORD)@%s/%d%s" (ternary "rediss" "redis" $tls) $user $host (int $root.Values.redis.database) (ternary "?ssl_ca_certs=/etc/edgetune/tls/ca.crt" "" $tls) | quote }}
 {{- else -}}
 - name: EDGETUNE_REDIS
   valueFrom:
     secretKeyRef:
-      name: {{ include "edgetune.redisUrlSecretName" . }}
-      key: {{ include "edgetune.redisUrlSecretKey" . }}
+      name: {{ include "edgetune.redisUrlSecretName" $root }}
+      key: {{ include "edgetune.redisUrlSecretKey" $root }}
 {{- end -}}
 {{- end -}}
 
 {{/* ---------------------------------------------------------------- env ------------ */}}
 
 {{/* Env every service gets: port, metrics port, log level, the Redis URL, the pod's identity.
-     (dict "root" $ "port" 50051 "metricsPort" 9090) */}}
+     (dict "root" $ "component" C "port" 50051 "metricsPort" 9090) */}}
 {{- define "edgetune.commonEnv" -}}
 - name: EDGETUNE_HOST
   value: "0.0.0.0"
@@ -200,7 +237,7 @@ redis-password
   value: {{ .metricsPort | quote }}
 - name: EDGETUNE_LOG_LEVEL
   value: {{ .root.Values.logLevel | quote }}
-{{ include "edgetune.redisEnv" .root }}
+{{ include "edgetune.redisEnv" (dict "root" .root "component" .component) }}
 - name: EDGETUNE_POD_NAME
   valueFrom:
     fieldRef:
@@ -312,9 +349,28 @@ generate
 {{- end -}}
 {{- end -}}
 
-{{/* The names the services' certificate carries: every Service, short and qualified. */}}
+{{/* The agents' certificate: their own (valid for the agents' Service only), so no agent holds the
+     control plane's key. */}}
+{{- define "edgetune.agentTlsSecretName" -}}
+{{- if eq (include "edgetune.tlsMode" .) "secret" -}}
+{{- .Values.security.tls.agentExistingSecret | default (include "edgetune.tlsSecretName" .) -}}
+{{- else -}}
+{{- include "edgetune.fullname" . }}-agent-tls
+{{- end -}}
+{{- end -}}
+
+{{/* A component's certificate Secret (dict "root" $ "component" C). */}}
+{{- define "edgetune.componentTlsSecretName" -}}
+{{- if eq .component "agent" -}}
+{{- include "edgetune.agentTlsSecretName" .root -}}
+{{- else -}}
+{{- include "edgetune.tlsSecretName" .root -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The names the control plane's certificate carries: its Services (Redis too), short and qualified. */}}
 {{- define "edgetune.tlsDnsNames" -}}
-{{- range $c := list "coordinator" "estimator" "optimizer" "agent" }}
+{{- range $c := list "coordinator" "estimator" "optimizer" "redis" }}
 {{- $n := include "edgetune.componentName" (dict "root" $ "component" $c) }}
 - {{ $n }}
 - {{ $n }}.{{ $.Release.Namespace }}
@@ -323,7 +379,30 @@ generate
 {{- end }}
 {{- end -}}
 
-{{/* TLS, tokens, the health port, --insecure: env of a service container (dict "root" $ "component" NAME). */}}
+{{- define "edgetune.agentTlsDnsNames" -}}
+{{- $n := include "edgetune.componentName" (dict "root" . "component" "agent") }}
+- {{ $n }}
+- {{ $n }}.{{ .Release.Namespace }}
+- {{ $n }}.{{ .Release.Namespace }}.svc
+- {{ $n }}.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{/* The Secret of the token file (the user's, or the one the chart generates). */}}
+{{- define "edgetune.tokensSecretName" -}}
+{{- .Values.security.tokens.existingSecret | default (printf "%s-tokens" (include "edgetune.fullname" .)) -}}
+{{- end -}}
+
+{{/* A token of the generated tokens Secret: kept from the live Secret on upgrade, else generated. (dict "root" $ "key" K) */}}
+{{- define "edgetune.generatedToken" -}}
+{{- $live := lookup "v1" "Secret" .root.Release.Namespace (printf "%s-tokens" (include "edgetune.fullname" .root)) -}}
+{{- if and $live $live.data (index $live.data .key) -}}
+{{- index $live.data .key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum 48 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* TLS, tokens, identities, the health port, --insecure: env of a service container (dict "root" $ "component" NAME). */}}
 {{- define "edgetune.securityEnv" -}}
 {{- $root := .root -}}
 {{- $s := $root.Values.security -}}
@@ -343,18 +422,36 @@ generate
   value: {{ printf "%s.%s.svc" (include "edgetune.componentName" .) $root.Release.Namespace | quote }}
 {{- end }}
 {{- end }}
-{{- with $s.tokens.existingSecret }}
+# People and the coordinator by bearer tokens; a copy of the token file only its owner reads (the
+# services refuse one group or others may read), made by the auth-files init container.
 - name: EDGETUNE_AUTH_TOKENS
   value: /etc/edgetune/auth/{{ $s.tokens.fileKey }}
-{{- $key := "" }}
-{{- if eq $.component "coordinator" }}{{ $key = $s.tokens.coordinatorTokenKey }}{{ end }}
-{{- if eq $.component "agent" }}{{ $key = $s.tokens.agentTokenKey }}{{ end }}
-{{- if $key }}
+{{- if eq .component "agent" }}
+# An agent keeps nothing replayable: only sha256: digests in its token file ...
+- name: EDGETUNE_HASHED_TOKENS_ONLY
+  value: "true"
+# ... and it is its node by its pod's projected service-account token.
+- name: EDGETUNE_TOKEN_FILE
+  value: /var/run/secrets/edgetune/token
+{{- end }}
+{{- if eq .component "coordinator" }}
+{{- with $s.tokens.coordinatorTokenKey }}
 - name: EDGETUNE_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ . }}
-      key: {{ $key }}
+      name: {{ include "edgetune.tokensSecretName" $root }}
+      key: {{ . }}
+{{- end }}
+{{- if $root.Values.agent.enabled }}
+# Agents are their nodes: their projected tokens verified with the issuer's keys.
+- name: EDGETUNE_AGENT_JWKS
+  value: {{ ternary "/etc/edgetune/jwks/jwks.json" "kubernetes" (ne $s.agentIdentity.jwksSecret "") | quote }}
+- name: EDGETUNE_AGENT_SERVICE_ACCOUNT
+  value: {{ printf "%s:%s" $root.Release.Namespace (include "edgetune.serviceAccountName" (dict "root" $root "component" "agent" "sa" $root.Values.agent.serviceAccount)) | quote }}
+{{- with $s.agentIdentity.issuer }}
+- name: EDGETUNE_AGENT_ISSUER
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if $s.insecure }}
@@ -364,33 +461,90 @@ generate
 {{- end -}}
 
 {{- define "edgetune.securityVolumeMounts" -}}
-{{- if ne (include "edgetune.tlsMode" .) "none" }}
+{{- if ne (include "edgetune.tlsMode" .root) "none" }}
 - name: tls
   mountPath: /etc/edgetune/tls
   readOnly: true
 {{- end }}
-{{- if .Values.security.tokens.existingSecret }}
-- name: auth-tokens
+- name: auth
   mountPath: /etc/edgetune/auth
+  readOnly: true
+{{- if eq .component "agent" }}
+- name: agent-identity
+  mountPath: /var/run/secrets/edgetune
+  readOnly: true
+{{- end }}
+{{- if and (eq .component "coordinator") .root.Values.security.agentIdentity.jwksSecret }}
+- name: agent-jwks
+  mountPath: /etc/edgetune/jwks
   readOnly: true
 {{- end }}
 {{- end -}}
 
+{{/* (dict "root" $ "component" C) */}}
 {{- define "edgetune.securityVolumes" -}}
-{{- if ne (include "edgetune.tlsMode" .) "none" }}
+{{- $root := .root -}}
+{{- if ne (include "edgetune.tlsMode" $root) "none" }}
 - name: tls
   secret:
-    secretName: {{ include "edgetune.tlsSecretName" . }}
+    secretName: {{ include "edgetune.componentTlsSecretName" . }}
 {{- end }}
-{{- with .Values.security.tokens.existingSecret }}
-# Only the token file: the tokens the coordinator and the agents send reach them as env vars.
-- name: auth-tokens
+# Only the token file; the auth-files init container copies it, mode 0600, into "auth".
+- name: auth-src
   secret:
-    secretName: {{ . }}
+    secretName: {{ include "edgetune.tokensSecretName" $root }}
+    defaultMode: 0440
     items:
-      - key: {{ $.Values.security.tokens.fileKey }}
-        path: {{ $.Values.security.tokens.fileKey }}
+      - key: {{ $root.Values.security.tokens.fileKey }}
+        path: {{ $root.Values.security.tokens.fileKey }}
+- name: auth
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- if eq .component "agent" }}
+# The agent's identity: a token for the audience edgetune only (useless against the API server),
+# naming the pod's node; the kubelet renews it.
+- name: agent-identity
+  projected:
+    defaultMode: 0400
+    sources:
+      - serviceAccountToken:
+          audience: {{ $root.Values.security.agentIdentity.audience }}
+          expirationSeconds: {{ int $root.Values.security.agentIdentity.expirationSeconds }}
+          path: token
 {{- end }}
+{{- if and (eq .component "coordinator") $root.Values.security.agentIdentity.jwksSecret }}
+- name: agent-jwks
+  secret:
+    secretName: {{ $root.Values.security.agentIdentity.jwksSecret }}
+    items:
+      - key: jwks.json
+        path: jwks.json
+{{- end }}
+{{- end -}}
+
+{{/* The init container that copies the token file with mode 0600 (a Secret volume under fsGroup is
+     group-readable, which the services refuse). (dict "root" $ "image" IMAGE "pullPolicy" P "securityContext" YAML) */}}
+{{- define "edgetune.authInitContainer" -}}
+- name: auth-files
+  image: {{ .image | quote }}
+  imagePullPolicy: {{ .pullPolicy }}
+  command: ["sh", "-c", "umask 077 && cp /etc/edgetune/auth-src/{{ .root.Values.security.tokens.fileKey }} /etc/edgetune/auth/{{ .root.Values.security.tokens.fileKey }}"]
+  resources:
+    requests:
+      cpu: 10m
+      memory: 16Mi
+    limits:
+      cpu: 100m
+      memory: 32Mi
+  securityContext:
+    {{- .securityContext | nindent 4 }}
+  volumeMounts:
+    - name: auth-src
+      mountPath: /etc/edgetune/auth-src
+      readOnly: true
+    - name: auth
+      mountPath: /etc/edgetune/auth
 {{- end -}}
 
 {{/* Client peers: pods labelled networkPolicy.clientPodLabels in clientNamespaces (default: the

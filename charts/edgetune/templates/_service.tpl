@@ -69,6 +69,8 @@ spec:
             matchLabels:
               {{- include "edgetune.componentSelectorLabels" $ctx | nindent 14 }}
       {{- end }}
+      initContainers:
+        {{- include "edgetune.authInitContainer" (dict "root" $root "image" (include "edgetune.image" (dict "root" $root "image" $v.image)) "pullPolicy" (include "edgetune.pullPolicy" (dict "root" $root "image" $v.image)) "securityContext" (include "edgetune.containerSecurityContext" $root)) | nindent 8 }}
       containers:
         - name: {{ $name }}
           image: {{ include "edgetune.image" (dict "root" $root "image" $v.image) | quote }}
@@ -87,7 +89,7 @@ spec:
               containerPort: {{ $v.metricsPort }}
               protocol: TCP
           env:
-            {{- include "edgetune.commonEnv" (dict "root" $root "port" $v.port "metricsPort" $v.metricsPort) | nindent 12 }}
+            {{- include "edgetune.commonEnv" (dict "root" $root "component" $name "port" $v.port "metricsPort" $v.metricsPort) | nindent 12 }}
             {{- include "edgetune.securityEnv" $ctx | nindent 12 }}
             {{- with .extraEnv }}
             {{- toYaml . | nindent 12 }}
@@ -103,12 +105,12 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
-            {{- include "edgetune.securityVolumeMounts" $root | nindent 12 }}
+            {{- include "edgetune.securityVolumeMounts" $ctx | nindent 12 }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 256Mi
-        {{- include "edgetune.securityVolumes" $root | nindent 8 }}
+        {{- include "edgetune.securityVolumes" $ctx | nindent 8 }}
 ---
 apiVersion: v1
 kind: Service

@@ -1,6 +1,7 @@
 """The agent's link to the coordinator (``--coordinator ADDR``): register, heartbeat, run
-profiling jobs, apply pushed configs. Wiring only: profiling, mode changes and their safety
-are the servicer's and the keeper's (every mode change goes through ``ModeGuard``).
+profiling jobs, apply pushed configs. It drives the :class:`~edgetune.agent.node.NodeAgent`
+(profiling, mode changes and their safety are its and its keeper's: every mode change goes
+through ``ModeGuard``) and calls the coordinator through :class:`~edgetune.clients.nodes.NodesClient`.
 
 Four daemon threads, each retrying with backoff while the coordinator or Redis is away:
 
@@ -9,11 +10,13 @@ Four daemon threads, each retrying with backoff while the coordinator or Redis i
   power, applied config revision); ``reregister`` (a coordinator that lost its state)
   registers again.
 - **jobs**: ``JobQueue.claim`` on the node's stream in the agent's store (``--redis``, the
-  cluster's Redis), profile through :meth:`ProfilerServicer.start_profile` with the job id
-  as run key (a re-delivered job writes the same measurement ids), ``complete`` (write +
-  ack). A payload is a ``ProfileRequest`` as JSON (:func:`profile_job`). A payload that can
-  never run (bad field) is acknowledged and logged; a device failure is left pending, so the
-  queue re-delivers it and buries it after ``max_deliveries``.
+  cluster's Redis), or, with no store (``--redis none``: an agent that holds no store credential),
+  the coordinator's ``NodeJobs`` for its own node (:class:`~edgetune.clients.nodejobs.RemoteJobQueue`);
+  profile through :meth:`NodeAgent.start_profile` with the job id as run key
+  (a re-delivered job writes the same measurement ids), ``complete`` (write + ack). A payload is
+  a :class:`~edgetune.store.ProfileJob` (``to_dict()``). A payload that can never run (bad field,
+  unknown schema) is acknowledged and logged; a device failure is left pending, so the queue
+  re-delivers it and buries it after ``max_deliveries``.
 - **watch**: ``WatchConfig`` from the last (epoch, revision) seen; hands each config to the
   applier. A config of another epoch (the coordinator's store lost its data) starts the count
   again: its revision may be lower than the last one seen.
@@ -41,44 +44,30 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import grpc
-from google.protobuf import json_format
-
 from edgetune import validation
+from edgetune.agent import metrics
+from edgetune.agent.node import POLL_S, NodeAgent
+from edgetune.clients.calls import CallFailed, Stream
+from edgetune.clients.nodejobs import RemoteJobQueue
+from edgetune.clients.nodes import NodesClient
 from edgetune.control.jobs import DEFAULT_IDLE_TIMEOUT_MS, Job, JobQueue
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.serde.common import measurement_from_proto, mode_from_proto, mode_to_proto, spec_to_proto
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, profiler_pb2
-from edgetune.services.profiler import metrics
-from edgetune.services.profiler.servicer import ProfilerServicer
-from edgetune.store import STORE_ERRORS
+from edgetune.profiling import Measurement
+from edgetune.store import STORE_ERRORS, Heartbeat, NodeAnnouncement, NodeConfig, ProfileJob, UnknownSchema
 
 log = logging.getLogger("edgetune.profiler.link")
 
 #: Until the coordinator answers with its own interval (a third of its heartbeat TTL).
 DEFAULT_HEARTBEAT_INTERVAL_S = 3.0
-RPC_TIMEOUT_S = 5.0
 #: Backoff between attempts while the coordinator or Redis is unreachable.
 RETRY_MIN_S, RETRY_MAX_S = 0.2, 5.0
 #: While a profile holds the device, a config change or a job start tries again this often.
 BUSY_RETRY_S = 0.1
 #: Longest a job claim blocks; below the store client's socket timeout (1 s embedded, 30 s Redis).
 CLAIM_BLOCK_MS = 500
-_POLL_S = 0.2
-
-
-def profile_job(request: profiler_pb2.ProfileRequest) -> dict:
-    """A profiling job's payload for ``JobQueue.submit``: the request as JSON (proto field names)."""
-    return json_format.MessageToDict(request, preserving_proto_field_name=True)
-
-
-def profile_request(payload: Mapping[str, Any]) -> profiler_pb2.ProfileRequest:
-    """The ``ProfileRequest`` of a job payload; InvalidArgument naming ``job`` when it is not one."""
-    try:
-        return json_format.ParseDict(dict(payload), profiler_pb2.ProfileRequest())
-    except json_format.ParseError as exc:
-        raise InvalidArgument("job", f"not a ProfileRequest: {exc}", "a ProfileRequest as JSON (profile_job)") from None
+#: A job stream away: the store's, or the coordinator's (an agent without a store).
+JOB_ERRORS: tuple[type[BaseException], ...] = (*STORE_ERRORS, CallFailed)
 
 
 def advertised_address(host: str, port: int) -> str:
@@ -103,18 +92,18 @@ class _Backoff:
 class CoordinatorLink:
     """Registers the agent's device with the coordinator and keeps it in step (see module doc)."""
 
-    def __init__(self, servicer: ProfilerServicer, coordinator: str, address: str, *,
+    def __init__(self, agent: NodeAgent, coordinator: str, address: str, *,
                  power_budget_w: float | None = None, node_id: str = "",
                  labels: Mapping[str, str] | None = None, job_idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
                  security: ClientSecurity | None = None) -> None:
         if not coordinator:
             raise InvalidArgument("coordinator", "is empty", "host:port of the coordinator")
         validation.optional(validation.power_budget_w, power_budget_w, "power_budget_w")
-        self.servicer = servicer
+        self.agent = agent
         self.coordinator = coordinator
         self.address = address
         self.power_budget_w = power_budget_w
-        self.node_id = node_id or servicer.node_id
+        self.node_id = node_id or agent.node_id
         self.labels = dict(labels or {})
         self.heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
         #: Revision (and epoch) of the last config applied (or superseded while pending): reported in heartbeats.
@@ -124,15 +113,17 @@ class CoordinatorLink:
         self.refused_revision = 0
         self.refused_reason = ""
         self._channel = open_channel(coordinator, security)
-        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
-        self._jobs = (JobQueue(servicer.store, idle_timeout_ms=job_idle_timeout_ms)
-                      if servicer.store is not None else None)
+        self._nodes = NodesClient(self._channel)
+        # Without a store credential (the chart's agents) the node's jobs come through the coordinator.
+        self._jobs: JobQueue | RemoteJobQueue = (
+            JobQueue(agent.store, idle_timeout_ms=job_idle_timeout_ms) if agent.store is not None
+            else RemoteJobQueue(self._channel, idle_timeout_ms=job_idle_timeout_ms))
         self._consumer = f"{socket.gethostname()}-{os.getpid()}"
         self._stop = threading.Event()
         self._registered = threading.Event()
         self._profiling = threading.Event()
-        self._watch_call: Any = None
-        self._configs: queue.Queue[coordinator_pb2.NodeConfig] = queue.Queue()
+        self._watch: Stream[NodeConfig] | None = None
+        self._configs: queue.Queue[NodeConfig] = queue.Queue()
         self._seen_revision = 0
         self._seen_epoch = 0
         #: Set to send a heartbeat now (a config was refused) rather than at the next interval.
@@ -141,12 +132,8 @@ class CoordinatorLink:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> CoordinatorLink:
-        if self._jobs is None:
-            log.warning("no store (--redis none): profiling jobs from the coordinator are not consumed")
         for name, target in (("heartbeat", self._heartbeat_loop), ("watch", self._watch_loop),
                              ("apply", self._apply_loop), ("jobs", self._job_loop)):
-            if name == "jobs" and self._jobs is None:
-                continue
             thread = threading.Thread(target=target, name=f"link-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -156,9 +143,9 @@ class CoordinatorLink:
         """Stop the threads (a running job is cancelled and left for re-delivery); the keeper restores."""
         self._stop.set()
         self._beat_now.set()
-        call = self._watch_call
-        if call is not None:
-            call.cancel()
+        watch = self._watch
+        if watch is not None:
+            watch.close()
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -169,16 +156,13 @@ class CoordinatorLink:
 
     # -- registration and heartbeats -------------------------------------------------------
     def _register(self) -> None:
-        device = self.servicer.device
-        node = coordinator_pb2.NodeInfo(node_id=self.node_id, hostname=socket.gethostname(), address=self.address,
-                                        device=spec_to_proto(device.spec),
-                                        current_mode=mode_to_proto(device.current_mode()),
-                                        labels=self.labels, state=self._state())
-        if self.power_budget_w is not None:
-            node.power_budget_w = self.power_budget_w
-        reply = self._stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=node), timeout=RPC_TIMEOUT_S)
+        device = self.agent.device
+        reply = self._nodes.register(NodeAnnouncement(
+            node_id=self.node_id, hostname=socket.gethostname(), address=self.address, spec=device.spec,
+            current_mode=device.current_mode(), state=self._state(), labels=self.labels,
+            power_budget_w=self.power_budget_w))
         self.node_id = reply.node_id
-        self.servicer.node_id = reply.node_id  # measurements carry the id the coordinator knows
+        self.agent.node_id = reply.node_id  # measurements carry the id the coordinator knows
         self.heartbeat_interval_s = reply.heartbeat_interval_s or DEFAULT_HEARTBEAT_INTERVAL_S
         self._registered.set()
         log.info("registered with the coordinator", extra={"node_id": reply.node_id, "coordinator": self.coordinator,
@@ -187,15 +171,14 @@ class CoordinatorLink:
     def _state(self) -> str:
         if self._profiling.is_set():
             return "profiling"
-        return "running" if self.servicer.keeper.active else "ready"
+        return "running" if self.agent.keeper.active else "ready"
 
-    def _power_w(self) -> float:
-        # telemetry, not the power sensor: a background reading must not draw on the noise a simulated
-        # board's measurements use (heartbeats come when the wall clock says: runs would not repeat)
-        try:
-            return float(self.servicer.device.telemetry().power_w or 0.0)
-        except (EdgetuneError, OSError):  # no power monitor: the heartbeat goes without
-            return 0.0
+    def _beat(self) -> Heartbeat:
+        """What the next heartbeat reports."""
+        return Heartbeat(current_mode=self.agent.device.current_mode().as_dict(),
+                         power_w=self.agent.heartbeat_power_w(), state=self._state(),
+                         applied_revision=self.applied_revision, applied_epoch=self.applied_epoch,
+                         refused_revision=self.refused_revision, refused_reason=self.refused_reason)
 
     def _heartbeat_loop(self) -> None:
         backoff = _Backoff()
@@ -205,46 +188,41 @@ class CoordinatorLink:
                     self._register()
                 else:
                     self._beat_now.clear()
-                    reply = self._stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
-                        node_id=self.node_id, current_mode=mode_to_proto(self.servicer.device.current_mode()),
-                        power_w=self._power_w(), state=self._state(), applied_revision=self.applied_revision,
-                        applied_epoch=self.applied_epoch, refused_revision=self.refused_revision,
-                        refused_reason=self.refused_reason), timeout=RPC_TIMEOUT_S)
-                    if reply.reregister:
+                    if self._nodes.heartbeat(self.node_id, self._beat()):
                         log.warning("the coordinator forgot this node: registering again")
                         self._register()
                 backoff.reset()
                 self._beat_now.wait(self.heartbeat_interval_s)
-            except grpc.RpcError as exc:
+            except CallFailed as exc:
                 log.warning("coordinator unreachable", extra={"coordinator": self.coordinator,
-                                                              "code": exc.code().name, "error": exc.details()})
+                                                              "code": exc.code, "error": exc.details})
                 backoff.wait(self._stop)
 
     # -- config push -----------------------------------------------------------------------
     def _watch_loop(self) -> None:
         backoff = _Backoff()
         while not self._stop.is_set():
-            if not self._registered.wait(_POLL_S):
+            if not self._registered.wait(POLL_S):
                 continue
             try:
-                self._watch_call = self._stub.WatchConfig(coordinator_pb2.WatchConfigRequest(
-                    node_id=self.node_id, after_revision=self._seen_revision, after_epoch=self._seen_epoch))
-                if self._stop.is_set():  # stop() ran before the call existed: nothing cancelled it
-                    self._watch_call.cancel()
-                for config in self._watch_call:
+                self._watch = self._nodes.watch_configs(self.node_id, self._seen_revision, self._seen_epoch)
+                if self._stop.is_set():  # stop() ran before the watch existed: nothing cancelled it
+                    self._watch.close()
+                for config in self._watch:
                     backoff.reset()
                     if config.epoch != self._seen_epoch:  # the store lost its data: revisions count anew
                         self._seen_epoch, self._seen_revision = config.epoch, config.revision
                     self._seen_revision = max(self._seen_revision, config.revision)
                     self._configs.put(config)
-            except grpc.RpcError as exc:
+            except CallFailed as exc:
                 if self._stop.is_set():
                     return
-                log.warning("config watch ended; watching again", extra={"code": exc.code().name,
-                                                                         "error": exc.details()})
+                log.warning("config watch ended; watching again", extra={"code": exc.code, "error": exc.details})
+            except InvalidArgument as exc:  # a config this agent cannot read: watch again after a pause
+                log.error("unreadable config; watching again", extra={"error": str(exc)})
             backoff.wait(self._stop)  # a stream the server ended (shutdown): reconnect after a pause
 
-    def _newest(self, config: coordinator_pb2.NodeConfig | None) -> coordinator_pb2.NodeConfig | None:
+    def _newest(self, config: NodeConfig | None) -> NodeConfig | None:
         """``config`` or a newer one that arrived meanwhile (a pending change is superseded, not applied)."""
         while True:
             try:
@@ -255,58 +233,58 @@ class CoordinatorLink:
     def _apply_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                config = self._newest(self._configs.get(timeout=_POLL_S))
+                config = self._newest(self._configs.get(timeout=POLL_S))
             except queue.Empty:
                 continue
             while config is not None and not self._stop.is_set():
                 config = self._handle(config)
 
-    def _handle(self, config: coordinator_pb2.NodeConfig) -> coordinator_pb2.NodeConfig | None:
+    def _handle(self, config: NodeConfig) -> NodeConfig | None:
         """Apply one config; returns a newer config that superseded it (None when done)."""
-        if config.restore or not config.HasField("mode"):
-            self._until_done(self.servicer.restore_mode)
+        if config.restore or config.mode is None:
+            self._until_done(self.agent.restore_mode)
             self._applied(config)
             log.info("config applied: mode restored", extra={"revision": config.revision})
             return None
-        newer = self._wait_until(config.valid_from.ToNanoseconds() / 1e9 if config.HasField("valid_from") else 0.0)
+        newer = self._wait_until(config.valid_from_s or 0.0)
         if newer is not None:
             self._applied(config)
             return newer
-        try:
-            mode = mode_from_proto(config.mode, "config.mode")
-            applied = self._until_done(lambda: self.servicer.apply_mode(mode))
+        mode = config.mode
+        try:  # the device validates the mode against its own tables
+            applied = self._until_done(lambda: self.agent.apply_mode(mode))
         except EdgetuneError as exc:  # a mode this device refuses: keep the current one, tell the coordinator why
             log.error("config refused", extra={"revision": config.revision, "error": str(exc)})
             self.refused_revision, self.refused_reason = config.revision, str(exc)
             self._beat_now.set()
             return None
         self._applied(config)
-        if config.HasField("power_budget_w"):
+        if config.power_budget_w is not None:
             metrics.CONFIG_POWER_BUDGET_W.set(config.power_budget_w)
         if applied is not None:
             log.info("config applied", extra={"revision": config.revision, "round_id": config.round_id,
                                               "mode": applied[0].label(), "batch_size": config.batch_size})
-        if config.HasField("valid_until"):
-            newer = self._wait_until(config.valid_until.ToNanoseconds() / 1e9)
+        if config.valid_until_s is not None:
+            newer = self._wait_until(config.valid_until_s)
             if newer is not None:
                 return newer  # the next config decides the mode
             if not self._stop.is_set():
-                self._until_done(self.servicer.restore_mode)
+                self._until_done(self.agent.restore_mode)
                 log.info("config expired: mode restored", extra={"revision": config.revision})
         return None
 
-    def _applied(self, config: coordinator_pb2.NodeConfig) -> None:
+    def _applied(self, config: NodeConfig) -> None:
         self.applied_revision, self.applied_epoch = config.revision, config.epoch
         self.refused_revision, self.refused_reason = 0, ""
 
-    def _wait_until(self, epoch_s: float) -> coordinator_pb2.NodeConfig | None:
+    def _wait_until(self, epoch_s: float) -> NodeConfig | None:
         """Sleep until ``epoch_s``; a newer config arriving first is returned (None: time reached or stop)."""
         while not self._stop.is_set():
             left_s = epoch_s - time.time()
             if left_s <= 0:
                 return None
             try:
-                return self._newest(self._configs.get(timeout=min(left_s, _POLL_S)))
+                return self._newest(self._configs.get(timeout=min(left_s, POLL_S)))
             except queue.Empty:
                 continue
         return None
@@ -322,46 +300,40 @@ class CoordinatorLink:
 
     # -- profiling jobs --------------------------------------------------------------------
     def _job_loop(self) -> None:
-        assert self._jobs is not None
         backoff = _Backoff()
         while not self._stop.is_set():
-            if not self._registered.wait(_POLL_S):
+            if not self._registered.wait(POLL_S):
                 continue
             try:
                 for job in self._jobs.claim(self.node_id, self._consumer, block_ms=CLAIM_BLOCK_MS):
                     self._run_job(job)
                 backoff.reset()
-            except STORE_ERRORS as exc:
+            except JOB_ERRORS as exc:
                 log.warning("job stream unreachable", extra={"error": str(exc)})
                 backoff.wait(self._stop)
 
     def _run_job(self, job: Job) -> None:
-        assert self._jobs is not None
         try:
-            plan = self.servicer.plan_profile(profile_request(job.payload), run_key=job.job_id)
-        except InvalidArgument as exc:  # can never run: acknowledged (not re-delivered), the reason kept
+            plan = self.agent.plan(ProfileJob.from_dict(job.payload), run_key=job.job_id)
+        except (InvalidArgument, UnknownSchema) as exc:  # can never run: acknowledged (not re-delivered), the reason kept
             log.error("profiling job refused", extra={"job_id": job.job_id, "error": str(exc)})
             self._jobs.refuse(job, str(exc))
             return
-        started = self._until_done(lambda: self.servicer.start_profile(plan))
+        started = self._until_done(lambda: self.agent.start_profile(plan))
         if started is None:
             return  # stopping before it began: left pending for re-delivery
         self._profiling.set()
-        rows, failure = [], None
+        measured: list[Measurement] = []
+        failure: BaseException | None = None
         try:
-            while True:
-                try:
-                    kind, item = started.events.get(timeout=_POLL_S)
-                except queue.Empty:
+            for event in started.events():
+                if event is None:
                     if self._stop.is_set():
                         started.cancel()
-                    continue
-                if kind == "end":
-                    break
-                if kind == "error":
-                    failure = item
-                elif item.HasField("measurement"):
-                    rows.append(measurement_from_proto(item.measurement))
+                elif isinstance(event, Measurement):
+                    measured.append(event)
+        except Exception as exc:  # noqa: BLE001 - the run failed: left pending, the queue re-delivers it
+            failure = exc
         finally:
             self._profiling.clear()
         if started.outcome != "completed":
@@ -369,6 +341,6 @@ class CoordinatorLink:
                         extra={"job_id": job.job_id, "outcome": started.outcome,
                                "error": str(failure) if failure else None})
             return
-        # The servicer stored each point as it went; complete() re-writes the same ids (no-ops) and acks.
-        self._jobs.complete(job, rows)
-        log.info("profiling job done", extra={"job_id": job.job_id, "measurements": len(rows)})
+        # The agent stored each point as it went; complete() re-writes the same ids (no-ops) and acks.
+        self._jobs.complete(job, measured)
+        log.info("profiling job done", extra={"job_id": job.job_id, "measurements": len(measured)})

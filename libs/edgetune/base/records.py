@@ -1,5 +1,5 @@
-"""Typed records of the tuning workflow: measured points, predictions, decisions, the option table,
-batch efficiency.
+"""Typed records of the tuning workflow: measured points, predictions, decisions, the option table
+(a node's options for round planning), batch efficiency.
 
 Plain numpy-backed dataclasses (no protobuf): the wire tables (:mod:`edgetune.proto.serde.tables`) decode
 into :class:`Predictions` and the gRPC clients (:mod:`edgetune.clients`) convert at the edge. Modes are
@@ -198,17 +198,46 @@ class Decision:
         return self.measured_power_w is not None and self.measured_power_w <= self.budget_w
 
 
+#: An option table's columns (the stored round keeps them as arrays of these names).
+OPTION_COLUMNS = ("batch_size", "time_ms", "power_w", "modes")
+
+
 @dataclass(frozen=True)
 class OptionTable:
-    """A node's options for round planning: every mode not ruled out, with its safe power."""
+    """A node's options for round planning: (mode × batch size) rows with their time and the power
+    the planner holds to the node's budget; ``modes`` is ``(n, 4)``.
 
-    modes: np.ndarray
+    ``power_w`` is whatever the source vouches for: a tuner's safe power for predicted options (the
+    upper bound mean + z(1 - risk) · calibrated σ, :meth:`edgetune.tuning.safety.SafetyState.option_table`),
+    the measured power for profiled points (the coordinator's stored measurements), or the larger of
+    the two for a verified choice. The stored round keeps it as :meth:`to_json`'s lists.
+    """
+
     batch_size: np.ndarray
     time_ms: np.ndarray
-    safe_power_w: np.ndarray  # mean + z(1 - risk) · calibrated σ
+    power_w: np.ndarray
+    modes: np.ndarray
 
     def __len__(self) -> int:
-        return int(len(self.modes))
+        return int(self.batch_size.size)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[PowerMode, int, float, float]]) -> OptionTable:
+        """From ``(mode, batch_size, time_ms, power_w)`` rows."""
+        return cls(np.asarray([r[1] for r in rows], dtype=np.int64), np.asarray([r[2] for r in rows], dtype=float),
+                   np.asarray([r[3] for r in rows], dtype=float),
+                   np.asarray([r[0].as_tuple() for r in rows], dtype=float).reshape(len(rows), 4))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size.tolist(), "time_ms": self.time_ms.tolist(),
+                "power_w": self.power_w.tolist(), "modes": self.modes.tolist()}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> OptionTable:
+        """From :meth:`to_json`'s lists (or arrays of the same names)."""
+        n = len(doc["batch_size"])
+        return cls(np.asarray(doc["batch_size"], dtype=np.int64), np.asarray(doc["time_ms"], dtype=float),
+                   np.asarray(doc["power_w"], dtype=float), np.asarray(doc["modes"], dtype=float).reshape(n, 4))
 
 
 @dataclass(frozen=True)

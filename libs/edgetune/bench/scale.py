@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from edgetune.bench.runner import benchmark
+from edgetune.tuning.jobs import NodeStatus
 
 #: The fleet: device model -> nodes (100 in all).
 FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
@@ -51,26 +52,25 @@ class SimulatedFleet:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> SimulatedFleet:
-        import grpc
-
+        from edgetune.clients.nodes import NodesClient
+        from edgetune.identity import open_channel
         from edgetune.localrun.controlplane import default_budget_w
         from edgetune.powermodes.specs import get_spec
-        from edgetune.proto.serde.common import spec_to_proto
-        from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+        from edgetune.store import Heartbeat, NodeAnnouncement
 
-        self._channel = grpc.insecure_channel(self.coordinator)
-        stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        self._channel = open_channel(self.coordinator)
+        client = NodesClient(self._channel, timeout_s=10.0)
         interval = 5.0
         for node_id, device in self.nodes.items():
-            reply = stub.RegisterNode(coordinator_pb2.RegisterNodeRequest(node=coordinator_pb2.NodeInfo(
-                node_id=node_id, hostname="fleet", address="fleet", device=spec_to_proto(get_spec(device)),
-                power_budget_w=default_budget_w(device), state="ready")), timeout=10)
-            interval = reply.heartbeat_interval_s or interval
+            spec = get_spec(device)
+            registered = client.register(NodeAnnouncement(node_id, "fleet", "fleet", spec, spec.maxn(),
+                                                          power_budget_w=default_budget_w(device)))
+            interval = registered.heartbeat_interval_s or interval
 
         def beat() -> None:
             while not self._stop.wait(interval):
                 for node_id in self.nodes:
-                    stub.Heartbeat(coordinator_pb2.HeartbeatRequest(node_id=node_id, state="ready"), timeout=10)
+                    client.heartbeat(node_id, Heartbeat(state="ready"))
 
         ids = list(self.nodes)
         shares = [ids[i::self.workers] for i in range(self.workers)]
@@ -82,11 +82,10 @@ class SimulatedFleet:
         return self
 
     def _work(self, node_ids: list[str], index: int) -> None:
-        from edgetune.base.mode import PowerMode
         from edgetune.control.jobs import JobQueue
         from edgetune.devices.simulated.tables import truth_table
         from edgetune.profiling.protocol import measurement_id
-        from edgetune.store import MeasurementRecord
+        from edgetune.store import MeasurementRecord, ProfileJob
 
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
@@ -96,13 +95,10 @@ class SimulatedFleet:
             for node_id in node_ids:
                 for job in queue.claim(node_id, consumer, block_ms=0, count=8):
                     idle = False
-                    device, p = self.nodes[node_id], job.payload
-                    workload, role = p["workload"]["name"], p["workload"]["role"].removeprefix("ROLE_").lower()
-                    b = int(p["batch_sizes"][0])
+                    device, point = self.nodes[node_id], ProfileJob.from_dict(job.payload)  # as the agent reads it
+                    workload, role, b = point.workload, point.role.value, point.batch_sizes[0]
                     rows = []
-                    for m in p["modes"]:
-                        mode = PowerMode(int(m["cores"]), float(m["cpu_mhz"]), float(m["gpu_mhz"]),
-                                         float(m["emc_mhz"]))
+                    for mode in point.modes:
                         truth = truth_table(device, workload, role, np.asarray([mode.as_tuple()], dtype=float), [b])[0]
                         rows.append(MeasurementRecord(
                             measurement_id(device, node_id, workload, role, mode, b, job.job_id), device, workload,
@@ -130,11 +126,11 @@ def _stats(values: list[float]) -> dict[str, float]:
             "max_s": round(float(a.max()), 3)}
 
 
-def _phases(node: Any) -> dict[str, float]:
+def _phases(node: NodeStatus) -> dict[str, float]:
     """Seconds a node spent per phase, from its status events (the first event of each phase)."""
     first: dict[str, float] = {}
     for e in node.events:
-        t = e.at.ToNanoseconds() / 1e9
+        t = e.at_s
         msg = e.message
         name = ("estimating" if msg.endswith("points profiled; transferring") or "transferring" in msg else
                 "selecting" if msg.startswith("selecting for") else
@@ -142,7 +138,7 @@ def _phases(node: Any) -> dict[str, float]:
                 "published" if "published" in msg else "")
         if name and name not in first:
             first[name] = t
-    start = node.started.ToNanoseconds() / 1e9
+    start = node.started_s
     out = {}
     marks = [("profiling", start, first.get("estimating")), ("estimating", first.get("estimating"), first.get("selecting")),
              ("selecting_verifying", first.get("selecting"), first.get("verified")),
@@ -162,52 +158,47 @@ def tuning_job_100_nodes() -> dict[str, Any]:
 
     import grpc
 
+    from edgetune.base.mode import PowerMode
+    from edgetune.base.roles import Role
+    from edgetune.clients.estimator import EstimatorClient
     from edgetune.control.configs import ConfigStore
     from edgetune.control.leader import LeaderLease
     from edgetune.control.reconcile import Reconciler
     from edgetune.control.registry import NodeRegistry
     from edgetune.devices.simulated.tables import truth_table
+    from edgetune.estimation.records import FitSpec, MeasuredRow
     from edgetune.localrun.localcluster import LocalCluster
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
-    from edgetune.proto.v1 import (
-        common_pb2,
-        estimator_pb2,
-        estimator_pb2_grpc,
-        tuning_pb2,
-    )
+    from edgetune.tuning.jobs import JobPhase, NodePhase, TuningJobSpec, TuningMethod
     from edgetune.tuning.protocols import reference_model_id
 
     nodes = {f"{device}-{i + 1}": device for device, n in FLEET.items() for i in range(n)}
     with tempfile.TemporaryDirectory(prefix="edgetune-scale-") as tmp, \
             LocalCluster(Path(tmp), tuning=True, heartbeat_ttl_s=30.0, lease_ms=5000) as cluster:
-        assert cluster.estimator is not None and cluster.coordinator is not None and cluster.stub is not None
+        assert cluster.estimator is not None and cluster.coordinator is not None and cluster.client is not None
         assert cluster.store is not None
         fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes)
         try:
             with grpc.insecure_channel(cluster.estimator.address) as channel:
-                estimator = estimator_pb2_grpc.EstimatorStub(channel)
+                estimator = EstimatorClient(channel, timeout_s=300)
                 for device in FLEET:  # a ResNet18 reference per device model, as `edgetune up` fits them
                     grid = named_grid(get_spec(device), "fulcrum").array()
                     grid = grid[np.sort(np.random.default_rng(0).choice(len(grid), min(80, len(grid)), replace=False))]
-                    ms = [common_pb2.Measurement(mode=common_pb2.PowerMode(
-                        cores=int(r["cores"]), cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"], emc_mhz=r["emc_mhz"]),
-                        batch_size=16, time_ms=r["time_ms"], power_w=r["power_w"])
-                        for r in truth_table(device, "resnet18", "train", grid, [16])]
-                    estimator.Fit(estimator_pb2.FitRequest(
-                        model_id=reference_model_id(device), kind="nn", device=device, workload="resnet18",
-                        role=common_pb2.ROLE_TRAIN, measurements=ms, epochs=60, seed=0), timeout=300)
+                    ms = tuple(MeasuredRow(PowerMode.from_mapping(r), 16, r["time_ms"], r["power_w"])
+                               for r in truth_table(device, "resnet18", "train", grid, [16]))
+                    estimator.fit(FitSpec(device, "resnet18", Role.TRAIN, "nn", reference_model_id(device), ms,
+                                          epochs=60, seed=0))
             fleet.start()
-            stub = cluster.stub
-            spec = tuning_pb2.TuningJobSpec(
-                name="scale", workload=common_pb2.Workload(name="mobilenetv3", role=common_pb2.ROLE_TRAIN),
-                batch_sizes=[16], nodes=list(nodes), profiles=PROFILES, method=tuning_pb2.TUNING_METHOD_RANDOM)
+            client = cluster.client
+            spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),
+                                 nodes=tuple(nodes), profiles=PROFILES, method=TuningMethod.RANDOM)
             t0 = time.perf_counter()
-            stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=30)
-            done = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED)
+            client.submit_job(spec)
+            done = (JobPhase.SUCCEEDED, JobPhase.FAILED)
             deadline = time.monotonic() + 1200
             while True:
-                job = stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name="scale"), timeout=30)
+                job = client.job("scale")
                 if job.phase in done or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
@@ -230,14 +221,14 @@ def tuning_job_100_nodes() -> dict[str, Any]:
                 passes.append(time.perf_counter() - p0)
         finally:
             lease.stop()
-    applied = [n for n in job.nodes if n.phase == tuning_pb2.NODE_PHASE_APPLIED]
-    within = [n for n in applied if n.measured_power_w <= n.power_budget_w]
-    per_node = [n.updated.ToNanoseconds() / 1e9 - n.started.ToNanoseconds() / 1e9 for n in applied]
+    applied = [n for n in job.nodes if n.phase == NodePhase.APPLIED]
+    within = [n for n in applied if (n.measured_power_w or 0.0) <= (n.power_budget_w or 0.0)]
+    per_node = [n.updated_s - n.started_s for n in applied]
     phases: dict[str, list[float]] = {}
     for n in applied:
         for name, s in _phases(n).items():
             phases.setdefault(name, []).append(s)
-    failed = {n.node_id: n.reason for n in job.nodes if n.phase == tuning_pb2.NODE_PHASE_FAILED}
+    failed = {n.node_id: n.reason for n in job.nodes if n.phase == NodePhase.FAILED}
     return {"job_s": round(job_s, 1) if len(applied) == len(nodes) else None, "wall_s_to_end": round(job_s, 1),
             "nodes": len(nodes), "applied": len(applied), "within_budget": len(within),
             "failed": dict(list(failed.items())[:5]), "points_measured": fleet.points,

@@ -1,9 +1,12 @@
 """Benchmarks of prediction tables on the wire: real estimator and optimizer servers on
-loopback gRPC, columnar ``PredictionTable`` messages.
+loopback gRPC, columnar ``PredictionTable`` messages. The servers run as processes, as deployed
+(``python -m edgetune.services.<name>.server`` over one redis-server, started through
+:class:`~edgetune.localrun.localcluster.LocalCluster`); the bench's process is only their client.
 
 - ``predict_select_18096_e2e``: ``Estimator.Predict`` of all 18,096 Orin AGX modes (streamed
-  chunks) -> one table (``merge_tables``) -> ``Optimizer.Select``, timed end to end in the client. The estimator
-  runs its jobs in-process (``use_ray=False``; Ray only runs Fit / Transfer, which are set-up
+  chunks, read by the typed client into one ``Predictions``) -> ``Optimizer.Select`` of those rows
+  (the typed client writes them back as a table), timed end to end in the client. The estimator
+  runs its jobs in its own process (``--no-ray``; Ray only runs Fit / Transfer, which are set-up
   here, not timed). Its grid predictions are cached per model version, so the repeated calls time
   what a budget re-select costs; the first (uncached) call is reported as ``cold_ms``.
 - ``optimizer_select_throughput``: ``Optimizer.Select`` requests per second with 8 client threads
@@ -21,7 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.objective import Objective
 from edgetune.bench.runner import benchmark
+from edgetune.clients.estimator import EstimatorClient
+from edgetune.clients.optimizer import OptimizerClient
+from edgetune.optimization.records import SelectQuery
 
 #: Optimizer.Select with per-row Prediction messages (main at b3fb878, before the columnar tables),
 #: 8 client threads for 4 s each, this 2-core machine, 2026-11-25: requests/s, one client's p50 in
@@ -42,33 +49,32 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receiv
 
 
 @contextmanager
-def _servers() -> Iterator[tuple[Any, Any, str]]:
-    """An estimator (in-process runner) and an optimizer on loopback, sharing an embedded store;
-    yields their stubs."""
+def _servers() -> Iterator[tuple[EstimatorClient, OptimizerClient, str]]:
+    """An estimator (``--no-ray``: its jobs one after another in its process) and an optimizer on
+    loopback, as processes sharing one redis-server; yields their typed clients and the optimizer's
+    address."""
+    import tempfile
+    from pathlib import Path
+
     import grpc
 
-    from edgetune.proto.v1 import estimator_pb2_grpc, optimizer_pb2_grpc
-    from edgetune.services.estimator.server import create_server as estimator_server
-    from edgetune.services.optimizer.server import create_server as optimizer_server
-    from edgetune.store import open_store
+    from edgetune.localrun.localcluster import LocalCluster
 
-    store = open_store("embedded")
-    est, _ = estimator_server(port=0, host="127.0.0.1", metrics_port=None, store=store, grace_s=1.0, max_workers=4,
-                              use_ray=False)
-    opt, _ = optimizer_server(port=0, host="127.0.0.1", metrics_port=None, store=store, grace_s=1.0, max_workers=8)
-    est.start()
-    opt.start()
-    channels = [grpc.insecure_channel(est.address, options=CHANNEL_OPTIONS),
-                grpc.insecure_channel(opt.address, options=CHANNEL_OPTIONS)]
-    try:
-        yield (estimator_pb2_grpc.EstimatorStub(channels[0]), optimizer_pb2_grpc.OptimizerStub(channels[1]),
-               opt.address)
-    finally:
-        for c in channels:
-            c.close()
-        est.stop(0)
-        opt.stop(0)
-        store.close()
+    with tempfile.TemporaryDirectory(prefix="edgetune-wire-") as tmp:
+        cluster = LocalCluster(Path(tmp), log_level="WARNING", grace_s=1.0)
+        channels: list[grpc.Channel] = []
+        try:
+            cluster.start(coordinator=False)  # Redis only: no coordinator takes part
+            est = cluster.spawn_service("estimator", ["--no-ray", "--max-workers", "4"])  # both start at once
+            opt = cluster.start_service("optimizer", "edgetune.v1.Optimizer", ["--max-workers", "8"])
+            cluster.wait_serving(est, "edgetune.v1.Estimator")
+            channels = [grpc.insecure_channel(est.address, options=CHANNEL_OPTIONS),
+                        grpc.insecure_channel(opt.address, options=CHANNEL_OPTIONS)]
+            yield EstimatorClient(channels[0]), OptimizerClient(channels[1]), opt.address
+        finally:
+            for c in channels:
+                c.close()
+            cluster.close()
 
 
 def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
@@ -78,34 +84,27 @@ def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
 
 
 @benchmark("predict_select_18096_e2e", "Estimator.Predict -> Optimizer.Select over all 18,096 Orin modes, "
-           "end to end on loopback (real servers, estimator in-process runner) p50 < 50 ms", "p50_s", 0.050)
+           "end to end on loopback (the servers as processes, the estimator without Ray) p50 < 50 ms", "p50_s", 0.050)
 def predict_select() -> dict[str, Any]:
+    from edgetune.base.mode import PowerMode
     from edgetune.devices.simulated.tables import truth_table
+    from edgetune.estimation.records import FitSpec, MeasuredRow, PredictSpec
+    from edgetune.optimization.records import SelectQuery, Verdict
     from edgetune.powermodes.grids import named_grid
     from edgetune.powermodes.specs import get_spec
-    from edgetune.proto.serde.tables import merge_tables
-    from edgetune.proto.v1 import common_pb2, estimator_pb2, optimizer_pb2
 
     spec = get_spec("orin-agx")
     rows = truth_table(spec, "resnet18", "train", named_grid(spec, "fulcrum").modes(), [16])
-    measurements = [common_pb2.Measurement(
-        mode=common_pb2.PowerMode(cores=r["cores"], cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"], emc_mhz=r["emc_mhz"]),
-        batch_size=r["batch_size"], time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
+    measurements = tuple(MeasuredRow(PowerMode.from_mapping(r), r["batch_size"], r["time_ms"], r["power_w"])
+                         for r in rows)
     with _servers() as (estimator, optimizer, _):
-        model = estimator.Fit(estimator_pb2.FitRequest(device="orin-agx", workload="resnet18",
-                                                       role=common_pb2.ROLE_TRAIN, measurements=measurements,
-                                                       epochs=20, seed=0)).model
-        budgets = common_pb2.Budgets(power_budget_w=30.0)
+        model = estimator.fit(FitSpec("orin-agx", "resnet18", measurements=measurements, epochs=20, seed=0))
 
-        def once() -> tuple[Any, int]:
-            # The client forwards the streamed chunks as one table (merged in protobuf's C code, not
-            # decoded): the optimizer checks it, as it checks every inline table.
-            table = merge_tables(c.table for c in estimator.Predict(
-                estimator_pb2.PredictRequest(model_id=model.model_id, grid=common_pb2.GRID_FULL)))
-            reply = optimizer.Select(optimizer_pb2.SelectRequest(
-                candidates=optimizer_pb2.Candidates(table=table), objective=optimizer_pb2.OBJECTIVE_MIN_TIME,
-                budgets=budgets))
-            return reply.decisions[0], len(table.time_ms)
+        def once() -> tuple[Verdict, int]:
+            # The client reads the streamed chunks into one table of rows and sends them on: the
+            # optimizer checks them, as it checks every inline table.
+            pool = estimator.predict(PredictSpec(model.model_id, grid="full"))
+            return optimizer.select(SelectQuery(pool, Objective.MIN_TIME, power_budget_w=30.0))[0], len(pool)
 
         t0 = time.perf_counter()
         decision, n = once()
@@ -117,16 +116,14 @@ def predict_select() -> dict[str, Any]:
             samples.append(time.perf_counter() - t0)
     stats = _percentiles_ms(samples)
     return {"p50_s": stats["p50_ms"] / 1e3, **stats, "cold_ms": round(cold_s * 1e3, 2), "rows": n,
-            "feasible": bool(decision.feasible), "runner": "in-process (use_ray=False)",
+            "feasible": bool(decision.feasible), "runner": "the estimator's process (--no-ray)",
             "before_per_row": BEFORE_PER_ROW["predict_select_18096"],
             "speedup_p50": round(BEFORE_PER_ROW["predict_select_18096"]["p50_ms"] / stats["p50_ms"], 1)}
 
 
-def _throughput(address: str, request: Any, clients: int, seconds: float) -> float:
+def _throughput(address: str, query: SelectQuery, clients: int, seconds: float) -> float:
     """Requests per second of ``clients`` threads (one channel each) calling Select for ``seconds``."""
     import grpc
-
-    from edgetune.proto.v1 import optimizer_pb2_grpc
 
     done: list[int] = []
     lock = threading.Lock()
@@ -134,10 +131,10 @@ def _throughput(address: str, request: Any, clients: int, seconds: float) -> flo
 
     def work() -> None:
         with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-            stub = optimizer_pb2_grpc.OptimizerStub(channel)
+            client = OptimizerClient(channel)
             n = 0
             while time.perf_counter() < stop:
-                stub.Select(request)
+                client.select(query)
                 n += 1
         with lock:
             done.append(n)
@@ -157,8 +154,7 @@ def select_throughput() -> dict[str, Any]:
     from edgetune.base.records import Predictions
     from edgetune.devices.simulated.device import SimulatedJetson
     from edgetune.powermodes.grids import modes_array
-    from edgetune.proto.serde.tables import table_to_proto
-    from edgetune.proto.v1 import common_pb2, optimizer_pb2
+    from edgetune.proto.serde.optimizer import select_to_proto
 
     dev = SimulatedJetson("orin-agx")
     out: dict[str, Any] = {}
@@ -168,19 +164,17 @@ def select_throughput() -> dict[str, Any]:
             n = len(modes)
             rows = Predictions(modes, np.full(n, 16), dev.true_time_ms(modes, "resnet18", "train", 16),
                                dev.true_power_w(modes, "resnet18", "train", 16))
-            request = optimizer_pb2.SelectRequest(
-                candidates=optimizer_pb2.Candidates(table=table_to_proto(rows)),
-                objective=optimizer_pb2.OBJECTIVE_MIN_TIME, budgets=common_pb2.Budgets(power_budget_w=30.0))
-            optimizer.Select(request)
+            query = SelectQuery(rows, Objective.MIN_TIME, power_budget_w=30.0)
+            optimizer.select(query)
             latency = []
             for _ in range(20):
                 t0 = time.perf_counter()
-                optimizer.Select(request)
+                optimizer.select(query)
                 latency.append(time.perf_counter() - t0)
-            rps = _throughput(address, request, CLIENTS, THROUGHPUT_S)
+            rps = _throughput(address, query, CLIENTS, THROUGHPUT_S)
             before = BEFORE_PER_ROW["select_8_clients"][str(n)]
             out[str(n)] = {"rps_8_clients": round(rps, 1), "p50_ms_1_client": _percentiles_ms(latency)["p50_ms"],
-                           "bytes": request.ByteSize(), "before_per_row": before,
+                           "bytes": select_to_proto(query).ByteSize(), "before_per_row": before,
                            "speedup": round(rps / before["rps_8_clients"], 1)}
     return {"rps_4368": out["4368"]["rps_8_clients"], "clients": CLIENTS, "seconds_per_size": THROUGHPUT_S,
             "by_rows": out}

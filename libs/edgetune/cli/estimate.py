@@ -24,9 +24,7 @@ import click
 
 from edgetune.cli.progress import progress_display
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.registry import METHODS
-
-FIT_METHODS = METHODS
+from edgetune.estimation.methods import METHODS, NN_METHODS
 
 
 @contextmanager
@@ -48,7 +46,7 @@ def command() -> None:
 @click.option("--profiles", "profiles_path", required=True, type=click.Path(dir_okay=False),
               help="Profile table to learn from (the reference workload, many modes).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
-@click.option("--method", type=click.Choice(FIT_METHODS), default="nn", show_default=True)
+@click.option("--method", type=click.Choice(METHODS), default="nn", show_default=True)
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="NN training epochs [default: 100].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
@@ -145,11 +143,9 @@ def predict_cmd(model_path: str, modes_path: str, out_path: str) -> None:
 def _nn_kwargs(method: str, epochs: int | None) -> dict:
     if epochs is None:
         return {}
-    if method in ("nn", "transfer", "nn-asym"):
-        return {"epochs": epochs}
-    if method == "nn+gp":
-        return {"nn_params": {"epochs": epochs}}
-    raise InvalidArgument("--epochs", f"applies to the NN methods, not {method!r}", "nn, transfer, nn-asym, nn+gp")
+    if method not in NN_METHODS:
+        raise InvalidArgument("--epochs", f"applies to the NN methods, not {method!r}", ", ".join(NN_METHODS))
+    return {"nn_params": {"epochs": epochs}} if method == "nn+gp" else {"epochs": epochs}
 
 
 @command.command("efficiency")

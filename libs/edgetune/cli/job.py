@@ -5,8 +5,8 @@
     edgetune job watch NAME             edgetune job cancel NAME
 
 The job file is checked against ``job.schema.json`` before anything is sent (an unknown key is
-an error naming it, exit 2). ``--json`` prints :meth:`JobView.to_json
-<edgetune.proto.serde.tuning.JobView.to_json>`. ``watch`` (and ``submit --wait`` without
+an error naming it, exit 2; :mod:`edgetune.tuning.jobfile`). ``--json`` prints
+:meth:`TuningJobView.to_json <edgetune.tuning.jobs.TuningJobView.to_json>`. ``watch`` (and ``submit --wait`` without
 ``--json``) shows each node's progress live: a table redrawn in place on a terminal, otherwise
 one plain line per node change (as :mod:`edgetune.cli.progress` does off a TTY). ``--wait`` exits
 0 when the job Succeeded, 1 when it Failed or was Cancelled.
@@ -27,20 +27,19 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
-import grpc
 
 from edgetune.cli.errors import InputError, reports_errors
-from edgetune.control.tuningjobs import DEFAULT_PROFILES
-from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.serde.tuning import JobView, NodeView, job_view, load_job_file
-from edgetune.proto.v1 import coordinator_pb2_grpc, tuning_pb2
+from edgetune.clients.calls import CallFailed, Status
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.identity import ClientSecurity
+from edgetune.tuning.jobfile import load_job_file
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobView
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: Server answers that mean the request was wrong: exit 2, like a bad option.
-INPUT_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS,
-               grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE)
-UNREACHABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-CALL_TIMEOUT_S = 30.0
+INPUT_CODES = (Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.ALREADY_EXISTS, Status.FAILED_PRECONDITION,
+               Status.OUT_OF_RANGE)
+UNREACHABLE_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED)
 
 
 class ServerError(click.ClickException):
@@ -52,60 +51,32 @@ class ServerError(click.ClickException):
         return self.message
 
 
-def rpc_error(exc: grpc.RpcError, address: str) -> click.ClickException:
+def rpc_error(exc: CallFailed, address: str) -> click.ClickException:
     """The CLI's form of a failed call (see the module doc for the exit codes)."""
-    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(code)
-    if code in INPUT_CODES:
+    details = exc.details or exc.code.value
+    if exc.code in INPUT_CODES:
         return InputError(details)
-    if code in UNREACHABLE_CODES:
+    if exc.code in UNREACHABLE_CODES:
         return ServerError(f"coordinator {address} unavailable: {details}")
-    return ServerError(f"coordinator {address}: {code.name}: {details}")
+    return ServerError(f"coordinator {address}: {exc.code.value}: {details}")
 
 
-class Client:
-    """The Coordinator's job RPCs at one address (bearer token when given)."""
-
-    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
-        self.address = address
-        self.channel = open_channel(address, security)  # TLS when asked; every call carries the token
-        self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
-
-    def submit(self, spec: tuning_pb2.TuningJobSpec) -> tuning_pb2.TuningJob:
-        return self.stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=CALL_TIMEOUT_S)
-
-    def get(self, name: str) -> tuning_pb2.TuningJob:
-        return self.stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S)
-
-    def list(self) -> list[tuning_pb2.TuningJob]:
-        reply = self.stub.ListTuningJobs(tuning_pb2.ListTuningJobsRequest(), timeout=CALL_TIMEOUT_S)
-        return list(reply.jobs)
-
-    def cancel(self, name: str) -> tuning_pb2.TuningJob:
-        return self.stub.CancelTuningJob(tuning_pb2.CancelTuningJobRequest(name=name), timeout=CALL_TIMEOUT_S)
-
-    def watch(self, name: str, after_revision: int = 0, timeout_s: float | None = None) -> Iterator[tuning_pb2.TuningJob]:
-        """Every change of the job until it is done (or ``timeout_s`` passes: DEADLINE_EXCEEDED)."""
-        stream = self.stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after_revision),
-                                          timeout=timeout_s)
-        try:
-            for job in stream:
-                yield job
-                if job_view(job).done:
-                    return
-        finally:
-            stream.cancel()
-
-    def close(self) -> None:
-        self.channel.close()
+def watch_until_done(client: CoordinatorClient, name: str, after_revision: int = 0,
+                     timeout_s: float | None = None) -> Iterator[TuningJobView]:
+    """Every change of the job until it is done (or ``timeout_s`` passes: DEADLINE_EXCEEDED)."""
+    with client.watch_job(name, after_revision, timeout_s=timeout_s) as updates:
+        for job in updates:
+            yield job
+            if job.phase.done:
+                return
 
 
 @contextmanager
-def connected(address: str, security: ClientSecurity) -> Iterator[Client]:
-    client = Client(address, security)
+def connected(address: str, security: ClientSecurity) -> Iterator[CoordinatorClient]:
+    client = CoordinatorClient.connect(address, security)  # TLS when asked; every call carries the token
     try:
         yield client
-    except grpc.RpcError as exc:
+    except CallFailed as exc:
         raise rpc_error(exc, address) from None
     finally:
         client.close()
@@ -146,34 +117,34 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _mode(node: NodeView) -> str:
+def _mode(node: NodeStatus) -> str:
     m = node.mode
-    return "-" if m is None else f"{m.cores}c/{m.cpu_mhz:g}/{m.gpu_mhz:g}/{m.emc_mhz:g}"
+    return "-" if m is None else f"{int(m[0])}c/{m[1]:g}/{m[2]:g}/{m[3]:g}"
 
 
 COLUMNS = ("NODE", "DEVICE", "PHASE", "PROFILED", "MODE", "BS", "BUDGET W", "PRED MS", "PRED W", "UPPER W",
            "MEAS MS", "MEAS W", "REASON")
 
 
-def node_cells(node: NodeView, profiles: int) -> tuple[str, ...]:
-    return (node.id, node.device, node.phase, f"{node.profiled}/{profiles}", _mode(node),
-            "-" if node.batch_size is None else str(node.batch_size), _num(node.power_budget_w, "g"),
+def node_cells(node: NodeStatus, profiles: int) -> tuple[str, ...]:
+    return (node.node_id, node.device, node.phase, f"{node.profiled}/{profiles}", _mode(node),
+            str(node.batch_size) if node.batch_size else "-", _num(node.power_budget_w, "g"),
             _num(node.predicted_time_ms), _num(node.predicted_power_w), _num(node.predicted_power_upper_w),
             _num(node.measured_time_ms), _num(node.measured_power_w), node.reason)
 
 
-def table_lines(view: JobView, profiles: int) -> list[str]:
+def table_lines(job: TuningJobView) -> list[str]:
     """The job as aligned plain-text columns (off a terminal, and ``get`` without ``--json``)."""
-    rows = [COLUMNS, *(node_cells(n, profiles) for n in view.nodes)]
+    rows = [COLUMNS, *(node_cells(n, job.spec.profiles) for n in job.nodes)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    out = [f"job {view.name}: {view.phase}"]
+    out = [f"job {job.spec.name}: {job.phase}"]
     out += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return out
 
 
-def node_line(view: JobView, node: NodeView, profiles: int) -> str:
+def node_line(job: TuningJobView, node: NodeStatus) -> str:
     """One plain progress line: ``mnv3-train orin-agx-1: Profiling 5/12``, with the choice once made."""
-    line = f"{view.name} {node.id}: {node.phase} {node.profiled}/{profiles}"
+    line = f"{job.spec.name} {node.node_id}: {node.phase} {node.profiled}/{job.spec.profiles}"
     if node.mode is not None:
         line += f" mode {_mode(node)} bs={node.batch_size or '-'} predicted {_num(node.predicted_power_w)} W"
     if node.measured_power_w is not None:
@@ -183,15 +154,11 @@ def node_line(view: JobView, node: NodeView, profiles: int) -> str:
     return line
 
 
-def profiles_of(job: tuning_pb2.TuningJob) -> int:
-    return job.spec.profiles or DEFAULT_PROFILES
-
-
-def _rich_table(view: JobView, profiles: int) -> Any:
+def _rich_table(job: TuningJobView) -> Any:
     from rich.table import Table
 
-    rows = [node_cells(node, profiles) for node in view.nodes]
-    table = Table(title=f"job {view.name}: {view.phase}")
+    rows = [node_cells(node, job.spec.profiles) for node in job.nodes]
+    table = Table(title=f"job {job.spec.name}: {job.phase}")
     for i, column in enumerate(COLUMNS):
         # On a narrow terminal the numbers give way; the node, its phase and progress stay whole.
         whole = column in ("NODE", "PHASE", "PROFILED")
@@ -201,13 +168,13 @@ def _rich_table(view: JobView, profiles: int) -> Any:
     return table
 
 
-def follow(jobs: Iterator[tuning_pb2.TuningJob], *, stream: Any = None) -> tuning_pb2.TuningJob | None:
+def follow(jobs: Iterator[TuningJobView], *, stream: Any = None) -> TuningJobView | None:
     """Show each job update until the stream ends; returns the last job seen.
 
     On a terminal a rich table redrawn in place; otherwise one line per node whose state changed.
     """
     out = stream if stream is not None else sys.stdout
-    last: tuning_pb2.TuningJob | None = None
+    last: TuningJobView | None = None
     if out.isatty():
         from rich.console import Console
         from rich.live import Live
@@ -215,44 +182,42 @@ def follow(jobs: Iterator[tuning_pb2.TuningJob], *, stream: Any = None) -> tunin
         with Live(console=Console(file=out), auto_refresh=False) as live:
             for job in jobs:
                 last = job
-                live.update(_rich_table(job_view(job), profiles_of(job)), refresh=True)
+                live.update(_rich_table(job), refresh=True)
         return last
     shown: dict[str, str] = {}
-    phase = ""
+    phase: JobPhase | None = None
     for job in jobs:
         last = job
-        view = job_view(job)
-        for node in view.nodes:
-            line = node_line(view, node, profiles_of(job))
-            if shown.get(node.id) != line:
-                shown[node.id] = line
+        for node in job.nodes:
+            line = node_line(job, node)
+            if shown.get(node.node_id) != line:
+                shown[node.node_id] = line
                 print(line, file=out, flush=True)
-        if view.phase != phase:
-            phase = view.phase
-            print(f"{view.name}: {view.phase}", file=out, flush=True)
+        if job.phase != phase:
+            phase = job.phase
+            print(f"{job.spec.name}: {job.phase}", file=out, flush=True)
     return last
 
 
-def show(job: tuning_pb2.TuningJob, as_json: bool) -> None:
-    view = job_view(job)
+def show(job: TuningJobView, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(view.to_json(), indent=2))
+        click.echo(json.dumps(job.to_json(), indent=2))
     else:
-        for line in table_lines(view, profiles_of(job)):
+        for line in table_lines(job):
             click.echo(line)
 
 
-def wait_done(client: Client, job: tuning_pb2.TuningJob, *, timeout_s: float | None, quiet: bool) -> tuning_pb2.TuningJob:
+def wait_done(client: CoordinatorClient, job: TuningJobView, *, timeout_s: float | None, quiet: bool) -> TuningJobView:
     """Follow ``job`` until it is done; a dropped stream (a replica stopping) is reopened from the last revision."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last = job
-    while not job_view(last).done:
+    while not last.phase.done:
         remaining = None if deadline is None else max(0.1, deadline - time.monotonic())
         try:
-            updates = client.watch(job.spec.name, last.revision, remaining)
+            updates = watch_until_done(client, job.spec.name, last.revision, remaining)
             seen = follow(updates, stream=sys.stderr) if not quiet else _last(updates)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
+        except CallFailed as exc:
+            if exc.code != Status.UNAVAILABLE or (deadline is not None and time.monotonic() > deadline):
                 raise
             time.sleep(1.0)
             seen = None
@@ -263,7 +228,7 @@ def wait_done(client: Client, job: tuning_pb2.TuningJob, *, timeout_s: float | N
     return last
 
 
-def _last(jobs: Iterator[tuning_pb2.TuningJob]) -> tuning_pb2.TuningJob | None:
+def _last(jobs: Iterator[TuningJobView]) -> TuningJobView | None:
     last = None
     for last in jobs:  # noqa: B007 - only the last one matters
         pass
@@ -289,15 +254,15 @@ def submit(file: Path, address: str, security: ClientSecurity, wait: bool, timeo
     """Submit the job in FILE.yaml (schema-checked first)."""
     spec = load_job_file(file)
     with connected(address, security) as client:
-        job = client.submit(spec)
+        job = client.submit_job(spec)
         if wait:
             job = wait_done(client, job, timeout_s=timeout_s, quiet=as_json)
     show(job, as_json)
-    if wait and job_view(job).phase != "Succeeded":
+    if wait and job.phase != JobPhase.SUCCEEDED:
         raise click.exceptions.Exit(1)
 
 
-def _one_job_command(verb: str, doc: str, call: Callable[[Client, str], tuning_pb2.TuningJob]) -> click.Command:
+def _one_job_command(verb: str, doc: str, call: Callable[[CoordinatorClient, str], TuningJobView]) -> click.Command:
     """``edgetune job VERB NAME [--json]``: ``call(client, name)``, then the job it returns is printed."""
     @command.command(name=verb, help=doc)
     @click.argument("name")
@@ -312,9 +277,9 @@ def _one_job_command(verb: str, doc: str, call: Callable[[Client, str], tuning_p
 
 
 get = _one_job_command("get", "Show one job: its phase and every node's progress and choice.",
-                       lambda client, name: client.get(name))
+                       lambda client, name: client.job(name))
 cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working on its nodes.",
-                          lambda client, name: client.cancel(name))
+                          lambda client, name: client.cancel_job(name))
 
 
 @command.command(name="list")
@@ -324,14 +289,13 @@ cancel = _one_job_command("cancel", "Cancel a job: the coordinator stops working
 def list_jobs(address: str, security: ClientSecurity, as_json: bool) -> None:
     """List the jobs with their phases."""
     with connected(address, security) as client:
-        jobs = client.list()
-    views = [job_view(j) for j in jobs]
+        jobs = client.jobs()
     if as_json:
-        click.echo(json.dumps([v.to_json() for v in views], indent=2))
+        click.echo(json.dumps([j.to_json() for j in jobs], indent=2))
         return
-    for v in views:
-        applied = sum(n.phase == "Applied" for n in v.nodes)
-        click.echo(f"{v.name}  {v.phase}  {applied}/{len(v.nodes)} nodes applied")
+    for j in jobs:
+        applied = sum(n.phase == NodePhase.APPLIED for n in j.nodes)
+        click.echo(f"{j.spec.name}  {j.phase}  {applied}/{len(j.nodes)} nodes applied")
 
 
 @command.command()
@@ -341,4 +305,4 @@ def list_jobs(address: str, security: ClientSecurity, as_json: bool) -> None:
 def watch(name: str, address: str, security: ClientSecurity) -> None:
     """Follow a job's progress per node until it is done (Ctrl-C stops watching, not the job)."""
     with connected(address, security) as client:
-        follow(client.watch(name))
+        follow(watch_until_done(client, name))

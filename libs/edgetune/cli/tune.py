@@ -32,6 +32,7 @@ from edgetune.cli.errors import reports_errors
 from edgetune.cli.optimize import emit_selections
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.methods import check_method
 from edgetune.optimization.select import Selection
 from edgetune.tables import ROLES, Table, read_mode_table, write_table
 
@@ -89,14 +90,13 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
     """Profile modes on the predicted front, transfer, select and verify on the device: safe budgets in one go."""
     from edgetune.devices.factory import open_device
     from edgetune.estimation.bundle import TimePowerModel
-    from edgetune.estimation.registry import METHODS
     from edgetune.profiling.protocol import ROW_COLUMNS, Measurement, ProfileConfig, Profiler
     from edgetune.tuning.local import DeviceMeasurer, LibraryEstimator, LibrarySelector
     from edgetune.tuning.policy import default_policy
     from edgetune.tuning.tuner import NodeTuner
 
-    if method is not None and method not in METHODS:
-        raise InvalidArgument("--method", f"unknown method {method!r}", ", ".join(METHODS))
+    if method is not None:
+        check_method(method, "--method")
     validation.risk(risk, "--risk")
     base_policy = default_policy()
     changes = {"risk": risk, "seed": seed, "transfer_method": method, "n_initial": n_initial, "rounds": rounds,

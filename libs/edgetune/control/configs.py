@@ -27,6 +27,7 @@ new revision 1.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -111,6 +112,11 @@ class ConfigWatchHub:
                 events.discard(event)
                 if not events:
                     del self._events[node_id]
+
+    def wake(self, node_ids: Iterable[str] | None = None) -> None:
+        """Wake the watches of ``node_ids`` (None: every watch) to check whether to stop: a stream that
+        ended, the server stopping. They re-read their config, which is harmless."""
+        self._wake(ConfigChanges("", tuple(node_ids or ()), node_ids is None))
 
     def _wake(self, changes: ConfigChanges) -> None:
         with self._lock:
@@ -218,21 +224,22 @@ class ConfigStore:
         _check_node_id(node_id)
         last, seen_epoch = int(after_revision), int(epoch)
         wake = self.hub.subscribe(node_id)
-        resync_at = time.monotonic() + RESYNC_S
+        # Spread over [RESYNC_S / 2, 3 RESYNC_S / 2): watches opened together do not re-read together.
+        resync_at = time.monotonic() + RESYNC_S * (0.5 + random.random())
         try:
             while not should_stop():
                 if not wake.is_set() and time.monotonic() < resync_at:
                     wake.wait(block_ms / 1000.0)
                     continue
                 wake.clear()  # before the read: a change during it sets it again
-                resync_at = time.monotonic() + RESYNC_S
+                resync_at = time.monotonic() + RESYNC_S * (0.5 + random.random())
                 try:
                     newer = self.store.wait_configs(node_id, last, block_ms=0, epoch=seen_epoch)
                 except STORE_ERRORS as exc:
                     log.warning("config watch interrupted; re-reading", extra={"node_id": node_id, "error": str(exc)})
-                    deadline = time.monotonic() + retry_s
-                    while time.monotonic() < deadline and not should_stop():
-                        time.sleep(min(0.05, retry_s))
+                    # Wait on the watch's own event (set when its stream ends or the server stops), not
+                    # in 50 ms steps: thousands of watches failing at once must not poll the GIL away.
+                    wake.wait(retry_s * (1.0 + random.random()))
                     wake.set()
                     continue
                 for cfg in newer:

@@ -18,14 +18,14 @@ without one is not power-limited (every measured point is within budget).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from edgetune import validation
-from edgetune.control.configs import ConfigStore, NodeConfig, Published
+from edgetune.control.configs import ConfigStore, NodeConfig
 from edgetune.control.leader import LeaderLease
 from edgetune.control.registry import NodeRegistry
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
-from edgetune.optimization.problems import ROLE_INFER, Decision, InferProblem
+from edgetune.optimization.problems import ROLE_INFER, InferProblem
+from edgetune.planning.placement import InferencePlacement
 from edgetune.store import InferenceTarget, Store
 
 log = logging.getLogger(__name__)
@@ -33,33 +33,6 @@ log = logging.getLogger(__name__)
 
 def placement_key(node_id: str) -> tuple[str, str]:
     return ("inference", node_id)
-
-
-@dataclass(frozen=True)
-class InferencePlacement:
-    """The outcome of re-solving one node's inference selection."""
-
-    node_id: str
-    workload: str
-    arrival_rps: float
-    latency_budget_ms: float
-    #: The P̂ solved under (None: the node has no budget).
-    power_budget_w: float | None
-    decision: Decision
-    #: None when the decision is infeasible (the previous config stays).
-    published: Published | None = None
-    #: What to write when the caller commits (``solve_placement(write=False)``): the config
-    #: (None: infeasible, keep the previous) and the standing target.
-    config: NodeConfig | None = None
-    target: InferenceTarget | None = None
-
-    @property
-    def feasible(self) -> bool:
-        return self.decision.feasible
-
-    @property
-    def reason(self) -> str:
-        return self.decision.reason
 
 
 def standing_target(store: Store, node_id: str) -> InferenceTarget | None:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from edgetune.errors import InvalidArgument
-from edgetune.store import DeadJob, Job, MeasurementRecord, Store
+from edgetune.store import DeadJob, Job, MeasurementRecord, RevisionConflict, Store
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ DEFAULT_STREAM_MAXLEN = 10_000
 #: How long a refused job's reason is kept (the submitter looks once the queue is drained), and its length.
 REFUSAL_TTL_S = 3600.0
 MAX_REFUSAL_CHARS = 2000
+#: Longest job id a client may choose.
+MAX_JOB_ID_CHARS = 200
 
 __all__ = ["DeadJob", "Job", "JobQueue", "measurement_record"]
 
@@ -61,6 +63,19 @@ class JobQueue:
         job_id = job_id or uuid.uuid4().hex
         self.store.submit_job(node_id, job_id, dict(job), max_len=self.stream_maxlen)
         return job_id
+
+    def submit_once(self, node_id: str, job: Mapping[str, Any], job_id: str = "") -> tuple[str, bool]:
+        """Queue ``job`` under ``job_id`` (empty: a new one): the id, and whether that id was submitted
+        before (then nothing new was queued; a marker doc remembers every id, for the caller to hear it)."""
+        job_id = job_id or uuid.uuid4().hex
+        if len(job_id) > MAX_JOB_ID_CHARS:
+            raise InvalidArgument("job_id", f"{len(job_id)} characters", f"at most {MAX_JOB_ID_CHARS}")
+        self.submit(node_id, job, job_id=job_id)
+        try:  # the queue ignores a second submit of the id; the marker's create-only write says it was one
+            self.store.put_doc("profiling-job", f"{node_id}:{job_id}", {"schema": 1}, expected_revision=0)
+        except RevisionConflict:
+            return job_id, True
+        return job_id, False
 
     def pending_count(self, node_id: str) -> int:
         """Jobs delivered but not acknowledged."""

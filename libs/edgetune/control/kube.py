@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgetune.control.registry import NodeRecord, NodeRegistry
+from edgetune.control.registry import NodeRegistry
+from edgetune.store import NodeRecord
 
 log = logging.getLogger(__name__)
 

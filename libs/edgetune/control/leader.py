@@ -55,6 +55,14 @@ def default_holder_id(address: str = "") -> str:
     return f"{base}@{address}#{uuid.uuid4().hex[:8]}" if address else f"{base}#{uuid.uuid4().hex[:8]}"
 
 
+def leader_address(holder: str | None) -> str | None:
+    """The address in a lease holder id (``name@host:port`` or ``name@host:port#nonce``); None without one."""
+    if not holder or "@" not in holder:
+        return None
+    address = holder.rsplit("@", 1)[1].split("#", 1)[0]
+    return address or None
+
+
 class LeaderLease:
     """The lease ``name`` in the store (see module doc). ``start()`` runs the background renewer."""
 

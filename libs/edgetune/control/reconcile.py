@@ -60,19 +60,17 @@ from prometheus_client import Counter
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Decision, Points, Predictions
-from edgetune.base.workload import is_user_workload
+from edgetune.base.roles import Role
+from edgetune.base.workload import WorkloadRef
+from edgetune.clients.calls import CallFailed, Status
+from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
 from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader
-from edgetune.control.registry import NodeRecord, NodeRegistry
-from edgetune.control.tuningjobs import (
-    NodeStatus,
-    StatusWriter,
-    TuningJobs,
-    TuningJobSpec,
-    TuningJobView,
-)
+from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import StatusWriter, TuningJobs
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.estimation.references import PREFIX, shipped_for
 from edgetune.identity import ClientSecurity, open_channel
@@ -81,7 +79,22 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapPoint, CapSearch, fastest_under_cap, gpu_levels
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import CONNECTION_ERRORS, LeaseLost, MeasurementRecord, NodeConfig, Store
+from edgetune.store import (
+    CONNECTION_ERRORS,
+    LeaseLost,
+    MeasurementRecord,
+    NodeConfig,
+    NodeRecord,
+    ProfileJob,
+    Store,
+)
+from edgetune.tuning.jobs import (
+    NodePhase,
+    NodeStatus,
+    TuningJobSpec,
+    TuningJobView,
+    TuningMethod,
+)
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import Estimator, ModelRef, Selector, reference_model_id
 from edgetune.tuning.tuner import NodeTuner
@@ -154,8 +167,8 @@ def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningP
     """The tuning policy of a job: its risk, objective and profiling budget (frontier or random)."""
     base = base or default_policy()
     risk = spec.risk if spec.risk is not None else base.risk
-    objective = "energy" if spec.objective == "min-energy" else "time"
-    if spec.method == "random":
+    objective = spec.objective
+    if spec.method == TuningMethod.RANDOM:
         return base.with_(risk=risk, objective=objective, n_initial=spec.profiles, rounds=0)
     # the frontier schedule's shape (N_INITIAL random, then rounds of PER_ROUND) scaled to the budget:
     # each round costs a Transfer + Predict, so a small budget gets few, larger rounds
@@ -174,10 +187,15 @@ class NodeLost(Exception):
 
 
 class QueueMeasurer:
-    """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1)."""
+    """A :class:`~edgetune.tuning.Measurer` over a node's job stream (module docstring, step 1).
 
-    def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str, workload: str,
-                 role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
+    :attr:`workload` is a :class:`~edgetune.base.workload.WorkloadRef`: points are asked for and keyed
+    by its name; a ``MODULE:FUNCTION``'s id (only the node imports its code) is pending until the
+    node's first measurement reports it, and a later one reporting another id fails the node.
+    """
+
+    def __init__(self, store: Store, queue: JobQueue, job: str, node_id: str, device_model: str,
+                 workload: WorkloadRef, role: str, *, should_stop: Callable[[], bool], on_purpose: Callable[[str], None],
                  on_points: Callable[[int], None], timeout_s: float = 300.0, poll_s: float = 0.1,
                  epoch: int = 0, node_live: Callable[[], bool] = lambda: True, live_check_s: float = 1.0) -> None:
         self.store, self.queue, self.job, self.node_id = store, queue, job, node_id
@@ -187,15 +205,12 @@ class QueueMeasurer:
         self.epoch = epoch  # the node's drift epoch: part of every point's job id
         self.node_live, self.live_check_s = node_live, live_check_s
         self.queued = 0  # points this measurer sent to the agent (not found in the store)
-        #: What the measurements are recorded under: the workload, or a MODULE:FUNCTION's id once the
-        #: node has measured it (only the node imports user code).
-        self.workload_id = workload
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
         rows = self.records(modes, batch_size, seed=seed, purpose=purpose)
         return Points(np.asarray([list(r.mode.as_tuple()) for r in rows], dtype=float).reshape(-1, 4),
                       np.asarray([r.batch_size for r in rows]), np.asarray([r.time_ms for r in rows]),
-                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload_id, self.role)
+                      np.asarray([r.power_w for r in rows]), self.device_model, self.workload.recorded_as, self.role)
 
     def records(self, modes: np.ndarray, batch_size: int, *, seed: int = 0,
                 purpose: str = "profile") -> list[MeasurementRecord]:
@@ -206,15 +221,17 @@ class QueueMeasurer:
         for mode in modes:
             job_id = point_job_id(self.job, self.node_id, mode, batch_size, purpose, self.epoch)
             pm = PowerMode(int(mode[0]), float(mode[1]), float(mode[2]), float(mode[3]))
-            mid = measurement_id(self.device_model, self.node_id, self.workload, self.role, pm, batch_size, job_id)
+            # keyed by the name asked for (the agent keys a MODULE:FUNCTION's rows by it too), so the
+            # id of a point is known before it is measured
+            mid = measurement_id(self.device_model, self.node_id, self.workload.name, self.role, pm, batch_size,
+                                 job_id)
             wanted.append((job_id, mid))
             if self.store.get_measurement(mid) is not None:
                 POINTS.labels("stored").inc()
                 continue
-            request = {"workload": {"name": self.workload, "role": f"ROLE_{self.role.upper()}", "batch_size": int(batch_size)},
-                       "modes": [pm.as_dict()], "batch_sizes": [int(batch_size)],
-                       "n_minibatches": N_MINIBATCHES, "seed": int(seed)}
-            self.queue.submit(self.node_id, request, job_id=job_id)
+            point = ProfileJob(self.workload.name, Role.parse(self.role), modes=(pm,), batch_sizes=(int(batch_size),),
+                               n_minibatches=N_MINIBATCHES, seed=int(seed))
+            self.queue.submit(self.node_id, point.to_dict(), job_id=job_id)
             self.queued += 1
             POINTS.labels("queued").inc()
         found = self._wait([mid for _, mid in wanted])
@@ -223,12 +240,15 @@ class QueueMeasurer:
             for job_id, mid in wanted:
                 reason = None if mid in found else self.queue.refusal(self.node_id, job_id)
                 if reason is not None:  # e.g. a MODULE:FUNCTION the node cannot load: fail with its words
-                    raise InvalidArgument("workload", f"node {self.node_id} refused {self.workload}: {reason}")
+                    raise InvalidArgument("workload", f"node {self.node_id} refused {self.workload.name}: {reason}")
+        # a user workload's rows carry its id (the agent loaded it): resolved by the first row, then
+        # every later row must carry the same (the models learn under that one id)
+        try:
+            for r in rows:
+                self.workload = self.workload.resolve(r.workload)
+        except InvalidArgument as exc:
+            raise InvalidArgument("workload", f"node {self.node_id}: {exc.message}", exc.allowed) from None
         self.on_points(len(rows))
-        # a user workload's rows carry its id (the agent loaded it): the models learn under that id
-        ids = {r.workload for r in rows}
-        if len(ids) == 1:
-            self.workload_id = ids.pop()
         return rows
 
     def _wait(self, ids: list[str]) -> dict[str, MeasurementRecord]:
@@ -325,19 +345,14 @@ class LimitedEstimator:
 
 
 #: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
-TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+TRANSIENT_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.RESOURCE_EXHAUSTED)
 MAX_TRANSIENT_RETRIES = 5
 #: Estimator calls in flight at once (:class:`LimitedEstimator`).
 ESTIMATOR_SLOTS = 4
 
 
 def _transient(exc: Exception) -> bool:
-    code = getattr(exc, "code", None)
-    try:
-        name = code().name if callable(code) else ""
-    except Exception:  # noqa: BLE001 - not a gRPC error after all
-        return False
-    return name in TRANSIENT_CODES
+    return isinstance(exc, CallFailed) and exc.code in TRANSIENT_CODES
 
 
 class CountedSelector:
@@ -346,7 +361,7 @@ class CountedSelector:
     def __init__(self, inner: Selector) -> None:
         self.inner = inner
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice:
         return _counted("optimizer", "Select", lambda: self.inner.select(pool, power_budget_w, risk=risk,
                                                                          objective=objective))
 
@@ -354,13 +369,10 @@ class CountedSelector:
 def remote_services(estimator_address: str, optimizer_address: str,
                     security: ClientSecurity | None = None) -> tuple[Estimator | None, Selector | None]:
     """The Estimator and the Optimizer over gRPC (empty address: none), counted; ``security``: TLS and token."""
-    from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
-    from edgetune.proto.v1 import optimizer_pb2_grpc
-
     estimator = (CountedEstimator(ServiceEstimator(open_channel(estimator_address, security), estimator_address))
                  if estimator_address else None)
-    selector = (CountedSelector(OptimizerSelector(optimizer_pb2_grpc.OptimizerStub(
-        open_channel(optimizer_address, security)))) if optimizer_address else None)
+    selector = (CountedSelector(OptimizerSelector(open_channel(optimizer_address, security)))
+                if optimizer_address else None)
     return estimator, selector
 
 
@@ -456,11 +468,11 @@ class Reconciler:
                 active.add(key)
                 st = status.nodes[node.node_id]
                 budget = view.spec.budget_for(node.node_id, node.power_budget_w)
-                rebudget = st.phase == "Applied" and budget is not None and st.power_budget_w != budget
+                rebudget = st.phase == NodePhase.APPLIED and budget is not None and st.power_budget_w != budget
                 if not node.live:
                     self._fail_if_lost_too_long(writer, st, node)
                     continue
-                if st.phase == "Applied" and not rebudget:
+                if st.phase == NodePhase.APPLIED and not rebudget:
                     if self._check_due(key):
                         self._start_worker(view, node, False, check=True)
                     continue
@@ -471,13 +483,14 @@ class Reconciler:
 
     def _fail_if_lost_too_long(self, writer: StatusWriter, st: NodeStatus, node: NodeRecord) -> None:
         """A node being tuned that has not heartbeated for ``lost_fail_s``: Failed, saying so (bounded wait)."""
-        if st.terminal or st.phase == "Pending" or node.last_seen_s is None:
+        if st.terminal or st.phase == NodePhase.PENDING or node.last_seen_s is None:
             return
         gone_s = time.time() - node.last_seen_s
         if gone_s < self.lost_fail_s:
             return
         reason = f"node lost: no heartbeat for {gone_s:.0f} s while {st.phase.lower()}"
-        writer.update(node.node_id, lambda s: s if s.terminal else s.with_event(reason, phase="Failed", reason=reason))
+        writer.update(node.node_id,
+                      lambda s: s if s.terminal else s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
 
     def _check_due(self, key: tuple[str, str]) -> bool:
         """A drift check of an Applied node is due (the first one ``check_s`` after it was seen Applied)."""
@@ -567,13 +580,13 @@ class Reconciler:
             if _transient(exc) and self._transient.get(key, 0) < MAX_TRANSIENT_RETRIES:
                 self._transient[key] = self._transient.get(key, 0) + 1  # the next pass retries (replaying)
                 log.warning("tuning of %s on %s: a service call failed (%s); retrying", spec.name, node.node_id,
-                            exc.code().name)  # type: ignore[attr-defined]
+                            exc)
                 return
             log.exception("tuning of %s on %s failed", spec.name, node.node_id)
             STEPS.labels("failed").inc()
             try:
                 reason = str(exc) if isinstance(exc, EdgetuneError | TimeoutError) else f"{type(exc).__name__}: {exc}"
-                writer.update(node.node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed",
+                writer.update(node.node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED,
                                                                    reason=reason))
             except Exception:
                 log.exception("could not record the failure of %s on %s", spec.name, node.node_id)
@@ -585,13 +598,14 @@ class Reconciler:
         node_id = node.node_id
         st = writer.update(node_id, lambda s: s)
         budget = spec.budget_for(node_id, node.power_budget_w)
-        if st.phase != "Applied" or st.mode is None or budget is None:
+        if st.phase != NodePhase.APPLIED or st.mode is None or budget is None:
             return False
         STEPS.labels("drift_check").inc()
         window = int(time.time() // max(self.drift.check_s, 1e-3))  # one check point per window, any leader
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
-                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
-                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model,
+                                 WorkloadRef.parse(spec.workload), spec.role, should_stop=should_stop,
+                                 on_purpose=lambda _p: None, on_points=lambda _n: None,
+                                 timeout_s=self.point_timeout_s, epoch=st.drift_epoch,
                                  node_live=lambda: self._live(node_id))
         got = measurer.measure(np.asarray([st.mode], dtype=float), st.batch_size or spec.batch_sizes[0],
                                purpose=f"check-{window}")
@@ -604,11 +618,11 @@ class Reconciler:
         STEPS.labels("drift").inc()
         if st.drift_epoch >= self.drift.max_retunes:
             why = f"drift persists after {st.drift_epoch} re-tunes: {reason}"
-            writer.update(node_id, lambda s: s.with_event(why, phase="Failed", reason=why, measured_time_ms=time_ms,
-                                                          measured_power_w=power_w))
+            writer.update(node_id, lambda s: s.with_event(why, phase=NodePhase.FAILED, reason=why,
+                                                          measured_time_ms=time_ms, measured_power_w=power_w))
             return False
         writer.update(node_id, lambda s: s.with_event(
-            f"drift: {reason}; re-tuning near the choice", phase="Profiling", reason="",
+            f"drift: {reason}; re-tuning near the choice", phase=NodePhase.PROFILING, reason="",
             drift_epoch=s.drift_epoch + 1, measured_time_ms=time_ms, measured_power_w=power_w))
         return True
 
@@ -627,26 +641,26 @@ class Reconciler:
         node_id = node.node_id
         budget = spec.budget_for(node_id, node.power_budget_w)
 
-        def phase(name: str, message: str, **changes: Any) -> None:
+        def phase(name: NodePhase, message: str, **changes: Any) -> None:
             if should_stop():
                 raise Stopped()
             STEPS.labels(name.lower()).inc()
             writer.update(node_id, lambda s: s.with_event(message, phase=name, **changes))
 
         if budget is None:
-            writer.update(node_id, lambda s: s.with_event("no power budget", phase="Failed",
+            writer.update(node_id, lambda s: s.with_event("no power budget", phase=NodePhase.FAILED,
                                                           reason="no power budget: the job gives none and the "
                                                                  "node registered none"))
             return
-        if spec.method == "cap-search":  # needs no estimator / optimizer: the measured points are the table
+        if spec.method == TuningMethod.CAP_SEARCH:  # needs no estimator / optimizer: the measured points are the table
             self._cap_search(spec, node, writer, should_stop, budget, phase)
             return
         if self.estimator is None or self.selector is None:
-            writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase="Pending",
+            writer.update(node_id, lambda s: s.with_event("no estimator / optimizer", phase=NodePhase.PENDING,
                                                           reason="the coordinator has no --estimator / --optimizer"))
             return
         current = writer.update(node_id, lambda s: s)
-        if not rebudget and current.phase == "Verifying" and current.mode is not None \
+        if not rebudget and current.phase == NodePhase.VERIFYING and current.mode is not None \
                 and current.power_budget_w == budget and current.measured_power_w is not None \
                 and current.measured_power_w <= budget:
             self._publish(spec, node, writer, current, budget)  # the old leader decided: publish that
@@ -654,12 +668,13 @@ class Reconciler:
         key = (spec.name, node_id)
         tuner = self._tuners.get(key)
         if tuner is None:
-            phase("Profiling", f"tuning for {budget:g} W", power_budget_w=budget, device=node.device_model, reason="")
+            phase(NodePhase.PROFILING, f"tuning for {budget:g} W", power_budget_w=budget, device=node.device_model,
+                  reason="")
             tuner = self._new_tuner(spec, node, budget, writer, should_stop)
             if tuner is None:
                 return
             tuner.profile_initial()
-            phase("Estimating", f"{len(tuner.points)} points profiled; transferring {tuner.base.model_id}"
+            phase(NodePhase.ESTIMATING, f"{len(tuner.points)} points profiled; transferring {tuner.base.model_id}"
                   if tuner.base else "estimating")
             tuner.explore()
             self._tuners[key] = tuner
@@ -668,15 +683,15 @@ class Reconciler:
         if current.drift_epoch > self._refreshed.get(key, 0) and current.mode is not None:
             self._refresh(tuner, current, budget)
             self._refreshed[key] = current.drift_epoch
-        phase("Selecting", f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget)
+        phase(NodePhase.SELECTING, f"selecting for {budget:g} W at risk {tuner.policy.risk:g}", power_budget_w=budget)
         decision = tuner.select_and_verify(budget)
         if not decision.feasible or not decision.within_budget:
             reason = decision.reason or (decision.notes[-1] if decision.notes else "no verified mode within budget")
-            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed", reason=reason,
+            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED, reason=reason,
                                                           **_decision_fields(decision)))
             return
         decided = writer.update(node_id, lambda s: s.with_event(
-            f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase="Verifying",
+            f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase=NodePhase.VERIFYING,
             **_decision_fields(decision)))
         self._publish(spec, node, writer, decided, budget)
 
@@ -688,11 +703,12 @@ class Reconciler:
         its points back from the store (same job ids); a drift re-tune measures anew (its epoch)."""
         node_id = node.node_id
         epoch = writer.update(node_id, lambda s: s).drift_epoch
-        phase("Profiling", f"cap search under {budget:g} W", power_budget_w=budget, device=node.device_model,
+        phase(NodePhase.PROFILING, f"cap search under {budget:g} W", power_budget_w=budget, device=node.device_model,
               reason="")
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model, spec.workload,
-                                 spec.role, should_stop=should_stop, on_purpose=lambda _p: None,
-                                 on_points=lambda _n: None, timeout_s=self.point_timeout_s, epoch=epoch,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, node.device_model,
+                                 WorkloadRef.parse(spec.workload), spec.role, should_stop=should_stop,
+                                 on_purpose=lambda _p: None, on_points=lambda _n: None,
+                                 timeout_s=self.point_timeout_s, epoch=epoch,
                                  node_live=lambda: self._live(node_id))
         search = CapSearch(gpu_levels(get_spec(node.device_model)), spec.batch_sizes, budget)
         measured: list[CapPoint] = []
@@ -712,11 +728,11 @@ class Reconciler:
         best = fastest_under_cap(measured, budget)
         if best is None:
             reason = f"no measured point has a peak power under the {budget:g} W cap ({n} profiled)"
-            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase="Failed", reason=reason))
+            writer.update(node_id, lambda s: s.with_event(f"failed: {reason}", phase=NodePhase.FAILED, reason=reason))
             return
         decided = writer.update(node_id, lambda s: s.with_event(
             f"fastest under the cap: {best.time_ms:.1f} ms at peak {best.peak_power_w:.2f} W of {n} points",
-            phase="Verifying", mode=tuple(float(v) for v in best.mode.as_tuple()), batch_size=best.batch_size,
+            phase=NodePhase.VERIFYING, mode=tuple(float(v) for v in best.mode.as_tuple()), batch_size=best.batch_size,
             predicted_time_ms=None, predicted_power_w=None, predicted_power_upper_w=None,
             measured_time_ms=best.time_ms, measured_power_w=best.peak_power_w))
         self._publish(spec, node, writer, decided, budget)
@@ -732,7 +748,7 @@ class Reconciler:
         # gives the config stamped in by the store: a crash never leaves the config published and
         # the node not Applied, and a publish to the node in between never leaves a wrong revision.
         (published,) = writer.update_with(
-            node.node_id, lambda s: s.with_event("config published", phase="Applied", reason=""),
+            node.node_id, lambda s: s.with_event("config published", phase=NodePhase.APPLIED, reason=""),
             lambda doc: self.configs.publish_many([cfg], fence=self.lease, docs=[doc]))
         STEPS.labels("publish" if published.changed else "publish_unchanged").inc()
 
@@ -741,7 +757,7 @@ class Reconciler:
         assert self.estimator is not None and self.selector is not None
         device = node.device_model
         node_id = node.node_id
-        phases = {"profile": "Profiling", "verify": "Verifying"}
+        phases = {"profile": NodePhase.PROFILING, "verify": NodePhase.VERIFYING}
         profiled = {"n": 0}
 
         def on_purpose(purpose: str) -> None:
@@ -752,11 +768,13 @@ class Reconciler:
 
         def on_points(n: int) -> None:
             profiled["n"] += n
-            of = f" of {measurer.workload_id}" if measurer.workload_id != spec.workload else ""  # a user workload's id
+            ref = measurer.workload
+            of = f" of {ref.id}" if ref.is_user and ref.resolved else ""  # a user workload's id
             writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
                                                           profiled=profiled["n"]))
 
-        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device, spec.workload, spec.role,
+        measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device,
+                                 WorkloadRef.parse(spec.workload), spec.role,
                                  should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
                                  timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
         found = self._reference(spec, node)
@@ -764,7 +782,7 @@ class Reconciler:
             reason = (f"no reference model: the job names none, none is shipped for {device} ({spec.role}) and the "
                       f"store holds fewer than {MIN_REFERENCE_POINTS} measurements of {spec.workload} ({spec.role}) "
                       f"on {device} to fit one")
-            writer.update(node_id, lambda s: s.with_event(reason, phase="Failed", reason=reason))
+            writer.update(node_id, lambda s: s.with_event(reason, phase=NodePhase.FAILED, reason=reason))
             return None
         base, which = found
         writer.update(node_id, lambda s: s.with_event(f"reference model {base.model_id}: {which}"))
@@ -772,7 +790,7 @@ class Reconciler:
         return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
                          # a MODULE:FUNCTION's id is known once the node measured it: the points then carry it
-                         workload="" if is_user_workload(spec.workload) else spec.workload, role=spec.role,
+                         workload=measurer.workload.id or "", role=spec.role,
                          model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
 

@@ -51,17 +51,21 @@ import numpy as np
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
+from edgetune.base.records import OPTION_COLUMNS, OptionTable
 from edgetune.control import faults
 from edgetune.control.configs import ConfigStore, NodeConfig, Published
-from edgetune.control.inference import InferencePlacement, has_placement, placement_key, solve_placement
-from edgetune.control.leader import LeaderLease
-from edgetune.control.registry import DOC_KIND, NodeRecord, NodeRegistry
+from edgetune.control.inference import has_placement, placement_key, solve_placement
+from edgetune.control.leader import LeaderLease, NotLeader
+from edgetune.control.registry import DOC_KIND, NodeRegistry
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
 from edgetune.planning import Fleet, NodeOptions, RoundPlan, plan_round
+from edgetune.planning.placement import InferencePlacement, InferenceUpdate
+from edgetune.planning.rounds import OBJECTIVES, RoundNode, RoundOutcome, RoundRequest
 from edgetune.powermodes.spec import FREQ_MATCH_REL_TOL, DeviceSpec
 from edgetune.store import (
     ROLES,
     DocWrite,
+    NodeRecord,
     NodeRegistration,
     RevisionConflict,
     RoundState,
@@ -71,127 +75,9 @@ from edgetune.store import (
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("makespan", "energy")
 SITE_KEY = ("site-budgets",)
 #: A budget change retries this often when a re-registration changed the node meanwhile.
 _MAX_CAS_ATTEMPTS = 20
-
-
-_OPTION_COLUMNS = ("batch_size", "time_ms", "power_w", "modes")
-
-
-@dataclass(frozen=True)
-class OptionTable:
-    """A node's options: (mode × batch size) rows with time_ms and power_w; modes is (n, 4)."""
-
-    batch_size: np.ndarray
-    time_ms: np.ndarray
-    power_w: np.ndarray
-    modes: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.batch_size.size)
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[tuple[PowerMode, int, float, float]]) -> OptionTable:
-        return cls(np.asarray([r[1] for r in rows], dtype=np.int64), np.asarray([r[2] for r in rows], dtype=float),
-                   np.asarray([r[3] for r in rows], dtype=float),
-                   np.asarray([r[0].as_tuple() for r in rows], dtype=float).reshape(len(rows), 4))
-
-    def to_json(self) -> dict:
-        return {"batch_size": self.batch_size.tolist(), "time_ms": self.time_ms.tolist(),
-                "power_w": self.power_w.tolist(), "modes": self.modes.tolist()}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> OptionTable:
-        """From :meth:`to_json`'s lists (or arrays of the same names)."""
-        n = len(doc["batch_size"])
-        return cls(np.asarray(doc["batch_size"], dtype=np.int64), np.asarray(doc["time_ms"], dtype=float),
-                   np.asarray(doc["power_w"], dtype=float), np.asarray(doc["modes"], dtype=float).reshape(n, 4))
-
-
-@dataclass(frozen=True)
-class RoundNode:
-    node_id: str
-    samples: int
-    #: Overrides the node's registered budget for this round.
-    power_budget_w: float | None = None
-    #: None: the node's stored measurements for the round's workload and role.
-    options: OptionTable | None = None
-    #: Admissible batch sizes (None: the round's, else any; one entry: fixed by the FL job).
-    batch_sizes: tuple[int, ...] | None = None
-    #: r_b per batch size (None: the round's, else none); absent batch sizes never reach the target.
-    batch_efficiency: dict[int, float] | None = None
-
-
-@dataclass(frozen=True)
-class RoundRequest:
-    nodes: tuple[RoundNode, ...]
-    round_id: str = ""
-    objective: str = "makespan"
-    deadline_s: float | None = None
-    site_power_budget_w: float | None = None
-    #: The Workload as a JSON dict (name, batch_size, dataset); the role is separate.
-    workload: dict = field(default_factory=dict)
-    role: str = "train"
-    apply: bool = False
-    #: Every node's default admissible batch sizes / batch-efficiency vector (see RoundNode).
-    batch_sizes: tuple[int, ...] | None = None
-    batch_efficiency: dict[int, float] | None = None
-
-    def to_json(self) -> dict:
-        return {"round_id": self.round_id, "objective": self.objective, "deadline_s": self.deadline_s,
-                "site_power_budget_w": self.site_power_budget_w, "workload": self.workload, "role": self.role,
-                "apply": self.apply, "batch_sizes": _list_or_none(self.batch_sizes),
-                "batch_efficiency": _eff_to_json(self.batch_efficiency),
-                "nodes": [{"node_id": n.node_id, "samples": n.samples, "power_budget_w": n.power_budget_w,
-                           "options": n.options.to_json() if n.options is not None else None,
-                           "batch_sizes": _list_or_none(n.batch_sizes),
-                           "batch_efficiency": _eff_to_json(n.batch_efficiency)} for n in self.nodes]}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> RoundRequest:
-        nodes = tuple(RoundNode(n["node_id"], int(n["samples"]), n.get("power_budget_w"),
-                                OptionTable.from_json(n["options"]) if n.get("options") else None,
-                                _tuple_or_none(n.get("batch_sizes")), _eff_from_json(n.get("batch_efficiency")))
-                      for n in doc["nodes"])
-        return cls(nodes, doc.get("round_id", ""), doc.get("objective", "makespan"), doc.get("deadline_s"),
-                   doc.get("site_power_budget_w"), dict(doc.get("workload") or {}), doc.get("role", "train"),
-                   bool(doc.get("apply", False)), _tuple_or_none(doc.get("batch_sizes")),
-                   _eff_from_json(doc.get("batch_efficiency")))
-
-
-def _list_or_none(values) -> list[int] | None:
-    return None if values is None else [int(v) for v in values]
-
-
-def _tuple_or_none(values) -> tuple[int, ...] | None:
-    return None if values is None else tuple(int(v) for v in values)
-
-
-def _eff_to_json(eff: Mapping[int, float] | None) -> dict | None:
-    # JSON has no inf: "never reaches the target" is stored as null
-    return None if eff is None else {str(b): (float(r) if np.isfinite(r) else None) for b, r in eff.items()}
-
-
-def _eff_from_json(doc: Mapping[str, Any] | None) -> dict[int, float] | None:
-    return None if doc is None else {int(b): (float("inf") if r is None else float(r)) for b, r in doc.items()}
-
-
-@dataclass(frozen=True)
-class RoundOutcome:
-    round_id: str
-    plan: RoundPlan
-    #: (node id, why) of requested nodes left out: lost heartbeat, unavailable in Kubernetes.
-    planned_around: tuple[tuple[str, str], ...] = ()
-    published: tuple[Published, ...] = ()
-
-    @property
-    def reason(self) -> str:
-        parts = [self.plan.reason] if self.plan.reason else []
-        if self.planned_around:
-            parts.append("planned around " + ", ".join(f"{n} ({why})" for n, why in self.planned_around))
-        return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -217,7 +103,7 @@ class BudgetChange:
     the last round (None: no round, or the node is not in it) and the inference re-solve (None: none)."""
 
     record: NodeRecord | None = None
-    site: Mapping[str, float | None] | None = None
+    site: SiteBudgets | None = None
     outcome: RoundOutcome | None = None
     placement: InferencePlacement | None = None
 
@@ -241,13 +127,11 @@ class RoundCoordinator:
 
     # -- budgets ------------------------------------------------------------------------
 
-    def site_budgets(self, pending: _Pending | None = None) -> dict[str, float | None]:
+    def site_budgets(self, pending: _Pending | None = None) -> SiteBudgets:
         if pending is not None and pending.site is not None:
-            stored = pending.site
-        else:
-            raw = self.store.get(SITE_KEY)
-            stored = SiteBudgets.from_dict(raw) if raw is not None else SiteBudgets()
-        return {"site_power_budget_w": stored.site_power_budget_w, "deadline_s": stored.deadline_s}
+            return pending.site
+        raw = self.store.get(SITE_KEY)
+        return SiteBudgets.from_dict(raw) if raw is not None else SiteBudgets()
 
     def update_site_budgets(self, *, site_power_budget_w: float | None = None,
                             deadline_s: float | None = None) -> BudgetChange:
@@ -256,24 +140,24 @@ class RoundCoordinator:
         module doc); ``site`` holds the effective budgets."""
         if self.lease is not None:
             self.lease.require()
-        current = self.site_budgets()
+        site = self.site_budgets()
         if site_power_budget_w is not None:
-            current["site_power_budget_w"] = validation.optional(validation.power_budget_w, site_power_budget_w,
-                                                                     "budgets.site_power_budget_w")
+            site = replace(site, site_power_budget_w=validation.optional(
+                validation.power_budget_w, site_power_budget_w, "budgets.site_power_budget_w"))
         if deadline_s is not None:
-            current["deadline_s"] = _positive(deadline_s, "budgets.deadline_s")
-        site = SiteBudgets(current["site_power_budget_w"], current["deadline_s"])
+            site = replace(site, deadline_s=validation.positive(deadline_s, "budgets.deadline_s", "> 0"))
         with self._replan_lock:
             replanned = self._replan_for_budget(None, _Pending(site=site))
             outcome, writes = replanned if replanned is not None else (None, None)
             published = self._commit("budget", writes, values=[(SITE_KEY, site.to_dict(), None)])
         if outcome is not None and writes is not None:
             outcome = replace(outcome, published=tuple(published))
-        return BudgetChange(site=current, outcome=outcome)
+        return BudgetChange(site=site, outcome=outcome)
 
     def update_node_budget(self, node_id: str, power_budget_w: float | None, *, set_budget: bool = True,
-                           inference: Mapping[str, Any] | None = None) -> BudgetChange:
-        """Set (or clear, None) a node's budget and re-plan what depends on it, written together.
+                           inference: InferenceUpdate | None = None) -> BudgetChange:
+        """Set (or clear, None) a node's budget (checked where it came in: :func:`validation.power_budget_w`)
+        and re-plan what depends on it, written together.
 
         The last applied round is re-planned when the node is in it (its round override is
         dropped: the new budget is the operator's latest word); a node with an inference
@@ -286,8 +170,7 @@ class RoundCoordinator:
         if self.lease is not None:
             self.lease.require()
         validation.identifier(node_id, "node_id")
-        budget = (validation.optional(validation.power_budget_w, power_budget_w, "budgets.power_budget_w")
-                  if set_budget else None)
+        budget = power_budget_w if set_budget else None
         with self._replan_lock:
             # Optimistic concurrency: a concurrent re-registration must not be lost (bounded retries).
             for _attempt in range(_MAX_CAS_ATTEMPTS):
@@ -301,9 +184,11 @@ class RoundCoordinator:
                 outcome, writes = replanned if replanned is not None else (None, None)
                 placement = None
                 if inference is not None or has_placement(self.store, node_id):
+                    load = inference or InferenceUpdate()
                     placement = solve_placement(
                         self.store, self.registry, self.configs, node_id, lease=self.lease, now_s=self._now_s(),
-                        power_budget_w=new_budget, budget_given=True, write=False, **dict(inference or {}))
+                        power_budget_w=new_budget, budget_given=True, write=False, arrival_rps=load.arrival_rps,
+                        latency_budget_ms=load.latency_budget_ms, workload=load.workload)
                 docs = ([DocWrite(DOC_KIND, node_id, replace(reg, power_budget_w=budget).to_dict(), current.revision)]
                         if set_budget else [])
                 values = ([(placement_key(node_id), placement.target.to_dict(), None)]
@@ -381,7 +266,7 @@ class RoundCoordinator:
         with np.load(io.BytesIO(state.options_npz)) as arrays:
             for i, node in enumerate(doc["nodes"]):
                 if f"{i}.batch_size" in arrays.files:  # absent: a node planned around, nothing resolved
-                    node["options"] = {name: arrays[f"{i}.{name}"] for name in _OPTION_COLUMNS}
+                    node["options"] = {name: arrays[f"{i}.{name}"] for name in OPTION_COLUMNS}
         return RoundRequest.from_json(doc)
 
     def _round_state(self, request: RoundRequest, members: Sequence[str]) -> RoundState:
@@ -389,7 +274,7 @@ class RoundCoordinator:
         # multi-megabyte JSON that costs more to format than the plan does to compute.
         doc = replace(request, nodes=tuple(replace(n, options=None) for n in request.nodes)).to_json()
         arrays = {f"{i}.{name}": getattr(n.options, name) for i, n in enumerate(request.nodes)
-                  if n.options is not None for name in _OPTION_COLUMNS}
+                  if n.options is not None for name in OPTION_COLUMNS}
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         return RoundState(doc, tuple(n.node_id for n in request.nodes), tuple(sorted(members)), buf.getvalue())
@@ -430,8 +315,8 @@ class RoundCoordinator:
         else:
             site = self.site_budgets(pending)
             request = replace(last, apply=True,
-                              site_power_budget_w=site["site_power_budget_w"] or last.site_power_budget_w,
-                              deadline_s=site["deadline_s"] or last.deadline_s)
+                              site_power_budget_w=site.site_power_budget_w or last.site_power_budget_w,
+                              deadline_s=site.deadline_s or last.deadline_s)
         # A node that was planned around (lost) may be back without options: plan around it again.
         outcome, writes = self._plan(request, lenient=True, pending=pending)
         if not outcome.plan.feasible:
@@ -489,10 +374,10 @@ class RoundCoordinator:
         if not request.nodes:
             raise InvalidArgument("nodes", "is empty", "at least one node with node_id and samples")
         site = self.site_budgets(pending)
-        deadline = request.deadline_s if request.deadline_s is not None else site["deadline_s"]
-        site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site["site_power_budget_w"]
+        deadline = request.deadline_s if request.deadline_s is not None else site.deadline_s
+        site_w = request.site_power_budget_w if request.site_power_budget_w is not None else site.site_power_budget_w
         if deadline is not None:
-            _positive(deadline, "budgets.deadline_s")
+            validation.positive(deadline, "budgets.deadline_s", "> 0")
         validation.optional(validation.power_budget_w, site_w, "budgets.site_power_budget_w")
         seen: set[str] = set()
         nodes: list[NodeOptions] = []
@@ -575,6 +460,42 @@ class RoundCoordinator:
         return configs
 
 
+class MembershipCheck:
+    """The leader's periodic check: re-plan the last round when its plannable nodes changed."""
+
+    def __init__(self, rounds: RoundCoordinator, lease: LeaderLease, interval_s: float) -> None:
+        self.rounds = rounds
+        self.lease = lease
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> None:
+        if not self.lease.is_leader:
+            return
+        try:
+            self.rounds.replan_after_membership_change()
+        except NotLeader:
+            pass  # lost the lease meanwhile: the new leader checks
+        except Exception:  # Redis hiccup, a bad stored round: log and try again next time
+            log.exception("membership check failed")
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="membership-check", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 5.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.check()
+
+
 def _check_batch_sizes(values: Sequence[int] | None, field_name: str) -> tuple[int, ...] | None:
     if values is None:
         return None
@@ -598,12 +519,6 @@ def _check_efficiency(eff: Mapping[int, float] | None, field_name: str) -> dict[
         if isinstance(r, bool) or not isinstance(r, int | float) or np.isnan(r) or r <= 0:
             raise InvalidArgument(f"{field_name}[{b}]", f"{r!r}", "> 0 (inf: never reaches the target)")
     return {int(b): float(r) for b, r in eff.items()}
-
-
-def _positive(value: float, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value <= 0:
-        raise InvalidArgument(field_name, f"{value!r}", "> 0")
-    return float(value)
 
 
 def _check_options(options: OptionTable, record: NodeRecord, at: str) -> None:

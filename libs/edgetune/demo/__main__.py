@@ -21,7 +21,6 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,11 +33,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from edgetune.clients.calls import CallFailed
 from edgetune.demo import concurrent, rounds, steps
 from edgetune.demo.story import ROUND_NOTE, Options, Story, Tick, job_name
 from edgetune.demo.suite import FLEET, start_suite
 from edgetune.localrun.processes import RUN_ENV, Supervisor, SupervisorError, install_signal_handlers
-from edgetune.proto.serde.tuning import job_view
 
 LEFT = {"node", "device", "chosen mode", "MAXN", "preset", "mode", "process", "address", "log", "plan", "reference",
         "model", "kind", "backend", "state"}
@@ -227,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"mode within budget; held-out MAPE time {acc['time_mape']:.1f} %, power {acc['power_mape']:.1f} %.")
         assert story.job is not None
         summary.update({"estimator": suite.estimator.where, "nodes": summary_rows, "accuracy": acc,
-                        "job": job_view(story.job).to_json(),
-                        "rounds": [{"plan": rr.label, "objective": rr.objective, "makespan_s": rr.response.makespan_s,
-                                    "energy_j": rr.response.energy_j, "deadline_s": rr.deadline_s,
-                                    "fastest_energy_j": rr.fastest_energy_j, "round_id": rr.response.round_id}
+                        "job": story.job.to_json(),
+                        "rounds": [{"plan": rr.label, "objective": rr.objective, "makespan_s": rr.plan.makespan_s,
+                                    "energy_j": rr.plan.energy_j, "deadline_s": rr.deadline_s,
+                                    "fastest_energy_j": rr.fastest_energy_j, "round_id": rr.round_id}
                                    for rr in story.rounds],
                         "round_nodes": rounds.round_rows(story), "budget_change": story.budget_change,
                         "concurrent": story.concurrent, "processes": suite.rows(), "step_seconds": runner.timings,
@@ -256,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold green]{headline}")
     except KeyboardInterrupt as exc:
         rc, failure = 130, f"interrupted ({exc or 'Ctrl-C'})"
-    except grpc.RpcError as exc:
-        rc, failure = 1, f"a service call failed: {exc.code().name}: {exc.details()}"
+    except CallFailed as exc:
+        rc, failure = 1, f"a service call failed: {exc}"
     except SupervisorError as exc:
         rc, failure = 1, f"a service did not start: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure: say what, shut down, non-zero exit

@@ -3,18 +3,15 @@ every point it asks for profiled on one Orin agent."""
 
 from __future__ import annotations
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.demo.story import (
-    RPC_TIMEOUT_S,
     Story,
     Tick,
-    label,
     profile,
 )
-from edgetune.proto.v1 import (
-    common_pb2,
-    optimizer_pb2,
-    profiler_pb2,
-)
+from edgetune.optimization.records import SearchRequest, Told
+from edgetune.store import MeasurementRecord
 
 
 # --- 8. concurrent training + inference -------------------------------------------------------------
@@ -25,42 +22,39 @@ def concurrent_search(story: Story, tick: Tick) -> str:
     node = next(n for n in story.fleet if n.node_id == o.concurrent_node)
     agent, opt = story.agent(node.node_id), story.suite.optimizer
     latency_ms, rate = o.concurrent
-    budgets = common_pb2.Budgets(power_budget_w=node.budget_w, latency_budget_ms=latency_ms, arrival_rps=rate)
-    session = opt.StartSearch(optimizer_pb2.StartSearchRequest(
-        strategy=optimizer_pb2.STRATEGY_GMD, problem=optimizer_pb2.PROBLEM_CONCURRENT, budgets=budgets,
-        device=node.device, grid=common_pb2.GRID_FULCRUM, batch_sizes=[o.batch_size],
-        train_workload=o.workload, infer_workload=o.infer_workload, seed=o.seed), timeout=RPC_TIMEOUT_S)
+    session = opt.start_search(SearchRequest(
+        "gmd", "concurrent", power_budget_w=node.budget_w, latency_budget_ms=latency_ms, arrival_rps=rate,
+        device=node.device, grid="fulcrum", batch_sizes=(o.batch_size,), train_workload=o.workload,
+        infer_workload=o.infer_workload, seed=o.seed))
     profiled = 0
     for _ in range(200):
-        asked = opt.Ask(optimizer_pb2.AskRequest(session_id=session.session_id), timeout=RPC_TIMEOUT_S)
+        asked = opt.ask(session.session_id)
         if asked.done or not asked.points:
             break
-        groups: dict[tuple[common_pb2.Role.ValueType, str, int], list[common_pb2.PowerMode]] = {}
+        groups: dict[tuple[str, str, int], list[PowerMode]] = {}
         for p in asked.points:
             groups.setdefault((p.role, p.workload, p.batch_size), []).append(p.mode)
-        told = []
+        measured: list[MeasurementRecord] = []
         for (role, workload, batch), modes in groups.items():
-            told += profile(agent, profiler_pb2.ProfileRequest(
-                workload=story.workload(role, workload or None, batch), modes=modes, batch_sizes=[batch],
-                seed=o.seed + 500 + profiled))
+            measured += profile(agent, story.profile_job(modes, role=Role.parse(role), workload=workload or None,
+                                                         batch_size=batch, seed=o.seed + 500 + profiled))
             profiled += len(modes)
-        reply = opt.Tell(optimizer_pb2.TellRequest(session_id=session.session_id, measurements=told),
-                         timeout=RPC_TIMEOUT_S)
+        reply = opt.tell(session.session_id, [Told.measured(f"measurements[{i}]", m) for i, m in enumerate(measured)])
         tick("search", reply.profiled, max(session.max_profiles * 2, reply.profiled))
         if reply.done:
             break
-    d = opt.EndSearch(optimizer_pb2.EndSearchRequest(session_id=session.session_id), timeout=RPC_TIMEOUT_S).decision
+    d = opt.end_search(session.session_id)
     story.concurrent = {"node": node.node_id, "device": node.device, "strategy": "GMD", "grid": "fulcrum",
                         "train_workload": o.workload, "infer_workload": o.infer_workload,
                         "power_budget_w": node.budget_w, "latency_budget_ms": latency_ms, "arrival_rps": rate,
                         "feasible": d.feasible, "reason": d.reason, "profiled_points": profiled,
                         "trials": d.profiled}
-    if not d.feasible:
+    if not d.feasible or d.mode is None:
         return f"{node.node_id}: no configuration meets the budgets ({d.reason}); {profiled} points profiled"
-    story.concurrent.update({"mode": label(d.mode), "train_batch": d.batch_size, "infer_batch": d.infer_batch_size,
+    story.concurrent.update({"mode": d.mode.label(), "train_batch": d.batch_size, "infer_batch": d.infer_batch_size,
                              "tau_train": d.tau_train, "latency_ms": d.latency_ms,
                              "train_minibatches_per_s": d.train_minibatches_per_s, "power_w": d.power_w})
-    return (f"{node.node_id}: mode {label(d.mode)}, inference batch β={d.infer_batch_size}, τ={d.tau_train} "
+    return (f"{node.node_id}: mode {d.mode.label()}, inference batch β={d.infer_batch_size}, τ={d.tau_train} "
             f"training minibatches per inference minibatch; peak latency {d.latency_ms:.0f} ms ≤ {latency_ms:g} ms at "
             f"{rate:g} rps, {d.train_minibatches_per_s:.2f} training minibatches/s, {d.power_w:.1f} W ≤ "
             f"{node.budget_w:g} W — {profiled} points profiled")

@@ -1,4 +1,8 @@
-"""The demo's report folder: PNG plots, ``summary.json`` and an ``index.html`` linking them."""
+"""The demo's report folder: PNG plots, ``summary.json`` and an ``index.html`` linking them.
+
+Drawn from the story's records: measured points are the agents' :class:`~edgetune.store.MeasurementRecord`
+rows, each node's choice comes from its job status (:class:`~edgetune.demo.story.Point`, predicted and
+verified), the round plans are the coordinator's :class:`~edgetune.planning.planner.RoundPlan`."""
 
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ def plot_pareto(story: Story, path: Path) -> Path:
             ax.scatter([r.preset.power_w], [r.preset.time_ms], marker="s", s=50, c="tab:orange", edgecolors="k",
                        label=f"preset {r.preset_name} (measured)")
         d = r.decision
-        if d is not None and d.feasible:
+        if d is not None:
             ax.scatter([d.power_w], [d.time_ms], marker="*", s=200, facecolors="none", edgecolors="tab:green",
                        lw=1.3, zorder=5, label="chosen, predicted")
         if r.verified is not None:
@@ -89,7 +93,7 @@ def plot_accuracy(story: Story, path: Path) -> Path:
         if r.verified is not None and r.decision is not None:
             axes[0].scatter([r.verified.time_ms], [r.decision.time_ms], marker="*", s=140, c=c, edgecolors="k")
             axes[1].scatter([r.verified.power_w], [r.decision.power_w], marker="*", s=140, c=c, edgecolors="k")
-            if r.decision.HasField("power_upper_w"):
+            if r.decision.power_upper_w is not None:
                 axes[1].plot([r.verified.power_w] * 2, [r.decision.power_w, r.decision.power_upper_w], c=c, lw=1)
     for ax, (what, unit) in zip(axes, (("time", "ms"), ("power", "W")), strict=True):
         meas, pred = (np.array(v) for v in all_pairs[what])
@@ -117,7 +121,7 @@ def plot_timeline(story: Story, path: Path) -> Path:
                              squeeze=False)
     order = [n.node_id for n in story.fleet]
     for ax, rr in zip(axes[:, 0], rounds, strict=True):
-        by = {n.node_id: n for n in rr.response.nodes}
+        by = {n.id: n for n in rr.plan.nodes}
         color = PLAN_COLORS.get(rr.label, "tab:gray")
         for i, node_id in enumerate(order):
             n = by.get(node_id)
@@ -125,14 +129,15 @@ def plot_timeline(story: Story, path: Path) -> Path:
                 continue
             ax.barh(i, n.time_s, color=color, alpha=0.75, edgecolor="k", lw=0.5)
             ax.text(n.time_s, i, f" {n.time_s:.0f} s · {n.power_w:.1f} W · {n.energy_j / 1000:.1f} kJ · "
-                                 f"{label(n.mode)}", va="center", fontsize=7)
-        ax.axvline(rr.response.makespan_s, c="k", ls="-", lw=1)
+                                 f"{label(n.mode) if n.mode is not None else ''}", va="center", fontsize=7)
+        makespan_s, energy_j = rr.plan.makespan_s or 0.0, rr.plan.energy_j or 0.0
+        ax.axvline(makespan_s, c="k", ls="-", lw=1)
         if rr.deadline_s:
             ax.axvline(rr.deadline_s, c="tab:red", ls="--", lw=1)
         ax.set_yticks(range(len(order)), order, fontsize=8)
         ax.invert_yaxis()
-        saved = 100.0 * (1 - rr.response.energy_j / rr.fastest_energy_j) if rr.fastest_energy_j else float("nan")
-        title = (f"{rr.label}: makespan {rr.response.makespan_s:.0f} s, energy {rr.response.energy_j / 1000:.2f} kJ "
+        saved = 100.0 * (1 - energy_j / rr.fastest_energy_j) if rr.fastest_energy_j else float("nan")
+        title = (f"{rr.label}: makespan {makespan_s:.0f} s, energy {energy_j / 1000:.2f} kJ "
                  f"({abs(saved):.1f} % {'less' if saved >= 0 else 'more'} than all-fastest "
                  f"{rr.fastest_energy_j / 1000:.2f} kJ)")
         if rr.deadline_s:
@@ -140,7 +145,7 @@ def plot_timeline(story: Story, path: Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("round time (s)")
-    xmax = max(max((n.time_s for n in rr.response.nodes), default=0) for rr in rounds)
+    xmax = max(max((n.time_s for n in rr.plan.nodes), default=0) for rr in rounds)
     xmax = max(xmax, max(rr.deadline_s or 0 for rr in rounds))
     axes[-1, 0].set_xlim(0, xmax * 1.75)
     bc = story.budget_change

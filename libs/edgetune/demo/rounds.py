@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import time
 
-import grpc
 import numpy as np
 
-from edgetune.base.records import Predictions
+from edgetune.base.records import OptionTable, Predictions
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
     NodeResult,
@@ -20,12 +20,7 @@ from edgetune.demo.story import (
     parallel,
     profile,
 )
-from edgetune.proto.serde.tables import table_to_proto
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    profiler_pb2,
-)
+from edgetune.planning.rounds import RoundNode, RoundOutcome, RoundRequest
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
@@ -34,7 +29,7 @@ def round_options(res: NodeResult) -> Predictions:
     (mean + z(1 − risk) σ, calibrated) power as their power (:meth:`~edgetune.demo.story.NodeOptions.option_table`)."""
     assert res.options is not None
     table = res.options.option_table()
-    return Predictions(table.modes, table.batch_size, table.time_ms, table.safe_power_w)
+    return Predictions(table.modes, table.batch_size, table.time_ms, table.power_w)
 
 
 def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:
@@ -54,8 +49,8 @@ def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -
     return total_e, makespan
 
 
-def plan(story: Story, objective: coordinator_pb2.RoundObjective.ValueType, *, deadline_s: float | None = None,
-         apply: bool = False, round_id: str = "", must: bool = True) -> coordinator_pb2.PlanRoundResponse:
+def plan(story: Story, objective: str, *, deadline_s: float | None = None, apply: bool = False, round_id: str = "",
+         must: bool = True) -> RoundOutcome:
     """PlanRound with every node's samples and predicted options. Re-planning an applied round under
     its own ``round_id`` changes only the configs whose mode or batch size changed."""
     nodes = []
@@ -66,18 +61,15 @@ def plan(story: Story, objective: coordinator_pb2.RoundObjective.ValueType, *, d
             if note not in r.notes:
                 r.notes.append(note)
             continue
-        nodes.append(coordinator_pb2.NodeRound(node_id=r.node.node_id, samples=r.node.samples,
-                                               options=table_to_proto(options)))
-    budgets = common_pb2.Budgets()
-    if deadline_s is not None:
-        budgets.deadline_s = deadline_s
-    reply = story.suite.coordinator.PlanRound(coordinator_pb2.PlanRoundRequest(
-        round_id=round_id, objective=objective, budgets=budgets, workload=story.workload(), nodes=nodes,
-        apply=apply),
-        timeout=RPC_TIMEOUT_S)
-    if must and not reply.feasible:
-        raise RuntimeError(f"PlanRound found no feasible plan: {reply.reason}")
-    return reply
+        nodes.append(RoundNode(r.node.node_id, r.node.samples, options=OptionTable(
+            options.batch_size, options.time_ms, options.power_w, options.modes)))
+    request = RoundRequest(tuple(nodes), round_id=round_id, objective=objective, deadline_s=deadline_s,
+                           workload={"name": story.options.workload, "batch_size": story.options.batch_size},
+                           apply=apply)
+    outcome = story.suite.coordinator.plan_round(request, timeout_s=RPC_TIMEOUT_S)
+    if must and not outcome.plan.feasible:
+        raise RuntimeError(f"PlanRound found no feasible plan: {outcome.reason}")
+    return outcome
 
 
 def plan_rounds(story: Story) -> str:
@@ -85,19 +77,20 @@ def plan_rounds(story: Story) -> str:
     (that plan is applied: configs are pushed to the agents)."""
     budgets = {n.node_id: n.budget_w for n in story.fleet}
     fast_e, fast_ms = _fastest(story, budgets)
-    ms = plan(story, coordinator_pb2.ROUND_OBJECTIVE_MAKESPAN)
-    story.rounds.append(RoundResult("makespan", "makespan", ms, fast_e, fast_ms))
+    ms = plan(story, "makespan")
+    story.rounds.append(RoundResult("makespan", "makespan", ms.round_id, ms.plan, fast_e, fast_ms))
     # The deadline: 50 % over the least makespan, and long enough for the node whose budget will drop
     # in the next step to still make it at its fastest under the new budget (else that re-plan is infeasible).
     node_id, new_w = story.options.budget_change
     _, slow_after = _fastest(story, {**budgets, node_id: new_w}, only=node_id)
-    deadline = round(max(ms.makespan_s * 1.5, slow_after * 1.1), 1)
-    en = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline, apply=True)
+    assert ms.plan.makespan_s is not None
+    deadline = round(max(ms.plan.makespan_s * 1.5, slow_after * 1.1), 1)
+    en = plan(story, "energy", deadline_s=deadline, apply=True)
     story.round_id = en.round_id
     story.round_deadline_s = deadline
-    en = verify_configs(story, [n.node_id for n in en.nodes], budgets, deadline) or en
+    en = verify_configs(story, [n.id for n in en.plan.nodes], budgets, deadline) or en
     deadline = story.round_deadline_s
-    story.rounds.append(RoundResult("energy", "energy", en, fast_e, fast_ms, deadline))
+    story.rounds.append(RoundResult("energy", "energy", en.round_id, en.plan, fast_e, fast_ms, deadline))
     checks = [c for r in story.nodes.values() for c in r.config_checks]
     fixed = sum(not c["within_budget"] for c in checks)
     checked = ("every applied config measured on its agent within budget"
@@ -107,14 +100,16 @@ def plan_rounds(story: Story) -> str:
         pct = 100.0 * (1 - e / fast_e) if fast_e else math.nan
         return f"{abs(pct):.1f} % {'less' if pct >= 0 else 'more'} energy"
 
+    ms_s, ms_j = ms.plan.makespan_s or 0.0, ms.plan.energy_j or 0.0  # feasible plans: both set
+    en_s, en_j = en.plan.makespan_s or 0.0, en.plan.energy_j or 0.0
     return (f"every node at its fastest: {fast_ms:.0f} s, {fast_e / 1000:.2f} kJ; least makespan: "
-            f"{ms.makespan_s:.0f} s, {ms.energy_j / 1000:.2f} kJ ({saved(ms.energy_j)}); least energy by "
-            f"a {deadline:.0f} s deadline: {en.makespan_s:.0f} s, {en.energy_j / 1000:.2f} kJ ({saved(en.energy_j)}); "
+            f"{ms_s:.0f} s, {ms_j / 1000:.2f} kJ ({saved(ms_j)}); least energy by "
+            f"a {deadline:.0f} s deadline: {en_s:.0f} s, {en_j / 1000:.2f} kJ ({saved(en_j)}); "
             f"applied as round {en.round_id}; {checked}")
 
 
 def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float], deadline_s: float | None,
-                   max_attempts: int = 4) -> coordinator_pb2.PlanRoundResponse | None:
+                   max_attempts: int = 4) -> RoundOutcome | None:
     """Measure each node's applied config on its agent once the agent runs it. A config over the node's
     budget: drop that mode (and every mode at or above its clocks) from the node's options and re-plan
     (PlanRound, apply): only that node's config changes. Returns the last re-plan (None: none needed)."""
@@ -122,18 +117,17 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
     for _ in range(max_attempts):
         def check(node_id: str) -> bool:
             res, agent = story.nodes[node_id], story.agent(node_id)
-            cfg = story.suite.coordinator.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=node_id),
-                                                        timeout=10)
+            cfg = story.suite.coordinator.config(node_id)
+            assert cfg.mode is not None  # a round's config runs a mode
             deadline = time.monotonic() + 15
             current = None
             while time.monotonic() < deadline:
-                current = agent.stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10).current_mode
+                current = agent.profiler.device().current_mode
                 if key(current) == key(cfg.mode):
                     break
                 time.sleep(0.1)
-            rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=[cfg.mode],
-                                                              batch_sizes=[cfg.batch_size or story.options.batch_size],
-                                                              seed=story.options.seed + 7 + cfg.revision))
+            rows = profile(agent, story.profile_job([cfg.mode], batch_size=cfg.batch_size or story.options.batch_size,
+                                                    seed=story.options.seed + 7 + cfg.revision))
             power = rows[0].power_w if rows else math.inf
             ok = power <= budgets[node_id]
             res.config_checks.append({"revision": cfg.revision, "mode": label(cfg.mode),
@@ -141,16 +135,14 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
                                       "power_w": power, "time_ms": rows[0].time_ms if rows else None,
                                       "budget_w": budgets[node_id], "within_budget": ok})
             if not ok and res.options is not None:
-                res.options.learn_from_miss_at((cfg.mode.cores, cfg.mode.cpu_mhz, cfg.mode.gpu_mhz, cfg.mode.emc_mhz),
-                                             rows[0].power_w if rows else None)
+                res.options.learn_from_miss_at(cfg.mode.as_tuple(), rows[0].power_w if rows else None)
             return ok
 
         over = [n for n, ok in zip(node_ids, parallel(node_ids, check, workers=3), strict=True) if not ok]
         if not over:
             return replanned
-        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline_s, apply=True,
-                         round_id=story.round_id, must=False)
-        if not replanned.feasible and deadline_s is not None:
+        replanned = plan(story, "energy", deadline_s=deadline_s, apply=True, round_id=story.round_id, must=False)
+        if not replanned.plan.feasible and deadline_s is not None:
             # A miss drops the node's faster modes too, which can put the deadline out of reach: rather
             # than keep a config measured over budget, extend the deadline to what the options allow.
             _, fastest_s = _fastest(story, budgets)
@@ -160,9 +152,9 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
                 for n in over:
                     story.nodes[n].notes.append(f"deadline extended to {deadline_s:g} s after a config measured "
                                                 "over budget removed faster modes")
-                replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=deadline_s, apply=True,
-                                 round_id=story.round_id, must=False)
-        if not replanned.feasible:  # nothing published: the previous configs stay; say why
+                replanned = plan(story, "energy", deadline_s=deadline_s, apply=True, round_id=story.round_id,
+                                 must=False)
+        if not replanned.plan.feasible:  # nothing published: the previous configs stay; say why
             for n in over:
                 story.nodes[n].notes.append(f"re-plan after a config measured over budget: {replanned.reason}")
             return None
@@ -173,8 +165,9 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
 def round_rows(story: Story) -> list[dict]:
     rows = []
     for rr in story.rounds:
-        for n in rr.response.nodes:
-            rows.append({"plan": rr.label, "node": n.node_id, "mode": label(n.mode), "batch": n.batch_size,
+        for n in rr.plan.nodes:
+            assert n.mode is not None
+            rows.append({"plan": rr.label, "node": n.id, "mode": label(n.mode), "batch": n.batch_size,
                          "time_s": round(n.time_s, 1), "power_w": round(n.power_w, 2),
                          "energy_kj": round(n.energy_j / 1000, 2)})
     return rows
@@ -185,10 +178,9 @@ def revisions(story: Story) -> dict[str, int]:
     out = {}
     for n in story.fleet:
         try:
-            cfg = story.suite.coordinator.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=n.node_id),
-                                                        timeout=10)
-        except grpc.RpcError as exc:  # a node left out of the round has no config yet
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            cfg = story.suite.coordinator.config(n.node_id)
+        except CallFailed as exc:  # a node left out of the round has no config yet
+            if exc.code != Status.NOT_FOUND:
                 raise
             out[n.node_id] = 0
             continue
@@ -204,31 +196,28 @@ def change_budget(story: Story) -> str:
     coord = story.suite.coordinator
     before = revisions(story)
     old_w = next(n.budget_w for n in story.fleet if n.node_id == node_id)
-    coord.UpdateBudget(coordinator_pb2.UpdateBudgetRequest(
-        node_id=node_id, budgets=common_pb2.Budgets(power_budget_w=new_w)), timeout=RPC_TIMEOUT_S)
-    watch = coord.WatchConfig(coordinator_pb2.WatchConfigRequest(node_id=node_id, after_revision=before[node_id]),
-                              timeout=15)
+    coord.update_node_budget(node_id, new_w, timeout_s=RPC_TIMEOUT_S)
+    watch = coord.watch_config(node_id, before[node_id], timeout_s=15)
     pushed = None
     try:
-        pushed = next(iter(watch))
-    except grpc.RpcError as exc:  # no new config: the coordinator's re-plan was infeasible or unchanged
-        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+        pushed = next(watch)
+    except CallFailed as exc:  # no new config: the coordinator's re-plan was infeasible or unchanged
+        if exc.code != Status.DEADLINE_EXCEEDED:
             raise
     finally:
-        watch.cancel()
+        watch.close()
     story.budgets[node_id] = new_w
     budgets = dict(story.budgets)
     res = story.nodes[node_id]
     n_checks = len(res.config_checks)
     replanned = verify_configs(story, [node_id], budgets, story.round_deadline_s)
     if replanned is None:  # the coordinator's own re-plan stands: the same request, planned again to show it
-        replanned = plan(story, coordinator_pb2.ROUND_OBJECTIVE_ENERGY, deadline_s=story.round_deadline_s,
-                         must=False)
-    if not replanned.feasible:
+        replanned = plan(story, "energy", deadline_s=story.round_deadline_s, must=False)
+    if not replanned.plan.feasible:
         raise RuntimeError(f"after the budget change no plan meets the round's deadline: {replanned.reason}")
     fast_e, fast_ms = _fastest(story, budgets)
-    story.rounds.append(RoundResult("energy, after budget change", "energy", replanned, fast_e, fast_ms,
-                                    story.round_deadline_s))
+    story.rounds.append(RoundResult("energy, after budget change", "energy", replanned.round_id, replanned.plan,
+                                    fast_e, fast_ms, story.round_deadline_s))
     after = revisions(story)
     checks = res.config_checks[n_checks:]
     final = checks[-1]
@@ -236,11 +225,11 @@ def change_budget(story: Story) -> str:
     story.budget_change = {"node": node_id, "old_budget_w": old_w, "new_budget_w": new_w,
                            "revisions_before": before, "revisions_after": after, "bumped": bumped,
                            "watched_revision": pushed.revision if pushed else None,
-                           "watched_mode": label(pushed.mode) if pushed else None,
+                           "watched_mode": label(pushed.mode) if pushed and pushed.mode else None,
                            "final_mode": final["mode"], "agent_applied": final["agent_applied"],
                            "measured_power_w": final["power_w"], "measured_time_ms": final["time_ms"],
                            "within_budget": final["within_budget"], "checks": checks,
-                           "makespan_s": replanned.makespan_s, "energy_j": replanned.energy_j}
+                           "makespan_s": replanned.plan.makespan_s, "energy_j": replanned.plan.energy_j}
     extra = (f" (after {len(checks) - 1} more re-plan(s): configs measured over were dropped)"
              if len(checks) > 1 else "")
     watched = f"WatchConfig delivered r{pushed.revision}" if pushed else "no new config within 15 s"

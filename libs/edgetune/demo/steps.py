@@ -15,11 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-import grpc
 import numpy as np
 
+from edgetune.base.mode import PowerMode
 from edgetune.base.records import Points, mode_key
-from edgetune.clients.tuning import candidates, predictions
+from edgetune.clients.calls import CallFailed, Status
 from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
@@ -28,6 +28,7 @@ from edgetune.demo.story import (
     NodeResult,
     Story,
     Tick,
+    as_mode,
     energy_j,
     job_name,
     job_spec,
@@ -37,21 +38,14 @@ from edgetune.demo.story import (
     maxn_mode,
     operator_preset,
     parallel,
-    preset_mode,
     profile,
 )
 from edgetune.demo.suite import registered
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
-from edgetune.proto.serde.tuning import job_view
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    optimizer_pb2,
-    profiler_pb2,
-    tuning_pb2,
-)
+from edgetune.store import MeasurementRecord, NodeRecord
+from edgetune.tuning.jobs import NodePhase, TuningJobView
 from edgetune.tuning.protocols import reference_model_id
 from edgetune.tuning.safety import SafetyState, held_out_power_error
 
@@ -59,7 +53,7 @@ from edgetune.tuning.safety import SafetyState, held_out_power_error
 # --- 1. discovery -----------------------------------------------------------------------------------
 def discover(story: Story) -> str:
     """GetDevice on every agent; ListNodes on the coordinator (agents registered themselves)."""
-    listed: dict[str, coordinator_pb2.NodeInfo] = {}
+    listed: dict[str, NodeRecord] = {}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         listed = registered(story.suite)
@@ -70,12 +64,12 @@ def discover(story: Story) -> str:
     if missing:
         raise RuntimeError(f"agents never registered with the coordinator: {', '.join(missing)}")
     for node in story.fleet:
-        reply = story.agent(node.node_id).stub.GetDevice(profiler_pb2.GetDeviceRequest(), timeout=10)
-        res = NodeResult(node, spec=reply.spec, address=story.agent(node.node_id).child.address,
-                         backend=reply.backend,
-                         grid_modes=named_grid(get_spec(reply.spec.name), "powertrain").n_modes)
-        if listed[node.node_id].power_budget_w != node.budget_w:
-            res.notes.append(f"registered budget {listed[node.node_id].power_budget_w:g} W")
+        info = story.agent(node.node_id).profiler.device()
+        res = NodeResult(node, spec=info.spec, address=story.agent(node.node_id).child.address,
+                         backend=info.backend, grid_modes=named_grid(get_spec(info.spec.name), "powertrain").n_modes)
+        registered_w = listed[node.node_id].power_budget_w
+        if registered_w != node.budget_w:
+            res.notes.append(f"registered budget {registered_w or 0.0:g} W")
         story.nodes[node.node_id] = res
     models = sorted({n.device for n in story.fleet})
     return (f"{len(story.nodes)} agents answered GetDevice ({len(models)} device models: {', '.join(models)}); "
@@ -136,27 +130,23 @@ def fit_references(story: Story, tick: Tick) -> str:
 
 
 # --- 3. the tuning job ------------------------------------------------------------------------------
-def _watch(story: Story, name: str) -> Iterator[tuning_pb2.TuningJob]:
+def _watch(story: Story, name: str) -> Iterator[TuningJobView]:
     """The job as it changes (WatchTuningJob), resumed from the last revision seen if the stream breaks."""
     after = 0
     coord = story.suite.coordinator
     deadline = time.monotonic() + RPC_TIMEOUT_S * 2
     while time.monotonic() < deadline:
-        stream = coord.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=name, after_revision=after),
-                                      timeout=max(1.0, deadline - time.monotonic()))
+        stream = coord.watch_job(name, after, timeout_s=max(1.0, deadline - time.monotonic()))
         try:
             for job in stream:
                 after = job.revision
                 yield job
-        except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        except CallFailed as exc:
+            if exc.code not in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED):
                 raise
         finally:
-            stream.cancel()
+            stream.close()
     raise TimeoutError(f"tuning job {name} did not finish within {2 * RPC_TIMEOUT_S:g} s")
-
-
-DONE = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
 
 
 def run_job(story: Story, tick: Tick) -> str:
@@ -166,36 +156,26 @@ def run_job(story: Story, tick: Tick) -> str:
     the choice on the agent and publishes it as the node's config."""
     o = story.options
     spec = job_spec(o, story.tuning, story.fleet)
-    story.suite.coordinator.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=30)
+    story.suite.coordinator.submit_job(spec)
     job = None
     for job in _watch(story, spec.name):
         for n in job.nodes:
-            done = n.phase in (tuning_pb2.NODE_PHASE_APPLIED, tuning_pb2.NODE_PHASE_FAILED)
-            tick(n.node_id, o.modes if done else min(n.profiled, o.modes), o.modes)
-        if job.phase in DONE:
+            tick(n.node_id, o.modes if n.terminal else min(n.profiled, o.modes), o.modes)
+        if job.phase.done:
             break
     assert job is not None
     story.job = job
     for n in job.nodes:
         story.nodes[n.node_id].status = n
-        if n.phase == tuning_pb2.NODE_PHASE_FAILED:
+        if n.phase == NodePhase.FAILED:
             story.nodes[n.node_id].notes.append(f"tuning job: failed: {n.reason}")
-    view = job_view(job)
-    applied = sum(n.phase == "Applied" for n in view.nodes)
-    return (f"job {spec.name} {view.phase}: {applied}/{len(job.nodes)} nodes Applied; "
+    applied = sum(n.phase == NodePhase.APPLIED for n in job.nodes)
+    return (f"job {spec.name} {job.phase}: {applied}/{len(job.nodes)} nodes Applied; "
             f"{sum(n.profiled for n in job.nodes)} points measured by the coordinator through the agents' job "
             f"streams ({o.modes} random modes per node + the choices it verified)")
 
 
 # --- 4. the demo's check of the job's predictions ------------------------------------------------
-def _measurement(r) -> common_pb2.Measurement:  # a stored MeasurementRecord as the API's message
-    m = r.mode
-    return common_pb2.Measurement(id=r.id, node_id=r.node_id or "", device=r.device_model, workload=r.workload,
-                                  mode=common_pb2.PowerMode(cores=m.cores, cpu_mhz=m.cpu_mhz, gpu_mhz=m.gpu_mhz,
-                                                            emc_mhz=m.emc_mhz),
-                                  batch_size=r.batch_size, time_ms=r.time_ms, power_w=r.power_w)
-
-
 def check(story: Story, tick: Tick) -> str:
     """Independent of the job: measure ``held_out`` random modes it never profiled, MAXN and the operator's
     preset on each agent (Profile streams), predict them and every candidate with the job's model
@@ -207,11 +187,11 @@ def check(story: Story, tick: Tick) -> str:
     def run(res: NodeResult) -> None:
         node, agent = res.node, story.agent(res.node.node_id)
         stored = story.suite.store.get_measurements(node.device, o.workload, "train", node.node_id)
-        res.profiled = [_measurement(r) for r in stored]  # the job's points (profiles and verifications)
+        res.profiled = list(stored)  # the job's points (profiles and verifications)
         res.stored = len(stored)
         status = res.status
         if status is not None:
-            res.attempts = max(1, len(stored) - o.modes) if status.HasField("measured_power_w") else 0
+            res.attempts = max(1, len(stored) - o.modes) if status.measured_power_w is not None else 0
         grid = named_grid(get_spec(node.device), CANDIDATE_GRID).array()
         seen = {key(m.mode) for m in res.profiled}
         fresh = [i for i, m in enumerate(grid) if mode_key(m) not in seen]
@@ -221,10 +201,9 @@ def check(story: Story, tick: Tick) -> str:
         preset = operator_preset(res.device_spec, node.budget_w)
         if preset is not None:
             res.preset_name = preset.name
-            baselines.append(preset_mode(preset))
-        modes = [common_pb2.PowerMode(cores=int(m[0]), cpu_mhz=m[1], gpu_mhz=m[2], emc_mhz=m[3]) for m in held]
-        rows = profile(agent, profiler_pb2.ProfileRequest(workload=story.workload(), modes=modes + baselines,
-                                                          batch_sizes=[o.batch_size], seed=o.seed + 99))
+            baselines.append(preset.mode())
+        modes = [PowerMode(int(m[0]), m[1], m[2], m[3]) for m in held]
+        rows = profile(agent, story.profile_job(modes + baselines, seed=o.seed + 99))
         byk = {key(m.mode): m for m in rows}
         res.held_out = [byk[key(m)] for m in modes if key(m) in byk]
         res.maxn = byk.get(key(baselines[0]))
@@ -236,9 +215,7 @@ def check(story: Story, tick: Tick) -> str:
         res.predictions = story.suite.estimator.predict(model, grid, o.batch_size)
         pt, mt, pp, mp = held_out_pairs(res)
         res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
-                                  story.tuning.z)
-        res.decision = decision_msg(status)
-        res.verified = verified_msg(status)
+                                  story.tuning.risk)
         with lock:
             done["n"] += 1
             tick("check", done["n"], len(story.nodes))
@@ -272,9 +249,9 @@ def job_rows(story: Story) -> list[dict]:
     if story.job is None:
         return []
     rows = []
-    for n in job_view(story.job).nodes:
-        mode = f"{n.mode.cores}c/{n.mode.cpu_mhz:g}/{n.mode.gpu_mhz:g}/{n.mode.emc_mhz:g}" if n.mode else ""
-        rows.append({"node": n.id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
+    for n in story.job.nodes:
+        mode = label(as_mode(n.mode)) if n.mode is not None else ""
+        rows.append({"node": n.node_id, "device": n.device, "phase": n.phase, "profiled": n.profiled, "mode": mode,
                      "budget W": n.power_budget_w, "predicted W": _round(n.predicted_power_w),
                      "upper W": _round(n.predicted_power_upper_w), "measured W": _round(n.measured_power_w),
                      "predicted ms": _round(n.predicted_time_ms), "measured ms": _round(n.measured_time_ms),
@@ -304,37 +281,11 @@ def pareto(story: Story) -> str:
     """The optimizer's time-power Pareto front of each node's predicted modes."""
     def run(res: NodeResult) -> None:
         assert res.predictions is not None
-        reply = story.suite.optimizer.ParetoFront(
-            optimizer_pb2.ParetoFrontRequest(candidates=candidates(res.predictions)), timeout=RPC_TIMEOUT_S)
-        res.front = predictions(reply.front, "front")
+        res.front = story.suite.optimizer.pareto_front(res.predictions).rows
 
     parallel(story.nodes.values(), run, workers=3)
     sizes = ", ".join(f"{r.node.node_id} {len(r.front or ())}" for r in story.nodes.values())
     return f"Pareto-optimal modes out of each node's predicted grid: {sizes}"
-
-
-def decision_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Decision | None:
-    """The coordinator's choice for a node (its job status) as a Decision message (what the report reads)."""
-    if status is None:
-        return None
-    if not status.HasField("predicted_power_w") or status.phase == tuning_pb2.NODE_PHASE_FAILED:
-        return common_pb2.Decision(feasible=False, reason=status.reason or "no choice")
-    msg = common_pb2.Decision(feasible=True, batch_size=status.batch_size, time_ms=status.predicted_time_ms,
-                              power_w=status.predicted_power_w, reason=status.reason)
-    msg.mode.CopyFrom(status.mode)
-    msg.energy_j = energy_j(msg.time_ms, msg.power_w)
-    if status.HasField("predicted_power_upper_w"):
-        msg.power_upper_w = status.predicted_power_upper_w
-    return msg
-
-
-def verified_msg(status: tuning_pb2.NodeTuningStatus | None) -> common_pb2.Measurement | None:
-    """The choice as the coordinator measured it on the agent before applying it."""
-    if status is None or not status.HasField("measured_power_w"):
-        return None
-    return common_pb2.Measurement(node_id=status.node_id, device=status.device, mode=status.mode,
-                                  batch_size=status.batch_size, time_ms=status.measured_time_ms,
-                                  power_w=status.measured_power_w)
 
 
 def summary_rows(story: Story) -> list[dict]:
@@ -343,13 +294,13 @@ def summary_rows(story: Story) -> list[dict]:
     for r in story.nodes.values():
         v, d = r.verified, r.decision
         row = {"node": r.node.node_id, "device": r.node.device, "budget_w": r.node.budget_w,
-               "mode": label(d.mode) if d is not None and d.feasible else None,
+               "mode": label(d.mode) if d is not None else None,
                "batch_size": story.options.batch_size,
-               "predicted_time_ms": d.time_ms if d is not None and d.feasible else None,
-               "predicted_power_w": d.power_w if d is not None and d.feasible else None,
-               "predicted_power_upper_w": d.power_upper_w if d is not None and d.HasField("power_upper_w") else None,
+               "predicted_time_ms": d.time_ms if d is not None else None,
+               "predicted_power_w": d.power_w if d is not None else None,
+               "predicted_power_upper_w": d.power_upper_w if d is not None else None,
                "time_ms": v.time_ms if v else None, "power_w": v.power_w if v else None,
-               "energy_j": energy_j(v.time_ms, v.power_w) if v else None,
+               "energy_j": v.energy_j if v else None,
                "within_budget": r.within_budget, "attempts": r.attempts,
                "maxn": _point(r.maxn, r.node.budget_w), "preset_name": r.preset_name or None,
                "preset": _point(r.preset, r.node.budget_w), "notes": list(r.notes)}
@@ -357,7 +308,7 @@ def summary_rows(story: Story) -> list[dict]:
     return rows
 
 
-def _point(m: common_pb2.Measurement | None, budget_w: float) -> dict | None:
+def _point(m: MeasurementRecord | None, budget_w: float) -> dict | None:
     if m is None:
         return None
     return {"mode": label(m.mode), "time_ms": m.time_ms, "power_w": m.power_w,

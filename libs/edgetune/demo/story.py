@@ -14,19 +14,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import OptionTable, Predictions, mode_key
+from edgetune.base.roles import Role
 from edgetune.demo.suite import Agent, NodeSpec, Suite
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    profiler_pb2,
-    tuning_pb2,
-)
+from edgetune.planning.planner import RoundPlan
+from edgetune.powermodes.spec import DeviceSpec, Preset
+from edgetune.profiling import ProfileProgress
+from edgetune.store import MeasurementRecord, ProfileJob
+from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobSpec, TuningJobView, TuningMethod
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.safety import SafetyState
 
-TRAIN, INFER = common_pb2.ROLE_TRAIN, common_pb2.ROLE_INFER
 RPC_TIMEOUT_S = 300.0
 ROUND_NOTE = ("Round time = ceil(samples / batch) × predicted minibatch time; plans use the safe power (mean + "
               "z(1 − risk) σ, calibrated). On these simulated Jetsons the fastest mode within a budget is nearly the "
@@ -38,11 +39,11 @@ ModeKey = tuple[int, float, float, float]
 Tick = Callable[[str, int, int], None]  # (task name, done, total)
 
 
-def key(mode: common_pb2.PowerMode) -> ModeKey:
+def key(mode: PowerMode) -> ModeKey:
     return (int(mode.cores), round(mode.cpu_mhz, 3), round(mode.gpu_mhz, 3), round(mode.emc_mhz, 3))
 
 
-def label(mode: common_pb2.PowerMode) -> str:
+def label(mode: PowerMode) -> str:
     return f"{mode.cores}c/{mode.cpu_mhz:g}/{mode.gpu_mhz:g}/{mode.emc_mhz:g}"
 
 
@@ -80,15 +81,15 @@ def job_name(options: Options) -> str:
     return f"demo-{options.workload}"
 
 
-def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]) -> tuning_pb2.TuningJobSpec:
+def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]) -> TuningJobSpec:
     """The demo's one TuningJob: every node of the fleet, ``modes`` random profiles, at the policy's risk.
     Each node's budget is written in the job, so a later ``UpdateBudget`` is the round's to act on
     (the planned round re-plans), not the job's."""
-    return tuning_pb2.TuningJobSpec(
-        name=job_name(options), workload=common_pb2.Workload(name=options.workload, role=TRAIN),
-        batch_sizes=[options.batch_size], nodes=[n.node_id for n in fleet],
-        objective=tuning_pb2.TUNING_OBJECTIVE_MIN_TIME, node_power_budget_w={n.node_id: n.budget_w for n in fleet},
-        risk=policy.risk, profiles=options.modes, method=tuning_pb2.TUNING_METHOD_RANDOM)
+    return TuningJobSpec(
+        name=job_name(options), workload=options.workload, role=Role.TRAIN.value, batch_sizes=(options.batch_size,),
+        nodes=tuple(n.node_id for n in fleet), objective=Objective.MIN_TIME,
+        node_power_budget_w={n.node_id: n.budget_w for n in fleet}, risk=policy.risk, profiles=options.modes,
+        method=TuningMethod.RANDOM)
 
 
 @dataclass
@@ -99,10 +100,10 @@ class NodeOptions:
 
     predictions: Predictions
     safety: SafetyState
-    z: float
+    risk: float
 
     def option_table(self) -> OptionTable:
-        return self.safety.option_table(self.predictions, self.z)
+        return self.safety.option_table(self.predictions, self.risk)
 
     def learn_from_miss_at(self, mode: tuple[float, float, float, float], measured_w: float | None) -> int:
         """A config measured over its budget: drop it and every mode at or above its clocks."""
@@ -110,39 +111,53 @@ class NodeOptions:
         if index is None:
             return 0
         return self.safety.learn_from_miss(self.predictions.modes, index, float(self.predictions.power_w[index]),
-                                           measured_w, self.z)
+                                           measured_w, self.risk)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A mode with its time and power: the coordinator's choice as predicted (``power_upper_w``: its
+    safe bound) or as it measured it on the agent (what the report reads of a node's job status)."""
+
+    mode: PowerMode
+    time_ms: float
+    power_w: float
+    power_upper_w: float | None = None
+
+    @property
+    def energy_j(self) -> float:
+        return energy_j(self.time_ms, self.power_w)
 
 
 @dataclass
 class NodeResult:
     node: NodeSpec
-    spec: common_pb2.DeviceSpec | None = None
+    spec: DeviceSpec | None = None
     address: str = ""
     backend: str = ""
     grid_modes: int = 0
-    profiled: list[common_pb2.Measurement] = field(default_factory=list)
-    held_out: list[common_pb2.Measurement] = field(default_factory=list)
+    #: The job's points as stored (profiles and verifications), and the modes the demo measured itself.
+    profiled: list[MeasurementRecord] = field(default_factory=list)
+    held_out: list[MeasurementRecord] = field(default_factory=list)
     stored: int = 0
     #: The node's status in the demo's TuningJob (phase, choice, predicted and measured), as the coordinator reports it.
-    status: tuning_pb2.NodeTuningStatus | None = None
+    status: NodeStatus | None = None
     options: NodeOptions | None = None
     model: ModelRef | None = None
     #: The transferred model's predictions of every grid mode, and the optimizer's front of them
     #: (columns, as the columnar tables cross the wire).
     predictions: Predictions | None = None
     front: Predictions | None = None
-    decision: common_pb2.Decision | None = None
-    verified: common_pb2.Measurement | None = None
     attempts: int = 0
-    maxn: common_pb2.Measurement | None = None
-    preset: common_pb2.Measurement | None = None
+    maxn: MeasurementRecord | None = None
+    preset: MeasurementRecord | None = None
     preset_name: str = ""
     notes: list[str] = field(default_factory=list)
     #: Each applied round config measured on the agent: revision, mode, power, budget.
     config_checks: list[dict] = field(default_factory=list)
 
     @property
-    def device_spec(self) -> common_pb2.DeviceSpec:
+    def device_spec(self) -> DeviceSpec:
         """The spec discovery found (GetDevice); the later steps need it."""
         if self.spec is None:
             raise RuntimeError(f"{self.node.node_id}: no device spec (discovery did not run)")
@@ -166,6 +181,24 @@ class NodeResult:
         return {mode_key(m): i for i, m in enumerate(modes.tolist())}
 
     @property
+    def decision(self) -> Point | None:
+        """The coordinator's choice for the node as predicted (its job status); None without one
+        (the node failed, or nothing fits its budget: :attr:`decision_reason` says why)."""
+        s = self.status
+        if s is None or s.phase == NodePhase.FAILED or s.mode is None or s.predicted_time_ms is None \
+                or s.predicted_power_w is None:
+            return None
+        return Point(as_mode(s.mode), s.predicted_time_ms, s.predicted_power_w, s.predicted_power_upper_w)
+
+    @property
+    def verified(self) -> Point | None:
+        """The choice as the coordinator measured it on the agent before applying it."""
+        s = self.status
+        if s is None or s.measured_power_w is None or s.mode is None:
+            return None
+        return Point(as_mode(s.mode), s.measured_time_ms or 0.0, s.measured_power_w)
+
+    @property
     def within_budget(self) -> bool:
         return self.verified is not None and self.verified.power_w <= self.node.budget_w
 
@@ -174,7 +207,8 @@ class NodeResult:
 class RoundResult:
     label: str
     objective: str
-    response: coordinator_pb2.PlanRoundResponse
+    round_id: str
+    plan: RoundPlan
     fastest_energy_j: float
     fastest_makespan_s: float
     deadline_s: float | None = None
@@ -199,7 +233,7 @@ class Story:
     #: How every node is tuned (:func:`demo_policy`).
     policy: TuningPolicy | None = None
     #: The demo's TuningJob as it ended, and each node's last phase seen while watching it.
-    job: tuning_pb2.TuningJob | None = None
+    job: TuningJobView | None = None
     job_phases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -211,25 +245,26 @@ class Story:
         assert self.policy is not None
         return self.policy
 
-    def workload(self, role: common_pb2.Role.ValueType = TRAIN, name: str | None = None, batch: int | None = None) -> common_pb2.Workload:
-        return common_pb2.Workload(name=name or self.options.workload, role=role,
-                                   batch_size=batch or self.options.batch_size)
+    def profile_job(self, modes: Iterable[PowerMode], *, seed: int, role: Role = Role.TRAIN,
+                    workload: str | None = None, batch_size: int | None = None) -> ProfileJob:
+        """A Profile of ``modes`` on an agent: the story's workload (or ``workload``) at its batch size."""
+        return ProfileJob(workload or self.options.workload, role, modes=tuple(modes),
+                          batch_sizes=(batch_size or self.options.batch_size,), seed=seed)
 
     def agent(self, node_id: str) -> Agent:
         return self.suite.agents[node_id]
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def profile(agent: Agent, request: profiler_pb2.ProfileRequest, tick: Callable[[int, int], None] | None = None,
-            ) -> list[common_pb2.Measurement]:
+def profile(agent: Agent, job: ProfileJob, tick: Callable[[int, int], None] | None = None,
+            ) -> list[MeasurementRecord]:
     """Run one Profile stream on an agent; measurements in order (skipped points are dropped)."""
     out = []
-    for event in agent.stub.Profile(request, timeout=RPC_TIMEOUT_S):
-        kind = event.WhichOneof("event")
-        if kind == "measurement":
-            out.append(event.measurement)
-        elif kind == "progress" and tick is not None:
-            tick(event.progress.done, event.progress.total)
+    for event in agent.profiler.profile(job, timeout_s=RPC_TIMEOUT_S):
+        if isinstance(event, MeasurementRecord):
+            out.append(event)
+        elif isinstance(event, ProfileProgress) and tick is not None:
+            tick(event.done, event.total)
     return out
 
 
@@ -238,21 +273,20 @@ def parallel(items: Iterable, fn: Callable, workers: int) -> list:
         return list(pool.map(fn, items))
 
 
-def maxn_mode(spec: common_pb2.DeviceSpec) -> common_pb2.PowerMode:
+def maxn_mode(spec: DeviceSpec) -> PowerMode:
     """Every core on and every clock at its top: the mode an operator runs when power is no object."""
-    return common_pb2.PowerMode(cores=max(spec.core_counts), cpu_mhz=max(spec.cpu_mhz), gpu_mhz=max(spec.gpu_mhz),
-                                emc_mhz=max(spec.emc_mhz))
+    return PowerMode(max(spec.core_counts), max(spec.cpu_mhz), max(spec.gpu_mhz), max(spec.emc_mhz))
 
 
-def operator_preset(spec: common_pb2.DeviceSpec, budget_w: float) -> common_pb2.Preset | None:
+def operator_preset(spec: DeviceSpec, budget_w: float) -> Preset | None:
     """The nvpmodel preset an operator would pick for a budget: the largest nominal budget within it."""
-    fitting = [p for p in spec.presets if p.HasField("budget_w") and p.budget_w <= budget_w]
-    return max(fitting, key=lambda p: p.budget_w) if fitting else None
+    fitting = [(p.budget_w, p) for p in spec.presets if p.budget_w is not None and p.budget_w <= budget_w]
+    return max(fitting, key=lambda bp: bp[0])[1] if fitting else None
 
 
-def preset_mode(preset: common_pb2.Preset) -> common_pb2.PowerMode:
-    return common_pb2.PowerMode(cores=preset.cores, cpu_mhz=preset.cpu_max_mhz, gpu_mhz=preset.gpu_max_mhz,
-                                emc_mhz=preset.emc_max_mhz)
+def as_mode(mode: tuple[float, float, float, float]) -> PowerMode:
+    """A job status's mode (a tuple of the four knobs) as a PowerMode."""
+    return PowerMode(int(mode[0]), mode[1], mode[2], mode[3])
 
 
 def mape_pct(pred: np.ndarray, true: np.ndarray) -> float:

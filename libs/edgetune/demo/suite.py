@@ -1,7 +1,8 @@
 """The edgetune control plane on loopback, started as ``edgetune up`` starts it: embedded Redis,
 the estimator, the optimizer, the coordinator (whose reconcile loop runs tuning jobs) and one
-profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the generated
-gRPC stubs the story talks to."""
+profiler agent per simulated Jetson, under the demo's :class:`Supervisor` — with the typed clients
+the story talks to (the coordinator's, the optimizer's, each agent's profiler; the estimator through
+the tuning protocol's remote adapter)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.clients.optimizer import OptimizerClient
+from edgetune.clients.profiler import ProfilerClient
 from edgetune.clients.tuning import ServiceEstimator
 from edgetune.localrun.controlplane import LocalNode, start_control_plane
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc, optimizer_pb2_grpc, profiler_pb2_grpc
-from edgetune.store import Store
+from edgetune.store import NodeRecord, Store
 from edgetune.tuning.protocols import Estimator
 
 #: Big enough for PowerTrain-grid candidate tables (7k rows) in one message.
@@ -48,16 +51,16 @@ FLEET: tuple[NodeSpec, ...] = (
 class Agent:
     node: NodeSpec
     child: Child
-    stub: profiler_pb2_grpc.ProfilerStub
+    profiler: ProfilerClient
 
 
 @dataclass
 class Suite:
-    """Running services and their stubs; :meth:`close` (via the cluster's supervisor) stops them all."""
+    """Running services and their clients; :meth:`close` (via the cluster's supervisor) stops them all."""
 
     cluster: LocalCluster
-    coordinator: coordinator_pb2_grpc.CoordinatorStub
-    optimizer: optimizer_pb2_grpc.OptimizerStub
+    coordinator: CoordinatorClient
+    optimizer: OptimizerClient
     estimator: Estimator
     agents: dict[str, Agent] = field(default_factory=dict)
     channels: list[grpc.Channel] = field(default_factory=list)
@@ -118,13 +121,13 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
     for node in fleet:
         child = plane.agents[node.node_id]
         on_started(child.name, child)
-        agents[node.node_id] = Agent(node, child, profiler_pb2_grpc.ProfilerStub(_channel(channels, child.address)))
+        agents[node.node_id] = Agent(node, child, ProfilerClient(_channel(channels, child.address)))
     estimator = ServiceEstimator(_channel(channels, plane.estimator.address), plane.estimator.address,
                                  "local Ray" if ray else "no Ray")
-    optimizer = optimizer_pb2_grpc.OptimizerStub(_channel(channels, plane.optimizer.address))
-    coordinator = coordinator_pb2_grpc.CoordinatorStub(_channel(channels, cluster.coordinator.address))
+    optimizer = OptimizerClient(_channel(channels, plane.optimizer.address))
+    coordinator = CoordinatorClient(_channel(channels, cluster.coordinator.address))
     return Suite(cluster, coordinator, optimizer, estimator, agents, channels)
 
 
-def registered(suite: Suite) -> dict[str, coordinator_pb2.NodeInfo]:
-    return {n.node_id: n for n in suite.coordinator.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+def registered(suite: Suite) -> dict[str, NodeRecord]:
+    return {n.node_id: n for n in suite.coordinator.nodes()}

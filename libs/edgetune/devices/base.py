@@ -66,6 +66,20 @@ class PowerSampler(ABC):
 
 
 # --- the device -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device as its node's agent describes it: the discovered ``spec``, the ``backend``
+    (``sysfs``, ``sim``, ``replay``), the mode it is in, the workloads it runs, its power rails
+    (empty without a power monitor) and the node id the agent records measurements under."""
+
+    spec: DeviceSpec
+    backend: str
+    current_mode: PowerMode
+    workloads: tuple[str, ...] = ()
+    power_rails: tuple[str, ...] = ()
+    node_id: str = ""
+
+
 class Device(ABC):
     """A Jetson (real, simulated or replayed) that runs minibatches in a power mode."""
 

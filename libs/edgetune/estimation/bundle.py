@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from edgetune import __version__
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor, check_header
 from edgetune.estimation.devices import check_modes_device, model_devices
@@ -36,8 +37,8 @@ from edgetune.tables import Table
 
 #: Folds of the cross-validation ``estimate fit`` / ``transfer`` run by default.
 CV_FOLDS = 5
-#: z of the two-sided 90 % interval whose coverage the cross-validation reports.
-Z90 = 1.6448536269514722
+#: z of the two-sided 90 % interval whose coverage the cross-validation reports (5 % above, 5 % below).
+Z90 = z_score(0.05)
 
 MODEL_FORMAT = "edgetune-model"
 MODEL_VERSION = 1
@@ -47,7 +48,7 @@ IDENTITY_COLUMNS = ("device", "workload", "role")
 
 ProgressFn = Callable[[str, int, int], None]
 #: Runs ``fn(**shared, **task)`` for every task and returns the results in order: :func:`run_in_order`,
-#: or the estimator service's Ray runner (``services/estimator/jobs.py``).
+#: or the estimator's Ray runner (:class:`edgetune.estimation.jobs.Runner`).
 TaskRunner = Callable[[Callable[..., Any], Sequence[Mapping[str, Any]], Mapping[str, Any] | None], list[Any]]
 
 

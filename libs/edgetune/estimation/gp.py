@@ -51,6 +51,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
 from edgetune import validation
+from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.features import inverse_transform
@@ -306,8 +307,6 @@ def conformal_scale(scores: np.ndarray, risk: float, *, two_sided: bool = False)
     """``c`` with ``z·c`` = the split-conformal (1 − risk) quantile of standardised residuals ``scores``:
     ``z = z(risk)`` for a one-sided bound ``μ + z·c·σ``; ``two_sided``: ``z = z(risk / 2)``, the interval
     ``μ ± z·c·σ`` (``scores`` then are ``|y − μ| / σ``)."""
-    from edgetune.base.risk import z_score
-
     s = np.sort(np.asarray(scores, float))
     n = len(s)
     k = min(int(np.ceil((n + 1) * (1.0 - risk))), n)  # finite-sample conformal rank; > n: the max

@@ -119,8 +119,8 @@ class NNPredictor(Predictor):
         mean, std = float(y_scaler.mean[0]), float(y_scaler.std[0])
         log = self.transform == "log"
 
-        def to_units(z: torch.Tensor) -> torch.Tensor:  # standardised → target units, differentiably
-            u = z * std + mean
+        def to_units(scaled: torch.Tensor) -> torch.Tensor:  # standardised → target units, differentiably
+            u = scaled * std + mean
             return torch.exp(u) if log else u
 
         return lambda pred, true: asymmetric_mape_loss(to_units(pred), to_units(true), self.under_weight)

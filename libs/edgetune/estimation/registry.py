@@ -1,17 +1,4 @@
-"""Predictor methods by name, and how each one adapts to a new small table.
-
-Names (``METHODS``):
-
-==========  =====================================================================
-``nn``      PowerTrain MLP fitted on the given table (from scratch on a small one)
-``transfer`` the same MLP; the name used when it is fitted as a reference to transfer
-``nn-asym`` the MLP with Fulcrum's asymmetric MAPE loss (under-prediction ×4)
-``gp``      Gaussian process, Matérn 2.5 ARD + white noise (std)
-``nn+gp``   transfer NN plus a GP on its residuals (std)
-``ref+gp``  GP with the reference's prediction as prior mean or input, or none, blended by CV (std; ``prior.py``)
-``linear``  least squares
-``rf``      random forest
-==========  =====================================================================
+"""Predictor methods by name (:mod:`.methods` names them), and how each one adapts to a new small table.
 
 :func:`adapt` is what ``edgetune estimate transfer`` does with a reference predictor and a
 new table for each method: ``transfer`` (and ``nn``, ``nn-asym``) fine-tune a clone of the
@@ -31,12 +18,9 @@ from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.baselines import LinearPredictor, RandomForestPredictor
 from edgetune.estimation.gp import GPPredictor, NNGPPredictor
+from edgetune.estimation.methods import TRANSFER_METHODS, check_method
 from edgetune.estimation.nn import NNPredictor
 from edgetune.estimation.prior import RefGPPredictor
-
-METHODS: tuple[str, ...] = ("nn", "transfer", "nn-asym", "gp", "nn+gp", "ref+gp", "linear", "rf")
-#: Methods that adapt a fitted NN reference (the rest fit the new table from scratch).
-TRANSFER_METHODS: tuple[str, ...] = ("transfer", "nn", "nn-asym", "nn+gp")
 
 
 def make_predictor(method: str, target: str = "time_ms", **kw: Any) -> Predictor:
@@ -44,6 +28,7 @@ def make_predictor(method: str, target: str = "time_ms", **kw: Any) -> Predictor
 
     Keyword arguments go to the method's constructor (``seed``, ``epochs``, ``restarts`` ...).
     """
+    check_method(method)
     if method in ("nn", "transfer"):
         return NNPredictor(target, **kw)
     if method == "nn-asym":
@@ -58,7 +43,7 @@ def make_predictor(method: str, target: str = "time_ms", **kw: Any) -> Predictor
         return LinearPredictor(target, **kw)
     if method == "rf":
         return RandomForestPredictor(target, **kw)
-    raise InvalidArgument("method", f"unknown method {method!r}", ", ".join(METHODS))
+    raise AssertionError(f"method {method!r} is named in METHODS but built by no predictor here")
 
 
 def adapt(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, progress: Any = None, **kw: Any) -> Predictor:
@@ -66,8 +51,7 @@ def adapt(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, progress: 
 
     ``progress(stage, epoch, epochs)`` is called while an NN trains.
     """
-    if method not in METHODS:
-        raise InvalidArgument("method", f"unknown method {method!r}", ", ".join(METHODS))
+    check_method(method)
     if method == "ref+gp":
         # any fitted reference serves (it is only asked for predictions); a ref+gp base lends its own
         ref = base.reference if isinstance(base, RefGPPredictor) and base.reference is not None else base

@@ -40,9 +40,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import grpc
 from flwr.client import NumPyClient
 from flwr.common import (
     Config,
@@ -61,21 +60,17 @@ from flwr.server.strategy import Strategy
 
 from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
-from edgetune.base.records import Predictions
+from edgetune.base.records import OptionTable
 from edgetune.base.roles import Role
+from edgetune.clients.calls import CallFailed, Status
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.clients.profiler import ProfilerClient
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.identity import ClientSecurity, open_channel
-from edgetune.proto.serde.common import ROUND_OBJECTIVE, mode_from_proto, mode_to_proto, role_to_proto
-from edgetune.proto.serde.tables import table_to_proto
-from edgetune.proto.serde.tuning import METHODS
-from edgetune.proto.v1 import (
-    common_pb2,
-    coordinator_pb2,
-    coordinator_pb2_grpc,
-    profiler_pb2,
-    profiler_pb2_grpc,
-    tuning_pb2,
-)
+from edgetune.planning.planner import RoundPlan
+from edgetune.planning.rounds import OBJECTIVES, RoundNode, RoundOutcome, RoundRequest
+from edgetune.store import NodeConfig
+from edgetune.tuning.jobs import NodePhase, TuningJobSpec, TuningJobView, TuningMethod
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +92,6 @@ DEFAULT_BUSY_WAIT_S = 60.0
 
 
 # --- server side ---------------------------------------------------------------------------------
-#: Job phases after which the job changes only when something changes it (a budget, a node).
-_SETTLED = (tuning_pb2.JOB_PHASE_SUCCEEDED, tuning_pb2.JOB_PHASE_FAILED, tuning_pb2.JOB_PHASE_CANCELLED)
-
-
 #: The fewest profiles per node a job of the strategy may ask for (see :meth:`Tuning.__post_init__`).
 MIN_PROFILES = 10
 
@@ -128,36 +119,34 @@ class Tuning:
             validation.risk(self.risk, "tuning.risk")
         # the frontier schedule profiles half of them at random first, and a transfer needs 5 rows
         validation.count(self.profiles, "tuning.profiles", minimum=MIN_PROFILES)
-        if self.method not in METHODS:
-            raise InvalidArgument("tuning.method", f"unknown method {self.method!r}", ", ".join(METHODS))
+        if self.method not in tuple(TuningMethod):
+            raise InvalidArgument("tuning.method", f"unknown method {self.method!r}",
+                                  ", ".join(m.value for m in TuningMethod))
         validation.batch_sizes(self.batch_sizes, "tuning.batch_sizes")
         if not self.timeout_s > 0:
             raise InvalidArgument("tuning.timeout_s", f"{self.timeout_s!r}", "> 0 seconds")
 
-    def spec(self, name: str, workload: common_pb2.Workload, nodes: Sequence[str]) -> tuning_pb2.TuningJobSpec:
-        spec = tuning_pb2.TuningJobSpec(name=name, workload=workload, batch_sizes=list(self.batch_sizes),
-                                        nodes=list(nodes), profiles=self.profiles,
-                                        method=METHODS[self.method],  # type: ignore[arg-type]
-                                        reference_model_id=self.reference_model_id)
-        if self.risk is not None:
-            spec.risk = self.risk
-        return spec
+    def spec(self, name: str, workload: str, role: Role, nodes: Sequence[str]) -> TuningJobSpec:
+        """The job over ``nodes`` for ``workload`` (its name) in ``role``."""
+        return TuningJobSpec(name=name, workload=workload, role=role.value, batch_sizes=tuple(self.batch_sizes),
+                             nodes=tuple(nodes), risk=self.risk, profiles=self.profiles,
+                             method=TuningMethod(self.method), reference_model_id=self.reference_model_id)
 
 
-def verified_options(job: tuning_pb2.TuningJob) -> dict[str, common_pb2.PredictionTable]:
+def verified_options(job: TuningJobView) -> dict[str, OptionTable]:
     """Each Applied node's verified choice as its one planning option: the mode and batch size, the
     time measured on the node, and the larger of the measured power and the predicted bound. A node
     the job has not tuned within its budget raises FailedPrecondition with the job's reason."""
-    out: dict[str, common_pb2.PredictionTable] = {}
+    out: dict[str, OptionTable] = {}
     for n in job.nodes:
-        if n.phase != tuning_pb2.NODE_PHASE_APPLIED or not n.HasField("measured_power_w"):
+        if n.phase != NodePhase.APPLIED or n.measured_power_w is None or n.mode is None:
+            # the phase as the wire names it (NODE_PHASE_FAILED), as this message always said
             raise FailedPrecondition(f"tuning job {job.spec.name}: node {n.node_id} is "
-                                     f"{tuning_pb2.NodePhase.Name(n.phase)}: {n.reason or 'not applied'}")
-        power = max(n.measured_power_w, n.predicted_power_upper_w if n.HasField("predicted_power_upper_w") else 0.0)
+                                     f"NODE_PHASE_{NodePhase(n.phase).name}: {n.reason or 'not applied'}")
+        power = max(n.measured_power_w, n.predicted_power_upper_w or 0.0)
         m = n.mode
-        out[n.node_id] = table_to_proto(Predictions.from_rows([{
-            "cores": m.cores, "cpu_mhz": m.cpu_mhz, "gpu_mhz": m.gpu_mhz, "emc_mhz": m.emc_mhz,
-            "batch_size": n.batch_size, "time_ms": n.measured_time_ms, "power_w": power}]))
+        out[n.node_id] = OptionTable.from_rows([(PowerMode(int(m[0]), m[1], m[2], m[3]), n.batch_size,
+                                                 n.measured_time_ms or 0.0, power)])
     return out
 
 
@@ -191,7 +180,8 @@ class Assignment:
 class RoundRecord:
     """One fit round: the coordinator's plan, what each client was told, what each reported back."""
 
-    plan: coordinator_pb2.PlanRoundResponse
+    round_id: str
+    plan: RoundPlan
     assignments: list[Assignment] = field(default_factory=list)
     #: Node ids of sampled clients the coordinator planned around.
     sat_out: list[str] = field(default_factory=list)
@@ -202,15 +192,15 @@ class RoundRecord:
 class PowerAwareStrategy(Strategy):
     """``strategy`` with every fit round planned by the coordinator at ``coordinator`` (see module doc).
 
-    ``workload``: the workload name (a zoo name or the user's ``MODULE:FUNCTION``) or a ``Workload``
-    message; ``tuning``: the TuningJob each node's option comes from (:class:`Tuning`; its
+    ``workload``: the workload name (a zoo name or the user's ``MODULE:FUNCTION``) or the Workload as a
+    dict (``name``, ``batch_size``, ``dataset``: ``PlanRound``'s workload); ``tuning``: the TuningJob each node's option comes from (:class:`Tuning`; its
     :attr:`tuning_job` is the job as last read). ``objective``: ``makespan`` or ``energy``;
     ``deadline_s`` / ``site_power_budget_w``: the round's budgets (absent: the site's standing
     ones). ``node_ids`` (cid → node id) and ``samples`` (node id → samples this round)
     override what the clients report as properties.
     """
 
-    def __init__(self, strategy: Strategy, coordinator: str, workload: str | common_pb2.Workload, *,
+    def __init__(self, strategy: Strategy, coordinator: str, workload: str | Mapping[str, Any], *,
                  role: Role | str = Role.TRAIN, objective: str = "makespan", deadline_s: float | None = None,
                  site_power_budget_w: float | None = None, node_ids: Mapping[str, str] | None = None,
                  samples: Mapping[str, int] | None = None, tuning: Tuning | None = None,
@@ -219,36 +209,32 @@ class PowerAwareStrategy(Strategy):
         super().__init__()
         self.strategy = strategy
         self.coordinator = coordinator
-        if isinstance(workload, str):
-            workload = common_pb2.Workload(name=workload)
-        self.workload = common_pb2.Workload()
-        self.workload.CopyFrom(workload)
-        self.workload.role = common_pb2.Role.ValueType(role_to_proto(role))
-        self.objective = coordinator_pb2.RoundObjective.ValueType(ROUND_OBJECTIVE.to_proto(objective))
-        self.budgets = common_pb2.Budgets()
-        if deadline_s is not None:
-            self.budgets.deadline_s = deadline_s
-        if site_power_budget_w is not None:
-            self.budgets.site_power_budget_w = site_power_budget_w
+        self.workload: dict[str, Any] = {"name": workload} if isinstance(workload, str) else dict(workload)
+        self.role = Role.parse(role)
+        if str(objective).strip().lower() not in OBJECTIVES:
+            raise InvalidArgument("objective", f"unknown objective {objective!r}", ", ".join(OBJECTIVES))
+        self.objective = str(objective).strip().lower()
+        self.deadline_s = deadline_s
+        self.site_power_budget_w = site_power_budget_w
         self.node_ids = dict(node_ids or {})
         self.samples = dict(samples or {})
         self.tuning = tuning or Tuning()
         #: The TuningJob as last read (None before the first round).
-        self.tuning_job: tuning_pb2.TuningJob | None = None
+        self.tuning_job: TuningJobView | None = None
         self._jobs = 0
         self.round_prefix = round_prefix
         self.timeout_s = timeout_s
         #: server round -> its plan, assignments and the clients' reports.
         self.rounds: dict[int, RoundRecord] = {}
         self._clients: dict[str, ClientNode] = {}
-        self._channel = open_channel(coordinator, security)  # ``security``: TLS and an operator token
-        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        # ``security``: TLS and an operator token
+        self._coordinator = CoordinatorClient.connect(coordinator, security, timeout_s=timeout_s)
 
     def __repr__(self) -> str:
         return f"PowerAwareStrategy({self.strategy!r}, coordinator={self.coordinator!r})"
 
     def close(self) -> None:
-        self._channel.close()
+        self._coordinator.close()
 
     @property
     def assignments(self) -> list[Assignment]:
@@ -262,29 +248,25 @@ class PowerAwareStrategy(Strategy):
             return sampled
         clients = [self._client_node(proxy, server_round) for proxy, _ in sampled]
         options = verified_options(self._tuned([c.node_id for c in clients]))
-        plan = self._plan(server_round, clients, options)
-        planned = {n.node_id: n for n in plan.nodes}
-        addresses = {n.node_id: n.address for n in
-                     self._stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=self.timeout_s).nodes}
-        record = self.rounds[server_round] = RoundRecord(plan)
+        outcome = self._plan(server_round, clients, options)
+        planned = {n.id: n for n in outcome.plan.nodes}
+        addresses = {n.node_id: n.address for n in self._coordinator.nodes()}
+        record = self.rounds[server_round] = RoundRecord(outcome.round_id, outcome.plan)
         out = []
         for (proxy, ins), client in zip(sampled, clients, strict=True):
             node_plan = planned.get(client.node_id)
             if node_plan is None:  # planned around: lost or unavailable, it cannot run this round
                 record.sat_out.append(client.node_id)
                 continue
-            config = self._stub.GetNodeConfig(coordinator_pb2.GetNodeConfigRequest(node_id=client.node_id),
-                                              timeout=self.timeout_s)
+            config = self._coordinator.config(client.node_id)
             out.append((proxy, FitIns(ins.parameters, {**ins.config, **fit_config(config, addresses.get(
                 client.node_id, ""))})))
             record.assignments.append(Assignment(
-                server_round, proxy.cid, client.node_id, config.batch_size,
-                mode_from_proto(config.mode) if config.HasField("mode") else None, config.revision,
-                config.round_id, node_plan.power_w, node_plan.time_s,
-                config.power_budget_w if config.HasField("power_budget_w") else None))
+                server_round, proxy.cid, client.node_id, config.batch_size, config.mode, config.revision,
+                config.round_id, node_plan.power_w, node_plan.time_s, config.power_budget_w))
         if record.sat_out:
             log.warning("clients sit this round out: the coordinator planned around their nodes",
-                        extra={"round": server_round, "nodes": record.sat_out, "reason": plan.reason})
+                        extra={"round": server_round, "nodes": record.sat_out, "reason": outcome.reason})
         return out
 
     def _client_node(self, proxy: ClientProxy, server_round: int) -> ClientNode:
@@ -308,41 +290,41 @@ class PowerAwareStrategy(Strategy):
         client = self._clients[proxy.cid] = ClientNode(proxy.cid, node_id, samples)
         return client
 
-    def _tuned(self, node_ids: Sequence[str]) -> tuning_pb2.TuningJob:
+    def _tuned(self, node_ids: Sequence[str]) -> TuningJobView:
         """The TuningJob over ``node_ids`` once settled: submitted when none covers them yet (a new
         job per new set of nodes), else read again (it re-selects a node whose budget changed)."""
         job = self.tuning_job
         if job is None or not set(node_ids) <= set(job.spec.nodes):
             self._jobs += 1
             nodes = sorted(set(node_ids) | set(job.spec.nodes if job is not None else ()))
-            spec = self.tuning.spec(f"{self.round_prefix}-tuning-{self._jobs}", self.workload, nodes)
-            job = self._stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=self.timeout_s)
+            spec = self.tuning.spec(f"{self.round_prefix}-tuning-{self._jobs}", self.workload["name"], self.role,
+                                    nodes)
+            job = self._coordinator.submit_job(spec)
             log.info("tuning job submitted", extra={"job": spec.name, "nodes": nodes})
         else:
-            job = self._stub.GetTuningJob(tuning_pb2.GetTuningJobRequest(name=job.spec.name), timeout=self.timeout_s)
-        if job.phase not in _SETTLED:
-            for update in self._stub.WatchTuningJob(tuning_pb2.WatchTuningJobRequest(name=job.spec.name),
-                                                    timeout=self.tuning.timeout_s):
-                job = update
-                if job.phase in _SETTLED:
-                    break
+            job = self._coordinator.job(job.spec.name)
+        if not job.phase.done:  # settled: it changes only when something changes it (a budget, a node)
+            with self._coordinator.watch_job(job.spec.name, timeout_s=self.tuning.timeout_s) as updates:
+                for update in updates:
+                    job = update
+                    if job.phase.done:
+                        break
         self.tuning_job = job
         return job
 
     def _plan(self, server_round: int, clients: Sequence[ClientNode],
-              options: Mapping[str, common_pb2.PredictionTable]) -> coordinator_pb2.PlanRoundResponse:
-        nodes = [coordinator_pb2.NodeRound(node_id=c.node_id, samples=c.samples, options=options[c.node_id])
-                 for c in clients]
-        request = coordinator_pb2.PlanRoundRequest(
-            round_id=f"{self.round_prefix}-{server_round}", objective=self.objective, budgets=self.budgets,
-            workload=self.workload, nodes=nodes, apply=True)
-        plan = self._stub.PlanRound(request, timeout=self.timeout_s)
-        if not plan.feasible:
+              options: Mapping[str, OptionTable]) -> RoundOutcome:
+        request = RoundRequest(
+            tuple(RoundNode(c.node_id, c.samples, options=options[c.node_id]) for c in clients),
+            round_id=f"{self.round_prefix}-{server_round}", objective=self.objective, deadline_s=self.deadline_s,
+            site_power_budget_w=self.site_power_budget_w, workload=self.workload, role=self.role.value, apply=True)
+        outcome = self._coordinator.plan_round(request)
+        if not outcome.plan.feasible:
             raise FailedPrecondition(f"round {request.round_id}: the coordinator found no plan within the budgets: "
-                                     f"{plan.reason}")
-        log.info("round planned", extra={"round": server_round, "round_id": plan.round_id,
-                                         "makespan_s": plan.makespan_s, "energy_j": plan.energy_j})
-        return plan
+                                     f"{outcome.reason}")
+        log.info("round planned", extra={"round": server_round, "round_id": outcome.round_id,
+                                         "makespan_s": outcome.plan.makespan_s, "energy_j": outcome.plan.energy_j})
+        return outcome
 
     # -- the rest is the wrapped strategy's ----------------------------------------------------
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -370,12 +352,12 @@ class PowerAwareStrategy(Strategy):
         return self.strategy.evaluate(server_round, parameters)
 
 
-def fit_config(config: coordinator_pb2.NodeConfig, agent_address: str = "") -> dict[str, Scalar]:
+def fit_config(config: NodeConfig, agent_address: str = "") -> dict[str, Scalar]:
     """The FitIns config entries of a node's config (see module doc)."""
     out: dict[str, Scalar] = {BATCH_SIZE: int(config.batch_size), REVISION: int(config.revision),
                               NODE_ID: config.node_id, ROUND_ID: config.round_id}
-    if config.HasField("mode") and not config.restore:
-        out.update(mode_from_proto(config.mode).as_dict())
+    if config.mode is not None and not config.restore:
+        out.update(config.mode.as_dict())
     if agent_address:
         out[AGENT] = agent_address
     return out
@@ -403,8 +385,8 @@ class FitPlan:
                    str(config.get(ROUND_ID, "")), str(config.get(AGENT, "")))
 
 
-def _busy(exc: grpc.RpcError) -> bool:
-    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+def _busy(exc: CallFailed) -> bool:
+    return exc.code == Status.FAILED_PRECONDITION
 
 
 @contextmanager
@@ -418,18 +400,16 @@ def power_mode(agent_address: str, mode: PowerMode, *, timeout_s: float = RPC_TI
     (the agent restores on exit in any case, and the training result is worth keeping).
     """
     with open_channel(agent_address, security) as channel:  # ``security``: TLS and an operator token
-        stub = profiler_pb2_grpc.ProfilerStub(channel)
-        applied = _retry_busy(lambda: stub.ApplyPowerMode(
-            profiler_pb2.ApplyPowerModeRequest(mode=mode_to_proto(mode)), timeout=timeout_s), busy_wait_s)
+        agent = ProfilerClient(channel, timeout_s=timeout_s)
+        applied, _ = _retry_busy(lambda: agent.apply(mode), busy_wait_s)
         try:
-            yield mode_from_proto(applied.applied)
+            yield applied
         finally:
             try:
-                _retry_busy(lambda: stub.RestorePowerMode(profiler_pb2.RestorePowerModeRequest(), timeout=timeout_s),
-                            busy_wait_s)
-            except grpc.RpcError as exc:
+                _retry_busy(agent.restore, busy_wait_s)
+            except CallFailed as exc:
                 log.error("restoring the power mode failed", extra={"agent": agent_address,
-                                                                    "code": exc.code().name, "error": exc.details()})
+                                                                    "code": exc.code.value, "error": exc.details})
 
 
 T = TypeVar("T")
@@ -440,7 +420,7 @@ def _retry_busy(call: Callable[[], T], wait_s: float) -> T:
     while True:
         try:
             return call()
-        except grpc.RpcError as exc:
+        except CallFailed as exc:
             if not _busy(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)

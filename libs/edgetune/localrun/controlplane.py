@@ -30,13 +30,16 @@ import grpc
 import numpy as np
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
+from edgetune.clients.estimator import EstimatorClient
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.records import FitSpec, MeasuredRow
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.localrun.processes import Child, Supervisor
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import SPECS, get_spec
-from edgetune.proto.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 from edgetune.tuning.protocols import reference_model_id
 
 NODES_ALLOWED = "DEVICE[:COUNT][@WATTS] items separated by commas, e.g. orin-agx:2,xavier-agx@20,nano"
@@ -128,21 +131,16 @@ def fit_references(estimator_address: str, devices: Sequence[str], *, workload: 
     ``points`` random fulcrum modes, ``epochs`` of training); ``device -> model id``."""
     out: dict[str, str] = {}
     with grpc.insecure_channel(estimator_address) as channel:
-        stub = estimator_pb2_grpc.EstimatorStub(channel)
+        estimator = EstimatorClient(channel, timeout_s=300)
         for device in dict.fromkeys(devices):  # once per model, in fleet order
             grid = named_grid(get_spec(device), "fulcrum").array()
             rng = np.random.default_rng(seed)
             grid = grid[np.sort(rng.choice(len(grid), min(points, len(grid)), replace=False))]
             rows = truth_table(device, workload, "train", grid, [REFERENCE_BATCH_SIZE])
-            measurements = [common_pb2.Measurement(
-                device=device, workload=workload, role=common_pb2.ROLE_TRAIN, batch_size=REFERENCE_BATCH_SIZE,
-                mode=common_pb2.PowerMode(cores=int(r["cores"]), cpu_mhz=r["cpu_mhz"], gpu_mhz=r["gpu_mhz"],
-                                          emc_mhz=r["emc_mhz"]),
-                time_ms=r["time_ms"], power_w=r["power_w"]) for r in rows]
+            measurements = tuple(MeasuredRow(PowerMode.from_mapping(r), REFERENCE_BATCH_SIZE, r["time_ms"],
+                                             r["power_w"], device, workload, Role.TRAIN) for r in rows)
             model_id = reference_model_id(device)
-            stub.Fit(estimator_pb2.FitRequest(model_id=model_id, kind="nn", device=device, workload=workload,
-                                              role=common_pb2.ROLE_TRAIN, measurements=measurements,
-                                              epochs=epochs, seed=seed), timeout=300)
+            estimator.fit(FitSpec(device, workload, Role.TRAIN, "nn", model_id, measurements, epochs, seed))
             out[device] = model_id
     return out
 

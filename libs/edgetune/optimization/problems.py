@@ -150,8 +150,9 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """A problem's answer: the best feasible observed configuration, or why there is none."""
+class Solution:
+    """A problem's solution: the best feasible observed configuration, or why there is none (not the
+    tuning workflow's :class:`~edgetune.base.records.Decision`, a verified choice for one budget)."""
 
     feasible: bool
     evaluation: Evaluation | None = None
@@ -273,21 +274,21 @@ class Problem(ABC):
                 out.append(ev)
         return out
 
-    def solve(self, obs: Observations) -> Decision:
+    def solve(self, obs: Observations) -> Solution:
         """The best feasible observed configuration, or ``feasible=False`` with the reason."""
         evs = self.evaluations(obs)
         feasible = [e for e in evs if e.feasible]
         if feasible:
-            return Decision(True, min(feasible, key=self.rank), problem=self.kind)
-        return Decision(False, None, self.explain(evs), problem=self.kind)
+            return Solution(True, min(feasible, key=self.rank), problem=self.kind)
+        return Solution(False, None, self.explain(evs), problem=self.kind)
 
-    def decide(self, ev: Evaluation | None) -> Decision:
-        """A Decision for one given evaluation (baselines that commit to a configuration)."""
+    def decide(self, ev: Evaluation | None) -> Solution:
+        """A Solution for one given evaluation (baselines that commit to a configuration)."""
         if ev is None:
-            return Decision(False, None, "the chosen configuration was not profiled", problem=self.kind)
+            return Solution(False, None, "the chosen configuration was not profiled", problem=self.kind)
         if ev.feasible:
-            return Decision(True, ev, problem=self.kind)
-        return Decision(False, None, f"the chosen configuration {ev.mode} bs={ev.batch_size} misses: "
+            return Solution(True, ev, problem=self.kind)
+        return Solution(False, None, f"the chosen configuration {ev.mode} bs={ev.batch_size} misses: "
                         + self._misses(ev), problem=self.kind)
 
     # -- explanations ------------------------------------------------------------------------

@@ -38,11 +38,13 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from edgetune import validation
-from edgetune.base.risk import z_score
+from edgetune.base.objective import Objective
+from edgetune.base.risk import upper_bound
 from edgetune.errors import InvalidArgument
 
 # --------------------------------------------------------------------------- candidates
@@ -84,7 +86,13 @@ class Candidates:
         """Power the budget is checked against: the mean, or its upper bound at ``risk``."""
         if risk is None or self.power_std_w is None:
             return self.power_w
-        return self.power_w + z_score(risk) * self.power_std_w
+        return upper_bound(self.power_w, self.power_std_w, risk)
+
+    def time_bound_ms(self, risk: float | None) -> np.ndarray:
+        """Time at ``risk``: the mean, or its upper bound when the options have a time std."""
+        if risk is None or self.time_std_ms is None:
+            return self.time_ms
+        return upper_bound(self.time_ms, self.time_std_ms, risk)
 
 
 def _as_vector(name: str, values, n: int | None = None) -> np.ndarray:
@@ -129,13 +137,11 @@ class Selection:
 class Selector(ABC):
     """Picks one option from :class:`Candidates` under optional power / time budgets."""
 
-    #: Short name used by the CLI (``--objective``).
-    name: str = ""
+    #: What it minimises (its value is the CLI's ``--objective``).
+    name: ClassVar[Objective]
 
     def __init__(self, risk: float | None = None) -> None:
-        if risk is not None:
-            z_score(risk)  # validate early
-        self.risk = risk
+        self.risk = validation.optional(validation.risk, risk, "risk")
 
     @abstractmethod
     def objective(self, cands: Candidates, power_bound_w: np.ndarray) -> np.ndarray:
@@ -240,7 +246,7 @@ class Selector(ABC):
 class MinTime(Selector):
     """Least time with (bounded) power within the budget."""
 
-    name = "time"
+    name = Objective.MIN_TIME
 
     def objective(self, cands, power_bound_w):
         return cands.time_ms
@@ -249,7 +255,7 @@ class MinTime(Selector):
 class MinPower(Selector):
     """Least (bounded) power with time within the budget; ties: less time, then table order."""
 
-    name = "power"
+    name = Objective.MIN_POWER
 
     def objective(self, cands, power_bound_w):
         return power_bound_w
@@ -261,22 +267,18 @@ class MinPower(Selector):
 class MinEnergy(Selector):
     """Least energy per minibatch (mean time × mean power) within the budgets."""
 
-    name = "energy"
+    name = Objective.MIN_ENERGY
 
     def objective(self, cands, power_bound_w):
         return cands.time_ms * cands.power_w
 
 
-SELECTORS: dict[str, type[Selector]] = {cls.name: cls for cls in (MinTime, MinPower, MinEnergy)}
+SELECTORS: dict[Objective, type[Selector]] = {cls.name: cls for cls in (MinTime, MinPower, MinEnergy)}
 
 
-def make_selector(objective: str = "time", risk: float | None = None) -> Selector:
-    """The selector for ``objective`` (``time``, ``power`` or ``energy``)."""
-    try:
-        cls = SELECTORS[objective]
-    except KeyError:
-        raise InvalidArgument("objective", f"unknown objective {objective!r}", ", ".join(SELECTORS)) from None
-    return cls(risk)
+def make_selector(objective: Objective | str = Objective.MIN_TIME, risk: float | None = None) -> Selector:
+    """The selector for ``objective`` (an :class:`Objective`, or its name: ``time``, ``power``, ``energy``)."""
+    return SELECTORS[Objective.parse(objective)](risk)
 
 
 # Functional shorthands ---------------------------------------------------------------
@@ -330,7 +332,7 @@ def selection_margin(time_ms, power_pred_w, power_obs_w, risk: float, *, toleran
     held-out powers; with few options the replayed choices are few and the margin coarse.
     ``max_margin_w`` (default: the observed power range) is returned when no margin suffices.
     """
-    z_score(risk)  # validates risk
+    validation.risk(risk)
     t = _as_vector("time_ms", time_ms)
     pred = np.asarray(power_pred_w, dtype=float).ravel()
     if pred.size != t.size or not np.isfinite(pred).all():

@@ -1,5 +1,8 @@
 """Search sessions kept in the Store, so that any optimizer replica (or a restarted one) can
-continue them.
+continue them. :meth:`SessionStore.start` / :meth:`~SessionStore.ask` / :meth:`~SessionStore.tell` /
+:meth:`~SessionStore.best` / :meth:`~SessionStore.end_search` answer the optimizer's search RPCs
+(:class:`~edgetune.optimization.records.SearchRequest` in, records out); :func:`search_spec` checks
+a request's problem and space.
 
 One JSON doc per session (kind ``optimizer-session``, key the session id)::
 
@@ -35,15 +38,26 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import Counter
 
 from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.errors import FailedPrecondition, InvalidArgument, NotFound
-from edgetune.optimization.problems import Point
-from edgetune.optimization.strategies import SearchSpace, SearchStrategy
+from edgetune.optimization import problems as P
+from edgetune.optimization.answers import verdict_of_problem
+from edgetune.optimization.records import (
+    Asked,
+    Best,
+    SearchPoint,
+    SearchRequest,
+    Started,
+    TellResult,
+    Told,
+    Verdict,
+)
+from edgetune.optimization.strategies import SearchSpace, SearchStrategy, make_strategy
 from edgetune.optimization.strategies.base import Trial
 from edgetune.powermodes.grids import ModeGrid, named_grid
 from edgetune.powermodes.specs import get_spec
@@ -58,6 +72,9 @@ SESSIONS_LOADED = Counter("edgetune_optimizer_sessions_loaded_total",
                           "Sessions rebuilt from the store (written by another replica or a previous process).")
 REVISION_CONFLICTS = Counter("edgetune_optimizer_revision_conflicts_total",
                              "Session writes that lost a race with another replica and were retried.")
+SESSIONS_STARTED = Counter("edgetune_optimizer_sessions_started_total",
+                           "Search sessions started, by strategy and problem.", ["strategy", "problem"])
+POINTS_TOLD = Counter("edgetune_optimizer_points_told_total", "Measured points recorded by Tell.")
 
 DOC_KIND = "optimizer-session"
 #: Default idle lifetime of a session (no change for this long: gone).
@@ -95,16 +112,74 @@ def build_space(ref: Mapping[str, Any]) -> SearchSpace:
                        max_power_w=spec.max_power_w if spec is not None else None)
 
 
-class Told(NamedTuple):
-    """One measured point of a Tell, checked; ``field`` is its request path (``measurements[2]``)."""
+# --- a search as asked for --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SearchSpec:
+    """A checked :class:`SearchRequest`: the strategy, its problem, its space (:func:`space_ref`)."""
 
-    field: str
-    mode: PowerMode
-    role: str | None  # None: whichever role the asked point has
-    batch_size: int
-    workload: str
-    time_ms: float
-    power_w: float
+    strategy: str
+    problem: P.Problem
+    space: dict[str, Any]
+    budget: int | None
+    seed: int
+
+
+def _batch_sizes(values: tuple[int, ...], field: str) -> list[int]:
+    """Distinct batch sizes (:func:`validation.batch_sizes`); none given is an empty list (the default)."""
+    return list(validation.batch_sizes(values, field)) if values else []
+
+
+def _required(value: float | None, name: str, allowed: str) -> float:
+    if value is None:
+        raise InvalidArgument(f"budgets.{name}", "is required", allowed)
+    return value
+
+
+def search_spec(request: SearchRequest) -> SearchSpec:
+    """The request's problem and space, checked: one training batch size, the budgets the problem needs,
+    a device's grid or distinct modes (of the device, when one is named)."""
+    if request.max_profiles < 0:
+        raise InvalidArgument("max_profiles", f"{request.max_profiles} is negative",
+                              "0 (the strategy's default) or more")
+    train_sizes = _batch_sizes(request.batch_sizes, "batch_sizes")
+    if len(train_sizes) > 1:
+        raise InvalidArgument("batch_sizes", f"{len(train_sizes)} training batch sizes given; a search keeps the "
+                              "training minibatch size fixed (it is the user's, not tuned)", "one value, or none (16)")
+    train_bs = train_sizes[0] if train_sizes else P.TRAIN_BATCH_SIZE
+    infer_sizes = _batch_sizes(request.infer_batch_sizes, "infer_batch_sizes") or list(P.INFER_BATCH_SIZES)
+
+    power = _required(request.power_budget_w, "power_budget_w", validation.POWER_BUDGET_ALLOWED)
+    if request.problem == "train":
+        problem: P.Problem = P.TrainProblem(power, train_bs, request.train_workload or None)
+    else:
+        latency = _required(request.latency_budget_ms, "latency_budget_ms", validation.TIME_BUDGET_ALLOWED)
+        rate = _required(request.arrival_rps, "arrival_rps", validation.ARRIVAL_RATE_ALLOWED)
+        if request.problem == "infer":
+            problem = P.InferProblem(power, latency, rate, request.infer_workload or None)
+        else:
+            problem = P.ConcurrentProblem(power, latency, rate, request.train_workload or None,
+                                          request.infer_workload or None, train_bs)
+
+    spec = get_spec(request.device) if request.device else None
+    modes: list[PowerMode] | None = None
+    if request.modes:
+        modes = []
+        seen: dict[tuple, int] = {}
+        for i, mode in enumerate(request.modes):
+            at = f"modes[{i}]"
+            if spec is not None:
+                mode = validation.power_mode(spec, mode, at)
+            key = mode.as_tuple()
+            if key in seen:
+                raise InvalidArgument(at, f"{mode.label()} repeats modes[{seen[key]}]", "distinct modes")
+            seen[key] = i
+            modes.append(mode)
+    elif spec is None:
+        raise InvalidArgument("modes", "no search space: no modes and no device", "modes, or a device (and a grid)")
+    else:
+        named_grid(spec, request.grid)  # refuse an unknown grid now, not at the first Ask
+    return SearchSpec(request.strategy, problem, space_ref(request.device, request.grid, modes, train_bs, infer_sizes),
+                      request.max_profiles or None, 0 if request.seed is None else validation.seed(request.seed))
 
 
 def _label(mode: PowerMode, role: str | None, batch_size: int) -> str:
@@ -199,7 +274,7 @@ class Session:
         for n in sorted(self.partial):
             trial, pts = pending.get(n), self.partial[n]
             if trial is not None and all(f"{r}:{b}" in pts for r, b in trial.points):
-                strategy.tell(trial, {k: Point(*v) for k, v in pts.items()})
+                strategy.tell(trial, {k: P.Point(*v) for k, v in pts.items()})
                 del self.partial[n]
         # Ask ahead once the batch is told: the next trials (or done) are decided now and saved with
         # this revision, so Ask only ever reads and TellResponse.done is exact.
@@ -367,3 +442,50 @@ class SessionStore:
                 self._expire(key, found.revision)
                 removed += 1
         return removed
+
+    # -- the search API (StartSearch / Ask / Tell / Best / EndSearch) -------------------------------
+    def start(self, request: SearchRequest) -> Started:
+        """A new session of the request's strategy over its problem and space."""
+        spec = search_spec(request)
+        strategy = make_strategy(spec.strategy, spec.problem, build_space(spec.space), budget=spec.budget,
+                                 seed=spec.seed)
+        session = self.create(strategy, spec.space)
+        SESSIONS_STARTED.labels(spec.strategy, spec.problem.kind).inc()
+        log.info("search started", extra={"session_id": session.session_id, "strategy": spec.strategy,
+                                          "problem": spec.problem.describe(), "budget": strategy.budget})
+        return Started(session.session_id, strategy.budget)
+
+    def ask(self, session_id: str, max_points: int = 0) -> Asked:
+        """The points the session waits for (at most ``max_points``; 0: all), and whether it is done."""
+        if max_points < 0:
+            raise InvalidArgument("max_points", f"{max_points} is negative", "0 (all ready) or more")
+
+        def ask(s: Session) -> Asked:
+            points = [SearchPoint(mode, role, b, s.strategy.problem.workload_for(role) or "")
+                      for mode, role, b in s.asked_points()]
+            return Asked(tuple(points[:max_points] if max_points else points), s.strategy.done)
+
+        return self.read(session_id, ask)
+
+    def tell(self, session_id: str, told: list[Told]) -> TellResult:
+        """Record measured points (:meth:`Session.record`)."""
+        if not told:
+            raise InvalidArgument("measurements", "is empty", "at least one measured point")
+
+        def tell(s: Session) -> tuple[TellResult, bool]:
+            added = s.record(told)
+            POINTS_TOLD.inc(added)
+            return TellResult(s.profiled, s.strategy.done), added > 0
+
+        return self.change(session_id, tell)
+
+    def best(self, session_id: str) -> Best:
+        return self.read(session_id, lambda s: Best(verdict_of_session(s), s.strategy.done))
+
+    def end_search(self, session_id: str) -> Verdict:
+        """The session's best, and the session removed."""
+        return self.end(session_id, verdict_of_session)
+
+
+def verdict_of_session(s: Session) -> Verdict:
+    return verdict_of_problem(s.strategy.best(), s.strategy.problem, s.profiled)

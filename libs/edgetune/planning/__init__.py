@@ -6,6 +6,8 @@
 - ``knapsack``  least summed energy under a site power budget (exact multiple-choice knapsack)
 - ``planner``   :func:`plan_round` for the ``makespan`` and ``energy`` objectives
 - ``bench``     :func:`bench_plan` for ``make bench``
+- ``rounds``    the round records the coordinator plans: request, nodes (options: base.records.OptionTable), outcome
+- ``placement`` an inference node's placement and the load it is solved for
 """
 
 from edgetune.planning.bench import bench_plan

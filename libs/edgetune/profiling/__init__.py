@@ -4,8 +4,10 @@
 - ``settling``  sliding-window detection of power stabilisation after a mode change
 - ``stats``     trapezoid energy, power statistics, NeuralPower's repetition rule
 - ``order``     descending-frequency order (PowerTrain) and the power-cap search order (Ahmed et al.)
+- ``events``    what a running profile reports: progress, a measurement or a skipped point
 """
 
+from edgetune.profiling.events import PointSkipped, ProfileEvent, ProfileProgress
 from edgetune.profiling.order import (
     CapPoint,
     CapSearch,
@@ -27,8 +29,8 @@ from edgetune.profiling.protocol import (
 from edgetune.profiling.stats import integrate_energy_j, repetitions
 
 __all__ = [
-    "CapPoint", "CapSearch", "CapSearchResult", "Measurement", "PowerLimitExceeded", "ProfileConfig", "Profiler",
-    "ProgressEvent", "ROW_COLUMNS", "descending_order", "fastest_under_cap", "gpu_levels", "integrate_energy_j",
-    "measurement_id",
+    "CapPoint", "CapSearch", "CapSearchResult", "Measurement", "PointSkipped", "PowerLimitExceeded", "ProfileConfig",
+    "ProfileEvent", "ProfileProgress", "Profiler", "ProgressEvent", "ROW_COLUMNS", "descending_order",
+    "fastest_under_cap", "gpu_levels", "integrate_energy_j", "measurement_id",
     "repetitions", "run_cap_search",
 ]

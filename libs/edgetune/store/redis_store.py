@@ -28,6 +28,7 @@ Key layout (``ns`` = namespace)::
     ns:config-feed                                stream of changes: node, rev (capped; one reader per process)
     ns:leader:<name>                              lease: value = holder id, PX = the lease
     ns:round:last                                 hash: state (RoundState JSON), options (npz)
+    ns:incarnation                                <random hex>@<ms>: set by the first caller into an empty store
 
 Multi-key scripts assume one Redis node (or a Sentinel-managed primary), not Redis Cluster.
 """
@@ -701,6 +702,16 @@ class RedisBase:
         if not entries:
             return ConfigChanges(cursor, ())
         return ConfigChanges(entries[-1][0], tuple(dict.fromkeys(n for _id, n in entries)))
+
+    # -- incarnation ------------------------------------------------------------------------
+
+    def incarnation(self) -> str:
+        key = self.key("incarnation")
+        raw = cast("bytes | None", self.client.get(key))
+        if raw is None:  # an empty store: whoever asks first names its incarnation, the others read it
+            self.client.set(key, f"{uuid.uuid4().hex}@{int(time.time() * 1000)}", nx=True)
+            raw = cast("bytes | None", self.client.get(key))
+        return _text(raw) if raw is not None else ""
 
     # -- leases -----------------------------------------------------------------------------
 

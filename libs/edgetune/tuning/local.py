@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from edgetune.base.mode import PowerMode
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Points, Predictions
 from edgetune.estimation.bundle import TaskRunner, TimePowerModel
 from edgetune.estimation.features import mode_features
+from edgetune.estimation.methods import TRANSFER_METHODS
 from edgetune.estimation.references import PREFIX, load_reference
-from edgetune.estimation.registry import TRANSFER_METHODS
 from edgetune.optimization.select import Candidates, make_selector
 from edgetune.profiling.protocol import Measurement, Profiler, ProgressEvent
 from edgetune.tables import points_table
@@ -113,7 +114,7 @@ class LibraryEstimator:
 class LibrarySelector:
     """The library's selectors (:mod:`edgetune.optimization.select`) in this process."""
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice:
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice:
         sel = make_selector(objective, risk).select(
             Candidates(pool.time_ms, np.maximum(pool.power_w, 0.0), pool.time_std_ms, pool.power_std_w),
             power_budget_w)

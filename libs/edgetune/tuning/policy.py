@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from edgetune import validation
+from edgetune.base.objective import Objective
 from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.registry import METHODS
+from edgetune.estimation.methods import check_method
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
-from edgetune.optimization.select import SELECTORS
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,8 @@ class TuningPolicy:
     #: Probability that a chosen configuration's power exceeds its budget (one-sided): a choice fits
     #: when ``power_w + z(1 - risk) · σ`` does, σ the calibrated power std. 0.05 is z = 1.645.
     risk: float = 0.05
-    #: Objective of the selection: ``time`` (least time within the power budget), ``power`` or ``energy``.
-    objective: str = "time"
+    #: What the selection minimises (least time within the power budget, ...); its name (``time``) is taken too.
+    objective: Objective = Objective.MIN_TIME
     #: Choices measured on the device per budget; a miss (over budget) is learned from and the
     #: selection repeated, at most this many times in all.
     max_attempts: int = 5
@@ -48,17 +49,14 @@ class TuningPolicy:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.risk, (int, float)) or not 0 < self.risk <= 0.5:
-            raise InvalidArgument("risk", f"{self.risk!r} is not a probability", "0 < risk <= 0.5, e.g. 0.05")
-        if self.objective not in SELECTORS:
-            raise InvalidArgument("objective", f"unknown objective {self.objective!r}", ", ".join(SELECTORS))
+        object.__setattr__(self, "risk", validation.risk(self.risk, "risk"))
+        object.__setattr__(self, "objective", Objective.parse(self.objective))  # its name in, the enum kept
         for name, least in (("max_attempts", 1), ("held_out", 0), ("n_initial", 1), ("rounds", 0),
                             ("per_round", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidArgument(name, f"{value!r} is not an integer >= {least}", f">= {least}")
-        if self.transfer_method not in METHODS:
-            raise InvalidArgument("transfer_method", f"unknown method {self.transfer_method!r}", ", ".join(METHODS))
+        check_method(self.transfer_method, "transfer_method")
         if not (math.isfinite(self.validation_fraction) and 0 <= self.validation_fraction < 1):
             raise InvalidArgument("validation_fraction", f"{self.validation_fraction!r}", "0 <= fraction < 1")
 

@@ -2,7 +2,7 @@
 
 Something that measures (a local device's profiler, an agent's ``Profile`` stream), something
 that fits and predicts (the estimation pipeline in-process, the Estimator service), something
-that selects (the library's selectors, ``Optimizer.Select``). :mod:`.local` and :mod:`.remote`
+that selects (the library's selectors, ``Optimizer.Select``). :mod:`.local` and :mod:`edgetune.clients.tuning`
 implement them, so a CLI on a device, the services over gRPC and the tests run the same tuner.
 """
 
@@ -13,12 +13,14 @@ from typing import Protocol
 
 import numpy as np
 
+from edgetune.base.objective import Objective
 from edgetune.base.records import Choice, Points, Predictions
 
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A model an :class:`Estimator` holds: its id and what it is."""
+    """A handle on a model an :class:`Estimator` holds: its id and what it is (the parsed form of an
+    estimator model id is :class:`edgetune.estimation.ids.ModelId`)."""
 
     model_id: str
     kind: str
@@ -64,4 +66,4 @@ def reference_model_id(device: str, role: str = "train") -> str:
 class Selector(Protocol):
     """Chooses one option of a pool under a power budget at a risk (a probability)."""
 
-    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: str) -> Choice: ...
+    def select(self, pool: Predictions, power_budget_w: float, *, risk: float, objective: Objective) -> Choice: ...

@@ -8,7 +8,7 @@
 - :meth:`SafetyState.learn_from_miss`: a mode measured over its budget is dropped together
   with every mode that has at least its cores and clocks (they draw at least its power) for
   every budget below the power measured there, and
-  the error term is widened so that the margin z · rel · power covers the relative miss seen
+  the error term is widened so that the margin z(1 - risk) · rel · power covers the relative miss seen
   there (the model under-predicts in that region).
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgetune.base.records import OptionTable, Predictions
+from edgetune.base.risk import upper_bound, z_score
 
 
 def held_out_power_error(predicted_w: np.ndarray, measured_w: np.ndarray) -> float:
@@ -68,21 +69,23 @@ class SafetyState:
         return np.flatnonzero(~self.excluded(n, budget_w))
 
     def learn_from_miss(self, modes: np.ndarray, index: int, predicted_w: float, measured_w: float | None,
-                        z: float) -> int:
+                        risk: float) -> int:
         """Rule out candidate ``index`` and every mode dominating it (for budgets below ``measured_w``;
         a point the device skipped: for every budget); widen the error term so that
-        ``z × error × predicted`` covers the miss. Returns how many modes were newly ruled out."""
+        ``z(1 - risk) × error × predicted`` covers the miss. Returns how many modes were newly ruled out."""
         ruled_out = dominating(modes, modes[index])
         ruled_out[index] = True
         power = math.inf if measured_w is None else float(measured_w)
         before = int(self.excluded(len(modes), power - 1e-9).sum())
         self.misses.append((ruled_out, power))
         if measured_w is not None and predicted_w > 0:
-            self.power_rel_err = max(self.power_rel_err, (measured_w - predicted_w) / predicted_w / z)
+            self.power_rel_err = max(self.power_rel_err, (measured_w - predicted_w) / predicted_w / z_score(risk))
         return int(self.excluded(len(modes), power - 1e-9).sum()) - before
 
-    def option_table(self, pred: Predictions, z: float) -> OptionTable:
-        """The options not ruled out under any budget, with the safe power mean + z · calibrated σ."""
+    def option_table(self, pred: Predictions, risk: float) -> OptionTable:
+        """The options not ruled out under any budget, planned at their safe power: the upper bound
+        mean + z(1 - risk) · calibrated σ."""
         keep = self.allowed(len(pred))
-        safe = pred.power_w + z * self.power_std_w(pred)
-        return OptionTable(pred.modes[keep], pred.batch_size[keep], pred.time_ms[keep], safe[keep])
+        safe_w = upper_bound(pred.power_w, self.power_std_w(pred), risk)
+        return OptionTable(batch_size=pred.batch_size[keep], time_ms=pred.time_ms[keep], power_w=safe_w[keep],
+                           modes=pred.modes[keep])

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
+from edgetune.base.risk import upper_bound
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.policy import TuningPolicy
 from edgetune.tuning.protocols import Estimator, Measurer, ModelRef, Selector
@@ -203,7 +204,7 @@ class NodeTuner:
         predicted mean is within ``budget_w`` (else None: nothing worth measuring). The device's
         measurement then decides, as for any choice; a mode predicted over budget is never measured."""
         std = pool.power_std_w if pool.power_std_w is not None else np.zeros(len(pool))
-        bound = pool.power_w + self.policy.z * std
+        bound = upper_bound(pool.power_w, std, self.policy.risk)
         if not len(bound):
             return None
         j = int(np.argmin(bound))
@@ -223,7 +224,7 @@ class NodeTuner:
         """Candidate ``index`` measured over its budget (:meth:`SafetyState.learn_from_miss`)."""
         pred = self._pred()
         return self.safety.learn_from_miss(self.candidates, index, float(pred.power_w[index]), measured_w,
-                                           self.policy.z)
+                                           self.policy.risk)
 
     def learn_from_miss_at(self, mode: Sequence[float], measured_w: float | None) -> int:
         """The same for a mode given by its clocks (e.g. a round's config measured over budget)."""
@@ -233,7 +234,7 @@ class NodeTuner:
     # -- 4. the node's options ----------------------------------------------------------------------
     def option_table(self) -> OptionTable:
         """Every mode not ruled out, with its safe power (mean + z(1 - risk) · calibrated σ)."""
-        return self.safety.option_table(self._pred(), self.policy.z)
+        return self.safety.option_table(self._pred(), self.policy.risk)
 
     # -- all of it -----------------------------------------------------------------------------------
     def tune(self, budgets_w: Sequence[float]) -> list[Decision]:

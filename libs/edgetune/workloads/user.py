@@ -15,8 +15,9 @@ profiling run. ``allowed_path`` (an agent's ``--workload-path``) restricts where
 may come from: a name outside those directories is refused, saying so; without it (the CLI)
 the module is found on ``PYTHONPATH``. Code is never taken from a request's content.
 
-The workload's id (:attr:`UserWorkload.workload_id`) is the entry's name and a short hash
-of the model's *structure* — module types and settings, parameter and buffer shapes, the
+The workload's id (:attr:`UserWorkload.workload_id`) is the one formula of
+:func:`edgetune.base.workload.workload_id`: the entry's name and :func:`structure_hash`, a short
+hash of the model's *structure* — module types and settings, parameter and buffer shapes, the
 shape of one input sample — not of its weights or of anything in memory: the same code
 gives the same id in every process and on every node, so measurements, models and jobs
 recorded under it match up, and a changed architecture gets a new id (its old measurements
@@ -40,14 +41,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgetune.base.workload import SPEC_ALLOWED, WORKLOAD_PATH_ENV, is_user_workload, parse_spec
+from edgetune.base.workload import (
+    HASH_CHARS,
+    SPEC_ALLOWED,
+    WORKLOAD_PATH_ENV,
+    id_name,
+    parse_spec,
+    workload_id,
+)
 from edgetune.errors import InvalidArgument
 
-__all__ = ["UserWorkload", "is_user_workload", "load_workload", "loaded_workload", "parse_spec", "structure_hash"]
+__all__ = ["UserWorkload", "load_workload", "loaded_workload", "structure_hash"]
 
 FIELD = "workload"
-#: Hex digits of the structure hash in a workload id.
-HASH_CHARS = 10
 #: Batch size of the checking forward pass.
 CHECK_BATCH = 2
 #: User workloads a process keeps loaded (an agent serving many jobs stays bounded).
@@ -61,7 +67,7 @@ class UserWorkload:
     """A checked workload from user code (see the module docs for the contract)."""
 
     spec: str  # MODULE:FUNCTION as given
-    workload_id: str  # name-hash: what measurements, models and jobs refer to
+    workload_id: str  # NAME-HASH (base.workload.workload_id): what measurements, models and jobs refer to
     model: nn.Module
     make_batch: Callable[[int], Batch]
     loss_fn: Callable[[Any, Any], torch.Tensor] | None
@@ -69,7 +75,7 @@ class UserWorkload:
     @property
     def name(self) -> str:
         """The id without its hash: ``module.function`` (the module's last component)."""
-        return self.workload_id.rsplit("-", 1)[0]
+        return id_name(self.spec)
 
     @property
     def trainable(self) -> bool:
@@ -256,7 +262,7 @@ def load_workload(spec: str, allowed_path: Sequence[Path] | None = None) -> User
     ``None`` imports from ``sys.path`` (the CLI: ``PYTHONPATH``). Every failure is an
     ``InvalidArgument(field="workload")`` whose message starts with ``spec``.
     """
-    module_name, function = parse_spec(spec)
+    function = parse_spec(spec)[1]
     result = call_entry(spec, allowed_path)
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         got = f"a {len(result)}-tuple" if isinstance(result, (tuple, list)) else type(result).__name__
@@ -273,13 +279,11 @@ def load_workload(spec: str, allowed_path: Sequence[Path] | None = None) -> User
         raise InvalidArgument(FIELD, f"{spec}: loss_fn is a {type(loss_fn).__name__}, neither callable nor None",
                               SPEC_ALLOWED)
     inputs, _ = _check(spec, model, make_batch, loss_fn)
-    # the module's last component: the same file imported as pkg.mod (CLI, PYTHONPATH) or as
-    # mod (an agent's workload path) gives the same id
-    workload_id = f"{module_name.rsplit('.', 1)[-1]}.{function}-{structure_hash(model, inputs)}"
-    wl = UserWorkload(spec=spec, workload_id=workload_id, model=model, make_batch=make_batch, loss_fn=loss_fn)
+    wid = workload_id(spec, structure_hash(model, inputs))
+    wl = UserWorkload(spec=spec, workload_id=wid, model=model, make_batch=make_batch, loss_fn=loss_fn)
     with _LOADED_LOCK:
-        _LOADED[workload_id] = wl
-        _LOADED.move_to_end(workload_id)
+        _LOADED[wid] = wl
+        _LOADED.move_to_end(wid)
         while len(_LOADED) > MAX_LOADED:
             _LOADED.popitem(last=False)
     return wl

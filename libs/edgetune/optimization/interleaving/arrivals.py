@@ -27,21 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edgetune import validation
 from edgetune.errors import InvalidArgument
 
 
-def _positive(field: str, value: float, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(field, f"{value!r} is not a number", ">= 0" if allow_zero else "> 0") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise InvalidArgument(field, f"{value!r} out of range", ">= 0" if allow_zero else "> 0")
-    return v
-
-
 def _horizon(horizon_s: float) -> float:
-    return _positive("horizon_s", horizon_s)
+    return validation.positive(horizon_s, "horizon_s", "> 0")
 
 
 class ArrivalProcess(ABC):
@@ -64,8 +55,8 @@ class Deterministic(ArrivalProcess):
     """A request at ``phase_s + k/α`` for k = 0, 1, ...: Fulcrum's constant arrival rate."""
 
     def __init__(self, rate_rps: float, phase_s: float = 0.0) -> None:
-        self.rate_rps = _positive("rate_rps", rate_rps)
-        self.phase_s = _positive("phase_s", phase_s, allow_zero=True)
+        self.rate_rps = validation.positive(rate_rps, "rate_rps", "> 0")
+        self.phase_s = validation.non_negative(phase_s, "phase_s", ">= 0")
 
     @property
     def mean_rate_rps(self) -> float:
@@ -83,7 +74,7 @@ class Poisson(ArrivalProcess):
     """Poisson arrivals at ``rate_rps``, seeded: N ~ Poisson(α·H), instants uniform on [0, H)."""
 
     def __init__(self, rate_rps: float, seed: int = 0) -> None:
-        self.rate_rps = _positive("rate_rps", rate_rps)
+        self.rate_rps = validation.positive(rate_rps, "rate_rps", "> 0")
         self.seed = seed
 
     @property
@@ -114,10 +105,10 @@ class PiecewisePoisson(ArrivalProcess):
     def __init__(self, rates_rps: Sequence[float], window_s: float, seed: int = 0) -> None:
         if len(rates_rps) == 0:
             raise InvalidArgument("rates_rps", "no rates given", "one rate per window, >= 0")
-        self.rates_rps = [_positive(f"rates_rps[{i}]", r, allow_zero=True) for i, r in enumerate(rates_rps)]
+        self.rates_rps = [validation.non_negative(r, f"rates_rps[{i}]", ">= 0") for i, r in enumerate(rates_rps)]
         if not any(self.rates_rps):
             raise InvalidArgument("rates_rps", "every rate is zero", "at least one rate > 0")
-        self.window_s = _positive("window_s", window_s)
+        self.window_s = validation.positive(window_s, "window_s", "> 0")
         self.seed = seed
 
     @classmethod
@@ -159,8 +150,8 @@ class MMPP(ArrivalProcess):
         if len(rates_rps) != 2 or len(mean_dwell_s) != 2:
             raise InvalidArgument("rates_rps", "a two-state MMPP needs two rates and two dwell times",
                                   "(burst, lull) pairs")
-        self.rates_rps = tuple(_positive(f"rates_rps[{i}]", r, allow_zero=True) for i, r in enumerate(rates_rps))
-        self.mean_dwell_s = tuple(_positive(f"mean_dwell_s[{i}]", d) for i, d in enumerate(mean_dwell_s))
+        self.rates_rps = tuple(validation.non_negative(r, f"rates_rps[{i}]", ">= 0") for i, r in enumerate(rates_rps))
+        self.mean_dwell_s = tuple(validation.positive(d, f"mean_dwell_s[{i}]", "> 0") for i, d in enumerate(mean_dwell_s))
         if not any(self.rates_rps):
             raise InvalidArgument("rates_rps", "both rates are zero", "at least one rate > 0")
         self.seed = seed
@@ -220,7 +211,7 @@ class Replay(ArrivalProcess):
             values = values / 1000.0
         if start_at_zero and values.size:
             values = values - values.min()
-        return cls(values * _positive("time_scale", time_scale), name=p.name)
+        return cls(values * validation.positive(time_scale, "time_scale", "> 0"), name=p.name)
 
     @property
     def mean_rate_rps(self) -> float:
@@ -280,7 +271,7 @@ def write_trace(path: str | pathlib.Path, times_s: Sequence[float] | np.ndarray)
 
 def counts_per_window(times_s: np.ndarray, horizon_s: float, window_s: float) -> np.ndarray:
     """Number of arrivals in each ``window_s`` window of ``[0, horizon_s)``."""
-    n = int(math.floor(_horizon(horizon_s) / _positive("window_s", window_s)))
+    n = int(math.floor(_horizon(horizon_s) / validation.positive(window_s, "window_s", "> 0")))
     return np.histogram(times_s, bins=n, range=(0.0, n * window_s))[0]
 
 

@@ -44,11 +44,11 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.problem_registry import problem_from_dict
 from edgetune.optimization.problems import (
     INFER_BATCH_SIZES,
-    Decision,
     ModeKey,
     Observations,
     Point,
     Problem,
+    Solution,
     mode_key,
 )
 from edgetune.powermodes.grids import ModeGrid
@@ -290,7 +290,7 @@ class SearchStrategy(ABC):
         self._pending = []
         self._done = True
 
-    def best(self) -> Decision:
+    def best(self) -> Solution:
         """The best feasible observed configuration (never a prediction)."""
         return self.problem.solve(self.obs)
 

@@ -21,8 +21,8 @@ from edgetune.optimization.problems import (
     ROLE_INFER,
     ROLE_TRAIN,
     TRAIN_BATCH_SIZE,
-    Decision,
     Problem,
+    Solution,
     mode_key,
 )
 from edgetune.optimization.strategies.base import PresetMode, SearchSpace, SearchStrategy
@@ -41,7 +41,7 @@ class ReplayLike(Protocol):
 
 @dataclass
 class SearchResult:
-    decision: Decision
+    decision: Solution
     profiled: int  # distinct (mode, batch size, workload, role) points measured
     trials: int  # configurations the strategy asked for
     strategy: SearchStrategy

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edgetune.base.mode import PowerMode
 from edgetune.errors import FailedPrecondition
-from edgetune.optimization.problems import Decision
+from edgetune.optimization.problems import Solution
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 
 
@@ -26,7 +26,7 @@ class _FixedMode(SearchStrategy):
         mode = self.chosen_mode()
         yield from self.measure([(mode, b) for b in self.space.batch_sizes(self.problem)])
 
-    def best(self) -> Decision:
+    def best(self) -> Solution:
         decision = self.problem.solve(self.obs)
         if decision.feasible or not self.obs:
             return decision

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgetune.base.mode import PowerMode
-from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Decision, Observations, Point
+from edgetune.optimization.problems import ROLE_INFER, ROLE_TRAIN, Observations, Point, Solution
 from edgetune.optimization.strategies.als import config_features, mode_features
 from edgetune.optimization.strategies.base import SearchGen, SearchStrategy
 from edgetune.optimization.strategies.guide import MLPGuide
@@ -77,10 +77,10 @@ class NNSearch(SearchStrategy):
                 pred.add(m, role, b, Point(float(max(ti, 1e-6)), float(pi)))
         return pred
 
-    def best(self) -> Decision:
+    def best(self) -> Solution:
         """Before the pick: the observed best so far; after: the pick as observed."""
         if self.pick is not None:
             return self.problem.decide(self.problem.evaluate(self.pick[0], self.pick[1], self.obs))
         if self.no_pick_reason:
-            return Decision(False, None, self.no_pick_reason, problem=self.problem.kind)
+            return Solution(False, None, self.no_pick_reason, problem=self.problem.kind)
         return self.problem.solve(self.obs)

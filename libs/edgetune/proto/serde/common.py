@@ -2,27 +2,28 @@
 
 Services use these at their edges (request -> library call -> response) so that servicers
 hold wiring only. What lives here: PowerMode / Preset / DeviceSpec both ways, the enums
-(role, grid, strategy, problem, objective) to and from the library's string names,
-CONTRACT-style decision dicts to messages (prediction tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to
-messages and back to profile-table rows, and a reader for ``optional`` scalars. Bad input
+(role, grid, strategy, problem, objective) to and from the library's string names (prediction
+tables: :mod:`edgetune.proto.serde.tables`), profiling measurements to messages and back to
+stored measurement records, a reader for ``optional`` scalars and Unix seconds as Timestamps. Bad input
 raises :class:`~edgetune.errors.InvalidArgument` naming the field.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
 from edgetune.base.roles import Role
 from edgetune.errors import InvalidArgument
-from edgetune.base.mode import PowerMode
 from edgetune.powermodes.spec import DeviceSpec, Preset
 from edgetune.profiling.protocol import Measurement
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, optimizer_pb2
+from edgetune.store import MeasurementRecord
 
 # --- power modes and specs ------------------------------------------------------------------
 
@@ -171,36 +172,27 @@ def measurement_to_proto(m: Measurement, node_id: str | None = None,
     return msg
 
 
-def measurement_from_proto(msg: common_pb2.Measurement) -> dict[str, Any]:
-    """The docs/contract.md profile-table row of a Measurement message (``Measurement.to_row()`` keys).
+def measurement_from_proto(msg: common_pb2.Measurement, field: str = "measurement") -> MeasurementRecord:
+    """The stored form of a Measurement message: a :class:`~edgetune.store.MeasurementRecord` whose
+    :meth:`~edgetune.store.MeasurementRecord.to_row` is the docs/contract.md profile-table row.
 
-    A row, not a library Measurement: the message does not carry the protocol's run details
-    (settling, per-minibatch times, power samples, run window). ``energy_j`` is the whole run's energy (per-minibatch
-    energy x minibatches), as in rows written by ``edgetune profile``.
+    A record, not a profiling Measurement: the message does not carry the protocol's run details
+    (settling, per-minibatch times, power samples, run window). Its extra columns: ``energy_j`` the
+    whole run's energy (per-minibatch energy x minibatches, as in rows written by ``edgetune
+    profile``), ``energy_per_minibatch_j``, the spreads, the peak and idle power, the counts.
     """
-    mode = mode_from_proto(msg.mode, "measurement.mode")
-    return {
-        **mode.as_dict(),
-        "batch_size": int(msg.batch_size),
-        "time_ms": msg.time_ms,
-        "power_w": msg.power_w,
-        "device": msg.device,
-        "workload": msg.workload,
-        "role": role_from_proto(msg.role, "measurement.role").value,
-        "peak_power_w": msg.peak_power_w,
-        "energy_j": msg.energy_j * msg.minibatches,
-        "time_std_ms": msg.time_std_ms,
-        "power_std_w": msg.power_std_w,
-        "samples": int(msg.samples),
-        "idle_power_w": msg.idle_power_w,
-        "energy_per_minibatch_j": msg.energy_j,
-        "n_minibatches": int(msg.minibatches),
-        "node": msg.node_id,
-        "id": msg.id,
-    }
+    mode = mode_from_proto(msg.mode, f"{field}.mode")
+    return MeasurementRecord(
+        id=msg.id, device_model=msg.device, workload=msg.workload,
+        role=role_from_proto(msg.role, f"{field}.role").value, mode=mode, batch_size=int(msg.batch_size),
+        time_ms=msg.time_ms, power_w=msg.power_w, node_id=msg.node_id or None,
+        extra={"peak_power_w": msg.peak_power_w, "energy_j": msg.energy_j * msg.minibatches,
+               "time_std_ms": msg.time_std_ms, "power_std_w": msg.power_std_w, "samples": int(msg.samples),
+               "idle_power_w": msg.idle_power_w, "energy_per_minibatch_j": msg.energy_j,
+               "n_minibatches": int(msg.minibatches)})
 
 
-# --- optional scalars, predictions, decisions -----------------------------------------------
+# --- optional scalars, profiling knobs ---------------------------------------------------------
 
 
 def optional_value(msg: Message, name: str) -> Any:
@@ -208,80 +200,18 @@ def optional_value(msg: Message, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
-def budgets_to_dict(msg: common_pb2.Budgets) -> dict[str, float | None]:
-    """Every budget by field name, ``None`` for the absent ones."""
-    return {f.name: optional_value(msg, f.name) for f in msg.DESCRIPTOR.fields}
+# --- times ------------------------------------------------------------------------------------
 
 
-def budgets_from_dict(values: Mapping[str, float | None]) -> common_pb2.Budgets:
-    """Budgets from a dict of field names; ``None`` values are left unset."""
-    return common_pb2.Budgets(**{k: float(v) for k, v in values.items() if v is not None})
+def timestamp_to_proto(epoch_s: float) -> timestamp_pb2.Timestamp:
+    """Unix seconds as a Timestamp, seconds and fraction apart (Unix time in ns does not fit a
+    double's 53 bits exactly)."""
+    seconds = math.floor(epoch_s)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(seconds * 10**9 + round((epoch_s - seconds) * 1e9))
+    return ts
 
 
-def decision_from_dict(d: Mapping[str, Any]) -> common_pb2.Decision:
-    """A Decision from the CONTRACT JSON shape (``edgetune optimize select --json`` and friends).
-
-    ``mode`` may be a mode dict or an opaque id string (joint selection); ``power_budget_w``
-    and the other budget keys go into ``budgets``; ``None`` values and unknown keys are skipped.
-    """
-    msg = common_pb2.Decision()
-    fields = msg.DESCRIPTOR.fields_by_name
-    budget_names = common_pb2.Budgets.DESCRIPTOR.fields_by_name
-    for key, value in d.items():
-        if value is None:
-            continue
-        if key == "mode":
-            if isinstance(value, PowerMode):
-                msg.mode.CopyFrom(mode_to_proto(value))
-            elif isinstance(value, Mapping):
-                msg.mode.CopyFrom(mode_to_proto(PowerMode.from_mapping(dict(value))))
-            else:
-                msg.mode_id = str(value)
-        elif key in budget_names:
-            setattr(msg.budgets, key, float(value))
-        elif key in fields and key != "budgets":
-            setattr(msg, key, type(getattr(msg, key))(value))
-    return msg
-
-
-def decision_to_dict(msg: common_pb2.Decision) -> dict[str, Any]:
-    """The CONTRACT JSON shape of a Decision: set fields only, ``mode`` as a dict (or the id)."""
-    if not msg.feasible:
-        out: dict[str, Any] = {"feasible": False, "reason": msg.reason}
-    else:
-        out = {"feasible": True}
-        if msg.HasField("mode"):
-            out["mode"] = mode_from_proto(msg.mode).as_dict()
-        elif msg.mode_id:
-            out["mode"] = msg.mode_id
-        for f in msg.DESCRIPTOR.fields:
-            if f.name in ("feasible", "mode", "mode_id", "budgets"):
-                continue
-            if f.has_presence:
-                if optional_value(msg, f.name) is not None:
-                    out[f.name] = getattr(msg, f.name)
-            elif getattr(msg, f.name):  # proto3 implicit presence: skip zeros / empty strings
-                out[f.name] = getattr(msg, f.name)
-    out.update({k: v for k, v in budgets_to_dict(msg.budgets).items() if v is not None})
-    return out
-
-
-def profile_knobs(msg: Any, field: str = "") -> None:
-    """The device-independent limits of a ProfileRequest (the agent's Profile and the coordinator's
-    SubmitProfiling check the same): minibatch counts, sample rate, seed, batch sizes, random modes.
-    ``field`` prefixes the names (``request.``). 0 means the server's default throughout."""
-    validation.count(msg.n_minibatches, f"{field}n_minibatches", minimum=0, maximum=validation.MAX_MINIBATCHES)
-    if not -1 <= msg.warmup_minibatches <= validation.MAX_MINIBATCHES:
-        raise InvalidArgument(f"{field}warmup_minibatches", f"{msg.warmup_minibatches} is out of range",
-                              f"-1 (none), 0 (the default) or up to {validation.MAX_MINIBATCHES}")
-    if msg.sample_rate_hz != 0:
-        validation.sample_rate_hz(msg.sample_rate_hz, f"{field}sample_rate_hz")
-    if msg.HasField("seed"):
-        validation.seed(msg.seed, f"{field}seed")
-    if msg.batch_sizes:
-        validation.batch_sizes(msg.batch_sizes, f"{field}batch_sizes")
-    if msg.workload.batch_size:
-        validation.batch_size(msg.workload.batch_size, f"{field}workload.batch_size")
-    validation.count(msg.random_modes, f"{field}random_modes", minimum=0, maximum=validation.MAX_PROFILE_POINTS)
-    if msg.HasField("power_limit_w"):
-        validation.power_budget_w(msg.power_limit_w, f"{field}power_limit_w")
+def timestamp_from_proto(ts: timestamp_pb2.Timestamp) -> float:
+    """A Timestamp as Unix seconds (an unset one is 0.0)."""
+    return ts.seconds + ts.nanos / 1e9

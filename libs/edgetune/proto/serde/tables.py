@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from edgetune.base.records import Predictions
 from edgetune.errors import InvalidArgument
 from edgetune.proto.v1 import common_pb2
-from edgetune.base.records import Predictions
 
 #: The mode columns, in PowerMode's order (the ``modes`` array's columns).
 MODE_COLUMNS = ("cores", "cpu_mhz", "gpu_mhz", "emc_mhz")

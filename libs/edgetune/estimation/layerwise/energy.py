@@ -1,14 +1,15 @@
-"""EstimateEnergy's wiring: a network (a layer-wise zoo name, or the request's layers) -> THOR (THOR).
+"""THOR's energy of a network (a layer-wise zoo name, or its layers) on a Jetson's layer costing.
 
 The network becomes an ``nn.Sequential`` on the meta device (shapes only), THOR
 (:mod:`edgetune.estimation.layerwise.thor`) plans its variant networks, profiles them on the
-device's layer costing (:mod:`edgetune.physics.costing`) in the requested mode,
-fits one GP per layer kind, and the energy of one training iteration above idle is the sum of its blocks' GP means. Per block the
-GP also gives a std; the total std adds the blocks' variances (independent GPs). A fitted THOR
-is cached per (device, mode, network, batch size): fitting takes seconds, estimating microseconds.
+device's layer costing (:mod:`edgetune.physics.costing`) in the requested mode, fits one GP per
+layer kind, and the energy of one training iteration above idle is the sum of its blocks' GP
+means. Per block the GP also gives a std; the total std adds the blocks' variances (independent
+GPs). A fitted THOR is cached per (device, mode, network, batch size): fitting takes seconds,
+estimating microseconds. What the estimator's EstimateEnergy answers (:meth:`EnergyEstimator.answer`).
 
-When the layer-wise package is missing, :data:`AVAILABLE` is False and the RPC answers
-UNIMPLEMENTED saying so.
+Without torch / scikit-learn, :data:`AVAILABLE` is False and :func:`require` raises
+:class:`Unimplemented` saying so.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgetune import validation
+from edgetune.base.mode import PowerMode
+from edgetune.base.roles import Role
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.estimation.records import EnergyEstimate, EnergySpec, LayerEnergy, LayerSpec
 from edgetune.estimation.repository import LRU
-from edgetune.proto.v1 import estimator_pb2
+from edgetune.powermodes.specs import get_spec
 
-try:  # being built alongside this service: answer UNIMPLEMENTED rather than fail to start
+try:  # torch and scikit-learn are optional: without them the estimator answers UNIMPLEMENTED
     from edgetune.estimation.layerwise.blocks import BlockInstance, blocks_of, parse
     from edgetune.estimation.layerwise.thor import Thor
     from edgetune.estimation.layerwise.zoo import MODELS as ZOO
@@ -32,7 +36,7 @@ try:  # being built alongside this service: answer UNIMPLEMENTED rather than fai
     from edgetune.physics.costing import LayerCostModel
 
     AVAILABLE, MISSING = True, ""
-except ImportError as exc:  # pragma: no cover - depends on the installed library
+except ImportError as exc:  # pragma: no cover - depends on the installed packages
     AVAILABLE, MISSING = False, str(exc)
     ZOO = {}
 
@@ -53,8 +57,8 @@ def require() -> None:
 
 
 # --- the network ------------------------------------------------------------------------------------
-def network_from_layers(layers: Sequence[estimator_pb2.Layer], batch_size: int) -> Any:
-    """The request's layers as a THOR-parsed model; a layer that does not fit its input is named."""
+def network_from_layers(layers: Sequence[LayerSpec], batch_size: int) -> Any:
+    """The layers as a THOR-parsed model; a layer that does not fit its input is named."""
     import torch
     from torch import nn
 
@@ -114,8 +118,8 @@ def network_from_layers(layers: Sequence[estimator_pb2.Layer], batch_size: int) 
     return parse(nn.Sequential(*modules), shape)
 
 
-def network(workload: str, layers: Sequence[estimator_pb2.Layer], batch_size: int) -> tuple[Any, str]:
-    """(parsed model, cache signature) of the request's network."""
+def network(workload: str, layers: Sequence[LayerSpec], batch_size: int) -> tuple[Any, str]:
+    """(parsed model, cache signature) of the network: a zoo ``workload`` or its ``layers``."""
     if bool(workload) == bool(layers):
         raise InvalidArgument("workload", "give a zoo workload name or the layers, not both / neither",
                               ", ".join(ZOO) + ", or layers")
@@ -144,7 +148,7 @@ class EnergyEstimator:
         self._lock = threading.Lock()  # one fit at a time: fits are CPU-bound and share the cores
         self.seed = seed
 
-    def estimate(self, device: str, mode: Any, parsed: Any, signature: str) -> list[BlockEnergy]:
+    def estimate(self, device: str, mode: PowerMode | None, parsed: Any, signature: str) -> list[BlockEnergy]:
         key = (device, mode.as_tuple() if mode is not None else None, signature, parsed.input_shape)
         thor = self._thors.get(key)
         if thor is None:
@@ -159,20 +163,30 @@ class EnergyEstimator:
             out.append(BlockEnergy(b, float(mean[0]), float(std[0])))
         return out
 
+    def answer(self, spec: EnergySpec) -> EnergyEstimate:
+        """EstimateEnergy: the spec checked (THOR is fitted per request, for training only), then estimated."""
+        require()
+        if spec.model_id:
+            raise InvalidArgument("model_id", "stored energy models are not supported: THOR is fitted per request "
+                                  "and cached by the server", "empty")
+        if spec.role is not None and spec.role is not Role.TRAIN:
+            raise InvalidArgument("role", "THOR estimates the energy of a training iteration", "ROLE_TRAIN or unset")
+        if spec.batch_size:  # 0: the default
+            validation.batch_size(spec.batch_size, "batch_size")
+        device = get_spec(spec.device or "xavier-agx")
+        mode = validation.power_mode(device, spec.mode, "mode") if spec.mode is not None else None  # None: MAXN
+        parsed, signature = network(spec.workload, spec.layers, spec.batch_size or DEFAULT_BATCH_SIZE)
+        return estimate_of(self.estimate(device.name, mode, parsed, signature))
 
-def layer_of(block: BlockInstance) -> estimator_pb2.Layer:
-    """A block as the API's Layer: its parametric layer, input size, channels and THOR position."""
+
+def layer_of(block: BlockInstance) -> LayerSpec:
+    """A block as a layer: its parametric layer, input size, channels and THOR position."""
     k = block.kind
-    return estimator_pb2.Layer(type=k.layer, position=k.role, input_height=k.in_h, input_width=k.in_w,
-                               in_channels=block.c_in, out_channels=block.c_out, kernel_size=k.kernel,
-                               stride=k.stride)
+    return LayerSpec(type=k.layer, position=k.role, input_height=k.in_h, input_width=k.in_w,
+                     in_channels=block.c_in, out_channels=block.c_out, kernel_size=k.kernel, stride=k.stride)
 
 
-def response(blocks: Sequence[BlockEnergy]) -> estimator_pb2.EstimateEnergyResponse:
-    msg = estimator_pb2.EstimateEnergyResponse(
-        energy_j=sum(b.energy_j for b in blocks),
-        energy_std_j=math.sqrt(sum(b.std_j ** 2 for b in blocks)),
-    )
-    for b in blocks:
-        msg.layers.append(estimator_pb2.LayerEnergy(layer=layer_of(b.block), energy_j=b.energy_j, energy_std_j=b.std_j))
-    return msg
+def estimate_of(blocks: Sequence[BlockEnergy]) -> EnergyEstimate:
+    """The network's energy (the blocks' sum) and std (their variances summed), block by block."""
+    return EnergyEstimate(sum(b.energy_j for b in blocks), math.sqrt(sum(b.std_j ** 2 for b in blocks)),
+                          tuple(LayerEnergy(layer_of(b.block), b.energy_j, b.std_j) for b in blocks))

@@ -1,10 +1,12 @@
-"""The profiler agent's own Prometheus metrics (beside the gRPC ones every service has).
+"""The node agent's Prometheus metrics: its mode, profiles, points and telemetry (the profiler
+service adds only the gRPC ones every service has).
 
-They live in prometheus_client's default registry, which the server's metrics endpoint
+They live in prometheus_client's default registry, which the agent server's metrics endpoint
 serves. One agent runs per device, so they carry no device label (Prometheus adds the pod /
-node). The telemetry ones are refreshed by the agent's continuous sampler
-(:class:`TelemetryExporter`, ``--telemetry-hz``, 1 Hz by default), idle or not; the table in
-``services/profiler/README.md`` lists every metric.
+node). :class:`~edgetune.agent.node.NodeAgent` and the coordinator link count them; the
+telemetry ones are refreshed by the agent's continuous sampler (:class:`TelemetryExporter`,
+``--telemetry-hz``, 1 Hz by default), idle or not; the table in ``services/profiler/README.md``
+lists every metric. The names keep the ``edgetune_profiler_`` prefix dashboards query.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ MODE_GPU_MHZ = Gauge("edgetune_profiler_mode_gpu_mhz", "GPU frequency of the cur
 MODE_EMC_MHZ = Gauge("edgetune_profiler_mode_emc_mhz", "Memory (EMC) frequency of the current power mode (MHz).")
 POWER_W = Gauge("edgetune_profiler_power_w", "Board / module power, last reading (W): telemetry, stream or profile.")
 PROFILES = Counter("edgetune_profiler_profiles_total",
-                   "Profile RPCs by outcome (completed, cancelled, failed).", ["outcome"])
+                   "Profiles (Profile RPCs and profiling jobs) by outcome (completed, cancelled, failed).",
+                   ["outcome"])
 POINTS = Counter("edgetune_profiler_points_total",
                  "Profiled points by outcome (measured, skipped over the power limit).", ["outcome"])
 THROTTLED_POINTS = Counter("edgetune_profiler_throttled_points_total",

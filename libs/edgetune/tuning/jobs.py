@@ -1,0 +1,322 @@
+"""TuningJob records: what a client asks for (the spec) and how far each target node got (the status).
+
+The store-backed resource (``TuningJobs``, the leader's ``StatusWriter``) is the control plane's
+(:mod:`edgetune.control.tuningjobs`); the wire form is :mod:`edgetune.proto.serde.tuning`; a job
+file becomes a spec through :mod:`edgetune.tuning.jobfile`. Phase names are Kubernetes-style
+(``Succeeded``, ``Applied``): :class:`JobPhase`, :class:`NodePhase`. The objective is the selectors'
+:class:`~edgetune.base.objective.Objective`, stored and read as the job file spells it (``min-time``);
+the profiling method keeps the job file's spelling (``cap-search``): :class:`TuningMethod`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from edgetune import validation
+from edgetune.base.objective import Objective
+from edgetune.base.roles import Role
+from edgetune.base.workload import WorkloadRef
+from edgetune.errors import InvalidArgument
+from edgetune.store.records import UnknownSchema
+
+#: Events kept per node (oldest dropped first).
+MAX_EVENTS = 12
+#: Points profiled per node when the job says nothing.
+DEFAULT_PROFILES = 50
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class JobPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def done(self) -> bool:
+        """Nothing changes the job any more (unless a budget or a node does)."""
+        return self in (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED)
+
+
+class NodePhase(StrEnum):
+    PENDING = "Pending"
+    PROFILING = "Profiling"
+    ESTIMATING = "Estimating"
+    SELECTING = "Selecting"
+    VERIFYING = "Verifying"
+    APPLIED = "Applied"
+    FAILED = "Failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (NodePhase.APPLIED, NodePhase.FAILED)
+
+
+class TuningMethod(StrEnum):
+    """How a job's nodes are profiled: frontier rounds, random modes, or CapSearch's order under the cap."""
+
+    FRONTIER = "frontier"
+    RANDOM = "random"
+    CAP_SEARCH = "cap-search"
+
+
+def _names(values: type[StrEnum]) -> str:
+    return ", ".join(v.value for v in values)
+
+
+def _schema(doc: Any, record: str, version: int) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping) or doc.get("schema") != version:
+        raise UnknownSchema(record, doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__, version)
+    return doc
+
+
+@dataclass(frozen=True)
+class TuningJobSpec:
+    """What a client asks for (tuning.proto's TuningJobSpec); :meth:`check` says what is wrong."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    name: str
+    workload: str
+    #: A :class:`~edgetune.base.roles.Role`'s value (``train``, ``infer``), as every record that is stored says it.
+    role: str = Role.TRAIN.value
+    batch_sizes: tuple[int, ...] = (16,)
+    nodes: tuple[str, ...] = ()
+    selector_device: str = ""
+    selector_labels: Mapping[str, str] = field(default_factory=dict)
+    #: One of :data:`~edgetune.base.objective.JOB_OBJECTIVES` (``min-energy`` needs a time budget).
+    objective: Objective = Objective.MIN_TIME
+    time_budget_ms: float | None = None
+    power_budget_w: float | None = None
+    node_power_budget_w: Mapping[str, float] = field(default_factory=dict)
+    risk: float | None = None
+    profiles: int = DEFAULT_PROFILES
+    method: TuningMethod = TuningMethod.FRONTIER
+    reference_model_id: str = ""
+    cancelled: bool = False
+
+    def check(self) -> TuningJobSpec:
+        """The spec with its objective and method as enums (given as a job file spells them, or as
+        enums), or InvalidArgument naming the field (``spec.nodes[1]``)."""
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise InvalidArgument("spec.name", f"{self.name!r} is not a DNS label",
+                                  "lowercase letters, digits and '-', at most 63, e.g. mnv3-train")
+        validation.identifier(self.workload, "spec.workload.name")
+        # a MODULE:FUNCTION's form only: the nodes import it (the coordinator never does)
+        WorkloadRef.parse(self.workload, "spec.workload.name")
+        if self.role not in {r.value for r in Role}:
+            raise InvalidArgument("spec.workload.role", f"{self.role!r}", ", ".join(r.value for r in Role))
+        if not self.batch_sizes:
+            raise InvalidArgument("spec.batch_sizes", "no batch size", "one or more sizes >= 1")
+        validation.batch_sizes(self.batch_sizes, "spec.batch_sizes")
+        for i, node in enumerate(self.nodes):
+            if not isinstance(node, str) or not node:
+                raise InvalidArgument(f"spec.nodes[{i}]", f"{node!r} is not a node id", "a registered node id")
+        if len(set(self.nodes)) != len(self.nodes):
+            dup = next(n for i, n in enumerate(self.nodes) if n in self.nodes[:i])
+            raise InvalidArgument(f"spec.nodes[{self.nodes.index(dup, self.nodes.index(dup) + 1)}]",
+                                  f"{dup!r} is listed twice", "each node once")
+        selecting = bool(self.selector_device or self.selector_labels)
+        if bool(self.nodes) == selecting:
+            raise InvalidArgument("spec.nodes", "give target nodes by id or by selector (one of the two)",
+                                  "nodes: [id, ...] or selector: {device: ...}")
+        objective = Objective.from_job_name(self.objective, "spec.objective")
+        if objective == Objective.MIN_ENERGY and self.time_budget_ms is None:
+            raise InvalidArgument("spec.time_budget_ms", "min-energy needs a time budget", "> 0 ms")
+        validation.optional(validation.time_budget_ms, self.time_budget_ms, "spec.time_budget_ms")
+        validation.optional(validation.power_budget_w, self.power_budget_w, "spec.power_budget_w")
+        for node, budget in self.node_power_budget_w.items():
+            validation.power_budget_w(budget, f"spec.node_power_budget_w[{node}]")
+        validation.optional(validation.risk, self.risk, "spec.risk")
+        validation.count(self.profiles, "spec.profiles", minimum=3, maximum=100_000)
+        if self.method not in tuple(TuningMethod):
+            raise InvalidArgument("spec.method", f"{self.method!r}", _names(TuningMethod))
+        method = TuningMethod(self.method)
+        if method == TuningMethod.CAP_SEARCH and objective != Objective.MIN_TIME:
+            # it applies the fastest point under the cap
+            raise InvalidArgument("spec.objective", f"{objective.job_name!r} with method cap-search",
+                                  Objective.MIN_TIME.job_name)
+        return replace(self, objective=objective, method=method)
+
+    def budget_for(self, node_id: str, registered_w: float | None) -> float | None:
+        """The node's power budget: per node, else the job's, else the node's registered one."""
+        if node_id in self.node_power_budget_w:
+            return float(self.node_power_budget_w[node_id])
+        return self.power_budget_w if self.power_budget_w is not None else registered_w
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.SCHEMA_VERSION, "name": self.name, "workload": self.workload,
+                "role": self.role, "batch_sizes": list(self.batch_sizes), "nodes": list(self.nodes),
+                "selector_device": self.selector_device, "selector_labels": dict(self.selector_labels),
+                "objective": self.objective.job_name, "time_budget_ms": self.time_budget_ms,
+                "power_budget_w": self.power_budget_w, "node_power_budget_w": dict(self.node_power_budget_w),
+                "risk": self.risk, "profiles": self.profiles, "method": TuningMethod(self.method).value,
+                "reference_model_id": self.reference_model_id, "cancelled": self.cancelled}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> TuningJobSpec:
+        d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
+        return cls(d["name"], d["workload"], d["role"], tuple(d["batch_sizes"]), tuple(d["nodes"]),
+                   d["selector_device"], dict(d["selector_labels"]), Objective.from_job_name(d["objective"]),
+                   d["time_budget_ms"], d["power_budget_w"], dict(d["node_power_budget_w"]), d["risk"],
+                   int(d["profiles"]), TuningMethod(d["method"]), d["reference_model_id"], bool(d["cancelled"]))
+
+    def same_request(self, other: TuningJobSpec) -> bool:
+        return replace(self, cancelled=False) == replace(other, cancelled=False)
+
+
+@dataclass(frozen=True)
+class TuningEvent:
+    at_s: float
+    message: str
+
+
+#: A node's chosen mode as (cores, cpu_mhz, gpu_mhz, emc_mhz).
+ModeTuple = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One target node's progress (tuning.proto's NodeTuningStatus)."""
+
+    node_id: str
+    device: str = ""
+    phase: NodePhase = NodePhase.PENDING
+    reason: str = ""
+    profiled: int = 0
+    mode: ModeTuple | None = None
+    batch_size: int = 0
+    power_budget_w: float | None = None
+    predicted_time_ms: float | None = None
+    predicted_power_w: float | None = None
+    predicted_power_upper_w: float | None = None
+    measured_time_ms: float | None = None
+    measured_power_w: float | None = None
+    config_revision: int = 0
+    started_s: float = 0.0
+    updated_s: float = 0.0
+    events: tuple[TuningEvent, ...] = ()
+    #: Re-tunes after drift (the applied configuration measured off its prediction); each one's points
+    #: get their own job ids, so they are measured anew rather than read back.
+    drift_epoch: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return NodePhase(self.phase).terminal
+
+    def with_event(self, message: str, *, now_s: float | None = None, **changes: Any) -> NodeStatus:
+        """A copy with ``changes`` and one more event (the oldest dropped past :data:`MAX_EVENTS`)."""
+        now = time.time() if now_s is None else now_s
+        events = (*self.events, TuningEvent(now, message))[-MAX_EVENTS:]
+        return replace(self, **changes, events=events, updated_s=now, started_s=self.started_s or now)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
+                "reason": self.reason, "profiled": self.profiled,
+                "mode": list(self.mode) if self.mode is not None else None,
+                "batch_size": self.batch_size, "power_budget_w": self.power_budget_w,
+                "predicted_time_ms": self.predicted_time_ms, "predicted_power_w": self.predicted_power_w,
+                "predicted_power_upper_w": self.predicted_power_upper_w,
+                "measured_time_ms": self.measured_time_ms, "measured_power_w": self.measured_power_w,
+                "config_revision": self.config_revision, "started_s": self.started_s, "updated_s": self.updated_s,
+                "events": [[e.at_s, e.message] for e in self.events], "drift_epoch": self.drift_epoch}
+
+    def to_json(self) -> dict[str, Any]:
+        """The node in the CLI's JSON (docs/contract.md; :meth:`TuningJobView.to_json`)."""
+        m = self.mode
+        return {
+            "id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
+            "mode": None if m is None else {"cores": int(m[0]), "cpu_mhz": m[1], "gpu_mhz": m[2], "emc_mhz": m[3]},
+            "batch_size": self.batch_size or None, "power_budget_w": self.power_budget_w, "profiled": self.profiled,
+            "predicted": {"time_ms": self.predicted_time_ms, "power_w": self.predicted_power_w,
+                          "power_upper_w": self.predicted_power_upper_w},
+            "measured": {"time_ms": self.measured_time_ms, "power_w": self.measured_power_w},
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> NodeStatus:
+        mode = d.get("mode")
+        return cls(d["node_id"], d["device"], NodePhase(d["phase"]), d["reason"], int(d["profiled"]),
+                   None if mode is None else (float(mode[0]), float(mode[1]), float(mode[2]), float(mode[3])),
+                   int(d["batch_size"]), d["power_budget_w"], d["predicted_time_ms"], d["predicted_power_w"],
+                   d["predicted_power_upper_w"], d["measured_time_ms"], d["measured_power_w"],
+                   int(d["config_revision"]), float(d["started_s"]), float(d["updated_s"]),
+                   tuple(TuningEvent(float(a), str(m)) for a, m in d["events"]),
+                   int(d.get("drift_epoch", 0)))  # absent in records written before drift re-tunes
+
+
+@dataclass(frozen=True)
+class TuningJobStatus:
+    """The leader's view of a job: one :class:`NodeStatus` per target node."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    name: str
+    nodes: Mapping[str, NodeStatus] = field(default_factory=dict)
+    cancelled: bool = False
+    updated_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.SCHEMA_VERSION, "name": self.name, "cancelled": self.cancelled,
+                "updated_s": self.updated_s, "nodes": [n.to_dict() for n in self.nodes.values()]}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> TuningJobStatus:
+        d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
+        nodes = [NodeStatus.from_dict(n) for n in d["nodes"]]
+        return cls(d["name"], {n.node_id: n for n in nodes}, bool(d["cancelled"]), float(d["updated_s"]))
+
+
+def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None) -> JobPhase:
+    """The job's phase from its nodes' (one rule: the API and the CLI read it)."""
+    if spec.cancelled:
+        return JobPhase.CANCELLED
+    if status is None or not status.nodes:
+        return JobPhase.PENDING
+    phases = [n.phase for n in status.nodes.values()]
+    if all(p == NodePhase.APPLIED for p in phases):
+        return JobPhase.SUCCEEDED
+    if all(NodePhase(p).terminal for p in phases):
+        return JobPhase.FAILED
+    if all(p == NodePhase.PENDING for p in phases):
+        return JobPhase.PENDING
+    return JobPhase.RUNNING
+
+
+@dataclass(frozen=True)
+class TuningJobView:
+    """A job as read: its spec, the leader's status (None before the leader saw it), its revision."""
+
+    spec: TuningJobSpec
+    status: TuningJobStatus | None
+    revision: int
+    status_revision: int = 0
+    created_s: float = 0.0
+
+    @property
+    def phase(self) -> JobPhase:
+        return job_phase(self.spec, self.status)
+
+    @property
+    def nodes(self) -> tuple[NodeStatus, ...]:
+        """The target nodes' statuses, in the leader's order (none before it saw the job)."""
+        return tuple(self.status.nodes.values()) if self.status is not None else ()
+
+    @property
+    def updated_s(self) -> float:
+        """When the leader last wrote the status (the creation time before that)."""
+        return self.status.updated_s if self.status is not None else self.created_s
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON of a job (``edgetune job get --json``; docs/contract.md): ``{"name", "phase",
+        "nodes": [{"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
+        "predicted", "measured", "reason"}]}``."""
+        return {"name": self.spec.name, "phase": self.phase.value, "nodes": [n.to_json() for n in self.nodes]}
