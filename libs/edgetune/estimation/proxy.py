@@ -428,7 +428,7 @@ def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: i
     with open(path.with_suffix(".lock"), "w") as lock:  # one process trains, the others wait and load
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
-            return torch.load(path, weights_only=True)  # type: ignore[no-any-return]
+            return torch.load(path, weights_only=True)
         state = _pretrain(workload, input_size, epochs, batch_size, lr, seed)
         torch.save(state, path.with_suffix(".tmp"))
         os.replace(path.with_suffix(".tmp"), path)  # whole or absent for a reader that does not lock
