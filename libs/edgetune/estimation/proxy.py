@@ -54,6 +54,7 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -423,7 +424,10 @@ def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: i
     directory = os.environ.get(CHECKPOINT_DIR_ENV)
     if not directory:
         return _pretrain(workload, input_size, epochs, batch_size, lr, seed)
-    path = Path(directory) / f"{workload}-{input_size}-{epochs}-{batch_size}-{lr!r}-{seed}.pt"
+    # named by a digest of the arguments: any workload name (a caller's, of any length or character)
+    # gives a short, safe file name
+    key = hashlib.sha256(repr((workload, input_size, epochs, batch_size, lr, seed)).encode()).hexdigest()[:32]
+    path = Path(directory) / f"pretrained-{key}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:  # one process trains, the others wait and load
         fcntl.flock(lock, fcntl.LOCK_EX)
