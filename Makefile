@@ -45,8 +45,10 @@ system-redis:
 demo: $(RUNTIME)
 	$(BIN)/python -m edgetune.demo
 
+# Two workers; tests/conftest.py decides the units they get (a module, a test, a session group) and
+# starts the longest first. The 25 slowest tests are printed at the end.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 protos: install
 	$(BIN)/python -m edgetune.proto.generate

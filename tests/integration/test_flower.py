@@ -1,18 +1,23 @@
 """Flower federated learning planned by the coordinator, on three simulated Jetsons.
 
 A coordinator (with the estimator and optimizer its reconcile loop runs TuningJobs on) and three
-profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) run as separate processes on
-loopback, the agents registered through ``--coordinator``, a reference model per device fitted.
-The strategy has the coordinator tune the stand-in workload on the nodes (a TuningJob at a 5 %
-risk); then the example's FL job (examples/flower/digits_fl.py: an MLP on digits, FedAvg, 3 clients, 2 rounds) runs
-in Flower's simulation engine (Ray backend, one CPU, one client actor: the lightest set-up
-Flower 1.41 has) with PowerAwareStrategy and PowerAwareClient.
+profiler agents (Orin AGX 30 W, Xavier AGX 20 W, Orin Nano 10 W) on loopback, the agents registered
+through their coordinator link, a reference model per device fitted: what the example's
+``start_cluster`` starts as processes, here the services' own servers in this process over the
+in-memory store (``harness.InProcessCluster``), since these tests are about the strategy and the
+clients, not process life. The strategy has the coordinator tune the stand-in workload on the
+nodes (a TuningJob at a 5 % risk); then the example's FL job (examples/flower/digits_fl.py: an MLP
+on digits, FedAvg, 3 clients, 2 rounds) runs in Flower's simulation engine (Ray backend, one CPU,
+one client actor: the lightest set-up Flower 1.41 has) with PowerAwareStrategy and PowerAwareClient.
 
 Checked: the job ran at the strategy's risk and verified each node's choice within its budget on
 the node; every round planned exactly those verified choices; every client got a batch size and
 a mode from the coordinator's plan each round and its agent applied exactly that mode; every mode is valid for the client's device and its
 planned power is within the node's budget; revisions go up per round; the central test loss
 falls every round; afterwards every agent is back in the mode it started in.
+
+The example itself runs as its README says (``python examples/flower/digits_fl.py``: its own
+cluster of processes, at log level WARNING) in the last test.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import InProcessCluster, references
 
 pytest.importorskip("flwr", reason="the flower extra (flwr[simulation]) is not installed")
 
@@ -42,8 +48,6 @@ from edgetune.integrations.flower import (  # noqa: E402
     PowerAwareStrategy,
     Tuning,
 )
-from edgetune.localrun.controlplane import fit_references  # noqa: E402
-from edgetune.localrun.localcluster import LocalCluster  # noqa: E402
 from edgetune.powermodes.specs import get_spec  # noqa: E402
 from edgetune.proto.serde.common import mode_from_proto  # noqa: E402
 from edgetune.proto.v1 import profiler_pb2, profiler_pb2_grpc  # noqa: E402
@@ -63,9 +67,26 @@ def _current_mode(address: str) -> PowerMode:
         return mode_from_proto(reply.current_mode)
 
 
-def test_flower_rounds_run_in_the_planned_modes(tmp_path):
-    cluster, agents = digits_fl.start_cluster(tmp_path)
+def _tuning_cluster(workdir: Path, nodes: dict[str, tuple[str, float]], run_dir: Path) -> InProcessCluster:
+    """The example's ``start_cluster`` in this process: the control plane, an agent per node (with its
+    budget) and a reference model per device model on the estimator (``fit_references``'s, fitted
+    once per run: ``harness.references``)."""
+    cluster = InProcessCluster(workdir, tuning=True).start()
     try:
+        cluster.start_agents(nodes)
+        assert cluster.estimator is not None
+        references(cluster.store, cluster.estimator.address, [model for model, _ in nodes.values()], run_dir)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def test_flower_rounds_run_in_the_planned_modes(tmp_path, run_dir):
+    cluster = _tuning_cluster(tmp_path, NODES, run_dir)
+    agents = cluster.agents
+    try:
+        assert cluster.coordinator is not None
         initial = {n: _current_mode(a.address) for n, a in agents.items()}
 
         strategy, losses = digits_fl.run(cluster.coordinator.address, list(NODES), rounds=2)
@@ -139,16 +160,14 @@ class _Node(ClientProxy):
         raise NotImplementedError
 
 
-def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path):
+def test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices(tmp_path, run_dir):
     """The strategy's safety policy without Flower's engine: configure_fit submits a TuningJob at the
     strategy's risk, the coordinator's shared workflow verifies each node's choice on its agent, and
     the round is planned from exactly those choices (a later round reads the same job again)."""
     nodes = {"orin-agx-1": ("orin-agx", 25.0), "orin-nano-1": ("orin-nano", 10.0)}
-    cluster = LocalCluster(tmp_path, tuning=True).start()
+    cluster = _tuning_cluster(tmp_path, nodes, run_dir)
     try:
-        cluster.start_agents(nodes)
-        assert cluster.estimator is not None and cluster.coordinator is not None
-        fit_references(cluster.estimator.address, [m for m, _ in nodes.values()])
+        assert cluster.coordinator is not None
         manager = SimpleClientManager()
         for i, node_id in enumerate(nodes):
             manager.register(_Node(str(i), node_id, 1000))

@@ -13,10 +13,9 @@ from __future__ import annotations
 import signal
 
 import pytest
-from harness import durable_redis, restart_redis, wait_job
+from harness import durable_redis, references, restart_redis, wait_job
 
 from edgetune.control.jobs import JobQueue
-from edgetune.localrun.controlplane import fit_references
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import common_pb2, coordinator_pb2_grpc, tuning_pb2
 
@@ -45,14 +44,14 @@ def _applied(job: tuning_pb2.TuningJob) -> None:
         assert node.measured_power_w <= NODES[node.node_id][1], node
 
 
-def test_redis_restart_and_a_killed_agent_mid_job(tmp_path):
+def test_redis_restart_and_a_killed_agent_mid_job(tmp_path, run_dir):
     redis = durable_redis(tmp_path / "redis")
     try:
         with LocalCluster(tmp_path / "cluster", tuning=True, external_redis=redis.url,
                           job_idle_timeout_ms=1000) as cluster:
             assert cluster.channel is not None and cluster.estimator is not None and cluster.store is not None
             agents = cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-            refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=60, epochs=60)
+            refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
             stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
 
             # 1. Redis restarted mid-job (the AOF keeps the job, its status, the points and the queue)

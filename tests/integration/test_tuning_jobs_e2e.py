@@ -1,11 +1,14 @@
-"""TuningJobs end to end: Redis, the Estimator (``--no-ray``), the Optimizer, coordinator replicas and
-simulated agents as separate processes on loopback; the leader's reconcile loop drives every node to
-Applied through the agents' job streams, the estimator's Transfer / Predict and the optimizer's Select.
+"""TuningJobs end to end: the Estimator (no Ray), the Optimizer, the coordinator and simulated agents
+on loopback; the leader's reconcile loop drives every node to Applied through the agents' job
+streams, the estimator's Transfer / Predict and the optimizer's Select.
 
 - a job over two nodes reaches Succeeded: each node's config is published once, its measured power
-  within its budget, and the agents apply it;
+  within its budget, and the agents apply it; a budget change re-selects without profiling. The
+  services run in this process over the in-memory store (``harness.InProcessCluster``): the
+  behaviour under test is the services', not their processes';
 - SIGKILL the leader mid-job: the standby finishes it; no point is profiled twice (each point's job
-  id was queued once per node) and each node has one config revision.
+  id was queued once per node) and each node has one config revision. Here they are processes
+  (Redis, coordinator replicas, services, agents): the fault is a process dying.
 """
 
 from __future__ import annotations
@@ -15,9 +18,8 @@ import time
 
 import grpc
 import pytest
-from harness import wait_job
+from harness import InProcessCluster, references, wait_job
 
-from edgetune.localrun.controlplane import fit_references
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
@@ -43,16 +45,18 @@ def _spec(name: str, refs: dict[str, str], device: str, *, budgets: bool = True)
         node_power_budget_w={n: NODES[n][1] for n in nodes} if budgets else {})
 
 
-def _why(cluster: LocalCluster, job: tuning_pb2.TuningJob) -> list:
-    """The nodes' reasons and events and the coordinators' logged warnings (the job's repr is cut short)."""
+def _why(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.TuningJob) -> list:
+    """The nodes' reasons and events and the coordinators' logged warnings (the job's repr is cut short;
+    in-process, the warnings are in the test's captured log)."""
     why: list = [(n.node_id, n.reason, [e.message for e in n.events]) for n in job.nodes]
-    children = cluster.supervisor.children if cluster.supervisor is not None else []
+    supervisor = getattr(cluster, "supervisor", None)
+    children = supervisor.children if supervisor is not None else []
     logged = [line for c in children if c.name.startswith("coordinator") for line in c.log_tail(400).splitlines()
               if '"level": "warning"' in line or '"level": "error"' in line]
     return why + logged[-30:]
 
 
-def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
+def _check_applied(cluster: LocalCluster | InProcessCluster, job: tuning_pb2.TuningJob, budgets: dict[str, float] | None = None) -> None:
     why = _why(cluster, job) if job.phase != tuning_pb2.JOB_PHASE_SUCCEEDED else []
     assert job.phase == tuning_pb2.JOB_PHASE_SUCCEEDED, why
     for node in job.nodes:
@@ -69,11 +73,11 @@ def _check_applied(cluster: LocalCluster, job: tuning_pb2.TuningJob, budgets: di
             (node.mode.cores, node.mode.cpu_mhz, node.mode.gpu_mhz, node.mode.emc_mhz)
 
 
-def test_job_reaches_applied_within_budget(tmp_path):
-    with LocalCluster(tmp_path, tuning=True) as cluster:
+def test_job_reaches_applied_within_budget(tmp_path, run_dir):
+    with InProcessCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.channel is not None
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
+        refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
         stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
         # the Orin AGX job uses the node's registered budget (UpdateBudget changes it below)
         jobs = [_spec(f"mnv3-{m}", refs, m, budgets=m != "orin-agx") for m in sorted(refs)]
@@ -112,19 +116,18 @@ def test_job_reaches_applied_within_budget(tmp_path):
         assert later and not any(m.startswith("profile") for m in later), later
 
 
-def test_leader_killed_mid_job_standby_finishes(tmp_path):
+def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
     with LocalCluster(tmp_path, tuning=True) as cluster:
         assert cluster.estimator is not None and cluster.channel is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None
         cluster.supervisor.wait_ready(standby, "edgetune.v1.Coordinator")
         cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
-        refs = fit_references(cluster.estimator.address, [m for m, _ in NODES.values()], points=80, epochs=100)
+        assert cluster.store is not None
+        refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)
         target = f"ipv4:127.0.0.1:{cluster.coordinator.address.rsplit(':', 1)[1]}," \
                  f"127.0.0.1:{standby.address.rsplit(':', 1)[1]}"
         with grpc.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
-            from edgetune.proto.v1 import coordinator_pb2_grpc
-
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             spec = _spec("mnv3-kill", refs, "orin-agx")
             stub.SubmitTuningJob(tuning_pb2.SubmitTuningJobRequest(spec=spec), timeout=10)

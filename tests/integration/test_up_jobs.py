@@ -1,28 +1,33 @@
-"""``edgetune up`` + ``edgetune job`` end to end, as a user runs them: ``up`` as a subprocess
-(Redis, estimator, optimizer, coordinator, one simulated agent per node), jobs submitted with the
-CLI against the address in its ready file, then SIGTERM: exit 0 and no process of the run left.
+"""``edgetune job`` against what ``edgetune up`` serves, and ``up``'s own failure path.
 
-The estimator runs ``--no-ray`` here (two shared CPU cores in CI; Ray's start-up is the
-slowest part and is covered by the demo).
+The job commands (submit --wait --json, get, list, the server's refusals, a call once the
+coordinator is gone) run the CLI's ``main`` in this process against ``up``'s cluster built in this
+process (:class:`harness.InProcessCluster`: the same coordinator, estimator, optimizer and agent
+servers, ``up``'s node ids, budgets and reference models): what they check is the CLI's output and
+exit codes and the job's result. ``up`` itself, as a process with its children (ready file, a job,
+SIGTERM: exit 0, no process left, no error logged), runs once in the suite: the README walkthrough's
+``up`` block (tests/integration/test_walkthrough.py). A child failing at start is checked here, as a
+process.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from harness import InProcessCluster, references
 
+from edgetune.cli import main
+from edgetune.localrun.controlplane import local_nodes, parse_nodes
 from edgetune.localrun.processes import find_marked
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-START_TIMEOUT_S = 240.0
 CLI = [sys.executable, "-m", "edgetune.cli"]
 
 JOB = """\
@@ -37,82 +42,56 @@ reference_model: reference-orin-agx-train
 """
 
 
-def edgetune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+def edgetune(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``edgetune ARGS`` run by the CLI's ``main`` in this process: its exit code and output."""
+    capsys.readouterr()  # what came before is not this call's
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["edgetune", *args], code, out, err)
 
 
-@pytest.fixture
-def up(tmp_path: Path):
-    ready = tmp_path / "ready.json"
-    err_path = tmp_path / "up.err"
-    with open(err_path, "w") as err, open(tmp_path / "up.out", "w") as out:
-        proc = subprocess.Popen([*CLI, "up", "--nodes", "orin-agx,nano", "--ready-file", str(ready), "--no-ray",
-                                 "--log-dir", str(tmp_path / "logs")], stdout=out, stderr=err)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready.exists():
-            assert proc.poll() is None, f"up exited with {proc.returncode}:\n{err_path.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"up not ready in {START_TIMEOUT_S} s:\n{err_path.read_text()[-3000:]}"
-            time.sleep(0.2)
-        run_id = re.search(r"; run ([0-9a-f]+)", err_path.read_text())
-        assert run_id is not None
-        yield proc, json.loads(ready.read_text()), run_id.group(1), ready, tmp_path
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+def test_job_submit_wait_json_get_list_refusals_then_unavailable(tmp_path, capsys, run_dir) -> None:
+    nodes = local_nodes(parse_nodes("orin-agx,nano"))  # `up --nodes orin-agx,nano`'s nodes and budgets
+    with InProcessCluster(tmp_path, tuning=True) as cluster:
+        assert cluster.estimator is not None and cluster.coordinator is not None
+        cluster.start_agents({n.node_id: (n.device, n.budget_w) for n in nodes})
+        references(cluster.store, cluster.estimator.address, [n.device for n in nodes], run_dir)  # as `up` fits
+        address = cluster.coordinator.address
+        (tmp_path / "job.yaml").write_text(JOB)
 
+        t0 = time.monotonic()
+        r = edgetune(capsys, "job", "submit", str(tmp_path / "job.yaml"), "--coordinator", address, "--wait",
+                     "--json", "--timeout-s", "240")
+        wall_s = time.monotonic() - t0
+        assert r.returncode == 0, r.stdout + r.stderr
+        job = json.loads(r.stdout)
+        assert job["name"] == "mnv3-train" and job["phase"] == "Succeeded"
+        assert [n["id"] for n in job["nodes"]] == ["orin-agx-1", "nano-1"]
+        budgets = {"orin-agx-1": 25.0, "nano-1": 6.0}
+        for node in job["nodes"]:
+            assert set(node) == {"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
+                                 "predicted", "measured", "reason", "conditions"}
+            assert node["phase"] == "Applied", node
+            assert node["power_budget_w"] == budgets[node["id"]]
+            assert 0 < node["measured"]["power_w"] <= node["power_budget_w"], node
+            assert node["predicted"]["power_upper_w"] <= node["power_budget_w"], node
+            assert set(node["mode"]) == {"cores", "cpu_mhz", "gpu_mhz", "emc_mhz"} and node["batch_size"] == 16
+            assert node["profiled"] >= 12
+        print(f"job Succeeded in {wall_s:.1f} s:", json.dumps(job["nodes"]))
 
-def test_up_submit_wait_json_then_sigterm(up) -> None:
-    proc, ready, run_id, ready_path, tmp_path = up
-    assert ready["nodes"] == ["orin-agx-1", "nano-1"] and set(ready) == {"coordinator", "nodes"}
-    address = ready["coordinator"]
-    assert re.fullmatch(r"127\.0\.0\.1:\d+", address)
-    (tmp_path / "job.yaml").write_text(JOB)
+        got = edgetune(capsys, "job", "get", "mnv3-train", "--coordinator", address, "--json")
+        assert got.returncode == 0 and json.loads(got.stdout) == job
+        listed = edgetune(capsys, "job", "list", "--coordinator", address)
+        assert listed.returncode == 0 and "mnv3-train  Succeeded  2/2 nodes applied" in listed.stdout
 
-    t0 = time.monotonic()
-    r = edgetune("job", "submit", str(tmp_path / "job.yaml"), "--coordinator", address, "--wait", "--json",
-                 "--timeout-s", "240")
-    wall_s = time.monotonic() - t0
-    assert r.returncode == 0, r.stdout + r.stderr
-    job = json.loads(r.stdout)
-    assert job["name"] == "mnv3-train" and job["phase"] == "Succeeded"
-    assert [n["id"] for n in job["nodes"]] == ["orin-agx-1", "nano-1"]
-    budgets = {"orin-agx-1": 25.0, "nano-1": 6.0}
-    for node in job["nodes"]:
-        assert set(node) == {"id", "device", "phase", "mode", "batch_size", "power_budget_w", "profiled",
-                             "predicted", "measured", "reason", "conditions"}
-        assert node["phase"] == "Applied", node
-        assert node["power_budget_w"] == budgets[node["id"]]
-        assert 0 < node["measured"]["power_w"] <= node["power_budget_w"], node
-        assert node["predicted"]["power_upper_w"] <= node["power_budget_w"], node
-        assert set(node["mode"]) == {"cores", "cpu_mhz", "gpu_mhz", "emc_mhz"} and node["batch_size"] == 16
-        assert node["profiled"] >= 12
-    print(f"job Succeeded in {wall_s:.1f} s:", json.dumps(job["nodes"]))
-
-    got = edgetune("job", "get", "mnv3-train", "--coordinator", address, "--json")
-    assert got.returncode == 0 and json.loads(got.stdout) == job
-    listed = edgetune("job", "list", "--coordinator", address)
-    assert listed.returncode == 0 and "mnv3-train  Succeeded  2/2 nodes applied" in listed.stdout
-
-    # Server errors: NOT_FOUND and INVALID_ARGUMENT exit 2 with the server's message.
-    missing = edgetune("job", "get", "no-such-job", "--coordinator", address)
-    assert missing.returncode == 2 and "no-such-job" in missing.stderr, missing.stderr
-    (tmp_path / "bad.yaml").write_text(JOB.replace("name: mnv3-train", "name: too-few").replace("profiles: 12",
-                                                                                               "profiles: 2"))
-    bad = edgetune("job", "submit", str(tmp_path / "bad.yaml"), "--coordinator", address)
-    assert bad.returncode == 2 and "spec.profiles" in bad.stderr, bad.stderr
-
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0, (tmp_path / "up.err").read_text()[-3000:]
-    assert find_marked(run_id) == []
-    assert not ready_path.exists()
-    # a clean stop logs no error (the coordinator used to log one traceback per open WatchConfig stream,
-    # read from a store closed under it, on every rollout)
-    errors = [f"{log.name}: {line[:300]}" for log in sorted((tmp_path / "logs").glob("*.log"))
-              for line in log.read_text().splitlines() if '"level": "error"' in line or '"level": "critical"' in line]
-    assert errors == [], errors
-    after = edgetune("job", "get", "mnv3-train", "--coordinator", address, timeout=60)
+        # Server errors: NOT_FOUND and INVALID_ARGUMENT exit 2 with the server's message.
+        missing = edgetune(capsys, "job", "get", "no-such-job", "--coordinator", address)
+        assert missing.returncode == 2 and "no-such-job" in missing.stderr, missing.stderr
+        (tmp_path / "bad.yaml").write_text(JOB.replace("name: mnv3-train", "name: too-few")
+                                           .replace("profiles: 12", "profiles: 2"))
+        bad = edgetune(capsys, "job", "submit", str(tmp_path / "bad.yaml"), "--coordinator", address)
+        assert bad.returncode == 2 and "spec.profiles" in bad.stderr, bad.stderr
+    after = edgetune(capsys, "job", "get", "mnv3-train", "--coordinator", address)
     assert after.returncode == 1 and f"coordinator {address} unavailable" in after.stderr
 
 

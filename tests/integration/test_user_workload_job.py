@@ -1,6 +1,8 @@
-"""A model that is not in the zoo, tuned by a TuningJob on ``edgetune up``-style local services: Redis,
-the Estimator (``--no-ray``), the Optimizer, the coordinator and a simulated agent whose operator
-allows ``tests/fixtures/workloads`` (``--workload-path``), as separate processes on loopback.
+"""A model that is not in the zoo, tuned by a TuningJob on ``edgetune up``-style local services: the
+Estimator (no Ray), the Optimizer, the coordinator and a simulated agent whose operator allows
+``tests/fixtures/workloads`` (``--workload-path``), as gRPC servers on loopback in this process over
+the in-memory store (``harness.InProcessCluster``: the services' own servers and agent loop; what
+is tested is the job's path through them, not their processes).
 
 - the job file names ``sensor_cnn:make`` (a 1-D CNN over sensor windows): the agent imports it by
   name, the simulator costs its layers, the reconcile loop profiles, transfers, selects, verifies and
@@ -17,11 +19,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from harness import wait_job
+from harness import InProcessCluster, references, wait_job
 
 from edgetune.cli import main
-from edgetune.localrun.controlplane import fit_references
-from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -47,12 +47,13 @@ reference_model: reference-{device}-train
 """
 
 
-def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys):
-    with LocalCluster(tmp_path, tuning=True, workload_path=(FIXTURES,)) as cluster:
+def test_a_user_model_is_tuned_by_a_job_and_a_bad_one_fails_naming_it(tmp_path, capsys, run_dir):
+    with InProcessCluster(tmp_path, tuning=True, workload_path=(FIXTURES,)) as cluster:
         assert cluster.estimator is not None and cluster.channel is not None and cluster.store is not None
         cluster.start_agents({NODE: (DEVICE, BUDGET_W)})
-        fit_references(cluster.estimator.address, [DEVICE])  # what `edgetune up` does
-        address = cluster.coordinator.address  # type: ignore[union-attr]
+        references(cluster.store, cluster.estimator.address, [DEVICE], run_dir)  # what `edgetune up` fits
+        assert cluster.coordinator is not None
+        address = cluster.coordinator.address
         stub = coordinator_pb2_grpc.CoordinatorStub(cluster.channel)
 
         # a malformed entry: refused by the CLI before anything is sent, and by the coordinator

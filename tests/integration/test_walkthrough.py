@@ -1,19 +1,32 @@
-"""The README's Walkthrough, run exactly as a newcomer would: every ```bash block of the section,
-in order, in one shell, in an empty directory with the project's ``.venv/bin`` first on PATH.
-The first command that fails fails the test, with the block and the output so far."""
+"""The README's Walkthrough, run as a newcomer would: every ```bash block of the section, in order,
+in one empty directory (files carry over from block to block, as in a terminal). The first command
+that fails fails the test, with the block and the output so far.
+
+A block made only of ``edgetune`` commands and ``cat > FILE <<'END'`` files runs in this process:
+each command through the CLI's ``main`` (what the ``edgetune`` console script calls) with the same
+arguments, so the suite pays no interpreter start per command. Any other block (``edgetune up`` in
+the background, a shell loop, ``kill``) runs in bash as written, with the project's ``.venv/bin``
+first on PATH: that block is the suite's process-level smoke test of ``up`` + a job + SIGTERM (exit
+0, its ready file gone, no process of its run left, no error logged).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from edgetune.cli import main
+from edgetune.localrun.processes import find_marked
+
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Walkthrough"
+HEREDOC = re.compile(r"cat > (\S+) <<'(\w+)'")
 
 
 def walkthrough_blocks(readme: str) -> list[str]:
@@ -24,21 +37,79 @@ def walkthrough_blocks(readme: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
 
 
+def in_process_steps(block: str) -> list[tuple[str, list[str] | str]] | None:
+    """The block as ``("edgetune", argv)`` and ``("file", "NAME\\nCONTENT")`` steps, or None when a
+    line is anything else (the block then runs in bash)."""
+    lines = block.replace("\\\n", " ").splitlines()
+    steps: list[tuple[str, list[str] | str]] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        if not line:
+            continue
+        if heredoc := HEREDOC.fullmatch(line):
+            name, tag = heredoc.groups()
+            end = lines.index(tag, i)  # a ValueError: an unterminated heredoc, a broken README
+            steps.append(("file", name + "\n" + "".join(f"{body}\n" for body in lines[i:end])))
+            i = end + 1
+            continue
+        argv = shlex.split(line, comments=True)
+        if not argv or argv[0] != "edgetune" or any(c in line for c in "$&|;<>`"):
+            return None
+        steps.append(("edgetune", argv[1:]))
+    return steps
+
+
 def test_the_readme_has_a_walkthrough_with_commands():
     blocks = walkthrough_blocks((ROOT / "README.md").read_text())
     assert len(blocks) >= 5 and all(b.strip() for b in blocks)
+    steps = [in_process_steps(b) for b in blocks]
+    # the in-process reading understands the README's commands and files (so what it runs is what is written)
+    assert sum(s is not None for s in steps) >= 5
+    assert ("edgetune", ["estimate", "fit", "--profiles", "truth.csv", "--epochs", "60", "--out", "ref.model"]) \
+        in steps[1]  # type: ignore[operator]
+    files = [s for block in steps if block for s in block if s[0] == "file"]
+    assert files and all(isinstance(body, str) and body.endswith("\n") for _, body in files)
+    assert any("up" in b for b, s in zip(blocks, steps, strict=True) if s is None)  # `up` runs as a process
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_the_walkthrough_runs_as_written(tmp_path):
+@pytest.mark.timeout(600)  # a block may take its own 600 s; the suite's 300 s is for one test of many
+def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     blocks = walkthrough_blocks((ROOT / "README.md").read_text())
     bin_dir = Path(sys.executable).parent  # the venv the tests run in: what `make install` made
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    log = []
+    monkeypatch.chdir(tmp_path)
+    log: list[str] = []
     for i, block in enumerate(blocks, start=1):
-        # one shell per block, in the same directory: files carry over, as in a terminal
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-        log.append(f"--- block {i}\n{block}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
-        assert done.returncode == 0, "\n".join(log[-2:])
+        steps = in_process_steps(block)
+        if steps is None:
+            # one shell per block, in the same directory
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            log.append(f"--- block {i}\n{block}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+            assert done.returncode == 0, "\n".join(log[-2:])
+            continue
+        for kind, step in steps:
+            if kind == "file":
+                assert isinstance(step, str)
+                name, body = step.split("\n", 1)
+                (tmp_path / name).write_text(body)
+                continue
+            assert isinstance(step, list)
+            code = main(step)
+            out, err = capsys.readouterr()
+            log.append(f"--- block {i}: edgetune {shlex.join(step)}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
+            assert code == 0, "\n".join(log[-2:])
+    # The `up` block's run: ready file written, then removed at the stop; SIGTERM (its `kill`; `wait`
+    # under `set -e` fails the block unless up exits 0) stops every process it started; a clean stop
+    # logs no error (the coordinator used to log a traceback per open WatchConfig stream on every rollout).
+    started = re.findall(r"logs in (\S+); run ([0-9a-f]+)", (tmp_path / "up.log").read_text())
+    assert len(started) == 1, (tmp_path / "up.log").read_text()[-3000:]
+    log_dir, run_id = Path(started[0][0]), started[0][1]
+    assert find_marked(run_id) == [] and not (tmp_path / "up.json").exists()
+    errors = [f"{f.name}: {line[:300]}" for f in sorted(log_dir.glob("*.log")) for line in f.read_text().splitlines()
+              if '"level": "error"' in line or '"level": "critical"' in line]
+    assert errors == [], errors

@@ -269,10 +269,8 @@ def test_the_typed_client_and_the_tuning_adapter_speak_records(served, reference
 
 
 # --- Ray vs sequential --------------------------------------------------------------------------
-def test_ray_fit_equals_sequential_fit(store, reference_rows):
-    pytest.importorskip("ray")
-    from edgetune.estimation import parallel
-
+def test_ray_fit_equals_sequential_fit(store, reference_rows, local_ray):
+    # The server's use_ray=True runs its tasks on the Ray it finds running (local_ray, tests/conftest.py).
     req = estimator_pb2.FitRequest(device="orin-agx", workload="bert-base", measurements=_measurements(
         reference_rows[::4]), epochs=2, seed=7, model_id="ray-check/seq")
     seq_server, seq_channel = _start(store, use_ray=False)
@@ -285,7 +283,6 @@ def test_ray_fit_equals_sequential_fit(store, reference_rows):
         for s, c in ((seq_server, seq_channel), (ray_server, ray_channel)):
             c.close()
             s.stop(0)
-        parallel.shutdown()
     a, b = _library_model(store, seq.model_id), _library_model(store, on_ray.model_id)
     x = FULCRUM.array()
     for target in ("time_ms", "power_w"):

@@ -1,11 +1,23 @@
 """``edgetune up``: ``--nodes`` parsing, node ids and budgets, bad input exits 2 before any
-process starts (the running suite: tests/integration/test_up_jobs.py)."""
+process starts, the ready file's content (``up`` running, with a job and SIGTERM: the README
+walkthrough's ``up`` block, tests/integration/test_walkthrough.py; a child failing at start:
+tests/integration/test_up_jobs.py)."""
+
+import json
+from types import SimpleNamespace
 
 import pytest
 
 from edgetune.cli import main
+from edgetune.cli.up import write_ready_file
 from edgetune.errors import InvalidArgument
-from edgetune.localrun.controlplane import NodeRequest, default_budget_w, local_nodes, parse_nodes
+from edgetune.localrun.controlplane import (
+    ControlPlane,
+    NodeRequest,
+    default_budget_w,
+    local_nodes,
+    parse_nodes,
+)
 
 
 def test_issue_example_ids_and_default_budgets():
@@ -53,3 +65,12 @@ def test_cli_bad_nodes_exit_2_without_starting(tmp_path, capsys):
     assert code == 2
     assert "--nodes[1]: unknown device 'jetson-tx9'" in err
     assert not (tmp_path / "logs").exists()  # nothing was started
+
+
+def test_the_ready_file_names_the_coordinator_and_the_node_ids_in_order(tmp_path):
+    cluster = SimpleNamespace(coordinator=SimpleNamespace(address="127.0.0.1:50099"))
+    plane = ControlPlane(cluster, local_nodes(parse_nodes("orin-agx,nano")))  # type: ignore[arg-type]
+    write_ready_file(tmp_path / "run" / "up.json", plane.ready_record())
+    assert json.loads((tmp_path / "run" / "up.json").read_text()) == {"coordinator": "127.0.0.1:50099",
+                                                                      "nodes": ["orin-agx-1", "nano-1"]}
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["up.json"]  # written whole: no temporary left

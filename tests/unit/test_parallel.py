@@ -13,15 +13,8 @@ from edgetune.estimation import parallel
 from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
 from edgetune.estimation.parallel import TaskFailed, grid, run_tasks
 
-ray = pytest.importorskip("ray")
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """One 2-CPU local Ray for the module (the test machine's cores are shared)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytest.importorskip("ray")
+# local_ray (tests/conftest.py): one 2-CPU local Ray shared with the other tests that need one.
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,9 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
 
 - **Pre-trained checkpoint** — :func:`pretrained_state`: the model trained briefly on the
   pool (Adam, fixed seed), the same weights for every batch size and seed; cached per
-  process.
+  process, and on disk in ``$EDGETUNE_CHECKPOINT_DIR`` (:data:`CHECKPOINT_DIR_ENV`) when it is
+  set, so that the processes of one run (the test suite's workers, the services they start)
+  train each checkpoint once.
 
 - **Text** — the paper's character-level transformer experiment lives in
   :mod:`edgetune.estimation.proxy_text` (corpora from the standard library's own text, a
@@ -51,7 +53,11 @@ model* with every batch size on a *proxy data set* of the same task type. Offlin
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -93,6 +99,9 @@ _TEST_FRACTION = 0.2
 _NOISE_STD = 0.3  # target set's pixel noise, in standardised units
 EVAL_DRAWS = 8  # noise draws of the noisy proxy's held-out images by default (140 digits -> 1,120 test images)
 _MAX_EVAL_DRAWS = 64
+# a directory shared by the processes of one run: a pre-trained checkpoint found there is loaded, one
+# trained is saved there (the same seeded training, so the same weights either way)
+CHECKPOINT_DIR_ENV = "EDGETUNE_CHECKPOINT_DIR"
 
 
 @lru_cache(maxsize=4)
@@ -411,7 +420,26 @@ def pretrained_state(workload: str, input_size: int = 8, epochs: int = 10, batch
 @lru_cache(maxsize=8)
 def _pretrained_state(workload: str, input_size: int, epochs: int, batch_size: int, lr: float,
                       seed: int) -> dict[str, torch.Tensor]:
+    directory = os.environ.get(CHECKPOINT_DIR_ENV)
+    if not directory:
+        return _pretrain(workload, input_size, epochs, batch_size, lr, seed)
+    # named by a digest of the arguments: any workload name (a caller's, of any length or character)
+    # gives a short, safe file name
+    key = hashlib.sha256(repr((workload, input_size, epochs, batch_size, lr, seed)).encode()).hexdigest()[:32]
+    path = Path(directory) / f"pretrained-{key}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:  # one process trains, the others wait and load
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return torch.load(path, weights_only=True)
+        state = _pretrain(workload, input_size, epochs, batch_size, lr, seed)
+        torch.save(state, path.with_suffix(".tmp"))
+        os.replace(path.with_suffix(".tmp"), path)  # whole or absent for a reader that does not lock
+        return state
 
+
+def _pretrain(workload: str, input_size: int, epochs: int, batch_size: int, lr: float,
+              seed: int) -> dict[str, torch.Tensor]:
     if workload in TEXT_MODELS:
         return pretrain_text_state(workload, batch_size=batch_size, lr=lr, seed=seed)
     pool = load_proxy_data("pretrain", input_size)
