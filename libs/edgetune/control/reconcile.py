@@ -347,8 +347,9 @@ class LimitedEstimator:
 #: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
 TRANSIENT_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.RESOURCE_EXHAUSTED)
 MAX_TRANSIENT_RETRIES = 5
-#: Estimator calls in flight at once (:class:`LimitedEstimator`).
-ESTIMATOR_SLOTS = 4
+#: Estimator calls in flight at once (:class:`LimitedEstimator`): enough for a fleet's transfers to reach the
+#: estimator together, which runs those arriving together as one batch.
+ESTIMATOR_SLOTS = 64
 
 
 def _transient(exc: Exception) -> bool:

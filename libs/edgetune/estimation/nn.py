@@ -148,7 +148,7 @@ class NNPredictor(Predictor):
 
     @classmethod
     def _transfer_many(cls, preds, xss, yss) -> list[dict[str, Any]]:
-        return fine_tune_many(preds, xss, yss)  # type: ignore[arg-type]
+        return fine_tune_many(preds, xss, yss)
 
     def _fresh_head(self, reference: dict[str, torch.Tensor], xs: np.ndarray, ys: np.ndarray) -> nn.Sequential:
         """The reference net with a new output layer fitted by ridge regression on its features."""
@@ -444,10 +444,9 @@ def _train_group(runs: Sequence[_Run]) -> None:
                     runs[k].report(epoch, epochs[k])  # type: ignore[misc]
     for k, r in enumerate(runs):
         state = best[k] if has_val and best[k] is not None else done[k]
-        linears = [m for m in r.net if isinstance(m, nn.Linear)]
         if state is not None:
             with torch.no_grad():
-                for li, m in enumerate(linears):
+                for li, m in enumerate([m for m in r.net if isinstance(m, nn.Linear)]):
                     m.weight.copy_(state[li])
                     m.bias.copy_(state[n_layers + li].reshape(-1))
         r.result = (best_epoch[k], best_val[k]) if has_val and best[k] is not None else (r.epochs, None)
