@@ -1,7 +1,8 @@
 """The control plane at scale: one TuningJob over 100 simulated nodes against one coordinator.
 
-``tuning_job_100_nodes``: Redis, the Estimator (``--no-ray``: on these 2 cores Ray adds start-up and
-no parallelism, so its transfers run one after another in its process), the Optimizer and a
+``tuning_job_100_nodes`` / ``tuning_job_1000_nodes``: Redis, the Estimator (``--no-ray --processes <cores>``:
+no Ray start-up on these 2 cores; the transfers arriving together run as one batch, one task per core and
+target, on a pool of worker processes), the Optimizer and a
 coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
@@ -14,8 +15,11 @@ the Optimizer's selections, the store.
 
 Reported: the job's wall time (submit to Succeeded), each node's reconcile time (its status's start to
 Applied) with its phases (profiling, estimating, selecting + verifying, publishing) as medians and
-95th percentiles, one reconcile pass over the 100 Applied nodes (the steady-state cost of a pass), the
-estimator's and the optimizer's calls, and how many nodes were Applied within their budgets.
+95th percentiles, one reconcile pass over the Applied nodes (the steady-state cost of a pass), how many
+nodes were Applied within their budgets, the estimator's and the coordinator's CPU seconds per node (their
+process trees, from /proc), the coordinator's resident memory, and wall / compute: the job's wall time
+over the CPU seconds of every process below the bench's divided by the cores (1.0: every core busy
+throughout); the 1-minute load average at the end says how busy the machine was.
 """
 
 from __future__ import annotations
@@ -149,10 +153,9 @@ def _phases(node: NodeStatus) -> dict[str, float]:
     return out
 
 
-@benchmark("tuning_job_100_nodes", "one TuningJob over 100 simulated nodes (40 Orin AGX, 30 Xavier AGX, 20 Orin "
-           "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time < 300 s on 2 cores "
-           "(reported: reconcile time per node and its phases, one reconcile pass)", "job_s", 300.0)
-def tuning_job_100_nodes() -> dict[str, Any]:
+def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
+    """One TuningJob over ``fleet_sizes`` simulated nodes (module docstring); CPU seconds of every process."""
+    import os
     import tempfile
     from pathlib import Path
 
@@ -173,16 +176,16 @@ def tuning_job_100_nodes() -> dict[str, Any]:
     from edgetune.tuning.jobs import JobPhase, NodePhase, TuningJobSpec, TuningMethod
     from edgetune.tuning.protocols import reference_model_id
 
-    nodes = {f"{device}-{i + 1}": device for device, n in FLEET.items() for i in range(n)}
+    nodes = {f"{device}-{i + 1}": device for device, n in fleet_sizes.items() for i in range(n)}
     with tempfile.TemporaryDirectory(prefix="edgetune-scale-") as tmp, \
             LocalCluster(Path(tmp), tuning=True, heartbeat_ttl_s=30.0, lease_ms=5000) as cluster:
         assert cluster.estimator is not None and cluster.coordinator is not None and cluster.client is not None
         assert cluster.store is not None
-        fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes)
+        fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes, workers=workers)
         try:
             with grpc.insecure_channel(cluster.estimator.address) as channel:
                 estimator = EstimatorClient(channel, timeout_s=300)
-                for device in FLEET:  # a ResNet18 reference per device model, as `edgetune up` fits them
+                for device in fleet_sizes:  # a ResNet18 reference per device model, as `edgetune up` fits them
                     grid = named_grid(get_spec(device), "fulcrum").array()
                     grid = grid[np.sort(np.random.default_rng(0).choice(len(grid), min(80, len(grid)), replace=False))]
                     ms = tuple(MeasuredRow(PowerMode.from_mapping(r), 16, r["time_ms"], r["power_w"])
@@ -193,16 +196,22 @@ def tuning_job_100_nodes() -> dict[str, Any]:
             client = cluster.client
             spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),
                                  nodes=tuple(nodes), profiles=PROFILES, method=TuningMethod.RANDOM)
+            pids = {"estimator": cluster.estimator.pid, "coordinator": cluster.coordinator.pid}
+            cpu0 = {k: _tree_cpu_s(pid) for k, pid in pids.items()}
+            all0 = _tree_cpu_s(os.getpid())
             t0 = time.perf_counter()
             client.submit_job(spec)
             done = (JobPhase.SUCCEEDED, JobPhase.FAILED)
-            deadline = time.monotonic() + 1200
+            deadline = time.monotonic() + 1200 + 2 * len(nodes)
             while True:
                 job = client.job("scale")
                 if job.phase in done or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
             job_s = time.perf_counter() - t0
+            cpu = {k: _tree_cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
+            compute_s = _tree_cpu_s(os.getpid()) - all0
+            coordinator_rss_mb = _rss_mb(cluster.coordinator.pid)
         finally:
             fleet.close()
         # One reconcile pass over the 100 Applied nodes, as the leader runs it (a loop of this process
@@ -233,9 +242,77 @@ def tuning_job_100_nodes() -> dict[str, Any]:
             "nodes": len(nodes), "applied": len(applied), "within_budget": len(within),
             "failed": dict(list(failed.items())[:5]), "points_measured": fleet.points,
             "node_reconcile": _stats(per_node), "phases": {k: _stats(v) for k, v in phases.items()},
-            "pass_over_100_applied_ms": round(float(np.median(passes)) * 1e3, 1),
+            f"pass_over_{len(nodes)}_applied_ms": round(float(np.median(passes)) * 1e3, 1),
+            "estimator_cpu_s_per_node": round(cpu["estimator"] / len(nodes), 3),
+            "coordinator_cpu_s_per_node": round(cpu["coordinator"] / len(nodes), 3),
+            "coordinator_rss_mb": coordinator_rss_mb,
+            "compute_s": round(compute_s, 1), "cores": os.cpu_count(),
+            "wall_over_compute": round(job_s / max(compute_s / (os.cpu_count() or 1), 1e-9), 2),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "nodes_per_minute": round(len(applied) / job_s * 60, 1),
-            "processes": "Redis, estimator (--no-ray: its transfers one after another in its process), optimizer, "
-                         "coordinator: separate processes, as edgetune up runs them",
+            "processes": "Redis, estimator (--no-ray --processes <cores>: transfers arriving together batched, one "
+                         "task per core and target), optimizer, coordinator: separate processes, as edgetune up "
+                         "runs them",
             "agents": f"{len(nodes)} simulated agents in the bench's process: gRPC RegisterNode + Heartbeat, "
-                      f"{WORKERS} threads consuming the nodes' job streams"}
+                      f"{workers} threads consuming the nodes' job streams",
+            "compute": "CPU seconds of every process on the machine's process tree below this one during the job "
+                       "(services, their workers, the agents); wall_over_compute = job_s / (compute_s / cores): "
+                       "1.0 when every core worked the whole job"}
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live descendants, from /proc (0 where it cannot be read)."""
+    import os
+    from pathlib import Path
+
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    children: dict[int, list[int]] = {}
+    stats: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        p, ppid = int(d.name), int(fields[1])
+        children.setdefault(ppid, []).append(p)
+        stats[p] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MiB (/proc/PID/status VmRSS)."""
+    from pathlib import Path
+
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+@benchmark("tuning_job_100_nodes", "one TuningJob over 100 simulated nodes (40 Orin AGX, 30 Xavier AGX, 20 Orin "
+           "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time <= 40 s on 2 cores "
+           "(reported: reconcile time per node and its phases, one reconcile pass, estimator CPU s per node, "
+           "wall / compute)", "job_s", 40.0)
+def tuning_job_100_nodes() -> dict[str, Any]:
+    return _tuning_job(FLEET, WORKERS)
+
+
+#: The 1,000-node fleet: the 100-node one ten times over.
+FLEET_1000 = {device: 10 * n for device, n in FLEET.items()}
+
+
+@benchmark("tuning_job_1000_nodes", "one TuningJob over 1,000 simulated nodes (the 100-node fleet ten times; 12 "
+           "random profiles each) reaches Applied on every node; wall time <= 300 s on 2 cores (reported: estimator "
+           "CPU s per node, wall / compute, a reconcile pass over the 1,000, coordinator memory)", "job_s", 300.0)
+def tuning_job_1000_nodes() -> dict[str, Any]:
+    return _tuning_job(FLEET_1000, 4 * WORKERS)
