@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from edgetune.services.common import (
 )
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.errors import register_status, status_for
+from edgetune.services.common.limits import MAX_HEAVY_ENV
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
 from edgetune.services.estimator.servicer import EstimatorServicer
@@ -51,6 +53,10 @@ DEFAULT_PORT = 50052
 #: A full grid × batch sizes streams in chunks, but a Fit with tens of thousands of inline rows is one message.
 DEFAULT_MAX_MESSAGE_MB = 64
 DEFAULT_MODEL_CACHE = 16
+#: Heavy calls admitted at once (unless EDGETUNE_MAX_HEAVY_RPCS says otherwise): a fleet's transfers wait
+#: together in the transfer batcher and run on the workers, so the slots bound calls waiting, not the work
+#: (the coordinator sends up to 64 at once: edgetune.control.reconcile.ESTIMATOR_SLOTS).
+ESTIMATOR_MAX_HEAVY = 72
 
 if status_for(Unimplemented("")) is not grpc.StatusCode.UNIMPLEMENTED:
     register_status(Unimplemented, grpc.StatusCode.UNIMPLEMENTED)
@@ -90,7 +96,8 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                               max_workers=max_workers, ready_file=ready_file,
                               options=[("grpc.max_receive_message_length", size),
                                        ("grpc.max_send_message_length", size)],
-                              security=security, audit_store=store, health_port=health_port)
+                              security=security, audit_store=store, health_port=health_port,
+                              max_heavy=None if MAX_HEAVY_ENV in os.environ else ESTIMATOR_MAX_HEAVY)
     owner.close_with(server)
     if use_ray:
         server.on_shutdown.append(parallel.shutdown)  # stops only a Ray this process started
