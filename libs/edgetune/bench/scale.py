@@ -316,3 +316,71 @@ FLEET_1000 = {device: 10 * n for device, n in FLEET.items()}
            "CPU s per node, wall / compute, a reconcile pass over the 1,000, coordinator memory)", "job_s", 300.0)
 def tuning_job_1000_nodes() -> dict[str, Any]:
     return _tuning_job(FLEET_1000, 4 * WORKERS)
+
+
+RECONCILE_NODES = 1000
+
+
+@benchmark("reconcile_pass_1000_nodes", "one reconcile pass of the leader over a TuningJob of 1,000 Applied nodes "
+           "(embedded Redis) <= 1 s", "pass_s", 1.0)
+def reconcile_pass_1000_nodes() -> dict[str, Any]:
+    """1,000 registered, heartbeating nodes and one job whose status has them all Applied (each with its
+    decision and a few events, as a tuned node has): the median of 10 passes of :meth:`Reconciler.run_once`
+    (it reads the jobs and the registry and decides that nothing is to be done)."""
+    import os
+    import resource
+    import tempfile
+
+    from edgetune.control.configs import ConfigStore
+    from edgetune.control.leader import LeaderLease
+    from edgetune.control.reconcile import Reconciler
+    from edgetune.control.registry import NodeRegistry
+    from edgetune.control.tuningjobs import TuningJobs
+    from edgetune.powermodes.specs import get_spec
+    from edgetune.store import NodeRecord, open_store
+    from edgetune.store.nodes import spec_to_dict
+    from edgetune.tuning.jobs import NodePhase, TuningJobSpec, TuningJobStatus
+
+    ids = [f"orin-agx-{i + 1}" for i in range(RECONCILE_NODES)]
+    with tempfile.TemporaryDirectory(prefix="edgetune-pass-") as tmp:
+        store = open_store(f"embedded:{tmp}")
+        try:
+            registry = NodeRegistry(store, heartbeat_ttl_s=300.0)
+            spec = get_spec("orin-agx")
+            for node_id in ids:
+                registry.register(NodeRecord(node_id=node_id, device=spec_to_dict(spec), power_budget_w=30.0))
+                registry.heartbeat(node_id, state="ready")
+            jobs = TuningJobs(store)
+            jobs.submit(TuningJobSpec(name="fleet", workload="mobilenetv3", nodes=tuple(ids), profiles=12))
+            now = time.time()
+            nodes = {}
+            for node_id in ids:
+                st = NodeStatus(node_id, "orin-agx", started_s=now, updated_s=now)
+                for message in ("tuning for 30 W", "12 points measured", "12 points profiled; transferring",
+                                "selecting for 30 W at risk 0.05", "measured 27.1 W, 80.2 ms"):
+                    st = st.with_event(message)
+                nodes[node_id] = st.with_event("config published", phase=NodePhase.APPLIED, power_budget_w=30.0,
+                                               mode=(8.0, 2201.6, 1300.5, 3199.0), batch_size=16,
+                                               measured_power_w=27.1, measured_time_ms=80.2)
+            jobs.put_status(TuningJobStatus("fleet", nodes, updated_s=now), None)
+            lease = LeaderLease(store, "bench-reconcile-pass", lease_ms=5000, holder_id="bench")
+            lease.start()
+            try:
+                assert lease.wait_leader(10)
+                reconciler = Reconciler(store, NodeRegistry(store, heartbeat_ttl_s=300.0), ConfigStore(store), lease,
+                                        None, None)
+                passes, cpu = [], []
+                for _ in range(10):
+                    c0, p0 = time.process_time(), time.perf_counter()
+                    reconciler.run_once()
+                    passes.append(time.perf_counter() - p0)
+                    cpu.append(time.process_time() - c0)
+                started = reconciler.cached()["workers"]
+            finally:
+                lease.stop()
+        finally:
+            store.close()
+    return {"pass_s": round(float(np.median(passes)), 3), "pass_cpu_s": round(float(np.median(cpu)), 3),
+            "passes": len(passes), "nodes": RECONCILE_NODES, "workers_started": started,
+            "bench_process_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
