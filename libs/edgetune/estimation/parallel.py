@@ -211,7 +211,8 @@ _pool_size = 0
 
 def ensure_pool(processes: int) -> Any:
     """A pool of ``processes`` spawned workers, started once (spawned, not forked: this process may run gRPC
-    threads); each worker imports the estimation modules at start, so the first task does not pay for it."""
+    threads); each worker imports the estimation modules as it starts, in the background (a server does not
+    wait for them to listen), so the first task pays for none of it once they are up."""
     global _pool, _pool_size
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -223,8 +224,8 @@ def ensure_pool(processes: int) -> Any:
             _pool = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
                                         initializer=_warm_worker)
             _pool_size = processes
-            for f in [_pool.submit(_ready) for _ in range(processes)]:
-                f.result()
+            for _ in range(processes):  # the workers start (and import) now, in the background: not waited for
+                _pool.submit(_ready)
     return _pool
 
 
