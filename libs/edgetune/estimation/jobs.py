@@ -34,7 +34,7 @@ from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.estimation import params
 from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
 from edgetune.estimation.bundle import TimePowerModel
-from edgetune.estimation.features import BATCH_FEATURE
+from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.ids import default_model_id, id_part, parse_model_id
 from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS, parse_method
 from edgetune.estimation.parallel import TaskFailed, ensure_pool, ensure_ray, run_tasks, single_threaded
@@ -232,7 +232,7 @@ def transfer_models(jobs: Sequence[TransferJob], runner: Runner) -> list[Trained
         tables = [jobs[i].rows.table(jobs[i].device, jobs[i].workload, jobs[i].role) for i in idx]
         models = first.base.transfer_tables(tables, first.method, runner=runner.run, nn_settings=first.nn_settings,
                                             sources=[jobs[i].rows.source for i in idx],
-                                            chunks=runner.workers if len(idx) > 1 else 1, **first.kw)
+                                            chunks=_chunks(len(idx), runner.workers), **first.kw)
         out.update(zip(idx, models, strict=True))
     seconds = round((time.perf_counter() - t0) / len(jobs), 3)  # a batch's time, per job
     TRAIN_SECONDS.labels("Transfer").observe(time.perf_counter() - t0)
@@ -241,34 +241,47 @@ def transfer_models(jobs: Sequence[TransferJob], runner: Runner) -> list[Trained
             for i, job in enumerate(jobs)]
 
 
-class TransferBatcher:
-    """Transfers that arrive within ``window_s`` of each other run as one batch (:func:`transfer_models`): a
-    fleet's nodes reach their transfers together, and a batch costs little more than one transfer.
+def _chunks(jobs: int, workers: int) -> int:
+    """Tasks per target for a batch: the targets' tasks already keep that many workers busy; more tasks only
+    where workers are left over (a task of a lone net pays for its twin: :func:`~edgetune.estimation.nn.fine_tune_many`)."""
+    return max(1, min(jobs // 2, workers // len(TARGETS)))
 
-    The first caller of a batch waits the window, then hands the batch to one of ``threads`` batch threads
-    (not an RPC's thread: one caller cancelling does not stop the others' work); every caller waits for its
-    own result. A batch that fails is run again one job at a time, so only a failing job's caller sees its error.
+
+class TransferBatcher:
+    """Transfers waiting together run as one batch (:func:`transfer_models`): a fleet's nodes reach their
+    transfers together, and a batch costs little more than one transfer.
+
+    One batch thread (not an RPC's thread: one caller cancelling does not stop the others' work) takes
+    every transfer waiting, ``window_s`` after the first of them arrived, and runs them; the transfers
+    arriving meanwhile wait for the next batch, so the batches grow while the workers are busy. Every
+    caller waits for its own result. A batch that fails is run again one job at a time, so only a
+    failing job's caller sees its error.
     """
 
-    def __init__(self, runner: Runner, window_s: float = 0.05, threads: int = 2) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
+    def __init__(self, runner: Runner, window_s: float = 0.05) -> None:
         self.runner, self.window_s = runner, window_s
         self._pending: list[tuple[TransferJob, Future[Trained]]] = []
-        self._lock = threading.Lock()
-        self._batches = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="estimator-transfer")
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
 
     def run(self, job: TransferJob) -> Trained:
         mine: Future[Trained] = Future()
-        with self._lock:
+        with self._cond:
             self._pending.append((job, mine))
-            lead = len(self._pending) == 1
-        if lead:
-            time.sleep(self.window_s)  # the others arriving now join this batch
-            with self._lock:
-                batch, self._pending = self._pending, []
-            self._batches.submit(self._run_batch, batch)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="estimator-transfers", daemon=True)
+                self._thread.start()
+            self._cond.notify()
         return mine.result()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending))
+            time.sleep(self.window_s)  # the others arriving now join this batch
+            with self._cond:
+                batch, self._pending = self._pending, []
+            self._run_batch(batch)
 
     def _run_batch(self, batch: list[tuple[TransferJob, Future[Trained]]]) -> None:
         try:
