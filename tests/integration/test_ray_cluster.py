@@ -46,23 +46,64 @@ RAY = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; 
 
 
 def _ray(*args: str, env: dict[str, str]) -> None:
-    subprocess.run([*RAY, *args], check=True, env=env, timeout=240, capture_output=True)
+    done = subprocess.run([*RAY, *args], env=env, timeout=240, capture_output=True, text=True)
+    assert done.returncode == 0, f"ray {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+
+
+def _stop(marker: str) -> None:
+    """End the Ray processes of this test's nodes only (their command lines name its temp dir), and their
+    children; never ``ray stop``, which ends every Ray on the machine."""
+    import signal
+    from pathlib import Path
+
+    def ours() -> list[int]:
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(d.name))
+            except OSError:
+                continue
+        return found
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = ours()
+        children = []
+        for p in pids:
+            try:
+                children += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+            except OSError:  # gone already
+                continue
+        for pid in pids + children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig == signal.SIGTERM:
+            import time
+
+            time.sleep(3)
 
 
 @pytest.fixture
-def two_node_cluster(tmp_path):
+def two_node_cluster():
     env = {**os.environ, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
     port = free_port()
     address = f"127.0.0.1:{port}"
+    import shutil
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="etray-", dir="/tmp")  # short: Ray's unix sockets live under it (107 bytes)
     try:
         _ray("start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "1",
-             "--include-dashboard", "false", "--temp-dir", str(tmp_path / "ray"), "--disable-usage-stats", env=env)
+             "--include-dashboard", "false", "--temp-dir", temp, "--disable-usage-stats", env=env)
         _ray("start", "--address", address, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-             "--disable-usage-stats", env=env)
+             "--temp-dir", temp, "--disable-usage-stats", env=env)
         yield address
     finally:
         parallel.shutdown()
-        subprocess.run([*RAY, "stop", "--force"], env=env, timeout=120, capture_output=True)
+        _stop(temp)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_a_jobs_transfers_run_on_both_nodes_with_the_single_process_results(two_node_cluster):
