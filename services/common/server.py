@@ -102,13 +102,15 @@ class ServiceServer:
                  interceptors: Sequence[grpc.ServerInterceptor] = (),
                  options: Sequence[tuple[str, Any]] = (),
                  security: ServerSecurity | None = None, audit_store: Store | None = None,
-                 health_port: int | None = None, idle_thread_s: float = DEFAULT_IDLE_S) -> None:
+                 health_port: int | None = None, idle_thread_s: float = DEFAULT_IDLE_S,
+                 max_heavy: int | None = None) -> None:
         """``host`` "" means every address when the server is TLS-secured or insecure, else loopback
         (:func:`listen_host`, which also refuses settings that cannot tell callers apart);
         ``audit_store`` receives the audit stream (:mod:`.auth`).
         ``health_port``: also serve gRPC health checking alone, in plain text, there (kubelet's
         gRPC probes speak no TLS); None: not. ``idle_thread_s``: how long an idle handler thread
-        lives (:class:`~.pool.ElasticThreadPool`)."""
+        lives (:class:`~.pool.ElasticThreadPool`). ``max_heavy``: heavy calls admitted at once (None:
+        ``EDGETUNE_MAX_HEAVY_RPCS`` or the default, :mod:`.limits`)."""
         self.name = name
         security = security or ServerSecurity()
         host = listen_host(host, security)
@@ -121,7 +123,7 @@ class ServiceServer:
         self.on_shutdown: list[Callable[[], None]] = []
         self.service_names: list[str] = []
         self.health = health.HealthServicer()
-        self.limits = LimitsInterceptor()  # request limits, heavy slots by role, watches per caller
+        self.limits = LimitsInterceptor(max_heavy)  # request limits, heavy slots by role, watches per caller
         self.pool = ElasticThreadPool(max_workers, thread_name_prefix=f"{name}-rpc", idle_s=idle_thread_s)
         self._server = grpc.server(
             self.pool,  # an Executor; grpc only calls submit()

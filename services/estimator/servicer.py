@@ -22,10 +22,10 @@ from edgetune.tuning.policy import TuningPolicy, default_policy
 
 class EstimatorServicer(estimator_pb2_grpc.EstimatorServicer):
     def __init__(self, models: ModelRepository, runner: Runner, energy_estimator: EnergyEstimator | None = None,
-                 policy: TuningPolicy | None = None) -> None:
+                 policy: TuningPolicy | None = None, transfer_batch_s: float = 0.05) -> None:
         self.models = models
         self.runner = runner
-        self.trainer = ModelTrainer(models, runner)
+        self.trainer = ModelTrainer(models, runner, transfer_batch_s)
         self._policy = policy
         self.energy = energy_estimator or EnergyEstimator()
 

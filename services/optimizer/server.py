@@ -21,8 +21,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from edgetune.clients.estimator import EstimatorClient
 from edgetune.errors import InvalidArgument
-from edgetune.identity import ServerSecurity
+from edgetune.identity import ClientSecurity, ServerSecurity, open_channel
 from edgetune.optimization.sessions import DEFAULT_TTL_S, SessionStore
 from edgetune.proto.v1 import optimizer_pb2_grpc
 from edgetune.services.common import (
@@ -31,10 +32,11 @@ from edgetune.services.common import (
     build_server,
     server_kwargs,
 )
+from edgetune.services.common.config import client_security
 from edgetune.services.common.entry import run_main
 from edgetune.services.common.server import ServiceServer
 from edgetune.services.common.stores import OwnedStore
-from edgetune.services.optimizer.servicer import OptimizerServicer
+from edgetune.services.optimizer.servicer import ModelPools, OptimizerServicer
 from edgetune.store import Store
 
 log = logging.getLogger("edgetune.optimizer")
@@ -48,14 +50,20 @@ def create_server(port: int = DEFAULT_PORT, redis_url: str | None = "embedded", 
                   host: str = "", grace_s: float = 10.0, max_workers: int = 16,
                   session_ttl_s: float = DEFAULT_TTL_S, max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
                   store: Store | None = None, ready_file: str | None = None,
-                  security: ServerSecurity | None = None, health_port: int | None = None) -> tuple[ServiceServer, OptimizerServicer]:
-    """The optimizer's server, not yet started, and its servicer (see :func:`serve`)."""
+                  security: ServerSecurity | None = None, health_port: int | None = None, estimator: str = "",
+                  client: ClientSecurity | None = None) -> tuple[ServiceServer, OptimizerServicer]:
+    """The optimizer's server, not yet started, and its servicer (see :func:`serve`). ``estimator``: the
+    Estimator's address a Select by model reads predictions from (``client``: how it is called)."""
     if not max_message_mb > 0:
         raise InvalidArgument("max_message_mb", f"{max_message_mb} must be positive", ">= 1")
     owner = OwnedStore(store, redis_url)
     with owner as store:
         assert store is not None  # a required store (not optional=True): opened from redis_url if not given
-        servicer = OptimizerServicer(SessionStore(store, ttl_s=session_ttl_s))
+        fetch = None
+        if estimator:
+            fetch = EstimatorClient(open_channel(estimator, client, options=[("grpc.max_receive_message_length",
+                                                                             int(max_message_mb) << 20)])).predict
+        servicer = OptimizerServicer(SessionStore(store, ttl_s=session_ttl_s), ModelPools(fetch))
         size = int(max_message_mb) * 1024 * 1024
         server = build_server("optimizer", [(servicer, optimizer_pb2_grpc.add_OptimizerServicer_to_server)],
                               host=host, port=port, metrics_port=metrics_port, grace_s=grace_s,
@@ -89,13 +97,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "last as long as this process)")
     add_option(parser, "session_ttl_s", DEFAULT_TTL_S, "a search session with no change for this long is removed")
     add_option(parser, "max_message_mb", DEFAULT_MAX_MESSAGE_MB, "largest request / response in MiB")
+    add_option(parser, "estimator", "", "Estimator address a Select naming its candidates by model reads them from "
+                                        "(empty: such a Select is FAILED_PRECONDITION)")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main("optimizer", argv, parse_args, lambda args: serve(
         redis_url=args.redis, session_ttl_s=args.session_ttl_s, max_message_mb=args.max_message_mb,
-        **server_kwargs(args)))
+        estimator=args.estimator, client=client_security(args), **server_kwargs(args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,11 +7,20 @@ selection, Fulcrum's concurrent problem, the next modes to profile) and the sear
 raises InvalidArgument naming the request field and
 :func:`~edgetune.services.common.errors.map_errors` turns it into INVALID_ARGUMENT. Nothing
 feasible is an answer (``Decision.feasible = false`` with the reason), never an error. Sessions
-live in the store, so every replica, and a restarted one, serves them.
+live in the store, so every replica, and a restarted one, serves them. A Select may name its candidates
+by model (:class:`ModelPools`: read from the estimator given with ``--estimator``, kept per model version).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+
+from edgetune.base.records import Predictions
+from edgetune.errors import FailedPrecondition
+from edgetune.estimation.records import PredictSpec
 from edgetune.optimization import answers
 from edgetune.optimization.sessions import SessionStore
 from edgetune.proto.serde import optimizer as serde
@@ -20,9 +29,36 @@ from edgetune.services.common import map_errors
 from edgetune.services.optimizer.metrics import decided
 
 
+class ModelPools:
+    """A Select's candidates named by model (``candidates.model``): the grid predictions read from the
+    estimator (``fetch``: its Predict), kept per model version (``id@version``: a version never changes),
+    so a re-select of the same model sends no table over the wire. Without an estimator: FAILED_PRECONDITION."""
+
+    def __init__(self, fetch: Callable[[PredictSpec], Predictions] | None, size: int = 32) -> None:
+        self.fetch, self.size = fetch, size
+        self._kept: OrderedDict[PredictSpec, Predictions] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: PredictSpec) -> Predictions:
+        if self.fetch is None:
+            raise FailedPrecondition(f"candidates.model: {serde.ESTIMATOR_MISSING}")
+        with self._lock:
+            if spec in self._kept:
+                self._kept.move_to_end(spec)
+                return self._kept[spec]
+        rows = self.fetch(spec)
+        if "@" in spec.model_id:  # an unversioned id names the latest version: read again each time
+            with self._lock:
+                self._kept[spec] = rows
+                while len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
+        return rows
+
+
 class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
-    def __init__(self, sessions: SessionStore) -> None:
+    def __init__(self, sessions: SessionStore, pools: ModelPools | None = None) -> None:
         self.sessions = sessions
+        self.pools = pools or ModelPools(None)
 
     # -- stateless -----------------------------------------------------------------------------------
     @map_errors
@@ -31,7 +67,10 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
 
     @map_errors
     def Select(self, request, context):
-        verdicts = answers.select(serde.select_from_proto(request))
+        query = serde.select_from_proto(request)
+        if isinstance(query.pool, PredictSpec):
+            query = replace(query, pool=self.pools(query.pool))
+        verdicts = answers.select(query)
         for v in verdicts:
             decided("Select", v.feasible)
         return optimizer_pb2.SelectResponse(decisions=[serde.verdict_to_proto(v) for v in verdicts])

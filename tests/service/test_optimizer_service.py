@@ -33,6 +33,8 @@ from edgetune.clients.optimizer import OptimizerClient
 from edgetune.clients.tuning import OptimizerSelector
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import COLUMNS, truth_table
+from edgetune.errors import FailedPrecondition
+from edgetune.estimation.records import PredictSpec
 from edgetune.optimization.frontier import next_frontier_modes
 from edgetune.optimization.joint import JointLUT, joint_select
 from edgetune.optimization.pareto import pareto_front
@@ -47,6 +49,7 @@ from edgetune.proto.serde.common import mode_from_proto, mode_to_proto
 from edgetune.proto.serde.tables import table_from_proto, table_to_proto
 from edgetune.proto.v1 import common_pb2, optimizer_pb2, optimizer_pb2_grpc
 from edgetune.services.optimizer.server import create_server
+from edgetune.services.optimizer.servicer import ModelPools
 from edgetune.store import EmbeddedRedisServer, open_store
 from edgetune.tables import Table
 from edgetune.validation import budget_sweep
@@ -833,3 +836,18 @@ def test_edgetune_serve_optimizer_help_lists_its_flags():
         assert flag in result.output
     bad = CliRunner().invoke(cli, ["serve", "optimizer", "--port", "0", "--metrics-port", "0", "--redis", "ftp://x"])
     assert bad.exit_code == 2 and "redis: unsupported store URL" in bad.output
+
+
+def test_a_select_by_model_reads_the_estimators_rows_once_per_version():
+
+    rows = Predictions(np.array([[4, 1000.0, 500.0, 2000.0], [8, 2000.0, 900.0, 3000.0]]), np.array([16, 16]),
+                       np.array([100.0, 60.0]), np.array([20.0, 35.0]))
+    asked: list[PredictSpec] = []
+    pools = ModelPools(lambda spec: asked.append(spec) or rows)
+    versioned, latest = PredictSpec("m@2", grid="full"), PredictSpec("m", grid="full")
+    assert pools(versioned) is rows and pools(versioned) is rows and len(asked) == 1  # a version never changes
+    pools(latest)
+    pools(latest)
+    assert len(asked) == 3  # "the latest" is read each time
+    with pytest.raises(FailedPrecondition, match="candidates.model"):
+        ModelPools(None)(versioned)

@@ -11,6 +11,7 @@ import pytest
 from edgetune.base.mode import PowerMode
 from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.estimation.records import PredictSpec
 from edgetune.optimization.records import (
     Asked,
     Best,
@@ -226,3 +227,11 @@ def test_told_refusals_name_the_field(mutate, field):
     msg = serde.told_to_proto(Told("measurements[0]", MODE, "train", 16, "", 100.0, 25.0))
     mutate(msg)
     assert _refusal(serde.told_from_proto, 0, msg).field == field
+
+
+def test_a_select_naming_its_candidates_by_model_round_trips():
+    query = SelectQuery(PredictSpec("tuning-x@3", "orin-agx", grid="fulcrum", batch_sizes=(16,)), power_budget_w=30.0)
+    assert serde.select_from_proto(_wire(serde.select_to_proto(query))) == query
+    with pytest.raises(InvalidArgument, match="candidates.model.model_id"):
+        serde.select_from_proto(optimizer_pb2.SelectRequest(candidates=optimizer_pb2.Candidates(
+            model=optimizer_pb2.ModelCandidates(device="orin-agx"))))

@@ -200,6 +200,13 @@ def test_blob_versions(store):
 # -- docs -------------------------------------------------------------------------------------------
 
 
+def test_docs_read_together_in_order_with_none_for_the_missing(store):
+    r1 = store.put_doc("session", "a", {"n": 1})
+    r2 = store.put_doc("session", "b", [2])
+    assert store.get_docs("session", ["b", "missing", "a"]) == [([2], r2), None, ({"n": 1}, r1)]
+    assert store.get_docs("session", []) == []
+
+
 def test_doc_compare_and_set(store):
     r1 = store.put_doc("session", "s1", {"step": 1}, expected_revision=0)  # create
     with pytest.raises(RevisionConflict) as err:

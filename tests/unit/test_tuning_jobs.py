@@ -368,3 +368,38 @@ def test_a_resubmitted_job_restarts_its_nodes_a_failed_one_after_its_backoff():
     writer.update("b", lambda s: replace(s, updated_s=s.updated_s - 1.5))
     status = writer.ensure(["a", "b"], {}, view.generation)
     assert status.nodes["b"].phase == "Pending" and status.nodes["b"].events[-1].reason == "SpecChanged"
+
+
+def test_status_changes_made_together_are_written_together_and_none_is_lost():
+    store = MemoryStore()
+    jobs = TuningJobs(store)
+    jobs.submit(TuningJobSpec(name="many", workload="mobilenetv3", nodes=tuple(f"n{i}" for i in range(40)),
+                              profiles=12))
+    writes = []
+    real = jobs.put_status
+    jobs.put_status = lambda status, fence, expected_revision=None: writes.append(1) or real(  # type: ignore[method-assign]
+        status, fence, expected_revision)
+    writer = StatusWriter(jobs, "many", lambda: None)  # type: ignore[arg-type, return-value]
+    ids = [f"n{i}" for i in range(40)]
+    writer.ensure(ids, {})
+
+    def work(node_id: str) -> None:
+        for k in range(5):
+            writer.update(node_id, lambda s, k=k: s.with_event(f"step {k}"))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    status = jobs.get("many").status
+    assert status is not None
+    assert all([e.message for e in status.nodes[n].events][-5:] == [f"step {k}" for k in range(5)] for n in ids)
+    assert len(writes) <= 1 + 40 * 5  # at most one write per change; usually far fewer
+    # another writer in between (a new leader, say): the next change is applied over what it wrote
+    other = StatusWriter(jobs, "many", lambda: None)  # type: ignore[arg-type, return-value]
+    other.update("n0", lambda s: s.with_event("from the other"))
+    writer.update("n1", lambda s: s.with_event("after"))
+    final = jobs.get("many").status
+    assert final is not None
+    assert final.nodes["n0"].events[-1].message == "from the other" and final.nodes["n1"].events[-1].message == "after"

@@ -1,7 +1,8 @@
 """The control plane at scale: one TuningJob over 100 simulated nodes against one coordinator.
 
-``tuning_job_100_nodes``: Redis, the Estimator (``--no-ray``: on these 2 cores Ray adds start-up and
-no parallelism, so its transfers run one after another in its process), the Optimizer and a
+``tuning_job_100_nodes`` / ``tuning_job_1000_nodes``: Redis, the Estimator (``--no-ray --processes <cores>``:
+no Ray start-up on these 2 cores; the transfers arriving together run as one batch, one task per core and
+target, on a pool of worker processes), the Optimizer and a
 coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
@@ -14,12 +15,17 @@ the Optimizer's selections, the store.
 
 Reported: the job's wall time (submit to Succeeded), each node's reconcile time (its status's start to
 Applied) with its phases (profiling, estimating, selecting + verifying, publishing) as medians and
-95th percentiles, one reconcile pass over the 100 Applied nodes (the steady-state cost of a pass), the
-estimator's and the optimizer's calls, and how many nodes were Applied within their budgets.
+95th percentiles, one reconcile pass over the Applied nodes (the steady-state cost of a pass), how many
+nodes were Applied within their budgets, the estimator's and the coordinator's CPU seconds per node (their
+process trees, from /proc), the coordinator's resident memory, and wall / compute: the job's wall time
+over the CPU seconds of every process below the bench's divided by the cores (1.0: every core busy
+throughout); the 1-minute load average at the end says how busy the machine was.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import tempfile
 import threading
 import time
@@ -40,6 +46,7 @@ from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import Reconciler
 from edgetune.control.registry import NodeRegistry
+from edgetune.control.tuningjobs import TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.records import FitSpec, MeasuredRow
 from edgetune.identity import open_channel
@@ -48,8 +55,9 @@ from edgetune.localrun.localcluster import LocalCluster
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
-from edgetune.store import Heartbeat, MeasurementRecord, NodeAnnouncement, ProfileJob
-from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningMethod
+from edgetune.store import Heartbeat, MeasurementRecord, NodeAnnouncement, NodeRecord, ProfileJob, open_store
+from edgetune.store.nodes import spec_to_dict
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningJobStatus, TuningMethod
 from edgetune.tuning.protocols import reference_model_id
 
 #: The fleet: device model -> nodes (100 in all).
@@ -160,20 +168,18 @@ def _phases(node: NodeStatus) -> dict[str, float]:
     return out
 
 
-@benchmark("tuning_job_100_nodes", "one TuningJob over 100 simulated nodes (40 Orin AGX, 30 Xavier AGX, 20 Orin "
-           "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time < 300 s on 2 cores "
-           "(reported: reconcile time per node and its phases, one reconcile pass)", "job_s", 300.0)
-def tuning_job_100_nodes() -> dict[str, Any]:
-    nodes = {f"{device}-{i + 1}": device for device, n in FLEET.items() for i in range(n)}
+def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
+    """One TuningJob over ``fleet_sizes`` simulated nodes (module docstring); CPU seconds of every process."""
+    nodes = {f"{device}-{i + 1}": device for device, n in fleet_sizes.items() for i in range(n)}
     with tempfile.TemporaryDirectory(prefix="edgetune-scale-") as tmp, \
             LocalCluster(Path(tmp), tuning=True, heartbeat_ttl_s=30.0, lease_ms=5000) as cluster:
         assert cluster.estimator is not None and cluster.coordinator is not None and cluster.client is not None
         assert cluster.store is not None
-        fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes)
+        fleet = SimulatedFleet(cluster.coordinator.address, cluster.store, nodes, workers=workers)
         try:
             with grpc.insecure_channel(cluster.estimator.address) as channel:
                 estimator = EstimatorClient(channel, timeout_s=300)
-                for device in FLEET:  # a ResNet18 reference per device model, as `edgetune up` fits them
+                for device in fleet_sizes:  # a ResNet18 reference per device model, as `edgetune up` fits them
                     grid = named_grid(get_spec(device), "fulcrum").array()
                     grid = grid[np.sort(np.random.default_rng(0).choice(len(grid), min(80, len(grid)), replace=False))]
                     ms = tuple(MeasuredRow(PowerMode.from_mapping(r), 16, r["time_ms"], r["power_w"])
@@ -184,16 +190,22 @@ def tuning_job_100_nodes() -> dict[str, Any]:
             client = cluster.client
             spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),
                                  nodes=tuple(nodes), profiles=PROFILES, method=TuningMethod.RANDOM)
+            pids = {"estimator": cluster.estimator.pid, "coordinator": cluster.coordinator.pid}
+            cpu0 = {k: _tree_cpu_s(pid) for k, pid in pids.items()}
+            all0 = _tree_cpu_s(os.getpid())
             t0 = time.perf_counter()
             client.submit_job(spec)
             done = (JobPhase.SUCCEEDED, JobPhase.FAILED)
-            deadline = time.monotonic() + 1200
+            deadline = time.monotonic() + 1200 + 2 * len(nodes)
             while True:
                 job = client.job("scale")
                 if job.phase in done or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
             job_s = time.perf_counter() - t0
+            cpu = {k: _tree_cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
+            compute_s = _tree_cpu_s(os.getpid()) - all0
+            coordinator_rss_mb = _rss_mb(cluster.coordinator.pid)
         finally:
             fleet.close()
         # One reconcile pass over the 100 Applied nodes, as the leader runs it (a loop of this process
@@ -224,9 +236,128 @@ def tuning_job_100_nodes() -> dict[str, Any]:
             "nodes": len(nodes), "applied": len(applied), "within_budget": len(within),
             "failed": dict(list(failed.items())[:5]), "points_measured": fleet.points,
             "node_reconcile": _stats(per_node), "phases": {k: _stats(v) for k, v in phases.items()},
-            "pass_over_100_applied_ms": round(float(np.median(passes)) * 1e3, 1),
+            f"pass_over_{len(nodes)}_applied_ms": round(float(np.median(passes)) * 1e3, 1),
+            "estimator_cpu_s_per_node": round(cpu["estimator"] / len(nodes), 3),
+            "coordinator_cpu_s_per_node": round(cpu["coordinator"] / len(nodes), 3),
+            "coordinator_rss_mb": coordinator_rss_mb,
+            "compute_s": round(compute_s, 1), "cores": os.cpu_count(),
+            "wall_over_compute": round(job_s / max(compute_s / (os.cpu_count() or 1), 1e-9), 2),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "nodes_per_minute": round(len(applied) / job_s * 60, 1),
-            "processes": "Redis, estimator (--no-ray: its transfers one after another in its process), optimizer, "
-                         "coordinator: separate processes, as edgetune up runs them",
+            "processes": "Redis, estimator (--no-ray --processes <cores>: transfers arriving together batched, one "
+                         "task per core and target), optimizer, coordinator: separate processes, as edgetune up "
+                         "runs them",
             "agents": f"{len(nodes)} simulated agents in the bench's process: gRPC RegisterNode + Heartbeat, "
-                      f"{WORKERS} threads consuming the nodes' job streams"}
+                      f"{workers} threads consuming the nodes' job streams",
+            "compute": "CPU seconds of every process on the machine's process tree below this one during the job "
+                       "(services, their workers, the agents); wall_over_compute = job_s / (compute_s / cores): "
+                       "1.0 when every core worked the whole job"}
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live descendants, from /proc (0 where it cannot be read)."""
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    children: dict[int, list[int]] = {}
+    stats: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        p, ppid = int(d.name), int(fields[1])
+        children.setdefault(ppid, []).append(p)
+        stats[p] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MiB (/proc/PID/status VmRSS)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+@benchmark("tuning_job_100_nodes", "one TuningJob over 100 simulated nodes (40 Orin AGX, 30 Xavier AGX, 20 Orin "
+           "Nano, 10 Nano; 12 random profiles each) reaches Applied on every node; wall time <= 40 s on 2 cores "
+           "(reported: reconcile time per node and its phases, one reconcile pass, estimator CPU s per node, "
+           "wall / compute)", "job_s", 40.0)
+def tuning_job_100_nodes() -> dict[str, Any]:
+    return _tuning_job(FLEET, WORKERS)
+
+
+#: The 1,000-node fleet: the 100-node one ten times over.
+FLEET_1000 = {device: 10 * n for device, n in FLEET.items()}
+
+
+@benchmark("tuning_job_1000_nodes", "one TuningJob over 1,000 simulated nodes (the 100-node fleet ten times; 12 "
+           "random profiles each) reaches Applied on every node; wall time <= 300 s on 2 cores (reported: estimator "
+           "CPU s per node, wall / compute, a reconcile pass over the 1,000, coordinator memory)", "job_s", 300.0)
+def tuning_job_1000_nodes() -> dict[str, Any]:
+    return _tuning_job(FLEET_1000, 4 * WORKERS)
+
+
+RECONCILE_NODES = 1000
+
+
+@benchmark("reconcile_pass_1000_nodes", "one reconcile pass of the leader over a TuningJob of 1,000 Applied nodes "
+           "(embedded Redis) <= 1 s", "pass_s", 1.0)
+def reconcile_pass_1000_nodes() -> dict[str, Any]:
+    """1,000 registered, heartbeating nodes and one job whose status has them all Applied (each with its
+    decision and a few events, as a tuned node has): the median of 10 passes of :meth:`Reconciler.run_once`
+    (it reads the jobs and the registry and decides that nothing is to be done)."""
+
+
+    ids = [f"orin-agx-{i + 1}" for i in range(RECONCILE_NODES)]
+    with tempfile.TemporaryDirectory(prefix="edgetune-pass-") as tmp:
+        store = open_store(f"embedded:{tmp}")
+        try:
+            registry = NodeRegistry(store, heartbeat_ttl_s=300.0)
+            spec = get_spec("orin-agx")
+            for node_id in ids:
+                registry.register(NodeRecord(node_id=node_id, device=spec_to_dict(spec), power_budget_w=30.0))
+                registry.heartbeat(node_id, state="ready")
+            jobs = TuningJobs(store)
+            jobs.submit(TuningJobSpec(name="fleet", workload="mobilenetv3", nodes=tuple(ids), profiles=12))
+            now = time.time()
+            nodes = {}
+            for node_id in ids:
+                st = NodeStatus(node_id, "orin-agx", started_s=now, updated_s=now)
+                for message in ("tuning for 30 W", "12 points measured", "12 points profiled; transferring",
+                                "selecting for 30 W at risk 0.05", "measured 27.1 W, 80.2 ms"):
+                    st = st.with_event(message)
+                nodes[node_id] = st.with_event("config published", phase=NodePhase.APPLIED, power_budget_w=30.0,
+                                               mode=(8.0, 2201.6, 1300.5, 3199.0), batch_size=16,
+                                               measured_power_w=27.1, measured_time_ms=80.2)
+            jobs.put_status(TuningJobStatus("fleet", nodes, updated_s=now), None)
+            lease = LeaderLease(store, "bench-reconcile-pass", lease_ms=5000, holder_id="bench")
+            lease.start()
+            try:
+                assert lease.wait_leader(10)
+                reconciler = Reconciler(store, NodeRegistry(store, heartbeat_ttl_s=300.0), ConfigStore(store), lease,
+                                        None, None)
+                passes, cpu = [], []
+                for _ in range(10):
+                    c0, p0 = time.process_time(), time.perf_counter()
+                    reconciler.run_once()
+                    passes.append(time.perf_counter() - p0)
+                    cpu.append(time.process_time() - c0)
+                started = reconciler.cached()["workers"]
+            finally:
+                lease.stop()
+        finally:
+            store.close()
+    return {"pass_s": round(float(np.median(passes)), 3), "pass_cpu_s": round(float(np.median(cpu)), 3),
+            "passes": len(passes), "nodes": RECONCILE_NODES, "workers_started": started,
+            "bench_process_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "load_average_1m": round(os.getloadavg()[0], 2)}

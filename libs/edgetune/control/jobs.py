@@ -15,6 +15,7 @@ carry the same ids, so the re-run duplicates nothing.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -36,6 +37,34 @@ MAX_REFUSAL_CHARS = 2000
 MAX_JOB_ID_CHARS = 200
 
 __all__ = ["DeadJob", "Job", "JobQueue", "measurement_record"]
+
+
+class Completions:
+    """Wakes the waiters of a node's points when this process acknowledges one of its jobs (an agent's
+    ``Complete`` through the coordinator's NodeJobs service lands here): a waiter then reads the store at
+    once instead of at its next poll. Jobs acknowledged by other processes are seen at the next poll."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count: dict[str, int] = {}
+
+    def seen(self, node_id: str) -> int:
+        with self._cond:
+            return self._count.get(node_id, 0)
+
+    def notify(self, node_id: str) -> None:
+        with self._cond:
+            self._count[node_id] = self._count.get(node_id, 0) + 1
+            self._cond.notify_all()
+
+    def wait(self, node_id: str, since: int, timeout_s: float) -> bool:
+        """True when a job of the node was acknowledged here after count ``since``; False after ``timeout_s``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count.get(node_id, 0) != since, timeout_s)
+
+
+#: This process's completions (what :class:`JobQueue` notifies and the reconcile loop's waiters wait on).
+COMPLETIONS = Completions()
 
 
 class JobQueue:
@@ -135,7 +164,9 @@ class JobQueue:
 
     def ack(self, job: Job) -> bool:
         """Mark the job done; False when it was already acknowledged (or claimed away and acked)."""
-        return self.store.ack_job(job.node_id, job.entry_id)
+        done = self.store.ack_job(job.node_id, job.entry_id)
+        COMPLETIONS.notify(job.node_id)
+        return done
 
     def complete(self, job: Job, measurements: Iterable[MeasurementRecord | Mapping[str, Any] | Any]) -> int:
         """Write the job's measurements (idempotent by id), then acknowledge; returns how many were new.

@@ -27,12 +27,15 @@ a job on the node's stream; the measured point with the least time per sample wh
 under the cap is applied (:func:`~edgetune.profiling.order.fastest_under_cap`), its measured time and peak
 power in the status.
 
-Triggers: a pass runs every ``interval_s`` and at once on :meth:`Reconciler.wake` (a job submitted,
-a node registered). Level-triggered: a node's status follows its spec and budget, never a past
-failure. A node whose budget changed after it was Applied **or Failed** (``UpdateBudget``; e.g. Failed
-because no mode fits 1 W) is selected again from its stored predictions (the tuner kept in memory,
-or replayed from the store: no new profiling). A job submitted again after a cancel has a new
-generation: its nodes start again (a Failed one after a backoff, :func:`~edgetune.control.tuningjobs.retry_backoff_s`).
+Triggers: a pass runs at once on :meth:`Reconciler.wake` (a job submitted, a node registered, a node's
+worker ended), and every ``interval_s`` besides (heartbeats lost, drift checks due, backoffs passed). A
+worker waiting for its node's points is woken when this process acknowledges one of the node's jobs (the
+agents' NodeJobs calls), else reads the store at a poll that backs off to :data:`MAX_POLL_S` while nothing
+lands. Level-triggered: a node's status follows its spec and budget, never a past failure. A node whose
+budget changed after it was Applied **or Failed** (``UpdateBudget``; e.g. Failed because no mode fits
+1 W) is selected again from its stored predictions (the tuner kept in memory, or replayed from the
+store: no new profiling). A job submitted again after a cancel has a new generation: its nodes start
+again (a Failed one after a backoff, :func:`~edgetune.control.tuningjobs.retry_backoff_s`).
 
 Conditions (:class:`~edgetune.tuning.jobs.ConditionType`): each pass sets the job's ``NoMatchingNodes``
 (the target ids that match no registered node, or a selector matching none); a node carries
@@ -77,7 +80,7 @@ from edgetune.base.workload import WorkloadRef
 from edgetune.clients.calls import CallFailed, Status
 from edgetune.clients.tuning import OptimizerSelector, ServiceEstimator
 from edgetune.control.configs import ConfigStore
-from edgetune.control.jobs import JobQueue
+from edgetune.control.jobs import COMPLETIONS, JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.control.registry import NodeRegistry
 from edgetune.control.tuningjobs import StatusWriter, TuningJobs
@@ -124,6 +127,8 @@ MIN_REFERENCE_POINTS = 20
 CANDIDATE_GRID = "fulcrum"
 #: Minibatches per profiled point (the simulated agents are quick; a real board takes seconds a point).
 N_MINIBATCHES = 10
+#: Longest wait between two reads of a node's outstanding points when no completion woke the waiter.
+MAX_POLL_S = 0.8
 
 
 def point_job_id(job: str, node_id: str, mode: np.ndarray, batch_size: int, purpose: str, epoch: int = 0) -> str:
@@ -269,6 +274,8 @@ class QueueMeasurer:
         deadline = time.monotonic() + self.timeout_s
         drained_since: float | None = None
         live_checked = time.monotonic()
+        seen = COMPLETIONS.seen(self.node_id)
+        wait_s = self.poll_s
         while True:
             for mid in ids:
                 if mid not in found and (m := self.store.get_measurement(mid)) is not None:
@@ -289,7 +296,13 @@ class QueueMeasurer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"node {self.node_id}: {len(ids) - len(found)} points not measured "
                                    f"within {self.timeout_s:g} s")
-            time.sleep(self.poll_s)
+            # woken by a completion of the node's jobs in this process; else the next poll, backing off while
+            # nothing lands (a fleet's thousand waiters polling every 0.1 s would keep a core busy)
+            if COMPLETIONS.wait(self.node_id, seen, wait_s):
+                wait_s = self.poll_s
+            else:
+                wait_s = min(wait_s * 2, MAX_POLL_S)
+            seen = COMPLETIONS.seen(self.node_id)
 
 
 def _counted(service: str, rpc: str, call: Callable[[], T]) -> T:
@@ -358,8 +371,9 @@ class LimitedEstimator:
 #: Estimator / Optimizer errors the loop retries (the service busy or away), at most this many times a node.
 TRANSIENT_CODES = (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.RESOURCE_EXHAUSTED)
 MAX_TRANSIENT_RETRIES = 5
-#: Estimator calls in flight at once (:class:`LimitedEstimator`).
-ESTIMATOR_SLOTS = 4
+#: Estimator calls in flight at once (:class:`LimitedEstimator`): enough for a fleet's transfers to reach the
+#: estimator together, which runs those arriving together as one batch.
+ESTIMATOR_SLOTS = 64
 
 
 def _transient(exc: Exception) -> bool:
@@ -592,6 +606,13 @@ class Reconciler:
     # -- one node ----------------------------------------------------------------------------------
     def _work(self, spec: TuningJobSpec, node: NodeRecord, stop: threading.Event, rebudget: bool,
               check: bool = False) -> None:
+        try:
+            self._work_on(spec, node, stop, rebudget, check)
+        finally:
+            self.wake()  # what the node's worker changed is looked at now, not at the next timed pass
+
+    def _work_on(self, spec: TuningJobSpec, node: NodeRecord, stop: threading.Event, rebudget: bool,
+                 check: bool) -> None:
         writer = self._writer(spec.name)
         should_stop = lambda: stop.is_set() or self._stop.is_set() or not self.lease.is_leader  # noqa: E731
         try:

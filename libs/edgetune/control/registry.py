@@ -167,11 +167,10 @@ class NodeRegistry:
 
     def nodes(self) -> list[NodeRecord]:
         """Every registered node, sorted by id, with liveness."""
-        records = []
-        for node_id in self.store.list_docs(DOC_KIND):
-            found = self._registration(node_id)
-            if found is not None:  # deleted between the index read and here
-                records.append(NodeRecord.from_registration(found))
+        ids = self.store.list_docs(DOC_KIND)
+        records = [NodeRecord.from_registration(NodeRegistration.from_dict(found.doc))
+                   for found in self.store.get_docs(DOC_KIND, ids)
+                   if found is not None]  # None: deleted between the index read and here
         return self._with_liveness(records)
 
     def live_nodes(self) -> list[NodeRecord]:

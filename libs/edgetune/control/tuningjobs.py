@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TypeVar
 
@@ -130,9 +131,16 @@ class TuningJobs:
                 continue
         return out
 
-    def put_status(self, status: TuningJobStatus, fence: Fence | None) -> int:
-        """The leader's write (fenced: a deposed leader's write raises LeaseLost)."""
-        return self.store.put_doc(STATUS_KIND, status.name, status.to_dict(), fence=fence)
+    def put_status(self, status: TuningJobStatus, fence: Fence | None, expected_revision: int | None = None) -> int:
+        """The leader's write (fenced: a deposed leader's write raises LeaseLost); with ``expected_revision``
+        only over that revision of the status (else RevisionConflict)."""
+        return self.store.put_doc(STATUS_KIND, status.name, status.to_dict(), expected_revision=expected_revision,
+                                  fence=fence)
+
+    def status(self, name: str) -> tuple[TuningJobStatus | None, int]:
+        """The job's status as stored (None before the first write) and its revision (0 then)."""
+        st = self.store.get_doc(STATUS_KIND, name, missing_ok=True)
+        return (TuningJobStatus.from_dict(st.doc), st.revision) if st is not None else (None, 0)
 
     def wait(self, name: str, after_revision: int, *, timeout_s: float,
              should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.1) -> TuningJobView | None:
@@ -147,24 +155,70 @@ class TuningJobs:
             time.sleep(poll_s)
 
 
+#: Tries of a group of status changes whose write lost a race with another writer (re-read, re-applied).
+STATUS_WRITE_TRIES = 5
+
+
 class StatusWriter:
-    """Serialises one job's status updates from the leader's node workers (one doc per job)."""
+    """Serialises one job's status updates from the leader's node workers (one doc per job).
+
+    Group commit: the changes the workers make while a write is under way are applied together and
+    written in the next one, so a thousand nodes' events cost a few writes of the job's doc rather than
+    one read and one write each. The writer keeps the status it last wrote and writes over that revision
+    only (compare-and-set): a doc changed by anyone else is read again and the group's changes re-applied.
+    Each :meth:`update` returns once its change is stored, as before.
+    """
 
     def __init__(self, jobs: TuningJobs, name: str, fence: Callable[[], Fence]) -> None:
         self.jobs, self.name, self.fence = jobs, name, fence
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one write at a time
+        self._queue_lock = threading.Lock()
+        self._queue: list[tuple[str, Callable[[NodeStatus], NodeStatus], Future[NodeStatus]]] = []
+        self._known: tuple[TuningJobStatus, int] | None = None  # the status as last written or read, its revision
+
+    def _current(self) -> tuple[TuningJobStatus, int]:
+        if self._known is None:
+            self.jobs.get(self.name)  # NotFound for a job that is gone
+            status, revision = self.jobs.status(self.name)
+            self._known = (status or TuningJobStatus(self.name), revision)
+        return self._known
 
     def update(self, node_id: str, change: Callable[[NodeStatus], NodeStatus]) -> NodeStatus:
+        mine: Future[NodeStatus] = Future()
+        with self._queue_lock:
+            self._queue.append((node_id, change, mine))
         with self._lock:
-            view = self.jobs.get(self.name)
-            status = view.status or TuningJobStatus(self.name)
-            old = status.nodes.get(node_id) or NodeStatus(node_id)
-            node = _counted(old, change(old))
-            if node == old:  # nothing to write (a read, or a condition already so)
-                return node
-            nodes = {**status.nodes, node_id: node}
-            self.jobs.put_status(replace(status, nodes=nodes, updated_s=time.time()), self.fence())
-            return node
+            if not mine.done():  # not written by the write that held the lock meanwhile
+                self._write_queued()
+        return mine.result()
+
+    def _write_queued(self) -> None:
+        with self._queue_lock:
+            group, self._queue = self._queue, []
+        for attempt in range(STATUS_WRITE_TRIES):
+            try:
+                status, revision = self._current()
+                nodes = dict(status.nodes)
+                done: list[tuple[Future[NodeStatus], NodeStatus]] = []
+                for node_id, change, fut in group:
+                    old = nodes.get(node_id) or NodeStatus(node_id)
+                    node = _counted(old, change(old))
+                    nodes[node_id] = node
+                    done.append((fut, node))
+                if nodes != status.nodes or not revision:  # else nothing to write (reads, conditions already so)
+                    new = replace(status, nodes=nodes, updated_s=time.time())
+                    self._known = (new, self.jobs.put_status(new, self.fence(), expected_revision=revision))
+                for fut, node in done:
+                    fut.set_result(node)
+                return
+            except RevisionConflict as exc:  # written by another: read it again, apply the group again
+                self._known = None
+                if attempt == STATUS_WRITE_TRIES - 1:
+                    _fail(group, exc)
+            except BaseException as exc:  # noqa: BLE001 - every waiting worker gets the error (LeaseLost ...)
+                self._known = None
+                _fail(group, exc)
+                return
 
     def update_with(self, node_id: str, change: Callable[[NodeStatus], NodeStatus],
                     write: Callable[[DocWrite], T]) -> T:
@@ -173,6 +227,7 @@ class StatusWriter:
         it gives that config into the node's ``config_revision``. Compare-and-set on the status
         revision read here, so nothing written meanwhile is lost (RevisionConflict instead)."""
         with self._lock:
+            self._known = None  # read afresh: the doc written here gets a revision this writer does not see
             view = self.jobs.get(self.name)
             status = view.status or TuningJobStatus(self.name)
             old = status.nodes.get(node_id) or NodeStatus(node_id)
@@ -190,27 +245,35 @@ class StatusWriter:
         ``NoMatchingNodes`` condition set from ``no_match`` ((reason, message), None: every target
         matched); the status as stored (written only when something changed)."""
         with self._lock:
-            view = self.jobs.get(self.name)
-            status = view.status or TuningJobStatus(self.name)
-            now = time.time()
-            nodes = dict(status.nodes)
-            for n in node_ids:
-                if n not in nodes:
-                    nodes[n] = NodeStatus(n, devices.get(n, ""), started_s=now, updated_s=now, generation=generation)
-            for n, st in status.nodes.items():
-                if st.generation >= generation:
-                    continue
-                if st.phase == NodePhase.FAILED and now - st.updated_s < retry_backoff_s(st.failures):
-                    continue
-                nodes[n] = _restarted(st, generation, now)
-            conditions = status.conditions
-            if no_match is not None or condition(conditions, ConditionType.NO_MATCHING_NODES) is not None:
-                conditions = set_condition(conditions, ConditionType.NO_MATCHING_NODES, no_match is not None,
-                                           *(no_match or ("AllMatched", "")), now_s=now)
-            if nodes != status.nodes or conditions != status.conditions or view.status is None:
+            for attempt in range(STATUS_WRITE_TRIES):
+                status, revision = self._current()
+                now = time.time()
+                nodes = dict(status.nodes)
+                for n in node_ids:
+                    if n not in nodes:
+                        nodes[n] = NodeStatus(n, devices.get(n, ""), started_s=now, updated_s=now,
+                                              generation=generation)
+                for n, st in status.nodes.items():
+                    if st.generation >= generation:
+                        continue
+                    if st.phase == NodePhase.FAILED and now - st.updated_s < retry_backoff_s(st.failures):
+                        continue
+                    nodes[n] = _restarted(st, generation, now)
+                conditions = status.conditions
+                if no_match is not None or condition(conditions, ConditionType.NO_MATCHING_NODES) is not None:
+                    conditions = set_condition(conditions, ConditionType.NO_MATCHING_NODES, no_match is not None,
+                                               *(no_match or ("AllMatched", "")), now_s=now)
+                if nodes == status.nodes and conditions == status.conditions and revision:
+                    return status
                 status = replace(status, nodes=nodes, conditions=conditions, updated_s=now)
-                self.jobs.put_status(status, self.fence())
-            return status
+                try:
+                    self._known = (status, self.jobs.put_status(status, self.fence(), expected_revision=revision))
+                    return status
+                except RevisionConflict:
+                    self._known = None
+                    if attempt == STATUS_WRITE_TRIES - 1:
+                        raise
+            raise AssertionError("unreachable")
 
 
 def _restarted(st: NodeStatus, generation: int, now: float) -> NodeStatus:
@@ -227,3 +290,9 @@ def _counted(old: NodeStatus, new: NodeStatus) -> NodeStatus:
         return replace(new, failures=new.failures + 1)
     return new
 
+
+def _fail(group: Sequence[tuple[str, Callable[[NodeStatus], NodeStatus], Future[NodeStatus]]],
+          exc: BaseException) -> None:
+    for _, _, fut in group:
+        if not fut.done():
+            fut.set_exception(exc)

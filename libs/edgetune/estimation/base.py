@@ -104,6 +104,13 @@ class Predictor(ABC):
         raise FailedPrecondition(f"method {self.method!r} cannot transfer a fitted model; fit it on the new "
                                  f"table instead (methods that transfer: transfer, nn, nn-asym, nn+gp)")
 
+    @classmethod
+    def _transfer_many(cls, preds: Sequence[Predictor], xss: Sequence[np.ndarray],
+                       yss: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+        """``_transfer`` of every predictor on its own rows; a method whose work batches (the MLP's
+        fine-tuning) overrides this so that many transfers share one pass, each result the same as alone."""
+        return [p._transfer(xs, ys) for p, xs, ys in zip(preds, xss, yss, strict=True)]
+
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, bytes]]:
         """(JSON state, numeric arrays, opaque blobs) that :meth:`_load_state` restores."""
         return {}, {}, {}
@@ -145,20 +152,7 @@ class Predictor(ABC):
         target scaling is re-estimated on the new table. Clone first (:meth:`clone`) to keep
         the reference.
         """
-        if not self.supports_transfer:
-            self._transfer(x, y)  # raises with the reason
-        if not self.fitted:
-            raise FailedPrecondition(f"{self.method} predictor is not fitted; fit a reference before transferring")
-        x, y = check_xy(x, y, self.columns, min_rows=MIN_TRANSFER_ROWS, what=f"transferring {self.method}",
-                        target=self.target)
-        x_scaler, _, lo, hi = self._fitted_parts()
-        z = forward_transform(self.transform, y)
-        self.y_scaler = y_scaler = Standardizer.fit(z)
-        t0 = time.perf_counter()
-        info = self._transfer(x_scaler.transform(x), y_scaler.transform(z).ravel())
-        self.lo, self.hi = merge_ranges(lo, hi, x)
-        self.meta["transfers"].append({"rows": int(x.shape[0]), "seconds": round(time.perf_counter() - t0, 3),
-                                       **info})
+        transfer_many([self], [x], [y])
         return self
 
     def predict(self, x: np.ndarray, check_ranges: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
@@ -255,3 +249,34 @@ def check_header(header: Any, fmt: str, versions: Sequence[int], source: str) ->
     if header.get("version") not in versions:
         raise InvalidArgument(f"{source}:version", f"unknown {fmt} version {header.get('version')!r}; "
                               f"written by a newer edgetune?", ", ".join(str(v) for v in versions))
+
+
+def transfer_many(preds: Sequence[Predictor], xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> None:
+    """:meth:`Predictor.transfer` of each predictor to its own table, in place; predictors of one class
+    transfer together (:meth:`Predictor._transfer_many`), each ending as it would alone."""
+    prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (x, standardised x, standardised y)
+    for p, x, y in zip(preds, xs, ys, strict=True):
+        if not p.supports_transfer:
+            p._transfer(x, y)  # raises with the reason
+        if not p.fitted:
+            raise FailedPrecondition(f"{p.method} predictor is not fitted; fit a reference before transferring")
+        x, y = check_xy(x, y, p.columns, min_rows=MIN_TRANSFER_ROWS, what=f"transferring {p.method}",
+                        target=p.target)
+        x_scaler = p._fitted_parts()[0]
+        z = forward_transform(p.transform, y)
+        p.y_scaler = y_scaler = Standardizer.fit(z)
+        prepared.append((x, x_scaler.transform(x), y_scaler.transform(z).ravel()))
+    by_class: dict[type[Predictor], list[int]] = {}
+    for i, p in enumerate(preds):
+        by_class.setdefault(type(p), []).append(i)
+    t0 = time.perf_counter()
+    infos: dict[int, dict[str, Any]] = {}
+    for cls, idx in by_class.items():
+        done = cls._transfer_many([preds[i] for i in idx], [prepared[i][1] for i in idx], [prepared[i][2] for i in idx])
+        infos.update(zip(idx, done, strict=True))
+    seconds = round((time.perf_counter() - t0) / max(len(preds), 1), 3)  # a batch's time, per transfer
+    for i, p in enumerate(preds):
+        _, _, lo, hi = p._fitted_parts()
+        x = prepared[i][0]
+        p.lo, p.hi = merge_ranges(lo, hi, x)
+        p.meta["transfers"].append({"rows": int(x.shape[0]), "seconds": seconds, **infos[i]})

@@ -13,6 +13,8 @@ unknown format or version are refused with :class:`InvalidArgument`.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import io
 import json
 import os
@@ -33,7 +35,7 @@ from edgetune.estimation.devices import check_modes_device, model_devices
 from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, feature_columns, table_features
 from edgetune.estimation.metrics import mape_pct
 from edgetune.estimation.references import PREFIX, REFERENCES, reference_path
-from edgetune.estimation.registry import adapt, make_predictor
+from edgetune.estimation.registry import adapt_many, make_predictor
 from edgetune.tables import Table
 
 #: Folds of the cross-validation ``estimate fit`` / ``transfer`` run by default.
@@ -116,35 +118,58 @@ class TimePowerModel:
         history event records the in-sample MAPE and, with ``cv_folds`` ≥ 2, the K-fold
         cross-validated accuracy of the whole transfer (the reference adapted on the other folds).
         """
-        ident = _identity(table)
+        model = self.transfer_tables([table], method, progress, runner=runner, nn_settings=nn_settings,
+                                     sources=[source], **kw)[0]
+        if cv_folds:
+            x = table_features(table, self.columns)
+
+            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
+                return Predictor.from_bytes(transfer_targets(
+                    base=self.predictors[target].to_bytes(), xs=[xt], ys=[yt], method=method,
+                    kw=_for_target(kw, target), nn_settings=dict(nn_settings or {}))[0])
+            _record_cv(model.history[-1], cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, 0))
+        return model
+
+    def transfer_tables(self, tables: Sequence[Table], method: str = "ref+gp", progress: ProgressFn | None = None,
+                        *, runner: TaskRunner | None = None, nn_settings: Mapping[str, Any] | None = None,
+                        sources: Sequence[str | None] | None = None, chunks: int = 1,
+                        **kw: Any) -> list[TimePowerModel]:
+        """:meth:`transfer_table` of each table (without cross-validation), the tables split into ``chunks``
+        tasks per target: each task adapts the reference to its tables in one batch
+        (:func:`~edgetune.estimation.registry.adapt_many`), so ``chunks`` tasks keep as many cores busy. Every
+        model is the same whatever the split (each adapted predictor is the same as adapted alone)."""
         columns = self.columns
-        if BATCH_FEATURE not in columns and len(_batch_sizes(table)) > 1:
-            raise InvalidArgument(
-                "batch_size", f"{table.path or 'table'} has several batch sizes but the reference was fitted "
-                              f"for one ({_fmt(self.batch_sizes)}); fit a reference on several batch sizes",
-                "a single batch size")
-        x = table_features(table, columns)
-        tasks = [{"base": self.predictors[t].to_bytes(), "y": table.column(t), "kw": _for_target(kw, t)}
-                 for t in TARGETS]
-        shared: dict[str, Any] = {"x": x, "method": method, "nn_settings": dict(nn_settings or {})}
+        xs = []
+        for table in tables:
+            if BATCH_FEATURE not in columns and len(_batch_sizes(table)) > 1:
+                raise InvalidArgument(
+                    "batch_size", f"{table.path or 'table'} has several batch sizes but the reference was fitted "
+                                  f"for one ({_fmt(self.batch_sizes)}); fit a reference on several batch sizes",
+                    "a single batch size")
+            xs.append(table_features(table, columns))
+        parts = [p for p in np.array_split(np.arange(len(tables)), max(1, min(int(chunks), len(tables)))) if len(p)]
+        bases = {t: self.predictors[t].to_bytes() for t in TARGETS}
+        tasks = [{"base": bases[t], "xs": [xs[i] for i in part], "ys": [tables[i].column(t) for i in part],
+                  "kw": _for_target(kw, t)} for t in TARGETS for part in parts]
+        shared: dict[str, Any] = {"method": method, "nn_settings": dict(nn_settings or {})}
         if progress is not None:
             shared["progress"] = progress
-        files = (runner or run_in_order)(transfer_target, tasks, shared)
-        predictors = {t: Predictor.from_bytes(f) for t, f in zip(TARGETS, files, strict=True)}
-        merged = {k: ident.get(k) or getattr(self, k) for k in IDENTITY_COLUMNS}
-        model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(self.batch_sizes),
-                               history=list(self.history), **merged)
-        pred = model.predict(x)
-        event = _event("transfer", method, table, ident, len(table), source)
-        event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
-        if cv_folds:
-            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
-                return Predictor.from_bytes(transfer_target(
-                    base=self.predictors[target].to_bytes(), x=xt, y=yt, method=method,
-                    kw=_for_target(kw, target), nn_settings=dict(nn_settings or {})))
-            _record_cv(event, cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, 0))
-        model.history.append(event)
-        return model
+        done = (runner or run_in_order)(transfer_targets, tasks, shared)
+        files: dict[str, list[bytes]] = {t: [f for j in range(len(parts)) for f in done[ti * len(parts) + j]]
+                                         for ti, t in enumerate(TARGETS)}
+        models = []
+        for i, table in enumerate(tables):
+            ident = _identity(table)
+            predictors = {t: Predictor.from_bytes(files[t][i]) for t in TARGETS}
+            merged = {k: ident.get(k) or getattr(self, k) for k in IDENTITY_COLUMNS}
+            model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(self.batch_sizes),
+                                   history=list(self.history), **merged)
+            pred = model.predict(xs[i])
+            event = _event("transfer", method, table, ident, len(table), sources[i] if sources else None)
+            event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
+            model.history.append(event)
+            models.append(model)
+        return models
 
     @property
     def cross_validation(self) -> CrossValidation | None:
@@ -412,17 +437,36 @@ def fit_target(*, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], method
             pred.progress = None
 
 
-def transfer_target(*, base: bytes, x: np.ndarray, y: np.ndarray, method: str, kw: Mapping[str, Any],
-                    nn_settings: Mapping[str, Any], progress: ProgressFn | None = None) -> bytes:
-    """One target's reference predictor adapted to (x, y) with ``method``, as its file."""
-    ref = Predictor.from_bytes(base)
+#: References decoded in this process (a worker keeps the few it is sent): sha256 of the file -> predictor.
+_REFERENCES: dict[str, Predictor] = {}
+_REFERENCES_KEPT = 8
+
+
+def _reference(base: bytes) -> Predictor:
+    """The reference predictor of a file, decoded once per process; callers get their own copy."""
+    key = hashlib.sha256(base).hexdigest()
+    ref = _REFERENCES.get(key)
+    if ref is None:
+        ref = Predictor.from_bytes(base)
+        if len(_REFERENCES) >= _REFERENCES_KEPT:
+            _REFERENCES.pop(next(iter(_REFERENCES)))
+        _REFERENCES[key] = ref
+    return copy.deepcopy(ref)
+
+
+def transfer_targets(*, base: bytes, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], method: str,
+                     kw: Mapping[str, Any], nn_settings: Mapping[str, Any],
+                     progress: ProgressFn | None = None) -> list[bytes]:
+    """One target's reference predictor adapted to each table ``(xs[i], ys[i])`` with ``method`` (in one batch:
+    :func:`~edgetune.estimation.registry.adapt_many`), as files."""
+    ref = _reference(base)
     nn = getattr(ref, "nn", ref)  # fine-tuning settings live on the reference MLP
     for key, value in nn_settings.items():
         if not hasattr(nn, key):
             raise InvalidArgument(f"nn_settings.{key}", f"not a fine-tuning setting of {ref.method!r}",
                                   "transfer_epochs, transfer_lr, transfer_mode, seed")
         setattr(nn, key, value)
-    return adapt(ref, method, x, y, progress=progress, **kw).to_bytes()
+    return [p.to_bytes() for p in adapt_many(ref, method, xs, ys, progress=progress, **kw)]
 
 
 def run_in_order(fn: Callable[..., Any], tasks: Sequence[Mapping[str, Any]],

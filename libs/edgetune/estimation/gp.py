@@ -57,7 +57,7 @@ from edgetune.base.risk import z_score
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.features import inverse_transform
-from edgetune.estimation.nn import NNPredictor
+from edgetune.estimation.nn import NNPredictor, fine_tune_many
 
 #: How ``nn+gp`` combines the transferred NN and the GP (module docs).
 COMBINE_MODES = ("stacked", "residual")
@@ -234,9 +234,22 @@ class NNGPPredictor(Predictor):
         return GaussianProcess(self.restarts, self.seed).fit(self._gp_inputs(xs, nn_out), target)
 
     def _transfer(self, xs: np.ndarray, ys: np.ndarray) -> dict[str, Any]:
-        self._sync_nn()
-        scores = self.cv_scores(xs, ys) if self.calibration == "cv" else None
-        info = self.nn._transfer(xs, ys)
+        return self._transfer_many([self], [xs], [ys])[0]
+
+    @classmethod
+    def _transfer_many(cls, preds, xss, yss) -> list[dict[str, Any]]:
+        """The NNs of every predictor fine-tuned in one batch (:func:`~edgetune.estimation.nn.fine_tune_many`),
+        then each one's GP."""
+        for p in preds:
+            p._sync_nn()
+        scores = [p.cv_scores(xs, ys) if p.calibration == "cv" else None for p, xs, ys in zip(preds, xss, yss,
+                                                                                             strict=True)]
+        infos = fine_tune_many([p.nn for p in preds], xss, yss)
+        return [p._finish_transfer(xs, ys, info, sc) for p, xs, ys, info, sc in zip(preds, xss, yss, infos, scores,
+                                                                                     strict=True)]
+
+    def _finish_transfer(self, xs: np.ndarray, ys: np.ndarray, info: dict[str, Any],
+                         scores: np.ndarray | None) -> dict[str, Any]:
         self.gp = self._fit_gp(self.nn, xs, ys)
         out = {**info, "combine": self.combine, "kernel": self.gp.summary()}
         self.std_scale = 1.0
@@ -259,11 +272,14 @@ class NNGPPredictor(Predictor):
         folds = np.array_split(np.random.default_rng(self.seed + 7).permutation(n), k)
         scores = np.empty(n)
         held_mu = np.empty(n)
-        for held in folds:
-            keep = np.setdiff1d(np.arange(n), held)
+        keeps = [np.setdiff1d(np.arange(n), held) for held in folds]
+        nns = []
+        for _ in folds:
             nn = copy.deepcopy(self.nn)
             nn.progress = None
-            nn._transfer(xs[keep], ys[keep])
+            nns.append(nn)
+        fine_tune_many(nns, [xs[keep] for keep in keeps], [ys[keep] for keep in keeps])  # the folds in one batch
+        for held, keep, nn in zip(folds, keeps, nns, strict=True):
             gp = self._fit_gp(nn, xs[keep], ys[keep])
             nn_out = nn.forward(xs[held])
             mu, sd = gp.predict(self._gp_inputs(xs[held], nn_out))

@@ -16,8 +16,10 @@ Refusals name the setting as the estimator's request does (``kind``, ``measureme
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +34,10 @@ from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.estimation import params
 from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
 from edgetune.estimation.bundle import TimePowerModel
-from edgetune.estimation.features import BATCH_FEATURE
+from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.ids import default_model_id, id_part, parse_model_id
 from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS, parse_method
-from edgetune.estimation.parallel import TaskFailed, ensure_ray, run_tasks, single_threaded
+from edgetune.estimation.parallel import TaskFailed, ensure_pool, ensure_ray, run_tasks, single_threaded
 from edgetune.estimation.records import EfficiencySpec, FitSpec, MeasuredRow, TransferSpec
 from edgetune.estimation.repository import Loaded, ModelRepository
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
@@ -51,7 +53,9 @@ MODELS_STORED = Counter("edgetune_estimator_models_stored_total",
                         "Model versions written to the store, by RPC (Fit / Transfer) and method.", ["rpc", "method"])
 TRAIN_SECONDS = Histogram("edgetune_estimator_train_seconds", "Wall time of a Fit or Transfer (all its tasks).",
                           ["rpc"], buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
-TASKS = Counter("edgetune_estimator_tasks_total", "Estimation tasks run, by how (ray / sequential).", ["how"])
+TASKS = Counter("edgetune_estimator_tasks_total", "Estimation tasks run, by how (ray / pool / sequential).", ["how"])
+TRANSFER_BATCH = Histogram("edgetune_estimator_transfer_batch_size", "Transfers run together in one batch.",
+                           buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
 
 #: Batch efficiency's defaults: small enough to answer in seconds (Ahmed et al.'s own runs are larger).
 BE_WORKLOAD = "resnet-slim"
@@ -66,24 +70,38 @@ BE_MAX_SAMPLES_PER_PASS = 1_000_000
 
 @dataclass(frozen=True)
 class Runner:
-    """How tasks run: local Ray (default), a cluster ``address``, or in order (``parallel=False``)."""
+    """How tasks run: local Ray (default), a cluster ``address``, in order (``parallel=False``), or on a
+    pool of ``processes`` local workers (``parallel=False, processes=N``)."""
 
     parallel: bool = True
     address: str | None = None
     num_cpus: int | None = None
+    processes: int = 0
+    #: Where the last batch's tasks ran (filled under Ray and a pool; what the multi-node test reads).
+    placements: list[str] = field(default_factory=list, compare=False)
 
     def start(self) -> None:
-        """Start (or join) Ray now with this runner's settings; library calls that fan out later reuse it."""
+        """Start (or join) Ray, or the pool, now with this runner's settings; calls that fan out later reuse it."""
         if self.parallel:
             ensure_ray(self.address, self.num_cpus)
+        elif self.processes > 0:
+            ensure_pool(self.processes)
+
+    @property
+    def workers(self) -> int:
+        """Tasks that run at once: the Ray cluster's CPUs, the pool's processes, else 1."""
+        if self.parallel:
+            ray = ensure_ray(self.address, self.num_cpus)
+            return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return max(1, self.processes)
 
     def run(self, fn: Callable[..., Any], tasks: Sequence[Mapping[str, Any]],
             shared: Mapping[str, Any] | None = None) -> list[Any]:
         """A :data:`~edgetune.estimation.bundle.TaskRunner`."""
-        TASKS.labels("ray" if self.parallel else "sequential").inc(len(tasks))
+        TASKS.labels("ray" if self.parallel else "pool" if self.processes else "sequential").inc(len(tasks))
         try:
             return run_tasks(fn, tasks, parallel=self.parallel, address=self.address, num_cpus=self.num_cpus,
-                             shared=shared)
+                             shared=shared, processes=self.processes, placements=self.placements)
         except TaskFailed as exc:
             # A bad-input error raised inside a task is the caller's mistake: answer with it as is.
             if isinstance(exc.cause, EdgetuneError):
@@ -199,15 +217,86 @@ def fit_model(job: FitJob, runner: Runner) -> Trained:
     return Trained(model, meta)
 
 
-def transfer_model(job: TransferJob, runner: Runner) -> Trained:
-    """The base adapted to the job's rows (targets as parallel tasks); in-sample MAPE."""
+def transfer_models(jobs: Sequence[TransferJob], runner: Runner) -> list[Trained]:
+    """Each job's base adapted to its rows. Jobs of the same base and settings go together
+    (:meth:`TimePowerModel.transfer_tables <edgetune.estimation.bundle.TimePowerModel.transfer_tables>`), split into
+    as many tasks per target as the runner has workers; each model is the one its job alone gives."""
     t0 = time.perf_counter()
-    table = job.rows.table(job.device, job.workload, job.role)
-    model = job.base.transfer_table(table, job.method, runner=runner.run, nn_settings=job.nn_settings,
-                                    source=job.rows.source, **job.kw)
-    meta = _meta(model, job.rows, seconds=round(time.perf_counter() - t0, 3), base_model_id=job.base_model_id)
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = (job.base_model_id, job.method, repr(sorted(job.kw.items())), repr(sorted(job.nn_settings.items())))
+        groups.setdefault(key, []).append(i)
+    out: dict[int, TimePowerModel] = {}
+    for idx in groups.values():
+        first = jobs[idx[0]]
+        tables = [jobs[i].rows.table(jobs[i].device, jobs[i].workload, jobs[i].role) for i in idx]
+        models = first.base.transfer_tables(tables, first.method, runner=runner.run, nn_settings=first.nn_settings,
+                                            sources=[jobs[i].rows.source for i in idx],
+                                            chunks=_chunks(len(idx), runner.workers), **first.kw)
+        out.update(zip(idx, models, strict=True))
+    seconds = round((time.perf_counter() - t0) / len(jobs), 3)  # a batch's time, per job
     TRAIN_SECONDS.labels("Transfer").observe(time.perf_counter() - t0)
-    return Trained(model, meta)
+    TRANSFER_BATCH.observe(len(jobs))
+    return [Trained(out[i], _meta(out[i], job.rows, seconds=seconds, base_model_id=job.base_model_id))
+            for i, job in enumerate(jobs)]
+
+
+def _chunks(jobs: int, workers: int) -> int:
+    """Tasks per target for a batch: the targets' tasks already keep that many workers busy; more tasks only
+    where workers are left over (a task of a lone net pays for its twin: :func:`~edgetune.estimation.nn.fine_tune_many`)."""
+    return max(1, min(jobs // 2, workers // len(TARGETS)))
+
+
+class TransferBatcher:
+    """Transfers waiting together run as one batch (:func:`transfer_models`): a fleet's nodes reach their
+    transfers together, and a batch costs little more than one transfer.
+
+    One batch thread (not an RPC's thread: one caller cancelling does not stop the others' work) takes
+    every transfer waiting, ``window_s`` after the first of them arrived, and runs them; the transfers
+    arriving meanwhile wait for the next batch, so the batches grow while the workers are busy. Every
+    caller waits for its own result. A batch that fails is run again one job at a time, so only a
+    failing job's caller sees its error.
+    """
+
+    def __init__(self, runner: Runner, window_s: float = 0.05) -> None:
+        self.runner, self.window_s = runner, window_s
+        self._pending: list[tuple[TransferJob, Future[Trained]]] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def run(self, job: TransferJob) -> Trained:
+        mine: Future[Trained] = Future()
+        with self._cond:
+            self._pending.append((job, mine))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="estimator-transfers", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return mine.result()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending))
+            time.sleep(self.window_s)  # the others arriving now join this batch
+            with self._cond:
+                batch, self._pending = self._pending, []
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[tuple[TransferJob, Future[Trained]]]) -> None:
+        try:
+            for (_, fut), trained in zip(batch, transfer_models([j for j, _ in batch], self.runner), strict=True):
+                fut.set_result(trained)
+            return
+        except Exception as exc:  # noqa: BLE001 - handed to the callers below
+            if len(batch) == 1:
+                batch[0][1].set_exception(exc)
+                return
+        for job, fut in batch:
+            try:
+                fut.set_result(transfer_models([job], self.runner)[0])
+            except Exception as exc:  # noqa: BLE001 - this job's own error, to its caller
+                fut.set_exception(exc)
 
 
 def _meta(model: TimePowerModel, rows: Rows, *, seconds: float, base_model_id: str = "") -> ModelRecord:
@@ -225,9 +314,10 @@ def _meta(model: TimePowerModel, rows: Rows, *, seconds: float, base_model_id: s
 class ModelTrainer:
     """Fits and transfers into ``models``, their tasks run by ``runner`` (see the module docs)."""
 
-    def __init__(self, models: ModelRepository, runner: Runner) -> None:
+    def __init__(self, models: ModelRepository, runner: Runner, batch_window_s: float = 0.05) -> None:
         self.models = models
         self.runner = runner
+        self._transfers = TransferBatcher(runner, batch_window_s)
 
     def _rows(self, measured: Sequence[MeasuredRow], spec: DeviceSpec, workload: str, role: str, need: int,
               what: str) -> Rows:
@@ -289,7 +379,7 @@ class ModelTrainer:
         if spec.seed is not None and method in TRANSFER_METHODS:
             nn_attrs["seed"] = validation.seed(spec.seed, "seed")  # fine-tuning's shuffles; others keep the base's
         job = TransferJob(base.model, base.versioned_id, device.name, workload, role, method, rows, kw, nn_attrs)
-        trained = transfer_model(job, self.runner)
+        trained = self._transfers.run(job)
         saved = self.models.save(model_id, trained.model, trained.meta)
         MODELS_STORED.labels("Transfer", method).inc()
         log.info("transferred", extra={"model_id": saved.versioned_id, "base": base.versioned_id, "rows": len(rows)})

@@ -29,8 +29,10 @@ is deterministic on CPU. Optional ``progress(stage, epoch, epochs)`` callback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -142,31 +144,11 @@ class NNPredictor(Predictor):
 
     # -- transfer --------------------------------------------------------------------------------
     def _transfer(self, xs: np.ndarray, ys: np.ndarray) -> dict[str, Any]:
-        if self.net is None:
-            raise InvalidArgument("base", "the reference network is missing")
-        reference = {k: v.clone() for k, v in self.net.state_dict().items()}
-        rng = np.random.default_rng(self.seed + 1)
-        n = xs.shape[0]
-        chosen = self.transfer_epochs
-        val_loss = None
-        if n >= 20:  # choose the epoch count on a held-out fifth, then use every row
-            perm = rng.permutation(n)
-            n_val = max(int(round(0.2 * n)), 4)
-            val, tr = perm[:n_val], perm[n_val:]
-            net = self._fresh_head(reference, xs[tr], ys[tr])
-            with _torch_session(self.seed + 1, self.threads):
-                best_epoch, val_loss = _train(net, self._transfer_optimizer(net), xs, ys, tr, val,
-                                              self.transfer_epochs, self.batch_size, self._loss_fn(), rng, None,
-                                              self._report("transfer (choosing epochs)"), allow_zero=True)
-            chosen = best_epoch
-        every = np.arange(n)
-        net = self._fresh_head(reference, xs, ys)
-        if chosen > 0:
-            with _torch_session(self.seed + 2, self.threads):
-                _train(net, self._transfer_optimizer(net), xs, ys, every, np.array([], dtype=int), chosen,
-                       self.batch_size, self._loss_fn(), rng, None, self._report("transfer"))
-        self.net = net
-        return {"mode": self.transfer_mode, "epochs": int(chosen), "val_loss": val_loss}
+        return fine_tune_many([self], [xs], [ys])[0]
+
+    @classmethod
+    def _transfer_many(cls, preds, xss, yss) -> list[dict[str, Any]]:
+        return fine_tune_many(preds, xss, yss)
 
     def _fresh_head(self, reference: dict[str, torch.Tensor], xs: np.ndarray, ys: np.ndarray) -> nn.Sequential:
         """The reference net with a new output layer fitted by ridge regression on its features."""
@@ -188,20 +170,16 @@ class NNPredictor(Predictor):
         net[-1] = head
         return net
 
-    def _transfer_optimizer(self, net: nn.Sequential) -> torch.optim.Optimizer:
-        linears = [m for m in net if isinstance(m, nn.Linear)]
-        head, last = linears[-1], linears[-2]
-        for p in net.parameters():
-            p.requires_grad_(self.transfer_mode == "all")
-        groups: list[dict[str, Any]] = [{"params": list(head.parameters()), "lr": self.transfer_lr}]
+    def _layer_rates(self) -> list[float]:
+        """Fine-tuning learning rate of each linear layer (0: frozen): the head at ``transfer_lr``, the hidden
+        layers ``transfer_mode`` unfreezes at a tenth of it."""
+        n = len(self.hidden) + 1
+        low = self.transfer_lr * 0.1
+        if self.transfer_mode == "all":
+            return [low] * (n - 1) + [self.transfer_lr]
         if self.transfer_mode == "head+last":
-            groups.append({"params": list(last.parameters()), "lr": self.transfer_lr * 0.1})
-        elif self.transfer_mode == "all":
-            groups.append({"params": [p for m in linears[:-1] for p in m.parameters()], "lr": self.transfer_lr * 0.1})
-        for g in groups:
-            for p in g["params"]:
-                p.requires_grad_(True)
-        return torch.optim.Adam(groups)
+            return [0.0] * (n - 2) + [low, self.transfer_lr]
+        return [0.0] * (n - 1) + [self.transfer_lr]
 
     # -- predict ---------------------------------------------------------------------------------
     def _predict(self, xs: np.ndarray) -> tuple[np.ndarray, None]:
@@ -286,3 +264,226 @@ def _train(net: nn.Sequential, opt: torch.optim.Optimizer, xs: np.ndarray, ys: n
         net.load_state_dict(best_state)
         return best_epoch, best_val
     return epochs, None
+
+
+# -- fine-tuning many nets at once ------------------------------------------------------------------
+#: Epochs of dropout masks drawn at once per net (bounded memory; a net's draws do not depend on it).
+MASK_CHUNK_EPOCHS = 25
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+@dataclass
+class _Run:
+    """One net's training in a batch: its rows, epochs, seeds and where its result goes."""
+
+    pred: NNPredictor
+    net: nn.Sequential
+    xs: np.ndarray
+    ys: np.ndarray
+    tr: np.ndarray
+    val: np.ndarray
+    epochs: int
+    rng: np.random.Generator
+    torch_seed: int
+    allow_zero: bool
+    report: Callable[[int, int], None] | None
+    result: tuple[int, float | None] = (0, None)
+
+
+def fine_tune_many(preds: Sequence[NNPredictor], xss: Sequence[np.ndarray], yss: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+    """Every predictor's transfer (module docstring, steps 1-4) on its own standardised rows, in place.
+
+    Nets of the same shape and settings train together as one stacked batch (:func:`_train_many`):
+    a batch's per-step cost is close to one net's, and each net's numbers depend only on its own
+    rows and seeds, so a net fine-tuned in a batch of any size ends bit-identical to one fine-tuned
+    alone (tested). Returns each transfer's metadata.
+    """
+    for p in preds:
+        if p.net is None:
+            raise InvalidArgument("base", "the reference network is missing")
+    refs = [{k: v.clone() for k, v in p.net.state_dict().items()} for p in preds]  # type: ignore[union-attr]
+    rngs = [np.random.default_rng(p.seed + 1) for p in preds]
+    chosen = [p.transfer_epochs for p in preds]
+    val_loss: list[float | None] = [None] * len(preds)
+    choosing: list[_Run] = []
+    for i, (p, xs, ys) in enumerate(zip(preds, xss, yss, strict=True)):
+        n = xs.shape[0]
+        if n >= 20:  # choose the epoch count on a held-out fifth, then use every row
+            perm = rngs[i].permutation(n)
+            n_val = max(int(round(0.2 * n)), 4)
+            val, tr = perm[:n_val], perm[n_val:]
+            choosing.append(_Run(p, p._fresh_head(refs[i], xs[tr], ys[tr]), xs, ys, tr, val, p.transfer_epochs,
+                                 rngs[i], p.seed + 1, True, p._report("transfer (choosing epochs)")))
+    _train_many(choosing)
+    for run in choosing:
+        i = next(j for j, p in enumerate(preds) if p is run.pred)
+        chosen[i], val_loss[i] = run.result
+    final: list[_Run] = []
+    nets = []
+    for i, (p, xs, ys) in enumerate(zip(preds, xss, yss, strict=True)):
+        net = p._fresh_head(refs[i], xs, ys)
+        nets.append(net)
+        if chosen[i] > 0:
+            final.append(_Run(p, net, xs, ys, np.arange(xs.shape[0]), np.array([], dtype=int), chosen[i], rngs[i],
+                              p.seed + 2, False, p._report("transfer")))
+    _train_many(final)
+    for p, net in zip(preds, nets, strict=True):
+        p.net = net
+    return [{"mode": p.transfer_mode, "epochs": int(c), "val_loss": v} for p, c, v in zip(preds, chosen, val_loss,
+                                                                                           strict=True)]
+
+
+def _train_many(runs: Sequence[_Run]) -> None:
+    """Fine-tune ``runs`` (each net's result in ``run.result``, its weights in ``run.net``), batched by shape."""
+    groups: dict[tuple[Any, ...], list[_Run]] = {}
+    for r in runs:
+        p = r.pred
+        key = (r.xs.shape[1], p.hidden, p.dropout, tuple(p._layer_rates()), p.batch_size, p.loss, p.transform,
+               p.under_weight, len(r.tr), len(r.val), r.allow_zero)
+        groups.setdefault(key, []).append(r)
+    for group in groups.values():
+        if len(group) == 1:
+            # bmm takes another kernel for a batch of one, whose sums round differently: a lone net trains
+            # beside a throw-away twin (own copies of its rows, generators and weights) to end as in a batch
+            r = group[0]
+            twin = _Run(r.pred, copy.deepcopy(r.net), r.xs, r.ys, r.tr, r.val, r.epochs, copy.deepcopy(r.rng),
+                        r.torch_seed, r.allow_zero, None)
+            group = [r, twin]
+        _train_group(group)
+
+
+def _train_group(runs: Sequence[_Run]) -> None:
+    """Minibatch Adam on K nets of one shape as stacked tensors (``bmm``): forward, loss per net, backward of
+    their sum (each net's gradient is its own loss's), Adam per net. Dropout masks and row orders come from
+    each net's own generators. Keeps each net's best-validation weights (epoch 0 too with ``allow_zero``),
+    or its weights after its own last epoch."""
+    first = runs[0].pred
+    k_nets = len(runs)
+    rates = first._layer_rates()
+    n_layers = len(rates)
+    with _torch_session(0, first.threads):
+        linears = [[m for m in r.net if isinstance(m, nn.Linear)] for r in runs]
+        weights = [torch.stack([ls[li].weight.detach() for ls in linears]) for li in range(n_layers)]
+        biases = [torch.stack([ls[li].bias.detach() for ls in linears]).unsqueeze(1) for li in range(n_layers)]
+        params: list[tuple[torch.Tensor, float]] = []
+        for li, rate in enumerate(rates):
+            weights[li] = weights[li].clone().requires_grad_(rate > 0)
+            biases[li] = biases[li].clone().requires_grad_(rate > 0)
+            if rate > 0:
+                params += [(weights[li], rate), (biases[li], rate)]
+        moments = [(torch.zeros_like(t), torch.zeros_like(t)) for t, _ in params]
+        x_all = torch.stack([torch.as_tensor(r.xs, dtype=torch.float32) for r in runs])
+        y_all = torch.stack([torch.as_tensor(r.ys, dtype=torch.float32).reshape(-1, 1) for r in runs])
+        rows = torch.arange(k_nets).unsqueeze(1)
+        tr_idx = torch.as_tensor(np.stack([r.tr for r in runs]), dtype=torch.long)
+        x_tr, y_tr = x_all[rows, tr_idx], y_all[rows, tr_idx]
+        has_val = len(runs[0].val) > 0
+        if has_val:
+            val_idx = torch.as_tensor(np.stack([r.val for r in runs]), dtype=torch.long)
+            x_val, y_val = x_all[rows, val_idx], y_all[rows, val_idx]
+        loss_fn = _stacked_loss([r.pred for r in runs])
+        n_drop = len(first.hidden) - 1 if first.dropout > 0 else 0
+        keep = 1.0 - first.dropout
+        gens = [torch.Generator().manual_seed(r.torch_seed) for r in runs]
+        n_tr = x_tr.shape[1]
+        bs = min(first.batch_size, n_tr)
+        widths = first.hidden
+
+        def forward(x: torch.Tensor, masks: list[torch.Tensor] | None) -> torch.Tensor:
+            h = x
+            for li in range(n_layers):
+                h = torch.baddbmm(biases[li], h, weights[li].transpose(1, 2))
+                if li < n_layers - 1:
+                    h = torch.relu(h)
+                    if masks is not None and li < n_drop:
+                        h = h * masks[li]
+            return h
+
+        def snapshot(k: int) -> list[torch.Tensor]:
+            return [t[k].detach().clone() for t in (*weights, *biases)]
+
+        def val_losses() -> torch.Tensor:
+            with torch.no_grad():
+                return loss_fn(forward(x_val, None), y_val)
+
+        best_val = [float("inf")] * k_nets
+        best_epoch = [0] * k_nets
+        best: list[list[torch.Tensor] | None] = [None] * k_nets
+        done: list[list[torch.Tensor] | None] = [None] * k_nets
+        if has_val and runs[0].allow_zero:
+            start = val_losses()
+            for k in range(k_nets):
+                best_val[k], best[k] = float(start[k]), snapshot(k)
+        epochs = [r.epochs for r in runs]
+        step = 0
+        chunk: list[torch.Tensor] = []
+        for epoch in range(1, max(epochs) + 1):
+            if n_drop and (epoch - 1) % MASK_CHUNK_EPOCHS == 0:  # each net's next masks from its own generator
+                chunk = [torch.stack([torch.empty((MASK_CHUNK_EPOCHS, n_tr, widths[li])).bernoulli_(keep, generator=g)
+                                      for g in gens]).div_(keep) for li in range(n_drop)]
+            order = torch.as_tensor(np.stack([r.rng.permutation(n_tr) if epoch <= r.epochs else np.arange(n_tr)
+                                              for r in runs]), dtype=torch.long)
+            at = (epoch - 1) % MASK_CHUNK_EPOCHS
+            for s0 in range(0, n_tr, bs):
+                idx = order[:, s0:s0 + bs]
+                masks = [c[:, at, s0:s0 + idx.shape[1]] for c in chunk] if n_drop else None
+                loss = loss_fn(forward(x_tr[rows, idx], masks), y_tr[rows, idx]).sum()
+                grads = torch.autograd.grad(loss, [t for t, _ in params])
+                step += 1
+                _adam_step(params, grads, moments, step)
+            if has_val:
+                v = val_losses()
+                for k in range(k_nets):
+                    if epoch <= epochs[k] and float(v[k]) < best_val[k]:
+                        best_val[k], best_epoch[k], best[k] = float(v[k]), epoch, snapshot(k)
+            for k in range(k_nets):
+                if epoch == epochs[k]:
+                    done[k] = snapshot(k)
+                if epoch <= epochs[k] and runs[k].report is not None:
+                    runs[k].report(epoch, epochs[k])  # type: ignore[misc]
+    for k, r in enumerate(runs):
+        state = best[k] if has_val and best[k] is not None else done[k]
+        if state is not None:
+            with torch.no_grad():
+                for li, m in enumerate([m for m in r.net if isinstance(m, nn.Linear)]):
+                    m.weight.copy_(state[li])
+                    m.bias.copy_(state[n_layers + li].reshape(-1))
+        r.result = (best_epoch[k], best_val[k]) if has_val and best[k] is not None else (r.epochs, None)
+
+
+def _adam_step(params: list[tuple[torch.Tensor, float]], grads: Sequence[torch.Tensor],
+               moments: list[tuple[torch.Tensor, torch.Tensor]], step: int) -> None:
+    """torch's Adam (no weight decay) on the stacked tensors, element by element, so each net's update is its
+    own (torch's fused kernel is not: its results vary with the stack's size)."""
+    beta1, beta2 = ADAM_BETAS
+    bias1 = 1 - beta1 ** step
+    bias2_sqrt = (1 - beta2 ** step) ** 0.5
+    with torch.no_grad():
+        for (p, lr), g, (m, v) in zip(params, grads, moments, strict=True):
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            p.addcdiv_(m, (v.sqrt() / bias2_sqrt).add_(ADAM_EPS), value=-lr / bias1)
+
+
+def _stacked_loss(preds: Sequence[NNPredictor]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Each net's loss over its rows, ``(K, rows, 1)`` → ``(K,)``: MSE, or the asymmetric MAPE in target units."""
+    first = preds[0]
+    if first.loss == "mse":
+        return lambda pred, true: ((pred - true) ** 2).mean(dim=(1, 2))
+    scalers = [p._fitted_parts()[1] for p in preds]
+    mean = torch.tensor([float(s.mean[0]) for s in scalers]).reshape(-1, 1, 1)
+    std = torch.tensor([float(s.std[0]) for s in scalers]).reshape(-1, 1, 1)
+    log = first.transform == "log"
+
+    def to_units(scaled: torch.Tensor) -> torch.Tensor:  # standardised → target units, differentiably
+        u = scaled * std + mean
+        return torch.exp(u) if log else u
+
+    def loss(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
+        p, t = to_units(pred), to_units(true)
+        rel = (p - t) / t.abs().clamp_min(1e-9)
+        weight = torch.where(rel < 0, torch.full_like(rel, first.under_weight), torch.ones_like(rel))
+        return (weight * rel.abs()).mean(dim=(1, 2))
+
+    return loss

@@ -9,7 +9,9 @@ predictor fits per (workload, target), cross-validation folds — goes through
   unless given); a Ray already initialised by the caller is used as it is;
 - an ``address`` argument or the ``EDGETUNE_RAY_ADDRESS`` environment variable: that **Ray
   cluster** (``"auto"``, ``"ray://head:10001"``, ...);
-- ``parallel=False``: the same calls, in order, in this process (no Ray import at all).
+- ``parallel=False``: the same calls, in order, in this process (no Ray import at all);
+- ``processes=N`` (with ``parallel=False``): a pool of N worker processes on this machine
+  (spawned, started once by :func:`ensure_pool`; no Ray), each task on one of them.
 
 Either way each task runs with one torch thread and one BLAS thread, so N tasks on N cores
 do not oversubscribe them and a seeded task gives bit-identical results in both modes
@@ -24,6 +26,7 @@ once and handed to every task, instead of being serialised once per task.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import itertools
 import logging
 import os
@@ -31,7 +34,9 @@ import pickle
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from multiprocessing import get_context
 from typing import Any
 
 from threadpoolctl import threadpool_limits
@@ -202,6 +207,44 @@ def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[n] for n in names))]
 
 
+_pool: Any = None
+_pool_size = 0
+
+
+def ensure_pool(processes: int) -> Any:
+    """A pool of ``processes`` spawned workers, started once (spawned, not forked: this process may run gRPC
+    threads); each worker imports the estimation modules as it starts, in the background (a server does not
+    wait for them to listen), so the first task pays for none of it once they are up."""
+    global _pool, _pool_size
+    with _lock:
+        if _pool is None or _pool_size != processes:
+            if _pool is not None:
+                _pool.shutdown(cancel_futures=True)
+            _pool = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
+                                        initializer=_warm_worker)
+            _pool_size = processes
+            for _ in range(processes):  # the workers start (and import) now, in the background: not waited for
+                _pool.submit(_ready)
+    return _pool
+
+
+def _warm_worker() -> None:
+    import edgetune.estimation.bundle  # noqa: F401 - torch, sklearn and the predictors, once per worker
+
+
+def _ready() -> bool:
+    return True
+
+
+def shutdown_pool() -> None:
+    """Stop the pool :func:`ensure_pool` started, if any."""
+    global _pool, _pool_size
+    with _lock:
+        if _pool is not None:
+            _pool.shutdown(cancel_futures=True)
+            _pool, _pool_size = None, 0
+
+
 def run_tasks(
     fn: Callable[..., Any],
     list_of_kwargs: Sequence[Mapping[str, Any]],
@@ -211,11 +254,15 @@ def run_tasks(
     num_cpus: int | None = None,
     progress: Progress | None = None,
     shared: Mapping[str, Any] | None = None,
+    processes: int = 0,
+    placements: list[str] | None = None,
 ) -> list[Any]:
     """``[fn(**shared, **kw) for kw in list_of_kwargs]``, as Ray tasks or in order (see module doc).
 
     ``fn`` must be importable by name in a Ray worker (defined in a module, not in a REPL
     cell or a test file outside ``sys.path``) or a closure cloudpickle can carry by value.
+    ``placements``, when given, is filled with where each task ran (Ray: the node's id; a pool:
+    host and worker process) under Ray and a pool.
     """
     tasks = [dict(kw) for kw in list_of_kwargs]
     common = dict(shared or {})
@@ -226,9 +273,54 @@ def run_tasks(
     name = getattr(fn, "__qualname__", repr(fn))
     if not tasks:
         return []
+    if not parallel and processes > 0:
+        return _run_pool(fn, name, tasks, common, progress, processes, placements)
     if not parallel:
         return _run_sequential(fn, name, tasks, common, progress)
-    return _run_ray(fn, name, tasks, common, progress, address, num_cpus)
+    return _run_ray(fn, name, tasks, common, progress, address, num_cpus, placements)
+
+
+def _placed_call(fn: Callable[..., Any], kwargs: dict[str, Any], shared_names: list[str],
+                 *shared_values: Any) -> tuple[Any, str]:
+    """:func:`_remote_call`, and where it ran (the Ray node's id, else this host and process)."""
+    try:
+        import ray
+
+        where = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except ImportError:
+        where = ""
+    return _remote_call(fn, kwargs, shared_names, *shared_values), where or f"{os.uname().nodename}:{os.getpid()}"
+
+
+def _run_pool(fn, name, tasks, common, progress, processes, placements) -> list[Any]:
+    pool = ensure_pool(processes)
+    names = list(common)
+    futures = {pool.submit(_placed_call, fn, kw, names, *(common[k] for k in names)): i for i, kw in enumerate(tasks)}
+    results: list[Any] = [None] * len(tasks)
+    where: list[str] = [""] * len(tasks)
+    done = 0
+    try:
+        pending = set(futures)
+        while pending:
+            ready, pending = cf.wait(pending, timeout=RAY_POLL_S, return_when=cf.FIRST_COMPLETED)
+            stopping.check()
+            for f in ready:
+                i = futures[f]
+                out, where[i] = f.result()
+                if isinstance(out, _Failure):
+                    cause = out.rebuild()
+                    raise TaskFailed(name, i, tasks[i], cause) from cause
+                results[i] = out
+                done += 1
+                if progress is not None:
+                    progress(done, len(tasks))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    if placements is not None:
+        placements[:] = where
+    return results
 
 
 def _run_sequential(fn, name, tasks, common, progress) -> list[Any]:
@@ -247,11 +339,12 @@ def _run_sequential(fn, name, tasks, common, progress) -> list[Any]:
 RAY_POLL_S = 0.25
 
 
-def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
+def _run_ray(fn, name, tasks, common, progress, address, num_cpus, placements=None) -> list[Any]:
     ray = ensure_ray(address, num_cpus)
     from ray.exceptions import RayError  # deferred: ray
 
-    remote = ray.remote(num_cpus=1, max_retries=0)(_remote_call)
+    # spread: a job's tasks go to every node of a cluster, not packed onto the first one with free CPUs
+    remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(_placed_call)
     fn_ref = ray.put(fn)
     names = list(common)
     shared_refs = [ray.put(common[k]) for k in names]  # one copy in the object store
@@ -260,6 +353,7 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
         # top-level ObjectRef arguments are resolved by Ray before the call; nested ones are not
         pending[remote.remote(fn_ref, kw, names, *shared_refs)] = i
     results: list[Any] = [None] * len(tasks)
+    where: list[str] = [""] * len(tasks)
     done = 0
     try:
         while pending:
@@ -270,7 +364,7 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
             for ref in ready:
                 i = pending.pop(ref)
                 try:
-                    out = ray.get(ref)
+                    out, where[i] = ray.get(ref)
                 except RayError as exc:  # the worker died, or the task was cancelled
                     raise TaskFailed(name, i, tasks[i], exc) from exc
                 if isinstance(out, _Failure):
@@ -286,4 +380,6 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus) -> list[Any]:
         for ref in pending:
             ray.cancel(ref, force=isinstance(exc, stopping.Stopped))
         raise
+    if placements is not None:
+        placements[:] = where
     return results

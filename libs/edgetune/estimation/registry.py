@@ -10,12 +10,14 @@ columns).
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from edgetune.errors import InvalidArgument
-from edgetune.estimation.base import Predictor
+from edgetune.estimation.base import Predictor, transfer_many
 from edgetune.estimation.baselines import LinearPredictor, RandomForestPredictor
 from edgetune.estimation.gp import GPPredictor, NNGPPredictor
 from edgetune.estimation.methods import TRANSFER_METHODS, check_method
@@ -51,22 +53,36 @@ def adapt(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, progress: 
 
     ``progress(stage, epoch, epochs)`` is called while an NN trains.
     """
+    return adapt_many(base, method, [x], [y], progress, **kw)[0]
+
+
+def adapt_many(base: Predictor, method: str, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], progress: Any = None,
+               **kw: Any) -> list[Predictor]:
+    """:func:`adapt` of ``base`` to each table ``(xs[i], ys[i])``; the MLP methods fine-tune them all in one
+    batch (:func:`~edgetune.estimation.base.transfer_many`), each predictor the same as adapted alone."""
     check_method(method)
+    if method in TRANSFER_METHODS:
+        first = _reference_nn(base, method)  # read once; the others are copies of it
+        nns = [first] + [copy.deepcopy(first) for _ in range(len(xs) - 1)]
+        for nn in nns:
+            if method == "nn-asym":
+                nn.loss = "asym-mape"
+            nn.progress = progress
+        preds: list[Predictor] = [NNGPPredictor.from_nn(nn, **kw) for nn in nns] if method == "nn+gp" else list(nns)
+        try:
+            transfer_many(preds, xs, ys)
+        finally:
+            for nn in nns:
+                nn.progress = None
+        return preds
+    return [_adapt_one(base, method, x, y, **kw) for x, y in zip(xs, ys, strict=True)]
+
+
+def _adapt_one(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, **kw: Any) -> Predictor:
     if method == "ref+gp":
         # any fitted reference serves (it is only asked for predictions); a ref+gp base lends its own
         ref = base.reference if isinstance(base, RefGPPredictor) and base.reference is not None else base
         return RefGPPredictor.from_reference(ref, **kw).transfer(x, y)
-    if method in TRANSFER_METHODS:
-        nn = _reference_nn(base, method)
-        if method == "nn-asym":
-            nn.loss = "asym-mape"
-        nn.progress = progress
-        try:
-            if method == "nn+gp":
-                return NNGPPredictor.from_nn(nn, **kw).transfer(x, y)
-            return nn.transfer(x, y)
-        finally:
-            nn.progress = None
     fresh = make_predictor(method, base.target, transform=base.transform, seed=base.seed, **kw)
     return fresh.fit(x, y, columns=base.columns)
 

@@ -55,8 +55,9 @@ class LocalCluster:
     supervisor: Supervisor | None = None
     #: An existing Redis to use (None: start an embedded one, stopped with the cluster).
     external_redis: str | None = None
-    #: Start the Estimator (``--no-ray``) and the Optimizer before the coordinator and give it their
-    #: addresses (``--estimator`` / ``--optimizer``): its reconcile loop runs TuningJobs.
+    #: Start the Estimator (``--no-ray --processes N``: a pool of one worker per core, no Ray) and the Optimizer
+    #: before the coordinator and give it their addresses (``--estimator`` / ``--optimizer``): its reconcile
+    #: loop runs TuningJobs.
     tuning: bool = False
     #: The agents' ``--workload-path``: directories a job's MODULE:FUNCTION workload is imported from.
     workload_path: tuple[Path, ...] = ()
@@ -138,11 +139,12 @@ class LocalCluster:
 
     def start_coordinator(self) -> Child:
         """The coordinator, returned once it serves and holds the lease. With :attr:`tuning` the
-        Estimator (``--no-ray``) and the Optimizer start first (together); a caller that started
+        Estimator (``--no-ray --processes N``) and the Optimizer start first (together); a caller that started
         its own (``edgetune up``: the estimator on Ray) sets :attr:`estimator` / :attr:`optimizer`."""
         assert self.supervisor is not None and self.store is not None, "the cluster is not started"
         if self.tuning and self.estimator is None and self.optimizer is None:
-            estimator = self.spawn_service("estimator", ["--no-ray"])  # both start at once
+            estimator = self.spawn_service("estimator", ["--no-ray", "--processes", str(os.cpu_count() or 1),
+                                                         "--max-workers", "64"])  # both start at once
             self.optimizer = self.start_service("optimizer", "edgetune.v1.Optimizer")
             self.estimator = self.wait_serving(estimator, "edgetune.v1.Estimator")
         self.coordinator = self.spawn_coordinator(self.replica_id)

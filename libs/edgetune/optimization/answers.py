@@ -17,7 +17,7 @@ import numpy as np
 from edgetune import validation
 from edgetune.base.objective import Objective
 from edgetune.base.records import Predictions
-from edgetune.errors import InvalidArgument
+from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization import problems as P
 from edgetune.optimization.frontier import PER_ROUND, next_frontier_modes
 from edgetune.optimization.joint import JointChoice, JointLUT, joint_select
@@ -53,9 +53,14 @@ def front_at_risk(pool: Predictions, risk: float | None) -> Subset:
 
 
 def select(query: SelectQuery) -> list[Verdict]:
-    """One verdict per budget of the query (one, or each of its sweep's, ascending)."""
+    """One verdict per budget of the query (one, or each of its sweep's, ascending); its pool is rows (a
+    model reference is read into rows by the optimizer service first)."""
+    if not isinstance(query.pool, Predictions):
+        raise FailedPrecondition(f"candidates.model: {query.pool.model_id}: the rows of a model are read by the "
+                                 "optimizer service from its estimator")
+    pool = query.pool
     selector = make_selector(query.objective, query.risk)
-    c = candidates(query.pool)
+    c = candidates(pool)
     if query.sweep is not None:
         budgets = query.sweep.budgets()
         if query.objective == Objective.MIN_POWER:  # least power sweeps the time budget
@@ -64,7 +69,7 @@ def select(query: SelectQuery) -> list[Verdict]:
             picks = selector.sweep(c, budgets, query.time_budget_ms)
     else:
         picks = [selector.select(c, query.power_budget_w, query.time_budget_ms)]
-    return [verdict_of_selection(query.pool, s, query.risk) for s in picks]
+    return [verdict_of_selection(pool, s, query.risk) for s in picks]
 
 
 def verdict_of_selection(pool: Predictions, sel: Selection, risk: float | None) -> Verdict:

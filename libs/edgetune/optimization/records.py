@@ -18,6 +18,7 @@ from edgetune import validation
 from edgetune.base.mode import PowerMode
 from edgetune.base.objective import Objective
 from edgetune.base.records import BatchEfficiency, Predictions
+from edgetune.estimation.records import PredictSpec
 from edgetune.store import MeasurementRecord
 
 
@@ -75,9 +76,11 @@ class BudgetSweep:
 @dataclass(frozen=True)
 class SelectQuery:
     """One option of ``pool`` per budget: least ``objective`` within the budgets at ``risk``; a sweep
-    gives one per budget (of power; of time for the ``power`` objective)."""
+    gives one per budget (of power; of time for the ``power`` objective). ``pool`` is the rows, or (over
+    the wire) the model whose grid predictions they are, which the optimizer service reads from its
+    estimator and keeps per model version."""
 
-    pool: Predictions
+    pool: Predictions | PredictSpec
     objective: Objective = Objective.MIN_TIME
     power_budget_w: float | None = None
     time_budget_ms: float | None = None

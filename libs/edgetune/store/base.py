@@ -273,6 +273,10 @@ class Store(Protocol):
 
     def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None: ...
 
+    def get_docs(self, kind: str, keys: Sequence[str]) -> list[VersionedDoc | None]:
+        """The docs of ``keys`` in order (None where missing), in one round trip."""
+        ...
+
     def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
                    fence: Fence | None = None) -> bool:
         """Delete; False when missing. ``expected_revision`` and ``fence`` as in :meth:`put_doc`."""

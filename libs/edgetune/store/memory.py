@@ -266,6 +266,11 @@ class MemoryStore:
             raise NotFound(f"doc {kind}/{key} does not exist")
         return VersionedDoc(json.loads(found[0]), found[1])
 
+    def get_docs(self, kind: str, keys: Sequence[str]) -> list[VersionedDoc | None]:
+        with self._cond:
+            found = [self._docs.get((kind, key)) for key in keys]
+        return [None if f is None else VersionedDoc(json.loads(f[0]), f[1]) for f in found]
+
     def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
                    fence: Fence | None = None) -> bool:
         check_expected_revision(expected_revision)

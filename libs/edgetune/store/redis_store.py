@@ -430,6 +430,13 @@ class RedisBase:
             raise NotFound(f"doc {kind}/{key} does not exist")
         return VersionedDoc(json.loads(raw), int(rev))
 
+    def get_docs(self, kind: str, keys: Sequence[str]) -> list[VersionedDoc | None]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(self.key("doc", kind, key), ["doc", "rev"])
+        return [None if raw is None or rev is None else VersionedDoc(json.loads(raw), int(rev))
+                for raw, rev in cast("list[list[bytes | None]]", pipe.execute())]
+
     def delete_doc(self, kind: str, key: str, expected_revision: int | None = None, *,
                    fence: Fence | None = None) -> bool:
         check_expected_revision(expected_revision)

@@ -23,6 +23,7 @@ from edgetune.base.mode import PowerMode
 from edgetune.base.objective import Objective
 from edgetune.base.records import BatchEfficiency, Predictions
 from edgetune.errors import FailedPrecondition, InvalidArgument
+from edgetune.estimation.records import PredictSpec
 from edgetune.optimization.records import (
     Asked,
     Best,
@@ -121,16 +122,33 @@ def _raw_mode(msg: common_pb2.PowerMode) -> PowerMode:
 # --- candidates and picked rows -----------------------------------------------------------------------
 def pool_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Predictions:
     """The inline table of ``candidates``, checked column-wise (``candidates.table.time_ms[3]``); a model
-    reference is FAILED_PRECONDITION (this optimizer has no estimator)."""
+    reference is FAILED_PRECONDITION (only Select reads one: :func:`select_pool_from_proto`)."""
+    pool = select_pool_from_proto(candidates, field)
+    if isinstance(pool, PredictSpec):
+        raise FailedPrecondition(f"{field}.model: {ESTIMATOR_MISSING}")
+    return pool
+
+
+def select_pool_from_proto(candidates: optimizer_pb2.Candidates, field: str = "candidates") -> Predictions | PredictSpec:
+    """The inline table of ``candidates``, or the model whose grid predictions they are (a PredictSpec: the
+    optimizer asks its estimator for them; an empty ``model_id`` is refused here)."""
     source = candidates.WhichOneof("source")
     if source is None:
         raise InvalidArgument(field, "no candidates given", f"{field}.table, or {field}.model")
     if source == "model":
-        raise FailedPrecondition(f"{field}.model: {ESTIMATOR_MISSING}")
+        m = candidates.model
+        if not m.model_id:
+            raise InvalidArgument(f"{field}.model.model_id", "is empty", "a model id (id@version to cache it)")
+        return PredictSpec(m.model_id, m.device, grid=GRID.from_proto(m.grid, f"{field}.model.grid"),
+                           batch_sizes=tuple(int(b) for b in m.batch_sizes))
     return table_from_proto(candidates.table, f"{field}.table")
 
 
-def pool_to_proto(pool: Predictions) -> optimizer_pb2.Candidates:
+def pool_to_proto(pool: Predictions | PredictSpec) -> optimizer_pb2.Candidates:
+    if isinstance(pool, PredictSpec):
+        return optimizer_pb2.Candidates(model=optimizer_pb2.ModelCandidates(
+            model_id=pool.model_id, device=pool.device, grid=common_pb2.Grid.ValueType(GRID.to_proto(pool.grid)),
+            batch_sizes=[int(b) for b in pool.batch_sizes]))
     return optimizer_pb2.Candidates(table=table_to_proto(pool))
 
 
@@ -202,7 +220,7 @@ def select_to_proto(query: SelectQuery) -> optimizer_pb2.SelectRequest:
 
 
 def select_from_proto(msg: optimizer_pb2.SelectRequest) -> SelectQuery:
-    pool = pool_from_proto(msg.candidates)
+    pool = select_pool_from_proto(msg.candidates)
     objective = objective_from_proto(msg.objective)
     risk = risk_from_proto(msg.risk)
     power = optional_budget(msg.budgets, "power_budget_w")
