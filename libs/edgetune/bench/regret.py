@@ -249,8 +249,9 @@ def run_one(table: Recorded, path: str, base: TimePowerModel, frac: float, budge
 
 
 def run(tables: Sequence[Recorded], fractions: Sequence[float], seeds: Sequence[int] = (0,),
-        log: Callable[[str], None] = print, **policy_changes) -> list[Outcome]:
-    """Every table × budget fraction × seed (module docstring)."""
+        log: Callable[[str], None] = print, on_outcome: Callable[[Outcome], None] | None = None,
+        **policy_changes) -> list[Outcome]:
+    """Every table × budget fraction × seed (module docstring); ``on_outcome`` sees each run as it ends."""
     out: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="edgetune-regret-") as folder:
         for table in tables:
@@ -263,6 +264,8 @@ def run(tables: Sequence[Recorded], fractions: Sequence[float], seeds: Sequence[
                         f"(random {o.random_regret_pct:7.2f} %) over {o.over_w:+.2f} W, {o.profiles} profiles, "
                         f"{o.seconds:.1f} s")
                     out.append(o)
+                    if on_outcome is not None:
+                        on_outcome(o)
     return out
 
 
@@ -287,6 +290,7 @@ def summary(outcomes: Sequence[Outcome]) -> dict:
         "median_profiles": statistics.median([o.profiles for o in outcomes]) if outcomes else 0,
         "random_median_regret_pct": statistics.median(rnd) if rnd else float("nan"),
         "random_worst_regret_pct": max(rnd) if rnd else float("nan"),
+        "random_over_budget": sum(o.random_power_w - o.budget_w > OVER_W for o in outcomes if not o.random_refused),
     }
 
 
