@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", nargs="*", default=["0/forward"], help="Perseus STAGE/INSTRUCTION (e.g. 0/backward)")
     ap.add_argument("--tag", default="", help="results file suffix (before / after)")
     ap.add_argument("--quick", action="store_true", help="YOLOv8n and one Perseus stage, 3 budgets")
+    ap.add_argument("--report", action="store_true",
+                    help="no runs: rewrite the markdown and plot of --tag from its CSV (and the before CSV)")
     args = ap.parse_args(argv)
+    if args.report:
+        return report(args)
     warnings.filterwarnings("ignore")
     import torch  # deferred: heavy; one thread keeps a shared machine's runs comparable
 
@@ -78,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {base}.{{csv,md,png}} in {runtime:.0f} s: worst {s['worst_regret_pct']:.1f} %, median "
           f"{s['median_regret_pct']:.2f} %, {s['over_budget']} over budget, {s['refused']} refused, "
           f"max {s['max_profiles']} profiles; random median {s['random_median_regret_pct']:.1f} %")
+    return 0
+
+
+def report(args) -> int:
+    """The markdown and plot of an existing ``decision_regret[_TAG].csv``."""
+    suffix = f"_{args.tag}" if args.tag else ""
+    base = os.path.join(RESULTS, f"decision_regret{suffix}")
+    rows = read_rows(base + ".csv") or []
+    fields = [f for f in R.COLUMNS]
+    outcomes = [R.Outcome(**{k: (int(r[k]) if k in ("modes", "seed", "refused", "profiles", "attempts",
+                                                      "random_refused") else r[k]) for k in fields}) for r in rows]
+    before = read_rows(os.path.join(RESULTS, "decision_regret_before.csv")) if args.tag == "after" else None
+    write_markdown(base + ".md", outcomes, sum(o.seconds for o in outcomes), args, before)
+    plot(base + ".png", outcomes, before)
     return 0
 
 
