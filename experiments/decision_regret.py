@@ -156,12 +156,19 @@ def write_markdown(path: str, outcomes, runtime: float, args, before: list[dict]
         "| table | modes | budgets | worst regret % | median regret % | over budget | refused | profiles | "
         "random median % |", "|---|---|---|---|---|---|---|---|---|", *_table_rows(rows), ""]
     if before:
-        b_reg = [math.inf if r["refused"] else r["regret_pct"] for r in before]
+        keys = {(r["table"], round(r["budget_w"], 2), int(r["seed"])) for r in rows}
+        paired = [r for r in before if (r["table"], round(r["budget_w"], 2), int(r["seed"])) in keys]
+        b_reg = [math.inf if r["refused"] else r["regret_pct"] for r in paired] or [math.nan]
+        a_reg = [math.inf if r["refused"] else r["regret_pct"] for r in rows
+                 if (r["table"], round(r["budget_w"], 2), int(r["seed"])) in
+                 {(b["table"], round(b["budget_w"], 2), int(b["seed"])) for b in paired}] or [math.nan]
         lines += ["## Before / after", "",
-                  f"Before (`decision_regret_before.csv`, {len(before)} runs): worst {_pct(max(b_reg))} %, median "
+                  f"The same runs before this change (`decision_regret_before.csv`, {len(paired)} of its "
+                  f"{len(before)} runs paired here): worst {_pct(max(b_reg))} %, median "
                   f"{statistics.median(b_reg):.2f} %, "
-                  f"{sum(1 for r in before if not r['refused'] and r['over_w'] > R.OVER_W)} over budget, profiles max "
-                  f"{max(int(r['profiles']) for r in before)}.", "",
+                  f"{sum(1 for r in paired if not r['refused'] and r['over_w'] > R.OVER_W)} over budget, profiles "
+                  f"{min(int(r['profiles']) for r in paired)}–{max(int(r['profiles']) for r in paired)}; after: worst "
+                  f"{_pct(max(a_reg))} %, median {statistics.median(a_reg):.2f} %.", "",
                   "| table | budget W | regret before % | regret after % | profiles before | profiles after |",
                   "|---|---|---|---|---|---|"]
         old = {(r["table"], round(r["budget_w"], 2), int(r["seed"])): r for r in before}

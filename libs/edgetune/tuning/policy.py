@@ -49,6 +49,9 @@ class TuningPolicy:
     #: fitting the budget (its calibrated power std).
     refine_gain: float = 0.02
     refine_fit_p: float = 0.2
+    #: A profiled mode replaces the verified choice only when it measured at least this much better
+    #: (one measurement each: less is noise; the harness saw a 1.4 % noisy edge cost 6 % on the truth).
+    swap_gain: float = 0.05
     #: How a reference model is adapted to a node's profiles (the estimator service's default too).
     #: nn+gp, not ref+gp (``estimate transfer``'s default), measured on the TuningJob path
     #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.01-1.13x
@@ -71,7 +74,8 @@ class TuningPolicy:
         check_method(self.transfer_method, "transfer_method")
         if not (math.isfinite(self.validation_fraction) and 0 <= self.validation_fraction < 1):
             raise InvalidArgument("validation_fraction", f"{self.validation_fraction!r}", "0 <= fraction < 1")
-        for name, most in (("verify_time_tol", math.inf), ("refine_gain", 1.0), ("refine_fit_p", 1.0)):
+        for name, most in (("verify_time_tol", math.inf), ("refine_gain", 1.0), ("refine_fit_p", 1.0),
+                           ("swap_gain", 1.0)):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < most):
                 raise InvalidArgument(name, f"{value!r}", "0 <= fraction" + (" < 1" if most == 1.0 else ""))

@@ -264,8 +264,8 @@ class NodeTuner:
             return dataclasses.replace(decision, notes=tuple(notes))
         j, t, p = best
         if decision.within_budget and decision.index is not None and decision.measured_time_ms is not None:
-            if decision.index == j or self._score(decision.measured_time_ms, decision.measured_power_w) <= \
-                    self._score(t, p):
+            if decision.index == j or self._score(t, p) > (1.0 - self.policy.swap_gain) * self._score(
+                    decision.measured_time_ms, decision.measured_power_w):
                 return dataclasses.replace(decision, notes=tuple(notes))
             notes.append(f"{mode_label(self.candidates[decision.index])} measured {decision.measured_time_ms:.1f} ms; "
                          f"{mode_label(self.candidates[j])} measured {t:.1f} ms at {p:.2f} W: the best measured "
@@ -313,8 +313,9 @@ class NodeTuner:
         if left <= 0 or best is None or not self._can_learn():
             return False
         pred = self._pred()
-        score = self._score(pred.time_ms, np.maximum(pred.power_w, 0.0))
-        gain = 1.0 - np.asarray(score, dtype=float) / self._score(best[1], best[2])
+        score = np.asarray(self._score(pred.time_ms, np.maximum(pred.power_w, 0.0)), dtype=float)
+        # against the model's value at the best measured mode: its one measurement may sit low by noise
+        gain = 1.0 - score / max(float(score[best[0]]), float(self._score(best[1], best[2])))
         std = np.maximum(self.safety.power_std_w(pred), 1e-9)
         z = (budget_w - pred.power_w) / std
         fit_p = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
