@@ -40,17 +40,19 @@ def _key(mode: dict) -> tuple[float, ...]:
 
 
 def test_tune_profiles_the_front_and_its_budget_choices_hold_on_the_device(files, capsys, tmp_path):
-    # the defaults: 10 random modes + 8 rounds of 5, nn+gp, risk 0.2 (experiments/safe_selection.py's)
+    # the defaults: 10 random modes + 7 rounds of 5 (the 8th round's 5 profiles kept for verification), nn+gp,
+    # risk 0.2 (experiments/safe_selection.py's)
     code, out, err = tune(capsys, files, "--power-budget", "17:50:1", "--profiles-out", str(tmp_path / "new.csv"),
                           "--predictions-out", str(tmp_path / "pred.csv"), "--model-out", str(tmp_path / "new.model"),
                           "--json")
     assert code == 0, err
-    assert "round 8 of 8" in err and "profiled 50 of 441 modes" in err  # progress on stderr
+    assert "round 7 of 7" in err and "profiled 45 of 441 modes" in err  # progress on stderr
     answers = json.loads(out)  # optimize select's sweep JSON, one answer per budget
     assert [a["power_budget_w"] for a in answers] == [float(w) for w in range(17, 51)]
     assert all(a["feasible"] and a["batch_size"] == 16 for a in answers)
     profiled = read_profile_table(tmp_path / "new.csv")
-    assert len(profiled) == 50 and len({_key(r) for r in profiled.rows}) == 50  # distinct modes, as measured
+    # distinct modes, as measured: the frontier's 45 and the rounds around the lowest budgets (at most 5)
+    assert 45 <= len(profiled) <= 50 and len({_key(r) for r in profiled.rows}) == len(profiled)
     assert {r["workload"] for r in profiled.rows} == {"mobilenetv3"}
     pred = read_mode_table(tmp_path / "pred.csv")
     assert len(pred) == 441 and {"time_ms", "power_w", "power_std_w"} <= set(pred.columns)
@@ -74,7 +76,12 @@ def test_tune_single_budget_prints_one_answer_for_people_and_as_json(files, caps
     assert code == 0, err
     answer = json.loads(out)
     assert answer["feasible"] and set(answer) == {"feasible", "mode", "batch_size", "time_ms", "power_w",
-                                                "power_upper_w"}
+                                                "power_upper_w", "predicted", "measured"}
+    # the choice's values, labelled: what the model predicted (also optimize select's time_ms / power_w)
+    # and what the device measured when it was verified
+    assert answer["predicted"]["time_ms"] == answer["time_ms"] and answer["predicted"]["power_w"] == answer["power_w"]
+    assert answer["measured"]["power_w"] <= 30 and answer["measured"]["time_ms"] > 0
+    assert answer["measured"]["time_ms"] != answer["predicted"]["time_ms"]
     code, out, err = tune(capsys, files, "--power-budget", "30", "--initial", "6", "--rounds", "0")
     assert code == 0, err
     assert "least time" in out and "profiled 6 of 441 modes" in err

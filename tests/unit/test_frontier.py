@@ -117,12 +117,30 @@ def test_run_frontier_sampling_measures_each_round_refits_and_returns_the_last_p
     assert len(set(np.concatenate(measured).tolist())) == 10  # no mode profiled twice
 
 
-def test_run_frontier_sampling_ends_early_when_a_round_finds_nothing_new(table):
+def test_an_empty_band_is_widened_not_taken_for_the_end(table):
     from edgetune.optimization.frontier import run_frontier_sampling
 
     t, p = table
     measured: list[np.ndarray] = []
-    # a range no mode's power reaches: after the initial draw, every round comes back empty
+    # a budget between two predicted power levels with nothing in its band (the 18.8 W table, where an
+    # empty round 1 ended the sampling after the 10 random modes): the band is doubled until it holds modes
+    gap = float(p.max()) + 20.0
+    sampler = FrontierSampler(len(t), n_initial=3, rounds=5, per_round=2, power_range_w=(gap, gap), seed=0)
+    run_frontier_sampling(sampler, measured.append, lambda: {"time_ms": t, "power_w": p})
+    assert [len(m) for m in measured] == [3, 2, 2, 2, 2, 2]
+    assert sampler.widened > 0
+    picked = np.concatenate(measured[1:])
+    front = pareto_mask(t, p)
+    # the front's top, in the first doubled band that reaches it (2 W below the budget -> 32 W for a 20 W gap)
+    assert front[picked].all() and p[picked].min() >= gap - 32.0
+
+
+def test_run_frontier_sampling_ends_early_only_when_every_mode_is_profiled(table):
+    from edgetune.optimization.frontier import run_frontier_sampling
+
+    t, p = table
+    t, p = t[:7], p[:7]
+    measured: list[np.ndarray] = []
     sampler = FrontierSampler(len(t), n_initial=3, rounds=5, per_round=2, power_range_w=(500, 600), seed=0)
     run_frontier_sampling(sampler, measured.append, lambda: {"time_ms": t, "power_w": p})
-    assert [len(m) for m in measured] == [3]
+    assert sum(len(m) for m in measured) == 7 and len(set(np.concatenate(measured).tolist())) == 7

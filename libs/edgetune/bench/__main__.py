@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgetune.bench import runner, scale, suites, watch, wire  # noqa: F401 - importing the suites registers them
+from edgetune.bench import regret, runner, scale, suites, watch, wire  # noqa: F401 - importing the suites registers them
 
 
 def main(argv: list[str] | None = None) -> int:

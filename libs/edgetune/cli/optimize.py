@@ -47,7 +47,7 @@ def command() -> None:
 # --------------------------------------------------------------------------- select
 
 
-def _selection_json(table, sel: Selection, bounded: bool) -> dict:
+def selection_json(table, sel: Selection, bounded: bool) -> dict:
     """docs/contract.md's object; ``power_upper_w`` (the bound the budget was checked against, as
     ``Optimizer.Select`` reports it) when the selection was std-aware (``bounded``)."""
     if not sel.feasible:
@@ -107,13 +107,13 @@ def emit_selections(table, budgets: list[float], results: list[Selection], objec
     ``bounded``: the selections checked an upper power bound (its ``power_upper_w`` is reported)."""
     if sweep:
         if as_json:
-            emit_json([{"power_budget_w": b, **_selection_json(table, s, bounded)}
+            emit_json([{"power_budget_w": b, **selection_json(table, s, bounded)}
                        for b, s in zip(budgets, results, strict=True)])
         else:
             _print_sweep(table, budgets, results, objective)
         return
     if as_json:
-        emit_json(_selection_json(table, results[0], bounded))
+        emit_json(selection_json(table, results[0], bounded))
     else:
         _print_selection(table, results[0], objective)
 

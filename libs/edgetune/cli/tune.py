@@ -12,9 +12,12 @@ profile ``--initial`` random modes of ``--modes`` with the measurement protocol,
 within the budget range, and so on for ``--rounds``; then, per budget, select on the last
 predictions with the power bound at ``--risk`` and **measure the chosen mode on the device**: a
 choice measured over its budget is dropped with every mode at or above its clocks, the error term
-widened, and the selection repeated (at most the policy's ``max_attempts`` choices). Prints
-docs/contract.md's ``optimize select`` JSON (predicted values); the measured power of each verified
-choice goes to stderr. Defaults not given here are the :class:`~edgetune.tuning.TuningPolicy`'s;
+widened, and the selection repeated (at most the policy's ``max_attempts`` misses); a choice measured far
+off its predicted time joins the profiles and the selection is redone, and rounds around the budget
+profile modes that may beat the best one measured, within the policy's profile budget; the answer is the
+best mode measured within budget. Prints docs/contract.md's ``optimize select`` JSON (``time_ms`` and
+``power_w`` predicted, as there) with both kinds labelled: ``predicted`` {time_ms, power_w,
+power_upper_w} and ``measured`` {time_ms, power_w} on the device. Defaults not given here are the :class:`~edgetune.tuning.TuningPolicy`'s;
 ``--risk`` defaults to 0.2, what ``experiments/safe_selection.py`` measured for this loop.
 
 The device ends in the mode it started in; the chosen mode is advice, not applied. What was
@@ -32,7 +35,7 @@ from edgetune import validation
 from edgetune.base.mode import MODE_FIELDS, PowerMode
 from edgetune.base.records import Decision
 from edgetune.cli.errors import reports_errors
-from edgetune.cli.optimize import emit_selections
+from edgetune.cli.optimize import emit_json, emit_selections, selection_json
 from edgetune.cli.profile import DEFAULT_BATCH_SIZE, check_workload, open_backend
 from edgetune.devices.factory import open_device
 from edgetune.errors import InvalidArgument
@@ -150,10 +153,10 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                           candidates=np.asarray([m.as_tuple() for m in modes], dtype=float), batch_size=batch_size,
                           device=device.spec.name, workload=workload, role=role,
                           power_range_w=(min(budgets), max(budgets)),
-                          on_round=lambda k, n, total: _log(f"round {k} of {policy.rounds}: profiled {n} mode(s), "
+                          on_round=lambda k, n, total: _log(f"round {k} of {policy.explore_rounds}: profiled {n} mode(s), "
                                                             f"{total} in all; transferred"))
         _log(f"tuning {workload} ({role}, batch size {batch_size}) on {device.spec.name}: {len(modes)} modes, "
-             f"up to {tuner.sampler.budget} profiles, budgets {min(budgets):g}–{max(budgets):g} W")
+             f"up to {policy.profiles} profiles, budgets {min(budgets):g}–{max(budgets):g} W")
         try:
             tuner.profile_initial()
             pred = tuner.explore()
@@ -185,4 +188,24 @@ def command(device_name, workload, role, batch_size, base_path, modes_path, powe
                else Selection(False, None, reason=d.reason or "; ".join(d.notes) or "measured over budget",
                               power_budget_w=d.budget_w)
                for d in decisions]
-    emit_selections(table, budgets, results, policy.objective, as_json, validation.is_sweep(power_budget), model.gives_std)
+    sweep = validation.is_sweep(power_budget)
+    if not as_json:
+        for d in decisions:
+            if d.feasible and d.within_budget:
+                _log(f"{d.budget_w:g} W: measured {d.measured_time_ms:.1f} ms at {d.measured_power_w:.2f} W "
+                     f"(predicted {d.predicted_time_ms:.1f} ms at {d.predicted_power_w:.2f} W)")
+        emit_selections(table, budgets, results, policy.objective, False, sweep, model.gives_std)
+        return
+    objs = [tune_json(table, s, d, model.gives_std) for s, d in zip(results, decisions, strict=True)]
+    emit_json([{"power_budget_w": b, **o} for b, o in zip(budgets, objs, strict=True)] if sweep else objs[0])
+
+
+def tune_json(table: Table, sel: Selection, decision: Decision, bounded: bool) -> dict:
+    """``optimize select``'s object (``time_ms`` / ``power_w``: the predicted values, as there) with what the
+    device measured and what the model predicted for the choice, each labelled."""
+    out = selection_json(table, sel, bounded)
+    if sel.feasible:
+        out["predicted"] = {"time_ms": decision.predicted_time_ms, "power_w": decision.predicted_power_w,
+                            "power_upper_w": decision.power_upper_w}
+        out["measured"] = {"time_ms": decision.measured_time_ms, "power_w": decision.measured_power_w}
+    return out

@@ -16,6 +16,10 @@ keep the unprofiled modes on the predicted front whose predicted power lies in t
 profile the ``per_round`` of them farthest in predicted power from every profiled mode, so the
 picks spread along the front. The last transfer has measured the front near every budget.
 
+A round whose band holds no unprofiled mode of the front does not end the sampling: the band is
+widened (doubled on both sides) until it holds one, so a transfer that predicts nothing near the
+budget still gets measured there, and the sampling ends early only when every mode is profiled.
+
 - :func:`next_frontier_modes` one round's picks from predictions (a pure function)
 - :func:`run_frontier_sampling` drives a sampler to its end with the caller's ``measure`` and
   ``refit`` (``edgetune tune`` wires in a device's profiler and a transfer)
@@ -129,6 +133,8 @@ class FrontierSampler:
         self.seed = seed
         self.profiled: list[int] = []
         self.rounds_done = 0
+        #: How many times the band was doubled to find a round's picks (0: never), for the caller's notes.
+        self.widened = 0
 
     @property
     def budget(self) -> int:
@@ -151,12 +157,24 @@ class FrontierSampler:
                                       "a round needs the current predictions of every mode",
                                       f"{self.n_modes} predicted values")
             _predictions("pred_time_ms", pred_time_ms, self.n_modes)
-            picks = next_frontier_modes(pred_time_ms, pred_power_w, self.profiled, self.per_round,
-                                        power_range_w=self.power_range_w, below_w=self.below_w,
-                                        above_w=self.above_w)
+            picks = self._widening_round(pred_time_ms, pred_power_w)
             self.rounds_done += 1
         self.profiled.extend(int(i) for i in picks)
         return picks
+
+    def _widening_round(self, pred_time_ms, pred_power_w) -> np.ndarray:
+        """One round's picks; an empty band is doubled on both sides until it holds a mode (module docstring)."""
+        p = np.asarray(pred_power_w, dtype=float)
+        below, above = self.below_w, self.above_w
+        while True:
+            picks = next_frontier_modes(pred_time_ms, pred_power_w, self.profiled, self.per_round,
+                                        power_range_w=self.power_range_w, below_w=below, above_w=above)
+            rng = self.power_range_w
+            covers = rng is None or (rng[0] - below <= p.min() and rng[1] + above >= p.max())
+            if picks.size or covers:
+                return picks
+            below, above = max(2 * below, 1.0), max(2 * above, 1.0)
+            self.widened += 1
 
 
 def run_frontier_sampling(sampler: FrontierSampler, measure: Callable[[np.ndarray], None],
@@ -167,8 +185,8 @@ def run_frontier_sampling(sampler: FrontierSampler, measure: Callable[[np.ndarra
     ``measure(indices)`` profiles those modes (it may raise: what it measured is the caller's);
     ``refit()`` transfers from everything measured so far and predicts every mode, as
     ``{"time_ms": ..., "power_w": ...}`` (more keys are passed through, e.g. the stds).
-    ``on_round(round, picks)`` after each refit (round 0: the initial random modes). A round
-    that finds no unprofiled candidate ends the sampling early: the predictions cannot change.
+    ``on_round(round, picks)`` after each refit (round 0: the initial random modes). The sampling
+    ends early only when a round finds nothing (every mode profiled): an empty band is widened.
     """
     picks = sampler.ask()
     while True:

@@ -37,6 +37,21 @@ class TuningPolicy:
     n_initial: int = N_INITIAL
     rounds: int = ROUNDS
     per_round: int = PER_ROUND
+    #: Of the schedule's profiles, how many the frontier rounds leave to verification: a chosen mode
+    #: whose measured time is far off its prediction joins the profiles and the selection is redone,
+    #: and rounds around the budget profile modes that may fit and beat the best measured one.
+    refine_profiles: int = PER_ROUND
+    #: A verified choice whose measured time is off its prediction by more than this fraction is
+    #: evidence: it joins the profiles, the model is refitted and the selection made again.
+    verify_time_tol: float = 0.15
+    #: Rounds around the budget profile an unmeasured mode only if it may beat the best measured
+    #: one within budget by this fraction (predicted) with at least ``refine_fit_p`` probability of
+    #: fitting the budget (its calibrated power std).
+    refine_gain: float = 0.02
+    refine_fit_p: float = 0.2
+    #: A profiled mode replaces the verified choice only when it measured at least this much better
+    #: (one measurement each: less is noise; the harness saw a 1.4 % noisy edge cost 6 % on the truth).
+    swap_gain: float = 0.05
     #: How a reference model is adapted to a node's profiles (the estimator service's default too).
     #: nn+gp, not ref+gp (``estimate transfer``'s default), measured on the TuningJob path
     #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.01-1.13x
@@ -52,13 +67,18 @@ class TuningPolicy:
         object.__setattr__(self, "risk", validation.risk(self.risk, "risk"))
         object.__setattr__(self, "objective", Objective.parse(self.objective))  # its name in, the enum kept
         for name, least in (("max_attempts", 1), ("held_out", 0), ("n_initial", 1), ("rounds", 0),
-                            ("per_round", 1)):
+                            ("per_round", 1), ("refine_profiles", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidArgument(name, f"{value!r} is not an integer >= {least}", f">= {least}")
         check_method(self.transfer_method, "transfer_method")
         if not (math.isfinite(self.validation_fraction) and 0 <= self.validation_fraction < 1):
             raise InvalidArgument("validation_fraction", f"{self.validation_fraction!r}", "0 <= fraction < 1")
+        for name, most in (("verify_time_tol", math.inf), ("refine_gain", 1.0), ("refine_fit_p", 1.0),
+                           ("swap_gain", 1.0)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < most):
+                raise InvalidArgument(name, f"{value!r}", "0 <= fraction" + (" < 1" if most == 1.0 else ""))
 
     @property
     def z(self) -> float:
@@ -67,8 +87,14 @@ class TuningPolicy:
 
     @property
     def profiles(self) -> int:
-        """Profiles the frontier schedule spends at most (held-out ones not counted)."""
+        """Modes measured at most (profiles and verified choices; held-out ones not counted), except that a
+        choice is always verified: a sweep of budgets may measure one choice per budget beyond it."""
         return self.n_initial + self.rounds * self.per_round
+
+    @property
+    def explore_rounds(self) -> int:
+        """Frontier rounds before selection: :attr:`rounds` less those that :attr:`refine_profiles` keeps back."""
+        return max(0, self.rounds - math.ceil(self.refine_profiles / self.per_round))
 
     def with_(self, **changes: Any) -> TuningPolicy:
         """A copy with ``changes`` (checked like a new policy)."""

@@ -5,15 +5,24 @@ The workflow, against the narrow interfaces of :mod:`.protocols`:
 1. **profile** ``policy.n_initial`` random candidate modes (and ``policy.held_out`` more, kept
    out of training to calibrate the predictions);
 2. **explore**: transfer the reference to what was profiled, predict every candidate, and for
-   ``policy.rounds`` rounds profile ``policy.per_round`` modes on the predicted front within the
-   budget range (:class:`~edgetune.optimization.frontier.FrontierSampler`), transferring again
-   after each; then calibrate σ by the held-out relative power error (:mod:`.safety`);
+   ``policy.explore_rounds`` rounds profile ``policy.per_round`` modes on the predicted front within
+   the budget range (:class:`~edgetune.optimization.frontier.FrontierSampler`; a round whose band is
+   empty widens it), transferring again after each; then calibrate σ by the held-out relative power
+   error (:mod:`.safety`);
 3. **select and verify** per budget: the selector chooses from the calibrated predictions at
    ``policy.risk``; the choice is measured on the device; over budget → learn from the miss
    (drop it and every mode dominating it, widen the error) and select again, at most
-   ``policy.max_attempts`` choices. When no mode's power bound fits (σ widened by misses, or a
+   ``policy.max_attempts`` misses. When no mode's power bound fits (σ widened by misses, or a
    budget below the profiled range), the mode with the lowest bound is measured instead, if its
-   predicted mean fits: the measurement decides, as for any choice, and the decision's notes say so;
+   predicted mean fits: the measurement decides, as for any choice, and the decision's notes say so.
+   While the profile budget (``policy.profiles`` modes measured in all) lasts, what verification
+   measured is evidence: a choice whose measured time is off its prediction by more than
+   ``policy.verify_time_tol`` joins the profiles, the model is refitted and the selection redone; and
+   while unmeasured modes may fit the budget and beat the best measured one (by ``refine_gain``, with
+   probability ``refine_fit_p`` of fitting), a round around the budget profiles the most promising
+   of them and the selection is redone. The answer is the fastest (objective) mode *measured*
+   within budget — the verified choice, or a profiled mode that measured better — so a transfer far
+   off cannot settle on a choice slower than what the device already showed;
 4. **option table**: the modes not ruled out with their safe power, for round planning.
 
 ``edgetune tune`` (a local device), the demo (the services over gRPC) and the tests run this
@@ -24,10 +33,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from edgetune.base.objective import Objective
 from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
 from edgetune.base.risk import upper_bound
 from edgetune.optimization.frontier import FrontierSampler
@@ -57,7 +69,7 @@ class NodeTuner:
         self.model_id = model_id or f"{device}/{workload}/{role}/{policy.transfer_method}"
         self.transfer_epochs, self.transfer_params = transfer_epochs, dict(transfer_params or {})
         self.on_round = on_round
-        self.sampler = FrontierSampler(len(self.candidates), n_initial=policy.n_initial, rounds=policy.rounds,
+        self.sampler = FrontierSampler(len(self.candidates), n_initial=policy.n_initial, rounds=policy.explore_rounds,
                                        per_round=policy.per_round, power_range_w=power_range_w, seed=policy.seed)
         self.points = Points.empty(device, workload, role)  # what the transfer learns from
         self.held_out = Points.empty(device, workload, role)  # measured only to calibrate
@@ -91,7 +103,7 @@ class NodeTuner:
         pred = self._refit(len(self.points))
         while not self.sampler.done:
             picks = self.sampler.ask(pred.time_ms, pred.power_w)
-            if picks.size == 0:  # nothing left on the front: the predictions cannot change
+            if picks.size == 0:  # every mode profiled (an empty band is widened, not taken for the end)
                 break
             self.points = self.points + self.measurer.measure(self.candidates[picks], self.batch_size,
                                                               seed=self.policy.seed + self.sampler.rounds_done,
@@ -100,14 +112,14 @@ class NodeTuner:
         self.calibrate()
         return pred
 
-    def _refit(self, n_picks: int) -> Predictions:
+    def _refit(self, n_picks: int, *, announce: bool = True) -> Predictions:
         if self.base is None:
             raise RuntimeError("the tuner has no reference model to transfer yet (set base)")
         self.model = self.estimator.transfer(self.base, self.points, model_id=self.model_id,
                                              method=self.policy.transfer_method, seed=self.policy.seed,
                                              transfer_epochs=self.transfer_epochs, params=self.transfer_params)
         self.predictions = self.estimator.predict(self.model, self.candidates, self.batch_size)
-        if self.on_round is not None:
+        if self.on_round is not None and announce:  # (refits while verifying are told in the decision's notes)
             self.on_round(self.sampler.rounds_done, n_picks, len(self.points))
         return self.predictions
 
@@ -151,16 +163,19 @@ class NodeTuner:
     # -- 3. select and verify -----------------------------------------------------------------------
     def select_and_verify(self, budget_w: float, *, keep_error: bool = True) -> Decision:
         """The safe choice for ``budget_w``, measured on the device; a miss is learned from and the
-        selection repeated, at most ``policy.max_attempts`` choices (module docstring).
+        selection repeated, at most ``policy.max_attempts`` misses; evidence and rounds around the
+        budget while the profile budget lasts; the best mode measured within budget (module docstring).
 
         ``keep_error=False`` (a sweep of what-if budgets) keeps the error term a miss widened for
         this budget's attempts only; the modes it ruled out stay ruled out below the measured power.
         """
-        pred = self._pred()
         error_before = self.safety.power_rel_err
         notes: list[str] = []
         decision = Decision(budget_w, False, reason="no attempt")
-        for attempt in range(1, self.policy.max_attempts + 1):
+        attempt = misses = 0
+        while misses < self.policy.max_attempts:
+            pred = self._pred()
+            attempt += 1
             allowed = self.safety.allowed(len(pred), budget_w)
             pool = pred.with_power_std(self.safety.power_std_w(pred)).subset(allowed)
             choice = self.selector.select(pool, budget_w, risk=self.policy.risk, objective=self.policy.objective)
@@ -184,20 +199,142 @@ class NodeTuner:
                                 None if measured is None else measured[0], None if measured is None else measured[1],
                                 attempt, why, tuple(notes))
             if decision.within_budget:
+                if self._learn_from_time(i, notes, attempt) or self._round_near_budget(budget_w, notes, attempt):
+                    continue
                 break
+            misses += 1
             dropped = self.learn_from_miss(i, decision.measured_power_w)
             got = f"{decision.measured_power_w:.2f} W" if measured is not None else "nothing (skipped)"
             upper = f" (≤ {choice.power_bound_w:.2f} W)" if choice.power_bound_w is not None else ""
             notes.append(f"attempt {attempt}: {mode_label(mode)} predicted {pred.power_w[i]:.2f} W{upper}, "
                          f"measured {got} > {budget_w:g} W; dropped it and {dropped - 1} modes at or above its "
                          f"clocks; error term now {100 * self.safety.power_rel_err:.1f} %")
-            if attempt == self.policy.max_attempts:
+            if misses == self.policy.max_attempts:
                 notes.append(f"no mode verified within budget after {attempt} attempts")
-            decision = dataclasses.replace(decision, notes=tuple(notes))
+        decision = self._keep_best_measured(decision, budget_w, notes)
         if not keep_error:
             self.safety.power_rel_err = error_before
         self.decisions.append(decision)
         return decision
+
+    # -- what was measured decides ---------------------------------------------------------------------
+    def measured_modes(self) -> dict[ModeKey, tuple[int, float, float]]:
+        """Every mode measured for this node (profiles, then verified choices): candidate row, time, power."""
+        out: dict[ModeKey, tuple[int, float, float]] = {}
+        for m, t, p in zip(self.points.modes, self.points.time_ms, self.points.power_w, strict=True):
+            i = self._index.get(mode_key(m))
+            if i is not None:
+                out[mode_key(m)] = (i, float(t), float(p))
+        for key, (t, p) in self._verified.items():
+            i = self._index.get(key)
+            if i is not None:
+                out[key] = (i, t, p)
+        return out
+
+    def profiles_left(self) -> int:
+        """Modes the profile budget (``policy.profiles``) still allows to measure (held-out ones apart)."""
+        return max(0, self.policy.profiles - len(self.measured_modes()))
+
+    def _score(self, time_ms: Any, power_w: Any) -> Any:
+        """The objective's value (smaller is better) of time and power (numbers or arrays); None: the
+        objective is not one that measured time and power decide (e.g. least power within a time budget)."""
+        if self.policy.objective is Objective.MIN_TIME:
+            return time_ms
+        if self.policy.objective is Objective.MIN_ENERGY:
+            return time_ms * power_w
+        return None
+
+    def _best_measured(self, budget_w: float) -> tuple[int, float, float] | None:
+        """The measured mode with the best objective value among those measured within ``budget_w`` whose
+        predicted power bound fits it too (one measurement alone would favour modes measured low by noise:
+        the fastest of them sits at the budget's edge), not ruled out for it."""
+        if self._score(1.0, 1.0) is None:
+            return None
+        pred = self._pred()
+        bound = upper_bound(pred.power_w, self.safety.power_std_w(pred), self.policy.risk)
+        ruled_out = self.safety.excluded(len(self.candidates), budget_w)
+        fits = [v for v in self.measured_modes().values()
+                if v[2] <= budget_w and bound[v[0]] <= budget_w and not ruled_out[v[0]]]
+        return min(fits, key=lambda v: (self._score(v[1], v[2]), v[0])) if fits else None
+
+    def _keep_best_measured(self, decision: Decision, budget_w: float, notes: list[str]) -> Decision:
+        """``decision``, or the best mode measured within budget when it measured better (or none was verified)."""
+        best = self._best_measured(budget_w)
+        if best is None:
+            return dataclasses.replace(decision, notes=tuple(notes))
+        j, t, p = best
+        if decision.within_budget and decision.index is not None and decision.measured_time_ms is not None:
+            if decision.index == j or self._score(t, p) > (1.0 - self.policy.swap_gain) * self._score(
+                    decision.measured_time_ms, decision.measured_power_w):
+                return dataclasses.replace(decision, notes=tuple(notes))
+            notes.append(f"{mode_label(self.candidates[decision.index])} measured {decision.measured_time_ms:.1f} ms; "
+                         f"{mode_label(self.candidates[j])} measured {t:.1f} ms at {p:.2f} W: the best measured "
+                         "within budget is kept")
+        else:
+            notes.append(f"the best mode measured within budget is kept: {mode_label(self.candidates[j])}, "
+                         f"{t:.1f} ms at {p:.2f} W")
+        pred = self._pred()
+        std = self.safety.power_std_w(pred)
+        return Decision(budget_w, True, j, tuple(float(v) for v in self.candidates[j]), int(pred.batch_size[j]),
+                        float(pred.time_ms[j]), float(pred.power_w[j]),
+                        float(upper_bound(pred.power_w[j:j + 1], std[j:j + 1], self.policy.risk)[0]), t, p,
+                        max(decision.attempts, 1), "the best mode measured within budget", tuple(notes))
+
+    def _can_learn(self) -> bool:
+        return self.base is not None and self.model is not None
+
+    def _learn_from_time(self, index: int, notes: list[str], attempt: int) -> bool:
+        """A verified choice far off its predicted time joins the profiles and the model is refitted
+        (True: select again). Not when it was profiled already (the model saw it) or nothing can be refitted."""
+        key = mode_key(self.candidates[index])
+        pred = self._pred()
+        t_pred = float(pred.time_ms[index])
+        t_meas, p_meas = self._verified[key]
+        if (not self._can_learn() or self.profiles_left() < 1 or t_pred <= 0
+                or abs(t_meas - t_pred) / t_pred <= self.policy.verify_time_tol):
+            return False  # (one measurement is kept for verifying the next choice)
+        if any(mode_key(m) == key for m in self.points.modes):
+            return False
+        mode = self.candidates[index].reshape(1, 4)
+        self.points = self.points + Points(mode, np.asarray([self.batch_size]), np.asarray([t_meas]),
+                                           np.asarray([p_meas]), self.points.device, self.points.workload,
+                                           self.points.role)
+        notes.append(f"attempt {attempt}: {mode_label(mode[0])} measured {t_meas:.1f} ms, predicted {t_pred:.1f} ms "
+                     f"(off by more than {100 * self.policy.verify_time_tol:.0f} %): it joins the profiles, the "
+                     "model is refitted and the selection redone")
+        self._refit(1, announce=False)
+        return True
+
+    def _round_near_budget(self, budget_w: float, notes: list[str], attempt: int) -> bool:
+        """Profile the unmeasured modes most likely to fit ``budget_w`` and beat the best measured one, while
+        the profile budget lasts (one measurement kept for verifying the next choice); True: select again."""
+        left = self.profiles_left() - 1
+        best = self._best_measured(budget_w)
+        if left <= 0 or best is None or not self._can_learn():
+            return False
+        pred = self._pred()
+        score = np.asarray(self._score(pred.time_ms, np.maximum(pred.power_w, 0.0)), dtype=float)
+        # against the model's value at the best measured mode: its one measurement may sit low by noise
+        gain = 1.0 - score / max(float(score[best[0]]), float(self._score(best[1], best[2])))
+        std = np.maximum(self.safety.power_std_w(pred), 1e-9)
+        z = (budget_w - pred.power_w) / std
+        fit_p = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+        measured = {v[0] for v in self.measured_modes().values()}
+        unmeasured = np.ones(len(pred), dtype=bool)
+        unmeasured[list(measured)] = False
+        ok = (unmeasured & ~self.safety.excluded(len(pred), budget_w) & (gain >= self.policy.refine_gain)
+              & (fit_p >= self.policy.refine_fit_p))
+        cands = np.flatnonzero(ok)
+        if not cands.size:
+            return False
+        value = fit_p[cands] * gain[cands]
+        picks = cands[np.argsort(-value, kind="stable")[:min(self.policy.per_round, left)]]
+        self.points = self.points + self.measurer.measure(self.candidates[picks], self.batch_size,
+                                                          seed=self.policy.seed + 500 + attempt, purpose="profile")
+        notes.append(f"attempt {attempt}: {cands.size} unmeasured modes may fit {budget_w:g} W and beat the best "
+                     f"measured ({best[1]:.1f} ms); profiled {picks.size} of them around the budget, refitted")
+        self._refit(int(picks.size), announce=False)
+        return True
 
     def _safest(self, pool: Predictions, budget_w: float) -> tuple[int, float] | None:
         """When no mode's power bound fits: the row of ``pool`` with the lowest bound (mean + z·σ), if its
