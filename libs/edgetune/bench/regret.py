@@ -42,8 +42,7 @@ from edgetune.bench.runner import benchmark
 from edgetune.bench.suites import profile_noise
 from edgetune.devices.replay import ReplayDevice
 from edgetune.devices.simulated.tables import truth_table
-from edgetune.estimation.bundle import TimePowerModel
-from edgetune.estimation.references import load_reference
+from edgetune.estimation.bundle import TimePowerModel, load_reference
 from edgetune.powermodes.grids import modes_array
 from edgetune.powermodes.specs import ORIN_AGX
 from edgetune.profiling.protocol import ProfileConfig, Profiler
