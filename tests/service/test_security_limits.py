@@ -127,7 +127,8 @@ def _fit_request() -> estimator_pb2.FitRequest:
         for r in rows])
 
 
-def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file):
+def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_MAX_HEAVY_RPCS", "4")  # the probed server's 4 slots (the estimator's default: 72)
     endless = estimator_pb2.EstimateBatchEfficiencyRequest(  # trains until cancelled
         workload="resnet-slim", batch_sizes=[8], target_accuracy=1.0, max_passes=1000, samples_per_pass=1_000_000,
         seed=0)

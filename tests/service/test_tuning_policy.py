@@ -87,7 +87,8 @@ def test_the_verification_retry_limit_of_the_policy_governs_tune_and_the_demo(fi
     assert "attempt 2:" not in err1 and "after 1 attempts" in err1  # the same misses, given up at once
     misses = [line.split(":")[0] for line in err1.splitlines() if "attempt 1:" in line]
     assert misses == [line.split(":")[0] for line in err5.splitlines() if "attempt 1:" in line]
-    assert sum(a["feasible"] for a in answers1) < sum(a["feasible"] for a in answers5)
+    # fewer retries never find more; the refinement around the budget (issue 27) may find as many
+    assert sum(a["feasible"] for a in answers1) <= sum(a["feasible"] for a in answers5)
     assert Story(None, Options(), FLEET).tuning.max_attempts == 1  # the demo's tuners run under it
     for path in (tmp_path / "a.model", tmp_path / "b.model"):
         assert TimePowerModel.load(path).last_event["method"] == "transfer"
@@ -195,4 +196,5 @@ def test_the_demo_tuning_path_follows_the_policy_retry_limit(demo_base, policy):
     one = _demo_tune(demo_base, _job_policy(), sweep)
     assert all(d.attempts <= 1 for d in one)  # the limit bounds the choices measured
     assert all(d.attempts <= 5 for d in five) and any(d.attempts > 1 for d in five)
-    assert sum(d.within_budget for d in five) > sum(d.within_budget for d in one)  # misses selected again
+    # misses selected again: never fewer within budget (with issue 27's refinement, often as many)
+    assert sum(d.within_budget for d in five) >= sum(d.within_budget for d in one)

@@ -169,7 +169,7 @@ def test_user_cnn_within_budget_and_10_percent_of_the_best_mode(quick_reference)
         assert tuner.state is State.STEADY
     wid = d["workload"]
     assert wid.startswith("SensorCNN-")
-    assert d["feasible"] and d["profiled"] == 20 and d["measured"]["power_w"] <= 20.0
+    assert d["feasible"] and 10 <= d["profiled"] <= 20 and d["measured"]["power_w"] <= 20.0  # 20 is a budget: verification may settle sooner
     mode = PowerMode(**d["mode"])
     grid = named_grid(dev.spec, "full").array()
     true_t = dev.true_time_ms(grid, wid, "train", BATCH)

@@ -205,6 +205,9 @@ def tune_json(table: Table, sel: Selection, decision: Decision, bounded: bool) -
     device measured and what the model predicted for the choice, each labelled."""
     out = selection_json(table, sel, bounded)
     if sel.feasible:
+        # the prediction the choice was made on (a later refit, for another budget or after a miss, moves the
+        # table's last predictions): the top-level values and ``predicted`` are the same numbers
+        out["time_ms"], out["power_w"] = decision.predicted_time_ms, decision.predicted_power_w
         out["predicted"] = {"time_ms": decision.predicted_time_ms, "power_w": decision.predicted_power_w,
                             "power_upper_w": decision.power_upper_w}
         out["measured"] = {"time_ms": decision.measured_time_ms, "power_w": decision.measured_power_w}
