@@ -51,8 +51,8 @@ from typing import Any
 import grpc
 import yaml
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import NameOID
@@ -468,6 +468,32 @@ def _read(path: str, flag: str) -> bytes:
         raise InvalidArgument(flag, f"cannot read {path}: {exc.strerror}") from None
 
 
+def _pem_certificates(path: str, flag: str) -> tuple[bytes, list[x509.Certificate]]:
+    """The file's bytes and its certificates; InvalidArgument naming ``flag`` when it holds none."""
+    data = _read(path, flag)
+    try:
+        return data, x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise InvalidArgument(flag, f"{path} holds no PEM certificate",
+                              "a PEM file of -----BEGIN CERTIFICATE----- blocks") from None
+
+
+def _pem_private_key(path: str, flag: str) -> tuple[bytes, Any]:
+    """The file's bytes and its private key; InvalidArgument naming ``flag`` when it holds no usable one."""
+    data = _read(path, flag)
+    try:
+        return data, serialization.load_pem_private_key(data, password=None)
+    except TypeError:  # a passphrase is needed: gRPC cannot take one
+        raise InvalidArgument(flag, f"{path} is an encrypted private key", "an unencrypted PEM private key") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise InvalidArgument(flag, f"{path} holds no PEM private key",
+                              "a PEM private key (-----BEGIN PRIVATE KEY-----, RSA or EC)") from None
+
+
+def _spki(public_key: Any) -> bytes:
+    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
 @dataclass(frozen=True)
 class ServerSecurity:
     """How a server authenticates (see the module doc); all empty: plain, loopback only unless ``insecure``.
@@ -513,10 +539,18 @@ class ServerSecurity:
         return self.tls or self.authenticates
 
     def credentials(self) -> Any:
-        """``grpc.ServerCredentials`` for TLS (requiring a client certificate with ``tls_client_ca``)."""
-        client_ca = _read(self.tls_client_ca, "--tls-client-ca") if self.tls_client_ca else None
-        return grpc.ssl_server_credentials([(_read(self.tls_key, "--tls-key"), _read(self.tls_cert, "--tls-cert"))],
-                                           root_certificates=client_ca, require_client_auth=client_ca is not None)
+        """``grpc.ServerCredentials`` for TLS (requiring a client certificate with ``tls_client_ca``).
+
+        The files are checked here, naming the flag: gRPC itself only fails to bind the port, with no
+        reason, on a certificate or key it cannot use."""
+        client_ca = _pem_certificates(self.tls_client_ca, "--tls-client-ca")[0] if self.tls_client_ca else None
+        cert, chain = _pem_certificates(self.tls_cert, "--tls-cert")
+        key, private_key = _pem_private_key(self.tls_key, "--tls-key")
+        if _spki(private_key.public_key()) != _spki(chain[0].public_key()):
+            raise InvalidArgument("--tls-key", f"{self.tls_key} is not the key of the certificate in {self.tls_cert}",
+                                  "the private key of --tls-cert's first certificate")
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                           require_client_auth=client_ca is not None)
 
     def tokens(self) -> TokenTable | None:
         return load_tokens(self.auth_tokens, hashed_only=self.hashed_tokens_only) if self.auth_tokens else None

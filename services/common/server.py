@@ -135,9 +135,10 @@ class ServiceServer:
             options=list(options),
         )
         if security.tls:
-            self.port = self._server.add_secure_port(f"{host}:{port}", security.credentials())
+            credentials = security.credentials()  # checks the PEM files, naming the flag, before the bind
+            self.port = _bind(lambda: self._server.add_secure_port(f"{host}:{port}", credentials))
         else:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            self.port = _bind(lambda: self._server.add_insecure_port(f"{host}:{port}"))
         self.security = security
         _warn_about(name, host, security)
         self._health_server: grpc.Server | None = None
@@ -147,7 +148,8 @@ class ServiceServer:
             self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2,
                                                                          thread_name_prefix=f"{name}-health"))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
-            self.health_port = self._health_server.add_insecure_port(f"{host}:{health_port}")
+            health_server = self._health_server
+            self.health_port = _bind(lambda: health_server.add_insecure_port(f"{host}:{health_port}"))
             if self.health_port == 0:
                 raise OSError(f"{name}: cannot serve health checks on {host}:{health_port} (in use?); "
                               f"choose another with --health-port N")
@@ -300,6 +302,15 @@ class ServiceServer:
         for sig, previous in self._previous_handlers.items():
             signal.signal(sig, previous)
         self._previous_handlers.clear()
+
+
+def _bind(add_port: Callable[[], int]) -> int:
+    """The bound port, 0 when it could not be bound: gRPC raises RuntimeError there (older versions
+    returned 0), which the caller turns into an OSError naming the flag (exit 2, no traceback)."""
+    try:
+        return add_port()
+    except RuntimeError:
+        return 0
 
 
 def _warn_about(name: str, host: str, security: ServerSecurity) -> None:

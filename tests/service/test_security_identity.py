@@ -13,6 +13,7 @@ import http.server
 import json
 import logging
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import grpc
 import harness
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
 from sa_tokens import Issuer, write_jwks
 from tls_certs import TestCA
 
@@ -45,6 +47,7 @@ from edgetune.powermodes.specs import get_spec
 from edgetune.proto.serde.common import spec_to_proto
 from edgetune.proto.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from edgetune.services.common.server import ServiceServer
+from edgetune.services.coordinator.server import main as coordinator_main
 from edgetune.services.profiler.server import serve as serve_agent
 from edgetune.store import MemoryStore
 
@@ -109,6 +112,63 @@ def test_tls_alone_is_refused_at_start_naming_the_missing_flags(tmp_path, token_
                                                                          insecure=True))
     assert "every caller has every right" in caplog.text
     anyway.stop(0)
+
+
+def test_a_tls_setup_the_server_cannot_use_exits_2_with_one_line_naming_the_flag(tmp_path, token_file, capsys):
+    """Issue 26: the chart's TLS refusal was a Python traceback (gRPC's "Failed to bind" RuntimeError on a
+    certificate or key it could not use). The coordinator as the chart starts it (``main`` with its flags),
+    in this process: exit 2, one ``error:`` line naming the flag and what is allowed, no traceback."""
+    ca = TestCA(tmp_path)
+    good, other = ca.server(), ca.server("other")
+    garbage = private(tmp_path / "garbage.pem", "not a PEM file\n")
+    encrypted = tmp_path / "encrypted.key"
+    key = serialization.load_pem_private_key(good.key.read_bytes(), None)
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.BestAvailableEncryption(b"passphrase")))
+    base = ["--port", "0", "--metrics-port", "0", "--redis", "memory://", "--kube", "none"]
+    cases = [  # (TLS flags, the flag the error names, what the line says is allowed or wrong)
+        (["--tls-cert", str(good.cert), "--tls-key", str(good.key)], "--tls-client-ca/--auth-tokens", "--insecure"),
+        (["--tls-cert", str(garbage), "--tls-key", str(good.key), "--auth-tokens", str(token_file)],
+         "--tls-cert", "BEGIN CERTIFICATE"),
+        (["--tls-cert", str(good.cert), "--tls-key", str(garbage), "--auth-tokens", str(token_file)],
+         "--tls-key", "PEM private key"),
+        (["--tls-cert", str(good.cert), "--tls-key", str(encrypted), "--auth-tokens", str(token_file)],
+         "--tls-key", "unencrypted"),
+        (["--tls-cert", str(good.cert), "--tls-key", str(other.key), "--auth-tokens", str(token_file)],
+         "--tls-key", "not the key of the certificate"),
+        (["--tls-cert", str(tmp_path / "missing.crt"), "--tls-key", str(good.key), "--auth-tokens", str(token_file)],
+         "--tls-cert", "cannot read"),
+        (["--tls-cert", str(good.cert), "--tls-key", str(good.key), "--tls-client-ca", str(garbage)],
+         "--tls-client-ca", "BEGIN CERTIFICATE"),
+    ]
+    env = {"EDGETUNE_INSECURE": "", "EDGETUNE_AUTH_TOKENS": "", "EDGETUNE_TLS_CLIENT_CA": ""}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        for flags, flag, says in cases:
+            code = coordinator_main([*base, *flags])
+            err = capsys.readouterr().err
+            lines = [line for line in err.splitlines() if line.startswith("error: ")]
+            assert code == 2, (flags, err)
+            assert "Traceback" not in err and len(lines) == 1, (flags, err)
+            assert lines[0].startswith(f"error: {flag}:") and says in lines[0], (flags, lines[0])
+    # The certificate and key that belong together start (and stop).
+    server = ServiceServer("probe", port=0, security=ServerSecurity(tls_cert=str(good.cert), tls_key=str(good.key),
+                                                                     auth_tokens=str(token_file)))
+    server.stop(0)
+
+
+def test_a_port_in_use_exits_2_naming_the_flag_not_a_traceback(capsys):
+    # gRPC raised RuntimeError ("Failed to bind") where the server expected port 0. A plain socket holds
+    # the port (another gRPC server would share it: SO_REUSEPORT).
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        code = coordinator_main(["--port", str(busy.getsockname()[1]), "--metrics-port", "0", "--redis", "memory://",
+                                 "--kube", "none"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert any(line.startswith("error: ") and "--port" in line and "in use" in line for line in err.splitlines()), err
 
 
 def test_tokens_in_clear_text_on_a_network_address_need_insecure(token_file):

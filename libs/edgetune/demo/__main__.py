@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="modes the tuning job profiles per node for the transfer (its profiles; default 50)")
     ap.add_argument("--held-out", type=int, default=None,
                     help="modes the demo measures per node, never profiled by the job, to check the job's "
-                         "predictions and calibrate the round's options (default 20; --quick 10)")
+                         "predictions (they are also round options: measured modes; default 20; --quick 10)")
     ap.add_argument("--quick", action="store_true", help="small reference tables and short fits (for tests)")
     ap.add_argument("--nodes", default="", help="comma-separated node ids of the fleet to run (default: all: "
                                                 + ", ".join(n.node_id for n in FLEET) + ")")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                    "Predicted vs measured time and power on held-out modes, with MAPE; stars: the chosen modes."),
                   (report.plot_timeline(story, out / "round_timeline.png"),
                    "Gantt of one federated round under the makespan and energy objectives, and the energy plan "
-                   "after the budget change."),
+                   "after the budget change, on the modes measured on each node (vs all at their fastest)."),
                   (report.plot_savings(story, out / "chosen_vs_baselines.png"),
                    "Measured time per minibatch and power: chosen mode vs MAXN vs the operator's preset.")]
         acc = steps.accuracy(story)

@@ -8,10 +8,11 @@ import time
 
 import numpy as np
 
-from edgetune.base.records import OptionTable, Predictions
+from edgetune.base.records import OptionTable
 from edgetune.clients.calls import CallFailed, Status
 from edgetune.demo.story import (
     RPC_TIMEOUT_S,
+    ModeKey,
     NodeResult,
     RoundResult,
     Story,
@@ -21,24 +22,30 @@ from edgetune.demo.story import (
     profile,
 )
 from edgetune.planning.rounds import RoundNode, RoundOutcome, RoundRequest
+from edgetune.store import MeasurementRecord
 
 
 # --- 6. round planning ------------------------------------------------------------------------------
-def round_options(res: NodeResult) -> Predictions:
-    """The node's option table for the planner: the job model's predicted modes not ruled out, with the safe
-    (mean + z(1 − risk) σ, calibrated) power as their power (:meth:`~edgetune.demo.story.NodeOptions.option_table`)."""
-    assert res.options is not None
-    table = res.options.option_table()
-    return Predictions(table.modes, table.batch_size, table.time_ms, table.power_w)
+def round_options(res: NodeResult, batch_size: int) -> OptionTable:
+    """The node's option table for the planner: every mode measured on its agent at the round's batch size
+    (the job's profiles and verifications, the held-out checks, the round's config checks) with its measured
+    time and power. A later measurement of a mode replaces an earlier one, as in the coordinator's stored
+    options, so a config measured over budget is out of the next plan. Predicted modes never measured are
+    not options: a plan (and its all-fastest baseline) is only ever made of what the devices showed."""
+    latest: dict[ModeKey, MeasurementRecord] = {}
+    for m in (*res.profiled, *res.held_out, *res.round_checks):
+        if m.batch_size == batch_size:
+            latest[key(m.mode)] = m
+    return OptionTable.from_rows([(m.mode, m.batch_size, m.time_ms, m.power_w) for m in latest.values()])
 
 
 def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -> tuple[float, float]:
-    """Energy and makespan of every node (or ``only`` one) at its fastest option within its budget."""
+    """Energy and makespan of every node (or ``only`` one) at its fastest measured option within its budget."""
     total_e, makespan = 0.0, 0.0
     for r in story.nodes.values():
         if only is not None and r.node.node_id != only:
             continue
-        opts = round_options(r)
+        opts = round_options(r, story.options.batch_size)
         fits = np.flatnonzero(opts.power_w <= budgets[r.node.node_id])
         if not fits.size:
             continue
@@ -51,18 +58,17 @@ def _fastest(story: Story, budgets: dict[str, float], only: str | None = None) -
 
 def plan(story: Story, objective: str, *, deadline_s: float | None = None, apply: bool = False, round_id: str = "",
          must: bool = True) -> RoundOutcome:
-    """PlanRound with every node's samples and predicted options. Re-planning an applied round under
-    its own ``round_id`` changes only the configs whose mode or batch size changed."""
+    """PlanRound with every node's samples and measured options (:func:`round_options`). Re-planning an
+    applied round under its own ``round_id`` changes only the configs whose mode or batch size changed."""
     nodes = []
     for r in story.nodes.values():
-        options = round_options(r)
-        if not (options.power_w <= story.budgets[r.node.node_id]).any():  # nothing safe: planned around
-            note = f"left out of the round: no predicted mode fits {story.budgets[r.node.node_id]:g} W safely"
+        options = round_options(r, story.options.batch_size)
+        if not (options.power_w <= story.budgets[r.node.node_id]).any():  # nothing measured within: planned around
+            note = f"left out of the round: no measured mode fits {story.budgets[r.node.node_id]:g} W"
             if note not in r.notes:
                 r.notes.append(note)
             continue
-        nodes.append(RoundNode(r.node.node_id, r.node.samples, options=OptionTable(
-            options.batch_size, options.time_ms, options.power_w, options.modes)))
+        nodes.append(RoundNode(r.node.node_id, r.node.samples, options=options))
     request = RoundRequest(tuple(nodes), round_id=round_id, objective=objective, deadline_s=deadline_s,
                            workload={"name": story.options.workload, "batch_size": story.options.batch_size},
                            apply=apply)
@@ -72,13 +78,21 @@ def plan(story: Story, objective: str, *, deadline_s: float | None = None, apply
     return outcome
 
 
+def round_result(name: str, objective: str, outcome: RoundOutcome, deadline_s: float | None = None) -> RoundResult:
+    """A plan for the report, with the planner's own all-fastest baseline: every node at its fastest option
+    within its budget on the same measured table, so a plan's energy and its baseline compare like with like."""
+    p = outcome.plan
+    return RoundResult(name, objective, outcome.round_id, p, p.fastest_energy_j or 0.0, p.fastest_makespan_s or 0.0,
+                       deadline_s)
+
+
 def plan_rounds(story: Story) -> str:
     """PlanRound twice on the coordinator: least makespan, then least energy by a deadline 50 % longer
-    (that plan is applied: configs are pushed to the agents)."""
+    (that plan is applied: configs are pushed to the agents and measured there). Both are planned on the
+    nodes' measurements; the makespan plan is planned again after the applied configs were measured, so the
+    two rows of the report stand on the same measurements (a config measured over budget is in neither)."""
     budgets = {n.node_id: n.budget_w for n in story.fleet}
-    fast_e, fast_ms = _fastest(story, budgets)
     ms = plan(story, "makespan")
-    story.rounds.append(RoundResult("makespan", "makespan", ms.round_id, ms.plan, fast_e, fast_ms))
     # The deadline: 50 % over the least makespan, and long enough for the node whose budget will drop
     # in the next step to still make it at its fastest under the new budget (else that re-plan is infeasible).
     node_id, new_w = story.options.budget_change
@@ -90,11 +104,14 @@ def plan_rounds(story: Story) -> str:
     story.round_deadline_s = deadline
     en = verify_configs(story, [n.id for n in en.plan.nodes], budgets, deadline) or en
     deadline = story.round_deadline_s
-    story.rounds.append(RoundResult("energy", "energy", en.round_id, en.plan, fast_e, fast_ms, deadline))
+    ms = plan(story, "makespan")  # on the measurements the verification added
+    story.rounds.append(round_result("makespan", "makespan", ms))
+    story.rounds.append(round_result("energy", "energy", en, deadline))
     checks = [c for r in story.nodes.values() for c in r.config_checks]
     fixed = sum(not c["within_budget"] for c in checks)
     checked = ("every applied config measured on its agent within budget"
                + (f" after {fixed} re-plan(s) of configs measured over" if fixed else ""))
+    fast_e, fast_ms = story.rounds[-1].fastest_energy_j, story.rounds[-1].fastest_makespan_s
 
     def saved(e: float) -> str:
         pct = 100.0 * (1 - e / fast_e) if fast_e else math.nan
@@ -102,7 +119,7 @@ def plan_rounds(story: Story) -> str:
 
     ms_s, ms_j = ms.plan.makespan_s or 0.0, ms.plan.energy_j or 0.0  # feasible plans: both set
     en_s, en_j = en.plan.makespan_s or 0.0, en.plan.energy_j or 0.0
-    return (f"every node at its fastest: {fast_ms:.0f} s, {fast_e / 1000:.2f} kJ; least makespan: "
+    return (f"every node at its fastest measured mode: {fast_ms:.0f} s, {fast_e / 1000:.2f} kJ; least makespan: "
             f"{ms_s:.0f} s, {ms_j / 1000:.2f} kJ ({saved(ms_j)}); least energy by "
             f"a {deadline:.0f} s deadline: {en_s:.0f} s, {en_j / 1000:.2f} kJ ({saved(en_j)}); "
             f"applied as round {en.round_id}; {checked}")
@@ -110,9 +127,10 @@ def plan_rounds(story: Story) -> str:
 
 def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float], deadline_s: float | None,
                    max_attempts: int = 4) -> RoundOutcome | None:
-    """Measure each node's applied config on its agent once the agent runs it. A config over the node's
-    budget: drop that mode (and every mode at or above its clocks) from the node's options and re-plan
-    (PlanRound, apply): only that node's config changes. Returns the last re-plan (None: none needed)."""
+    """Measure each node's applied config on its agent once the agent runs it; the measurement joins the
+    node's round options (:func:`round_options`). A config measured over the node's budget is then out of
+    them: re-plan (PlanRound, apply): only that node's config changes. Returns the last re-plan (None:
+    none needed)."""
     replanned = None
     for _ in range(max_attempts):
         def check(node_id: str) -> bool:
@@ -130,12 +148,11 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
                                                     seed=story.options.seed + 7 + cfg.revision))
             power = rows[0].power_w if rows else math.inf
             ok = power <= budgets[node_id]
+            res.round_checks.extend(rows)  # the node's round options from now on (round_options)
             res.config_checks.append({"revision": cfg.revision, "mode": label(cfg.mode),
                                       "agent_applied": current is not None and key(current) == key(cfg.mode),
                                       "power_w": power, "time_ms": rows[0].time_ms if rows else None,
                                       "budget_w": budgets[node_id], "within_budget": ok})
-            if not ok and res.options is not None:
-                res.options.learn_from_miss_at(cfg.mode.as_tuple(), rows[0].power_w if rows else None)
             return ok
 
         over = [n for n, ok in zip(node_ids, parallel(node_ids, check, workers=3), strict=True) if not ok]
@@ -143,7 +160,7 @@ def verify_configs(story: Story, node_ids: list[str], budgets: dict[str, float],
             return replanned
         replanned = plan(story, "energy", deadline_s=deadline_s, apply=True, round_id=story.round_id, must=False)
         if not replanned.plan.feasible and deadline_s is not None:
-            # A miss drops the node's faster modes too, which can put the deadline out of reach: rather
+            # A miss can drop the node's only mode fast enough for the deadline: rather
             # than keep a config measured over budget, extend the deadline to what the options allow.
             _, fastest_s = _fastest(story, budgets)
             if fastest_s * 1.1 > deadline_s:
@@ -215,9 +232,7 @@ def change_budget(story: Story) -> str:
         replanned = plan(story, "energy", deadline_s=story.round_deadline_s, must=False)
     if not replanned.plan.feasible:
         raise RuntimeError(f"after the budget change no plan meets the round's deadline: {replanned.reason}")
-    fast_e, fast_ms = _fastest(story, budgets)
-    story.rounds.append(RoundResult("energy, after budget change", "energy", replanned.round_id, replanned.plan,
-                                    fast_e, fast_ms, story.round_deadline_s))
+    story.rounds.append(round_result("energy, after budget change", "energy", replanned, story.round_deadline_s))
     after = revisions(story)
     checks = res.config_checks[n_checks:]
     final = checks[-1]

@@ -24,7 +24,6 @@ from edgetune.control.reconcile import CANDIDATE_GRID
 from edgetune.demo.story import (
     REFERENCE_WORKLOAD,
     RPC_TIMEOUT_S,
-    NodeOptions,
     NodeResult,
     Story,
     Tick,
@@ -47,7 +46,7 @@ from edgetune.powermodes.specs import get_spec
 from edgetune.store import MeasurementRecord, NodeRecord
 from edgetune.tuning.jobs import NodePhase, TuningJobView
 from edgetune.tuning.protocols import reference_model_id
-from edgetune.tuning.safety import SafetyState, held_out_power_error
+from edgetune.tuning.safety import held_out_power_error
 
 
 # --- 1. discovery -----------------------------------------------------------------------------------
@@ -214,8 +213,7 @@ def check(story: Story, tick: Tick) -> str:
         res.model = model
         res.predictions = story.suite.estimator.predict(model, grid, o.batch_size)
         pt, mt, pp, mp = held_out_pairs(res)
-        res.options = NodeOptions(res.predictions, SafetyState(power_rel_err=held_out_power_error(pp, mp)),
-                                  story.tuning.risk)
+        res.power_rel_err = held_out_power_error(pp, mp)
         with lock:
             done["n"] += 1
             tick("check", done["n"], len(story.nodes))

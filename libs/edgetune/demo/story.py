@@ -3,7 +3,7 @@
 helpers every step uses (profiling on an agent, mode keys, baselines). The nodes are tuned by the
 coordinator's reconcile loop (one TuningJob, :func:`job_spec`) under the library's
 :class:`~edgetune.tuning.TuningPolicy` (:func:`demo_policy`: its risk); the round's option tables
-apply the library's safety rules (:class:`NodeOptions`), not rules of their own."""
+are the nodes' measurements (:func:`edgetune.demo.rounds.round_options`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from edgetune.base.mode import PowerMode
 from edgetune.base.objective import Objective
-from edgetune.base.records import OptionTable, Predictions, mode_key
+from edgetune.base.records import Predictions, mode_key
 from edgetune.base.roles import Role
 from edgetune.demo.suite import Agent, NodeSpec, Suite
 from edgetune.planning.planner import RoundPlan
@@ -26,11 +26,11 @@ from edgetune.store import MeasurementRecord, ProfileJob
 from edgetune.tuning.jobs import NodePhase, NodeStatus, TuningJobSpec, TuningJobView, TuningMethod
 from edgetune.tuning.policy import TuningPolicy, default_policy
 from edgetune.tuning.protocols import ModelRef
-from edgetune.tuning.safety import SafetyState
 
 RPC_TIMEOUT_S = 300.0
-ROUND_NOTE = ("Round time = ceil(samples / batch) × predicted minibatch time; plans use the safe power (mean + "
-              "z(1 − risk) σ, calibrated). On these simulated Jetsons the fastest mode within a budget is nearly the "
+ROUND_NOTE = ("Round time = ceil(samples / batch) × measured minibatch time; plans choose among the modes "
+              "measured on each node's agent (the job's profiles and verifications, the held-out checks, the "
+              "applied configs), at their measured power, and compare with every node at its fastest of those. On these simulated Jetsons the fastest mode within a budget is nearly the "
               "least-energy one (race to idle), so the energy objective saves little: it slows only nodes off the "
               "critical path.")
 REFERENCE_WORKLOAD = "resnet18"
@@ -92,28 +92,6 @@ def job_spec(options: Options, policy: TuningPolicy, fleet: tuple[NodeSpec, ...]
         method=TuningMethod.RANDOM)
 
 
-@dataclass
-class NodeOptions:
-    """A node's predicted candidate modes (the job's transferred model) and the safety state its round
-    options are planned under: σ widened by the held-out error the demo measured, and by every config
-    measured over budget (:class:`~edgetune.tuning.safety.SafetyState`'s rules)."""
-
-    predictions: Predictions
-    safety: SafetyState
-    risk: float
-
-    def option_table(self) -> OptionTable:
-        return self.safety.option_table(self.predictions, self.risk)
-
-    def learn_from_miss_at(self, mode: tuple[float, float, float, float], measured_w: float | None) -> int:
-        """A config measured over its budget: drop it and every mode at or above its clocks."""
-        index = {mode_key(m): i for i, m in enumerate(self.predictions.modes)}.get(mode_key(mode))
-        if index is None:
-            return 0
-        return self.safety.learn_from_miss(self.predictions.modes, index, float(self.predictions.power_w[index]),
-                                           measured_w, self.risk)
-
-
 @dataclass(frozen=True)
 class Point:
     """A mode with its time and power: the coordinator's choice as predicted (``power_upper_w``: its
@@ -142,7 +120,8 @@ class NodeResult:
     stored: int = 0
     #: The node's status in the demo's TuningJob (phase, choice, predicted and measured), as the coordinator reports it.
     status: NodeStatus | None = None
-    options: NodeOptions | None = None
+    #: RMS relative error of the job model's power on the held-out modes (the report's calibration column).
+    power_rel_err: float = 0.0
     model: ModelRef | None = None
     #: The transferred model's predictions of every grid mode, and the optimizer's front of them
     #: (columns, as the columnar tables cross the wire).
@@ -153,8 +132,10 @@ class NodeResult:
     preset: MeasurementRecord | None = None
     preset_name: str = ""
     notes: list[str] = field(default_factory=list)
-    #: Each applied round config measured on the agent: revision, mode, power, budget.
+    #: Each applied round config measured on the agent: revision, mode, power, budget (the report's rows) ...
     config_checks: list[dict] = field(default_factory=list)
+    #: ... and those measurements themselves, which join the node's round options.
+    round_checks: list[MeasurementRecord] = field(default_factory=list)
 
     @property
     def device_spec(self) -> DeviceSpec:
@@ -169,11 +150,6 @@ class NodeResult:
         if self.model is None:
             raise RuntimeError(f"{self.node.node_id}: no model (estimation did not run)")
         return self.model
-
-    @property
-    def power_rel_err(self) -> float:
-        """The round options' error term (held-out calibration, widened by misses)."""
-        return self.options.safety.power_rel_err if self.options is not None else 0.0
 
     def predicted(self) -> dict[ModeKey, int]:
         """Each predicted mode's row in :attr:`predictions`."""
