@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 import traceback
@@ -50,6 +51,8 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
         if names and b.name not in names:
             continue
         log(f"- {b.name} (target {b.target}) ...")
+        # how busy the machine was as it started: timings on a shared machine are only read beside this
+        load_1m, ran_at = round(os.getloadavg()[0], 2), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         t0 = time.perf_counter()
         try:
             measured = b.fn()
@@ -61,6 +64,7 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
             row = {"name": b.name, "target": b.target, "metric": b.metric, "value": None, "met": False,
                    "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
         row["wall_s"] = round(time.perf_counter() - t0, 3)
+        row["load_1m_before"], row["ran_at"] = load_1m, ran_at
         log(f"  {b.metric} = {row['value']!r}  ({'met' if row['met'] else 'NOT met' if row['met'] is False else 'no limit'})")
         results.append(row)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +74,7 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
         results = kept + results
         order = {b.name: i for i, b in enumerate(REGISTRY)}
         results.sort(key=lambda r: order.get(str(r["name"]), len(order)))
-    meta = {"python": platform.python_version(), "machine": platform.machine(),
+    meta = {"python": platform.python_version(), "machine": platform.machine(), "cores": str(os.cpu_count()),
             "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=float))
     out.with_suffix(".md").write_text(_markdown(results, meta))
@@ -78,13 +82,17 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
 
 
 def _markdown(results: list[dict[str, Any]], meta: dict[str, str]) -> str:
-    lines = [f"# edgetune benchmarks ({meta['time']}, Python {meta['python']}, {meta['machine']})", "",
-             "| benchmark | target | measured | met |", "|---|---|---|---|"]
+    lines = [f"# edgetune benchmarks ({meta['time']}, Python {meta['python']}, {meta['machine']}, "
+             f"{meta.get('cores', '?')} cores)", "",
+             "How busy the machine was: each row's 1-minute load average as it started, and when it ran (a row "
+             "kept from an earlier partial run keeps its own).", "",
+             "| benchmark | target | measured | met | load before | ran at |", "|---|---|---|---|---|---|"]
     for r in results:
         v = r["value"]
         shown = f"{v:.4g}" if isinstance(v, float) else str(v)
         met = {True: "yes", False: "**no**", None: "–"}[r["met"]]
         note = r.get("details", {}).get("note")  # a benchmark's one-line account of where a target is missed
         shown += f" ({note})" if note else ""
-        lines.append(f"| {r['name']} | {r['target']} | {r['metric']} = {shown} | {met} |")
+        lines.append(f"| {r['name']} | {r['target']} | {r['metric']} = {shown} | {met} | "
+                     f"{r.get('load_1m_before', '–')} | {r.get('ran_at', '–')} |")
     return "\n".join(lines) + "\n"
