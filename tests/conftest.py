@@ -190,3 +190,13 @@ def _checkpoints_once_per_run(run_dir: Path) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CHECKPOINT_DIR_ENV, os.environ.get(CHECKPOINT_DIR_ENV) or str(run_dir / "checkpoints"))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _root_log_handlers_restored() -> Iterator[None]:
+    """The root logger's handlers as they were before each test: a CLI run in-process (CliRunner, capsys)
+    may attach one to a stream that is closed once the test ends, and a later test's log records would
+    then print "--- Logging error ---" into its output."""
+    before = list(logging.root.handlers)
+    yield
+    logging.root.handlers[:] = before

@@ -149,7 +149,9 @@ def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, 
     cmd = [sys.executable, "-m", "edgetune.services.estimator.server", "--host", "127.0.0.1", "--port", str(port),
            "--metrics-port", "0", "--redis", "embedded", "--no-ray", "--grace-s", "0.5", "--auth-tokens",
            str(token_file)]
-    env = {**os.environ, "EDGETUNE_MAX_HEAVY_RPCS": "4", "PYTHONUNBUFFERED": "1"}
+    # its own checkpoint (not the run's shared one, which another worker may hold locked while it trains)
+    env = {**{k: v for k, v in os.environ.items() if k != "EDGETUNE_CHECKPOINT_DIR"},
+           "EDGETUNE_MAX_HEAVY_RPCS": "4", "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "estimator.log", "w") as log:  # a file, not a pipe nobody drains (the server would block)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=tmp_path)
     try:
