@@ -292,6 +292,14 @@ def _placed_call(fn: Callable[..., Any], kwargs: dict[str, Any], shared_names: l
     return _remote_call(fn, kwargs, shared_names, *shared_values), where or f"{os.uname().nodename}:{os.getpid()}"
 
 
+def _succeeded(out: Any, name: str, index: int, task: Mapping[str, Any]) -> Any:
+    """A task's result, or its failure (a worker's :class:`_Failure`) raised as :class:`TaskFailed`."""
+    if isinstance(out, _Failure):
+        cause = out.rebuild()
+        raise TaskFailed(name, index, task, cause) from cause
+    return out
+
+
 def _run_pool(fn, name, tasks, common, progress, processes, placements) -> list[Any]:
     pool = ensure_pool(processes)
     names = list(common)
@@ -307,10 +315,7 @@ def _run_pool(fn, name, tasks, common, progress, processes, placements) -> list[
             for f in ready:
                 i = futures[f]
                 out, where[i] = f.result()
-                if isinstance(out, _Failure):
-                    cause = out.rebuild()
-                    raise TaskFailed(name, i, tasks[i], cause) from cause
-                results[i] = out
+                results[i] = _succeeded(out, name, i, tasks[i])
                 done += 1
                 if progress is not None:
                     progress(done, len(tasks))
@@ -367,10 +372,7 @@ def _run_ray(fn, name, tasks, common, progress, address, num_cpus, placements=No
                     out, where[i] = ray.get(ref)
                 except RayError as exc:  # the worker died, or the task was cancelled
                     raise TaskFailed(name, i, tasks[i], exc) from exc
-                if isinstance(out, _Failure):
-                    cause = out.rebuild()
-                    raise TaskFailed(name, i, tasks[i], cause) from cause
-                results[i] = out
+                results[i] = _succeeded(out, name, i, tasks[i])
                 done += 1
                 if progress is not None:
                     progress(done, len(tasks))
