@@ -34,14 +34,13 @@ DEFAULT_S = 0.35
 #: Expected seconds of the slow tests (``path::name``, parameters left out), for the order only.
 EXPECTED_S: dict[str, float] = {
     "tests/integration/test_walkthrough.py::test_the_walkthrough_runs_as_written": 110,
-    "tests/integration/test_flower.py::test_the_example_runs_as_its_readme_says": 90,
     "tests/integration/test_flower.py::test_flower_rounds_run_in_the_planned_modes": 45,
     "tests/integration/test_flower.py::test_the_strategy_plans_rounds_from_the_tuning_jobs_verified_choices": 15,
     "tests/integration/test_demo.py::test_demo_exits_zero_and_writes_the_report": 60,
     "tests/integration/test_demo.py::test_ctrl_c_reports_what_was_written_not_a_report_that_never_was": 10,
     "tests/integration/test_crash_consistency.py::test_a_coordinator_killed_around_each_write_leaves_registry_configs_round_and_agents_agreeing": 65,
     "tests/integration/test_crash_consistency.py::test_after_redis_restarts_with_or_without_its_data_registry_configs_and_agents_agree": 30,
-    "tests/integration/test_experiment_batch_efficiency.py::test_batch_efficiency_script_reports_every_bench_of_its_models": 45,
+    "tests/integration/test_experiment_batch_efficiency.py::test_batch_efficiency_script_reports_every_bench_of_its_models": 30,
     "tests/integration/test_tuning_jobs_e2e.py::test_leader_killed_mid_job_standby_finishes": 42,
     "tests/integration/test_tuning_jobs_e2e.py::test_job_reaches_applied_within_budget": 25,
     "tests/integration/test_up_jobs.py::test_job_submit_wait_json_get_list_refusals_then_unavailable": 25,

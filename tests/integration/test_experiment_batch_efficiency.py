@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
 def test_batch_efficiency_script_reports_every_bench_of_its_models(tmp_path):
     import batch_efficiency
 
-    rc = batch_efficiency.main(["--models", "resnet-slim", "--seeds", "1", "--sequential", "--proxy-samples", "1280",
-                                "--target-samples", "4096", "--out", str(tmp_path)])
+    rc = batch_efficiency.main(["--models", "resnet-slim", "--seeds", "1", "--sequential", "--proxy-samples", "640",
+                                "--target-samples", "2048", "--out", str(tmp_path)])
     assert rc == 0
     md = (tmp_path / "batch_efficiency.md").read_text()
     for line in ("| Table 2 | nano | resnet-slim | 4.5 W |", "| Table 4 | tx2-nx | resnet-slim | 7.5 W |"):

@@ -192,7 +192,7 @@ def test_bad_arguments_exit_2_without_contacting_the_server(node_modules, args):
     assert done.stderr.startswith("error: ")
 
 
-def test_tuning_jobs_submit_get_list_cancel(coordinator, tmp_path):
+def test_tuning_jobs_submit_get_list_cancel_delete(coordinator, tmp_path):
     address, stub = coordinator
     spec = {"name": "node-client-job", "workload": {"name": "mobilenetv3", "role": "ROLE_TRAIN"},
             "batch_sizes": [16], "nodes": ["node-client-target"], "profiles": 12,
@@ -213,6 +213,14 @@ def test_tuning_jobs_submit_get_list_cancel(coordinator, tmp_path):
     assert "node-client-job" in [j["spec"]["name"] for j in ok_json(node_cli(address, "jobs"))["jobs"]]
     cancelled = ok_json(node_cli(address, "job-cancel", "--name", "node-client-job"))
     assert cancelled["phase"] == "JOB_PHASE_CANCELLED"
+    # delete frees the name: the same name with another spec is accepted afterwards
+    deleted = ok_json(node_cli(address, "job-delete", "--name", "node-client-job"))
+    assert deleted["spec"]["name"] == "node-client-job"
+    gone = node_cli(address, "job-get", "--name", "node-client-job")
+    assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
+    path.write_text(json.dumps({**spec, "profiles": 13}))
+    assert ok_json(node_cli(address, "job-submit", "--spec", str(path)))["spec"]["profiles"] == 13
+    ok_json(node_cli(address, "job-delete", "--name", "node-client-job"))
 
     missing = node_cli(address, "job-get", "--name", "no-such-job")
     assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr

@@ -117,7 +117,8 @@ def test_job_reaches_applied_within_budget(tmp_path, run_dir):
 
 
 def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
-    with LocalCluster(tmp_path, tuning=True) as cluster:
+    # at log level WARNING (as the Flower example starts its cluster): readiness must not need the INFO log line
+    with LocalCluster(tmp_path, tuning=True, log_level="WARNING") as cluster:
         assert cluster.estimator is not None and cluster.channel is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None

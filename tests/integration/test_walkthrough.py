@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,10 @@ def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
         steps = in_process_steps(block)
         if steps is None:
             # one shell per block, in the same directory
+            t0 = time.monotonic()
             done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
                                   capture_output=True, text=True, timeout=600)
-            log.append(f"--- block {i}\n{block}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+            log.append(f"--- block {i} ({time.monotonic() - t0:.1f} s)\n{block}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
             assert done.returncode == 0, "\n".join(log[-2:])
             continue
         for kind, step in steps:
@@ -150,13 +152,15 @@ def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
                 (tmp_path / name).write_text(body)
                 continue
             assert isinstance(step, list)
+            t0 = time.monotonic()
             code = main(step)
             out, err = capsys.readouterr()
-            log.append(f"--- block {i}: edgetune {shlex.join(step)}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
+            log.append(f"--- block {i} ({time.monotonic() - t0:.1f} s): edgetune {shlex.join(step)}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
             assert code == 0, "\n".join(log[-2:])
         if i - 1 in shown:  # the README's excerpt of the block's last output
             differ = matches(shown[i - 1], json.loads(out))
             assert differ == [], f"block {i}'s output is not what the README shows: {differ}\n{log[-1]}"
+    print("\n".join(entry.split("\n", 1)[0] for entry in log))  # each step's time, shown with -rP
     # The `up` block's run: ready file written, then removed at the stop; SIGTERM (its `kill`; `wait`
     # under `set -e` fails the block unless up exits 0) stops every process it started; a clean stop
     # logs no error (the coordinator used to log a traceback per open WatchConfig stream on every rollout).

@@ -167,8 +167,15 @@ def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, 
                    viewers[1].EstimateBatchEfficiency.future(endless, timeout=300)]
         try:
             # the probe: 4 viewer calls took every slot; now the 3rd and 4th are refused once two run
-            harness.wait_for(lambda: _viewer_probe(viewers[0], endless) == "refused" or None, 120,
-                             "a third viewer call refused while two run", poll_s=0.5)
+            def third_refused() -> bool | None:
+                for call in running:  # a training that ended early can never hold its slot: say why it ended
+                    if call.done():
+                        err = call.exception()
+                        log = (tmp_path / "estimator.log").read_text()[-3000:]
+                        raise AssertionError(f"a viewer's training ended: {err!r}\nestimator log tail:\n{log}")
+                return _viewer_probe(viewers[0], endless) == "refused" or None
+
+            harness.wait_for(third_refused, 120, "a third viewer call refused while two run", poll_s=0.5)
             assert _viewer_probe(viewers[1], endless) == "refused"
             assert not any(call.done() for call in running)  # both still training
             alice = stub(address, "alice", estimator_pb2_grpc.EstimatorStub)[0]

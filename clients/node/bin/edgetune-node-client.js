@@ -27,6 +27,8 @@ commands:
   jobs                  print every TuningJob
   job-cancel --name NAME
                         cancel a TuningJob; prints it
+  job-delete --name NAME
+                        cancel a TuningJob and remove it (its name is free again); prints it as it was
   health [--service NAME]
                         grpc.health.v1 Check ("" = the whole server); prints {"status": ...}
 
@@ -68,6 +70,7 @@ const COMMANDS = {
   'job-get': ['name'],
   jobs: [],
   'job-cancel': ['name'],
+  'job-delete': ['name'],
   health: ['service'],
 };
 const GLOBAL = new Set(['address', 'timeout-s', 'help', 'token', 'tls-ca', 'tls-cert', 'tls-key']);
@@ -172,6 +175,10 @@ function prepare(command, values) {
     case 'job-cancel': {
       const name = required(values, 'name');
       return async (client) => print(await client.cancelTuningJob(name));
+    }
+    case 'job-delete': {
+      const name = required(values, 'name');
+      return async (client) => print(await client.deleteTuningJob(name));
     }
     case 'health': {
       const service = values.service ?? '';

@@ -213,6 +213,11 @@ export class EdgetuneClient {
     return unary(this.coordinator, 'CancelTuningJob', { name }, this.timeoutMs);
   }
 
+  /** Cancel a TuningJob and remove it, so its name is free again; resolves to the job as it was. */
+  deleteTuningJob(name) {
+    return unary(this.coordinator, 'DeleteTuningJob', { name }, this.timeoutMs);
+  }
+
   /**
    * grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... for `service`
    * ("" = the server as a whole, "edgetune.v1.Coordinator" = the API).

@@ -75,6 +75,17 @@ def _reader(sensor: PowerSensor, with_rails: bool) -> Callable[[], tuple[float, 
     return lambda: (sensor.read_w(), None)
 
 
+def next_deadline(t0_s: float, period_s: float, k: int, now_s: float) -> tuple[int, float]:
+    """The sampling schedule: the ``k``-th deadline ``t0 + k·period``, or the first one still ahead of
+    ``now_s`` when a slow read passed it. Deadlines never shift (``previous + period`` would drift by
+    every read's duration); a late reader skips samples instead."""
+    due = t0_s + k * period_s
+    if due < now_s:
+        k = math.floor((now_s - t0_s) / period_s) + 1
+        due = t0_s + k * period_s
+    return k, due
+
+
 class ThreadedSampler(PowerSampler):
     """Samples ``sensor`` every ``1 / rate_hz`` seconds of ``clock`` from a daemon thread."""
 
@@ -114,10 +125,7 @@ class ThreadedSampler(PowerSampler):
         k = 1
         while True:
             now = self.clock.now_s()
-            due = self._t0 + k * period_s
-            if due < now:  # fell behind: skip to the next deadline still ahead
-                k = math.floor((now - self._t0) / period_s) + 1
-                due = self._t0 + k * period_s
+            k, due = next_deadline(self._t0, period_s, k, now)
             if self._stop.wait(due - now):
                 return
             self._take()
