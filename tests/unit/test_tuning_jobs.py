@@ -4,6 +4,7 @@ leader's fenced status, watching a job, the job-stream measurer's replay, the pr
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -13,7 +14,7 @@ from edgetune.base.workload import WorkloadRef
 from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import QueueMeasurer, point_job_id, policy_for
-from edgetune.control.tuningjobs import StatusWriter, TuningJobs
+from edgetune.control.tuningjobs import JobGone, StatusWriter, TuningJobs
 from edgetune.errors import InvalidArgument, NotFound
 from edgetune.profiling.protocol import measurement_id
 from edgetune.store import LeaseLost, MeasurementRecord, MemoryStore, ProfileJob
@@ -403,3 +404,21 @@ def test_status_changes_made_together_are_written_together_and_none_is_lost():
     final = jobs.get("many").status
     assert final is not None
     assert final.nodes["n0"].events[-1].message == "from the other" and final.nodes["n1"].events[-1].message == "after"
+
+
+def test_a_late_update_of_a_deleted_job_does_not_touch_the_job_created_under_its_name():
+    store = MemoryStore()
+    jobs = TuningJobs(store)
+    jobs.submit(_spec())
+    writer = StatusWriter(jobs, "mnv3-train", lambda: None)  # type: ignore[arg-type, return-value]
+    writer.ensure(["a"], {"a": "orin-agx"})
+    writer.update("a", lambda s: s.with_event("profiling", phase="Profiling"))
+    jobs.delete("mnv3-train")
+    time.sleep(0.01)  # another creation time
+    jobs.submit(_spec(profiles=20))  # the name, free again, taken by another job
+    with pytest.raises(JobGone):  # the old job's worker, still running, writes late
+        writer.update("a", lambda s: s.with_event("applied", phase="Applied"))
+    assert jobs.get("mnv3-train").status is None  # the new job untouched
+    fresh = StatusWriter(jobs, "mnv3-train", lambda: None)  # type: ignore[arg-type, return-value]
+    fresh.ensure(["a"], {"a": "orin-agx"})
+    assert fresh.update("a", lambda s: s.with_event("profiling", phase="Profiling")).phase == "Profiling"

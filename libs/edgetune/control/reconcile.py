@@ -83,7 +83,7 @@ from edgetune.control.configs import ConfigStore
 from edgetune.control.jobs import COMPLETIONS, JobQueue
 from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.control.registry import NodeRegistry
-from edgetune.control.tuningjobs import StatusWriter, TuningJobs
+from edgetune.control.tuningjobs import JobGone, StatusWriter, TuningJobs
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
 from edgetune.estimation.references import PREFIX, shipped_for
 from edgetune.identity import ClientSecurity, open_channel
@@ -557,8 +557,10 @@ class Reconciler:
             del self._generations[name]
 
     def _forget_job(self, name: str) -> None:
-        """Stop a job's workers and drop what the leader cached for it (its spec changed)."""
+        """Stop a job's workers and drop what the leader cached for it (its spec changed). Its status
+        writer goes too: a worker of the old job that still writes meets JobGone, not the new job."""
         self._stop_workers(lambda key: key[0] == name)
+        self._writers.pop(name, None)
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
@@ -619,7 +621,7 @@ class Reconciler:
             if check and not self._check(spec, node, writer, should_stop):
                 return
             self._tune(spec, node, writer, should_stop, rebudget)
-        except (Stopped, NotLeader, LeaseLost):
+        except (Stopped, NotLeader, LeaseLost, JobGone):  # JobGone: the job was deleted meanwhile
             log.info("tuning of %s on %s stopped", spec.name, node.node_id)
         except NodeLost as exc:  # resumes when the node heartbeats again (a pass starts a worker), else Failed
             log.warning("tuning of %s paused: %s", spec.name, exc)

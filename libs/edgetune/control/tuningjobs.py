@@ -159,6 +159,10 @@ class TuningJobs:
 STATUS_WRITE_TRIES = 5
 
 
+class JobGone(NotFound):
+    """The job a status writer wrote for was deleted (and perhaps created again under its name)."""
+
+
 class StatusWriter:
     """Serialises one job's status updates from the leader's node workers (one doc per job).
 
@@ -175,10 +179,20 @@ class StatusWriter:
         self._queue_lock = threading.Lock()
         self._queue: list[tuple[str, Callable[[NodeStatus], NodeStatus], Future[NodeStatus]]] = []
         self._known: tuple[TuningJobStatus, int] | None = None  # the status as last written or read, its revision
+        #: The creation time of the job this writer writes for (read first): a job deleted and created
+        #: again under the same name is another job, which a late update of the old one must not touch.
+        self._created_s: float | None = None
 
     def _current(self) -> tuple[TuningJobStatus, int]:
         if self._known is None:
-            self.jobs.get(self.name)  # NotFound for a job that is gone
+            try:
+                created_s = self.jobs.get(self.name).created_s
+            except NotFound as exc:
+                raise JobGone(str(exc)) from exc
+            if self._created_s is None:
+                self._created_s = created_s
+            elif created_s != self._created_s:
+                raise JobGone(f"name: tuning job {self.name!r} was deleted (the job of that name now is a new one)")
             status, revision = self.jobs.status(self.name)
             self._known = (status or TuningJobStatus(self.name), revision)
         return self._known
