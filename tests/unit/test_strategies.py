@@ -112,6 +112,23 @@ def test_gmd_starts_at_the_midpoint_and_probes_four_dimensions(table):
                                               "8c/1344/114.75/2133", "8c/1344/726.75/665.6"}
 
 
+def test_gmd_does_not_bisect_a_flat_dimension():
+    """MobileNetV3 training at 18 W: the walk sheds cores, memory and CPU (to 4c/422/727/665,
+    431 ms, 16.3 W); raising the GPU from there to its top saves < 1 % (429 ms, 19.8 W), so no
+    GPU value in between is profiled. The run that bisection spent (4c/422/931/665, 430 ms) goes
+    to a refinement move, which lands on the optimum (4c/1037/523/665, 253 ms): 70 % over before."""
+    grid = named_grid(get_spec("orin-agx"), "fulcrum")
+    rows = truth_table("orin-agx", "mobilenetv3", "train", grid.array(), [16])
+    mb_table = Table(list(rows[0].keys()), rows, "truth.csv")
+    res, prob = _run(mb_table, TrainProblem(18, train_workload="mobilenetv3"), "gmd")
+    profiled = {str(m) for m, _, _, _ in res.strategy.obs.items()}
+    assert "4c/422.4/1300.5/665.6" in profiled  # the line's top, profiled: it shows the line is flat
+    assert not {"4c/422.4/930.75/665.6", "4c/422.4/1134.75/665.6", "4c/422.4/522.75/665.6"} & profiled
+    assert res.profiled <= 10
+    opt = prob.solve(Observations.from_rows(rows))
+    assert res.decision.evaluation.time_ms <= 1.01 * opt.evaluation.time_ms
+
+
 def test_gmd_infer_within_budget(table, truth):
     found = 0
     for budget, lat, rate in [(25, 200, 60), (20, 300, 40), (30, 100, 80), (15, 500, 30), (40, 60, 90)]:
