@@ -146,7 +146,7 @@ def create_coordinator(port: int = DEFAULT_PORT, redis_url: str | None = "embedd
     (empty: TuningJobs stay Pending saying so); ``reconcile_s``: its pass interval;
     ``drift_check_s`` / ``drift_time_tolerance``: how often an Applied node's configuration is measured
     again and the relative time miss that counts as drift (:class:`DriftPolicy`; 0 s: no checks);
-    ``transfer_epochs``: the epochs of the loop's transfers (0: the estimator's default).
+    ``transfer_epochs``: the epochs of the loop's transfers (0: the tuning policy's).
     ``security``: TLS / authentication of this server; ``client``: how it calls the estimator,
     the optimizer and the leader replica (TLS, token). ``watch_block_ms``: how often an idle config
     watch checks whether its stream ended, a safety net only: a stream's end and the server's stop
@@ -272,7 +272,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                "(drift checks; 0: none)")
     add_option(parser, "drift_time_tolerance", DriftPolicy.time_tolerance,
                "relative time miss, beyond the one verification accepted, that counts as drift")
-    add_option(parser, "transfer_epochs", 0, "epochs of the reconcile loop's transfers (0: the estimator's default)")
+    add_option(parser, "transfer_epochs", 0, "epochs of the reconcile loop's transfers (0: the tuning policy's)")
     return parser.parse_args(argv)
 
 

@@ -140,3 +140,51 @@ def test_many_watches_share_one_feed_reader_and_wake_only_for_their_node(store):
     while configs.hub.watches:  # every watch unsubscribed on the way out
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_publish_reaches_its_watches_in_one_store_read_not_one_per_watch(store):
+    """The hub reads every changed node's config at once and hands each watch its own: the watches yield
+    them without reading the store; one that skipped revisions reads the store's log and misses none."""
+    configs = ConfigStore(store)
+    nodes = [f"n{i}" for i in range(40)]
+    configs.publish_many([_cfg(n) for n in nodes[:5]])
+    reads: list[str] = []
+    original = store.wait_configs
+
+    def counted(node_id, *a, **kw):
+        reads.append(node_id)
+        return original(node_id, *a, **kw)
+
+    store.wait_configs = counted  # type: ignore[method-assign]
+    stop = threading.Event()
+    seen: dict[str, list[int]] = {n: [] for n in nodes}
+
+    def follow(node_id: str) -> None:
+        for cfg in configs.watch(node_id, 0, block_ms=50, should_stop=stop.is_set):
+            seen[node_id].append(cfg.revision)
+
+    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while configs.hub.watches < len(nodes) or len(set(reads)) < len(nodes) or seen["n0"] != [1]:
+        assert time.monotonic() < deadline, (configs.hub.watches, len(reads))
+        time.sleep(0.01)
+    time.sleep(0.1)
+    first_reads = len(reads)  # each watch's first read is its own
+    configs.publish_many([_cfg(n, batch_size=64) for n in nodes])
+    deadline = time.monotonic() + 5
+    while any(seen[n] != ([1, 2] if n in nodes[:5] else [1]) for n in nodes):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.01)
+    assert len(reads) == first_reads  # delivered from the hub's one read
+    # revisions published while the hub is not looking: a watch handed the latest reads the log for the rest
+    store.publish_configs([_cfg("n1", batch_size=8)])
+    store.publish_configs([_cfg("n1", batch_size=16)])
+    deadline = time.monotonic() + 5
+    while seen["n1"] != [1, 2, 3, 4]:
+        assert time.monotonic() < deadline, seen["n1"]
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join(2)

@@ -380,6 +380,9 @@ def test_config_revisions_bump_only_on_change(store):
     assert store.get_config("n1") == _cfg("n1", 64, revision=2, epoch=epoch)
     assert store.get_config("n3") == _cfg("n3", restore=True, mode=None, revision=1, epoch=epoch)
     assert store.config_revisions(["n1", "n2", "n4"]) == {"n1": 2, "n2": 1, "n4": 0}
+    # many nodes' current configs in one read: the ones without a config left out
+    assert store.get_configs(["n1", "n4", "n3"]) == {"n1": store.get_config("n1"), "n3": store.get_config("n3")}
+    assert store.get_configs([]) == {}
 
 
 def test_wait_configs_returns_newer_ones_and_wakes_on_publish(store):

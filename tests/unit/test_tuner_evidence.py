@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from edgetune.base.records import Points, Predictions, mode_key
+from edgetune.errors import InvalidArgument
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.local import LibrarySelector
 from edgetune.tuning.policy import TuningPolicy
@@ -129,3 +130,16 @@ def test_without_profile_budget_left_the_best_measured_mode_is_kept(case):
     fits = [i for _, i in device.log if device.power_w[i] * (1 + 0.8416 * 0.02) <= budget_w]
     assert time_ms[decision.index] == pytest.approx(min(time_ms[fits]))
     assert any("best measured" in n or "best mode measured" in n for n in decision.notes), decision.notes
+
+
+def test_a_tuner_fine_tunes_for_the_policys_epochs_unless_told_and_only_methods_that_fine_tune(case):
+    tuner = case[0]
+    assert tuner.transfer_epochs == tuner.policy.transfer_epochs == 100
+    told = NodeTuner(tuner.policy, tuner.measurer, tuner.estimator, tuner.selector, base=tuner.base,
+                     candidates=tuner.candidates, batch_size=16, device="dev", workload="w", transfer_epochs=40)
+    assert told.transfer_epochs == 40
+    ref_gp = NodeTuner(tuner.policy.with_(transfer_method="ref+gp"), tuner.measurer, tuner.estimator, tuner.selector,
+                       base=tuner.base, candidates=tuner.candidates, batch_size=16, device="dev", workload="w")
+    assert ref_gp.transfer_epochs is None  # ref+gp fine-tunes nothing: the estimator refuses epochs for it
+    with pytest.raises(InvalidArgument, match="transfer_epochs"):
+        tuner.policy.with_(transfer_epochs=0)

@@ -14,9 +14,13 @@ atomic step, that the lease is still held by the caller, so a deposed leader can
 :meth:`ConfigStore.watch` yields the config when newer than the caller's (epoch, revision),
 then every newer one. Watches do not block in the store: one :class:`ConfigWatchHub` per
 ConfigStore (per process) reads the store's change feed (``Store.wait_config_changes``, one
-blocking read) and wakes the watches of the nodes that changed, which then read their node's
-configs without blocking. A thousand open watches thus hold no store connection each. After a
-store outage the hub re-reads from the feed's tail and wakes every watch to re-read.
+blocking read), reads the current configs of the nodes that changed and have a watch, all in one
+store round trip (``Store.get_configs``), and wakes those watches with them; a watch yields the one
+it was handed when it is the next revision, and reads its node's configs itself (without blocking)
+only when it may have skipped revisions, on another epoch, or without a config handed over. A
+thousand open watches thus hold no store connection each, and a round published to all of them
+costs one store read, not a thousand. After a store outage the hub re-reads from the feed's tail and
+wakes every watch to re-read.
 
 Epochs: the store's config epoch changes only when the store lost its data (a new one is set
 by the next publish). A watch given another epoch than the store's treats the current config
@@ -56,7 +60,8 @@ HUB_BLOCK_MS = 1000
 #: A watch re-reads its node this often even without a wake-up (a safety net, not the path).
 RESYNC_S = 30.0
 
-__all__ = ["LOG_MAXLEN", "NON_IDENTITY_FIELDS", "ConfigStore", "ConfigWatchHub", "NodeConfig", "Published"]
+__all__ = ["LOG_MAXLEN", "NON_IDENTITY_FIELDS", "ConfigStore", "ConfigWatchHub", "HubWatch", "NodeConfig",
+           "Published"]
 
 
 def _check_node_id(node_id: str) -> str:
@@ -65,12 +70,24 @@ def _check_node_id(node_id: str) -> str:
     return node_id
 
 
+class HubWatch:
+    """One watch's wake-up: an Event the hub sets, and the node's current config it read for the watch
+    (None: the watch reads the store itself). The hub writes ``config`` before it sets ``event``."""
+
+    __slots__ = ("config", "event", "node_id")
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.event = threading.Event()
+        self.config: NodeConfig | None = None
+
+
 class ConfigWatchHub:
     r"""One reader of the store's config change feed, fanned out to this process's watches.
 
-    A watch :meth:`subscribe`\ s an Event for its node; the reader thread sets the Events of
-    the nodes that changed (all of them after an outage or on the first read). The thread
-    runs while anyone is subscribed.
+    A watch :meth:`subscribe`\ s for its node; the reader thread reads the current configs of the
+    nodes that changed (in one store call) and wakes their watches with them (all watches, without
+    configs, after an outage or on the first read). The thread runs while anyone is subscribed.
     """
 
     def __init__(self, store: Store, *, block_ms: int = HUB_BLOCK_MS, retry_s: float = 0.5) -> None:
@@ -78,7 +95,7 @@ class ConfigWatchHub:
         self.block_ms = block_ms
         self.retry_s = retry_s
         self._lock = threading.Lock()
-        self._events: dict[str, set[threading.Event]] = {}
+        self._events: dict[str, set[HubWatch]] = {}
         self._thread: threading.Thread | None = None
         self._cursor = ""
         #: Feed reads so far (for tests and the benchmark: one reader however many watches).
@@ -89,12 +106,12 @@ class ConfigWatchHub:
         with self._lock:
             return sum(len(e) for e in self._events.values())
 
-    def subscribe(self, node_id: str) -> threading.Event:
-        """An Event set whenever ``node_id``'s config may have changed (set at once: read first)."""
-        event = threading.Event()
-        event.set()
+    def subscribe(self, node_id: str) -> HubWatch:
+        """A watch whose Event is set whenever ``node_id``'s config may have changed (set at once: read first)."""
+        watch = HubWatch(node_id)
+        watch.event.set()
         with self._lock:
-            self._events.setdefault(node_id, set()).add(event)
+            self._events.setdefault(node_id, set()).add(watch)
             if self._thread is None or not self._thread.is_alive():
                 # The cursor is taken before this watch's first read: nothing published after is missed.
                 try:
@@ -103,29 +120,53 @@ class ConfigWatchHub:
                     self._cursor = ""  # the thread takes it when the store is back
                 self._thread = threading.Thread(target=self._run, name="config-watch-hub", daemon=True)
                 self._thread.start()
-        return event
+        return watch
 
-    def unsubscribe(self, node_id: str, event: threading.Event) -> None:
+    def unsubscribe(self, watch: HubWatch) -> None:
         with self._lock:
-            events = self._events.get(node_id)
+            events = self._events.get(watch.node_id)
             if events is not None:
-                events.discard(event)
+                events.discard(watch)
                 if not events:
-                    del self._events[node_id]
+                    del self._events[watch.node_id]
+
+    def take(self, watch: HubWatch) -> NodeConfig | None:
+        """Clear the watch's Event and take the config handed to it with the wake-up (None: none)."""
+        with self._lock:
+            watch.event.clear()  # before the read that follows: a change during it sets it again
+            config, watch.config = watch.config, None
+            return config
 
     def wake(self, node_ids: Iterable[str] | None = None) -> None:
         """Wake the watches of ``node_ids`` (None: every watch) to check whether to stop: a stream that
         ended, the server stopping. They re-read their config, which is harmless."""
         self._wake(ConfigChanges("", tuple(node_ids or ()), node_ids is None))
 
-    def _wake(self, changes: ConfigChanges) -> None:
+    def _wake(self, changes: ConfigChanges, configs: dict[str, NodeConfig] | None = None) -> None:
         with self._lock:
             if changes.everything:
-                targets = [e for events in self._events.values() for e in events]
+                targets = [w for watches in self._events.values() for w in watches]
             else:
-                targets = [e for n in changes.node_ids for e in self._events.get(n, ())]
-        for event in targets:
-            event.set()
+                targets = [w for n in changes.node_ids for w in self._events.get(n, ())]
+            for w in targets:  # under the lock: take() swaps it out atomically
+                w.config = configs.get(w.node_id) if configs is not None and not changes.everything else None
+        for w in targets:
+            w.event.set()
+
+    def _current(self, changes: ConfigChanges) -> dict[str, NodeConfig] | None:
+        """The current configs of the changed nodes that have a watch, in one store call (None: let the
+        watches read their own, e.g. the store failing now)."""
+        if changes.everything:
+            return None
+        with self._lock:
+            wanted = [n for n in changes.node_ids if n in self._events]
+        if not wanted:
+            return {}
+        try:
+            return self.store.get_configs(wanted)
+        except STORE_ERRORS as exc:
+            log.warning("reading the changed configs failed; each watch reads its own", extra={"error": str(exc)})
+            return None
 
     def _run(self) -> None:
         while True:
@@ -148,7 +189,7 @@ class ConfigWatchHub:
             with self._lock:
                 self._cursor = changes.cursor
             if changes.everything or changes.node_ids:
-                self._wake(changes)
+                self._wake(changes, self._current(changes))
             elif time.monotonic() - started < self.block_ms / 10000.0:
                 time.sleep(self.retry_s)  # a closed store answers at once: do not spin
 
@@ -223,7 +264,8 @@ class ConfigStore:
             raise InvalidArgument("after_revision", f"{after_revision}", ">= 0")
         _check_node_id(node_id)
         last, seen_epoch = int(after_revision), int(epoch)
-        wake = self.hub.subscribe(node_id)
+        watch = self.hub.subscribe(node_id)
+        wake = watch.event
         # Spread over [RESYNC_S / 2, 3 RESYNC_S / 2): watches opened together do not re-read together.
         resync_at = time.monotonic() + RESYNC_S * (0.5 + random.random())
         try:
@@ -231,10 +273,12 @@ class ConfigStore:
                 if not wake.is_set() and time.monotonic() < resync_at:
                     wake.wait(block_ms / 1000.0)
                     continue
-                wake.clear()  # before the read: a change during it sets it again
+                handed = self.hub.take(watch)  # clears the Event first: a change during the read sets it again
                 resync_at = time.monotonic() + RESYNC_S * (0.5 + random.random())
+                newer = _newer_than(handed, last, seen_epoch) if handed is not None else None
                 try:
-                    newer = self.store.wait_configs(node_id, last, block_ms=0, epoch=seen_epoch)
+                    if newer is None:
+                        newer = self.store.wait_configs(node_id, last, block_ms=0, epoch=seen_epoch)
                 except STORE_ERRORS as exc:
                     log.warning("config watch interrupted; re-reading", extra={"node_id": node_id, "error": str(exc)})
                     # Wait on the watch's own event (set when its stream ends or the server stops), not
@@ -249,4 +293,15 @@ class ConfigStore:
                         last, seen_epoch = cfg.revision, cfg.epoch
                         yield cfg
         finally:
-            self.hub.unsubscribe(node_id, wake)
+            self.hub.unsubscribe(watch)
+
+
+def _newer_than(current: NodeConfig, after_revision: int, epoch: int) -> list[NodeConfig] | None:
+    """What ``Store.wait_configs(node, after_revision, block_ms=0, epoch=epoch)`` answers when the node's
+    current config is ``current``: nothing, or ``current`` alone when it is the next revision; None when
+    only the store can say (revisions in between, which its log holds, or another epoch)."""
+    if epoch and current.epoch != epoch:
+        return None
+    if current.revision <= after_revision:
+        return []
+    return [current] if current.revision == after_revision + 1 else None

@@ -480,9 +480,11 @@ class Reconciler:
             self._stop_workers(lambda _key: True)
             return
         STEPS.labels("pass").inc()
-        live = {n.node_id: n for n in self.registry.nodes()}
+        views = self.jobs.list()
+        # no job: no need to read the fleet (1,000 nodes' records a pass hold the GIL from the config pushes)
+        live = {n.node_id: n for n in self.registry.nodes()} if views else {}
         active: set[tuple[str, str]] = set()
-        for view in self.jobs.list():
+        for view in views:
             name = view.spec.name
             if view.spec.cancelled:
                 self._stop_workers(lambda key, name=name: key[0] == name)  # type: ignore[misc]

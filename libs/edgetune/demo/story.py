@@ -61,7 +61,7 @@ class Options:
     batch_size: int = 16
     reference_modes: int = 2000  # reference table rows per device model (PowerTrain grid sample)
     reference_epochs: int = 60
-    transfer_epochs: int = 0  # 0: the estimator's default (300)
+    transfer_epochs: int = 0  # 0: the tuning policy's (TuningPolicy.transfer_epochs)
     gp_restarts: int = 0  # 0: the estimator's default
     seed: int = 0
     budget_change: tuple[str, float] = ("orin-2", 16.0)

@@ -106,7 +106,7 @@ def start_suite(sup: Supervisor, fleet: tuple[NodeSpec, ...], *, seed: int = 0, 
     estimator's and the optimizer's addresses, one agent per node registered with its budget) and
     return the :class:`Suite`; ``on_started(name, child)`` is called for each process once all serve.
     ``ray``: the estimator runs its tasks on a local Ray (False: one after another, in-process);
-    ``transfer_epochs``: the coordinator's transfers (0: the estimator's default)."""
+    ``transfer_epochs``: the coordinator's transfers (0: the tuning policy's)."""
     plane = start_control_plane(sup.log_dir, [LocalNode(n.node_id, n.device, n.budget_w) for n in fleet],
                                 ray=ray, seed=seed, references=False, supervisor=sup,
                                 coordinator_args=["--transfer-epochs", str(transfer_epochs)] if transfer_epochs else [])

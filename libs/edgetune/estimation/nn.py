@@ -460,10 +460,17 @@ def _adam_step(params: list[tuple[torch.Tensor, float]], grads: Sequence[torch.T
     bias1 = 1 - beta1 ** step
     bias2_sqrt = (1 - beta2 ** step) ** 0.5
     with torch.no_grad():
-        for (p, lr), g, (m, v) in zip(params, grads, moments, strict=True):
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            p.addcdiv_(m, (v.sqrt() / bias2_sqrt).add_(ADAM_EPS), value=-lr / bias1)
+        # the same element-wise steps on every tensor at once (torch's _foreach ops: one call per step,
+        # not per tensor; the same numbers as the loop over tensors)
+        ms, vs, gs = [m for m, _ in moments], [v for _, v in moments], list(grads)
+        torch._foreach_lerp_(ms, gs, 1 - beta1)
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
+        denoms = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denoms, bias2_sqrt)
+        torch._foreach_add_(denoms, ADAM_EPS)
+        for (p, lr), m, d in zip(params, ms, denoms, strict=True):
+            p.addcdiv_(m, d, value=-lr / bias1)
 
 
 def _stacked_loss(preds: Sequence[NNPredictor]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

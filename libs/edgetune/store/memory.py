@@ -492,6 +492,10 @@ class MemoryStore:
             slot = self._configs.get(check_node_id(node_id))
             return slot.current if slot else None
 
+    def get_configs(self, node_ids: Sequence[str]) -> dict[str, NodeConfig]:
+        with self._cond:
+            return {n: s.current for n in node_ids if (s := self._configs.get(check_node_id(n))) is not None}
+
     def config_revisions(self, node_ids: Sequence[str]) -> dict[str, int]:
         with self._cond:
             return {n: (s.current.revision if (s := self._configs.get(check_node_id(n))) else 0) for n in node_ids}

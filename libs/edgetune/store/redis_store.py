@@ -662,6 +662,19 @@ class RedisBase:
         (raw, rev), epoch = pipe.execute()
         return NodeConfig.from_json(raw).with_revision(int(rev), int(epoch or 0)) if raw is not None else None
 
+    def get_configs(self, node_ids: Sequence[str]) -> dict[str, NodeConfig]:
+        ids = list(node_ids)
+        if not ids:
+            return {}
+        pipe = self.client.pipeline(transaction=True)  # the configs and the epoch agree (publish is atomic)
+        for node_id in ids:
+            pipe.hmget(self._config_keys(node_id)[0], ["config", "rev"])
+        pipe.get(self.key("config-epoch"))
+        *found, raw_epoch = pipe.execute()
+        epoch = int(raw_epoch or 0)
+        return {n: NodeConfig.from_json(raw).with_revision(int(rev), epoch)
+                for n, (raw, rev) in zip(ids, found, strict=True) if raw is not None}
+
     def config_revisions(self, node_ids: Sequence[str]) -> dict[str, int]:
         ids = list(node_ids)
         pipe = self.client.pipeline(transaction=False)
@@ -686,7 +699,7 @@ class RedisBase:
         after = 0 if epoch and epoch != current_epoch else after_revision
         if raw is not None and int(rev) > after:
             current = NodeConfig.from_json(raw).with_revision(int(rev), current_epoch)
-            if after != after_revision:  # another epoch: only the current config counts
+            if after != after_revision or int(rev) == after + 1:  # another epoch, or nothing in between
                 return [current]
             older = cast("list[Any]", self.client.xrevrange(log_key, count=min(int(rev) - after, 1000)))
             found = {int(f[b"rev"]): f[b"config"] for _id, f in older if after < int(f[b"rev"]) < int(rev)}

@@ -58,6 +58,12 @@ class TuningPolicy:
     #: the best time within budget), but with 12 profiles ref+gp's GP extrapolates poorly below the
     #: profiled band (1.39x / 2.67x the best at 25 / 18 W, one 18 W budget failed; nn+gp 1.08x / 1.33x).
     transfer_method: str = "nn+gp"
+    #: Epochs of fine-tuning the reference MLP in a node's transfer (methods that fine-tune one; the NN's own
+    #: default, 300, is for ~50 modes). On 12 profiles 100 was as accurate or better (less over-fitting) at a
+    #: third of the estimator's CPU: simulator (4 devices x 3 workloads x 4 nodes, nn+gp, MAPE on every mode)
+    #: time 14.6 -> 13.3 %, power 6.2 -> 6.2 %; real sets at 10 / 20 points (experiments/real_data.py, 2 draws)
+    #: nn+gp time 5.17 -> 5.05 %, power 2.69 -> 2.58 %.
+    transfer_epochs: int = 100
     #: Fraction of a reference fit's rows held out to score it (the estimator service's default).
     validation_fraction: float = 0.1
     #: Seed of the random draws (initial and held-out modes).
@@ -67,7 +73,7 @@ class TuningPolicy:
         object.__setattr__(self, "risk", validation.risk(self.risk, "risk"))
         object.__setattr__(self, "objective", Objective.parse(self.objective))  # its name in, the enum kept
         for name, least in (("max_attempts", 1), ("held_out", 0), ("n_initial", 1), ("rounds", 0),
-                            ("per_round", 1), ("refine_profiles", 0)):
+                            ("per_round", 1), ("refine_profiles", 0), ("transfer_epochs", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidArgument(name, f"{value!r} is not an integer >= {least}", f">= {least}")

@@ -42,6 +42,7 @@ import numpy as np
 from edgetune.base.objective import Objective
 from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
 from edgetune.base.risk import upper_bound
+from edgetune.estimation.methods import TRANSFER_METHODS
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.policy import TuningPolicy
 from edgetune.tuning.protocols import Estimator, Measurer, ModelRef, Selector
@@ -67,7 +68,10 @@ class NodeTuner:
         self.batch_size = int(batch_size)
         self.device, self.workload, self.role = device, workload, role
         self.model_id = model_id or f"{device}/{workload}/{role}/{policy.transfer_method}"
-        self.transfer_epochs, self.transfer_params = transfer_epochs, dict(transfer_params or {})
+        # given: the caller's (a coordinator flag); else the policy's, for the methods that fine-tune an MLP
+        self.transfer_epochs = transfer_epochs or (policy.transfer_epochs if policy.transfer_method in TRANSFER_METHODS
+                                                    else None)
+        self.transfer_params = dict(transfer_params or {})
         self.on_round = on_round
         self.sampler = FrontierSampler(len(self.candidates), n_initial=policy.n_initial, rounds=policy.explore_rounds,
                                        per_round=policy.per_round, power_range_w=power_range_w, seed=policy.seed)

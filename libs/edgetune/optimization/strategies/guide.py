@@ -160,9 +160,7 @@ class GPGuide(Guide):
         return self._scale.transform(x)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        from edgetune.estimation.gp import (  # deferred: torch, sklearn
-            GaussianProcess,  # deferred: sklearn (and torch) load on the first fit
-        )
+        from edgetune.estimation.gp import GaussianProcess  # deferred: torch (the NN) loads on first fit
 
         start = self._gp.state()[1]["theta"] if self._gp is not None else None
         self._gp = GaussianProcess(0, self.seed).fit(
