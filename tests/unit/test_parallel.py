@@ -12,6 +12,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.estimation import parallel
 from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
 from edgetune.estimation.parallel import TaskFailed, grid, run_tasks
+from edgetune.estimation.threads import single_threaded
 
 pytest.importorskip("ray")
 # local_ray (tests/conftest.py): one 2-CPU local Ray shared with the other tests that need one.
@@ -78,7 +79,7 @@ def test_empty_task_list_starts_nothing():
 
 def test_single_threaded_restores_the_callers_thread_count():
     before = torch.get_num_threads()
-    with parallel.single_threaded():
+    with single_threaded():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
 

@@ -11,7 +11,6 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from edgetune.base.clocks import RealClock
 from edgetune.bench.runner import benchmark, best_of_s
@@ -23,6 +22,7 @@ from edgetune.estimation import parallel
 from edgetune.estimation.batch_efficiency import scaled_lr, train_to_target
 from edgetune.estimation.features import mode_features
 from edgetune.estimation.metrics import mape_pct
+from edgetune.estimation.threads import one_blas_thread
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.online import OnlineTuner, State, simulated_reference
 from edgetune.optimization.select import Candidates, MinTime, least_time
@@ -241,7 +241,7 @@ def _predict_all_modes(model) -> dict:
         warnings.simplefilter("ignore", ExtrapolationWarning)
         model.predict(x)  # first call: torch / BLAS warm-up
         default_blas_s = best_of_s(lambda: model.predict(x), repeats=7)
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             s = best_of_s(lambda: model.predict(x), repeats=7)
     return {"seconds": s, "seconds_default_blas": default_blas_s, "modes": int(len(x))}
 

@@ -60,6 +60,7 @@ from edgetune.errors import InvalidArgument
 from edgetune.estimation.base import Predictor
 from edgetune.estimation.features import inverse_transform
 from edgetune.estimation.nn import NNPredictor, fine_tune_many
+from edgetune.estimation.threads import one_blas_thread
 
 #: How ``nn+gp`` combines the transferred NN and the GP (module docs).
 COMBINE_MODES = ("stacked", "residual")
@@ -172,11 +173,12 @@ class GaussianProcess:
         starts = [np.asarray(start, float) if start is not None else initial_theta(x.shape[1])]
         rng = np.random.RandomState(self.seed)  # the draws of scikit-learn's restarts, for the same seed
         starts += [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.restarts)]
-        optima = [minimize(neg_log_marginal_likelihood, theta0, args=(x, yn), method="L-BFGS-B", jac=True,
-                           bounds=bounds) for theta0 in starts]
-        best = optima[int(np.argmin([float(res.fun) for res in optima]))]  # ties: the first, as scikit-learn
-        self.x, self.y = x, y
-        self._factorise(np.asarray(best.x, float), yn)
+        with one_blas_thread():  # a few dozen rows (estimation.threads)
+            optima = [minimize(neg_log_marginal_likelihood, theta0, args=(x, yn), method="L-BFGS-B", jac=True,
+                               bounds=bounds) for theta0 in starts]
+            best = optima[int(np.argmin([float(res.fun) for res in optima]))]  # ties: the first, as scikit-learn
+            self.x, self.y = x, y
+            self._factorise(np.asarray(best.x, float), yn)
         return self
 
     def _factorise(self, theta: np.ndarray, yn: np.ndarray) -> None:
@@ -198,10 +200,11 @@ class GaussianProcess:
         assert self.theta is not None and self.x is not None and self._chol is not None and self._alpha is not None
         theta = self.theta
         c, scales, noise = math.exp(theta[0]), np.exp(theta[1:-1]), math.exp(theta[-1])
-        k_trans = c * _matern52(cdist(np.asarray(x, float) / scales, self.x / scales))
-        mu = (k_trans @ self._alpha) * self._y_std + self._y_mean
-        v = solve_triangular(self._chol, k_trans.T, lower=True, check_finite=False)
-        var = np.maximum(c + noise - np.einsum("ij,ij->j", v, v), 0.0)
+        with one_blas_thread():
+            k_trans = c * _matern52(cdist(np.asarray(x, float) / scales, self.x / scales))
+            mu = (k_trans @ self._alpha) * self._y_std + self._y_mean
+            v = solve_triangular(self._chol, k_trans.T, lower=True, check_finite=False)
+            var = np.maximum(c + noise - np.einsum("ij,ij->j", v, v), 0.0)
         return mu, np.sqrt(var) * self._y_std
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -37,9 +37,10 @@ from edgetune.estimation.bundle import TimePowerModel
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.ids import default_model_id, id_part, parse_model_id
 from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS, parse_method
-from edgetune.estimation.parallel import TaskFailed, ensure_pool, ensure_ray, run_tasks, single_threaded
+from edgetune.estimation.parallel import TaskFailed, ensure_pool, ensure_ray, run_tasks
 from edgetune.estimation.records import EfficiencySpec, FitSpec, MeasuredRow, TransferSpec
 from edgetune.estimation.repository import Loaded, ModelRepository
+from edgetune.estimation.threads import single_threaded
 from edgetune.estimation.validation import MIN_FIT_ROWS, MIN_TRANSFER_ROWS
 from edgetune.powermodes.spec import DeviceSpec
 from edgetune.powermodes.specs import get_spec

@@ -33,16 +33,14 @@ import os
 import pickle
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
 from edgetune import stopping
 from edgetune.errors import EdgetuneError, InvalidArgument
+from edgetune.estimation.threads import single_threaded
 
 ADDRESS_ENV = "EDGETUNE_RAY_ADDRESS"
 
@@ -64,24 +62,6 @@ class TaskFailed(EdgetuneError, RuntimeError):
 def _short_repr(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """One torch intra-op thread and one BLAS / OpenMP thread inside the block; restored after."""
-    try:
-        import torch  # deferred: torch
-    except ImportError:  # torch-free tasks still get the BLAS limit
-        torch = None  # type: ignore[assignment]
-    before = torch.get_num_threads() if torch is not None else None
-    try:
-        if torch is not None:
-            torch.set_num_threads(1)
-        with threadpool_limits(limits=1):
-            yield
-    finally:
-        if torch is not None and before is not None:
-            torch.set_num_threads(before)
 
 
 def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 from prometheus_client import Counter, Histogram
-from threadpoolctl import ThreadpoolController
 
 from edgetune import validation
 from edgetune.base.records import Predictions
@@ -34,6 +33,7 @@ from edgetune.estimation.features import BATCH_FEATURE, STD_COLUMNS, TARGETS, mo
 from edgetune.estimation.ids import ModelId, id_part, parse_model_id
 from edgetune.estimation.records import ModelInfo, PredictSpec
 from edgetune.estimation.references import PREFIX, REFERENCE_VERSION, find_reference
+from edgetune.estimation.threads import one_blas_thread
 from edgetune.estimation.validation import ExtrapolationWarning
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -116,21 +116,9 @@ def model_info(meta: ModelRecord, version: int) -> ModelInfo:
 _TARGET_POOL = ThreadPoolExecutor(max_workers=len(TARGETS), thread_name_prefix="estimator-predict")
 
 
-_BLAS: Any = None
-
-
-def _one_blas_thread() -> Any:
-    """One BLAS thread while predicting: a GP's 18k × 50 products gain nothing from more, and
-    threaded BLAS on shared cores is several times slower (nn+gp on 18,096 modes: 236 → 88 ms)."""
-    global _BLAS
-    if _BLAS is None:
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
-
-
 def predict_targets(model: TimePowerModel, x: np.ndarray) -> dict[str, np.ndarray]:
     """What ``model.predict(x)`` returns, each target's predictor in its own thread, one BLAS thread each."""
-    with _one_blas_thread():
+    with one_blas_thread():  # an 18k × 50 product gains nothing from more (estimation.threads)
         futures = {t: _TARGET_POOL.submit(model.predictors[t].predict, x) for t in TARGETS}
         results = {t: futures[t].result() for t in TARGETS}
     out: dict[str, np.ndarray] = {}

@@ -31,10 +31,10 @@ from sklearn.linear_model import Lasso, lasso_path
 from sklearn.model_selection import KFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
-from threadpoolctl import threadpool_limits
 from torch import nn
 
 from edgetune.errors import InvalidArgument
+from edgetune.estimation.threads import one_blas_thread
 from edgetune.physics.layers import LayerRecord
 from edgetune.workloads import time_module
 from edgetune.workloads.layers import extract_layers
@@ -181,7 +181,7 @@ class PolyLasso:
         folds = list(KFold(self.n_folds, shuffle=True, random_state=self.seed).split(X))
         alphas_desc = np.array(sorted(self.alphas, reverse=True))
         sq_err = {(k, a): 0.0 for k in self.degrees for a in alphas_desc}
-        with warnings.catch_warnings(), threadpool_limits(1):  # small matrices: threads only contend
+        with warnings.catch_warnings(), one_blas_thread():  # small matrices (estimation.threads)
             warnings.simplefilter("ignore", ConvergenceWarning)
             for k in self.degrees:
                 for train, val in folds:

@@ -35,13 +35,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Matern, WhiteKernel
 from sklearn.linear_model import LinearRegression
-from threadpoolctl import threadpool_limits
 from torch import nn
 
 from edgetune import stopping
 from edgetune.base.mode import PowerMode
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.layerwise.blocks import BlockInstance, BlockKind, ParsedModel, blocks_of
+from edgetune.estimation.threads import one_blas_thread
 from edgetune.physics.costing import LayerCostModel
 from edgetune.workloads.layers import extract_layers, total_flops
 
@@ -98,8 +98,7 @@ class LayerGP:
         X = self._scale(np.array(self.X))
         gp = GaussianProcessRegressor(make_kernel(self.kernel, len(self.bounds)), normalize_y=True,
                                       n_restarts_optimizer=1, random_state=0)
-        # one BLAS thread: tiny matrices, and threaded OpenBLAS on shared cores is 20x slower
-        with warnings.catch_warnings(), threadpool_limits(1):
+        with warnings.catch_warnings(), one_blas_thread():  # tiny matrices (estimation.threads)
             warnings.simplefilter("ignore", ConvergenceWarning)
             gp.fit(X, np.array(self.y, dtype=float))
         self.gp_ = gp
