@@ -108,18 +108,25 @@ def test_restore_config_round_trips():
     assert NodeConfig.from_json(cfg.to_json()).with_revision(4) == cfg  # the revision is the store's
 
 
-def test_many_watches_share_one_feed_reader_and_wake_only_for_their_node(store):
-    configs = ConfigStore(store)
-    stop = threading.Event()
-    seen: dict[str, list[int]] = {f"n{i}": [] for i in range(50)}
+def _follow(configs: ConfigStore, nodes: list[str], stop: threading.Event
+            ) -> tuple[dict[str, list[int]], list[threading.Thread]]:
+    """A watch per node on its own thread (as the coordinator's streams are); the revisions each one saw."""
+    seen: dict[str, list[int]] = {n: [] for n in nodes}
 
     def follow(node_id: str) -> None:
         for cfg in configs.watch(node_id, 0, block_ms=50, should_stop=stop.is_set):
             seen[node_id].append(cfg.revision)
 
-    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in seen]
+    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in nodes]
     for t in threads:
         t.start()
+    return seen, threads
+
+
+def test_many_watches_share_one_feed_reader_and_wake_only_for_their_node(store):
+    configs = ConfigStore(store)
+    stop = threading.Event()
+    seen, threads = _follow(configs, [f"n{i}" for i in range(50)], stop)
     deadline = time.monotonic() + 5
     while configs.hub.watches < len(seen):
         assert time.monotonic() < deadline
@@ -157,15 +164,7 @@ def test_a_publish_reaches_its_watches_in_one_store_read_not_one_per_watch(store
 
     store.wait_configs = counted  # type: ignore[method-assign]
     stop = threading.Event()
-    seen: dict[str, list[int]] = {n: [] for n in nodes}
-
-    def follow(node_id: str) -> None:
-        for cfg in configs.watch(node_id, 0, block_ms=50, should_stop=stop.is_set):
-            seen[node_id].append(cfg.revision)
-
-    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in nodes]
-    for t in threads:
-        t.start()
+    seen, threads = _follow(configs, nodes, stop)
     deadline = time.monotonic() + 5
     while configs.hub.watches < len(nodes) or len(set(reads)) < len(nodes) or seen["n0"] != [1]:
         assert time.monotonic() < deadline, (configs.hub.watches, len(reads))

@@ -134,7 +134,7 @@ def test_without_profile_budget_left_the_best_measured_mode_is_kept(case):
 
 def test_a_tuner_fine_tunes_for_the_policys_epochs_unless_told_and_only_methods_that_fine_tune(case):
     tuner = case[0]
-    assert tuner.transfer_epochs == tuner.policy.transfer_epochs == 100
+    assert tuner.transfer_epochs == tuner.policy.transfer_epochs == 300
     told = NodeTuner(tuner.policy, tuner.measurer, tuner.estimator, tuner.selector, base=tuner.base,
                      candidates=tuner.candidates, batch_size=16, device="dev", workload="w", transfer_epochs=40)
     assert told.transfer_epochs == 40
