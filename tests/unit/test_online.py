@@ -179,3 +179,40 @@ def test_user_cnn_within_budget_and_10_percent_of_the_best_mode(quick_reference)
     assert dev.true_time_ms(mode, wid, "train", BATCH) <= 1.10 * best
     assert np.isfinite(d["predicted"]["time_ms"]) and d["steady"]["steps"] > 1000
     assert d["measured"]["time_ms"] <= 1.10 * best
+
+
+def _windows(dev: SimulatedJetson, reference, n_steps: int, **kw) -> list:
+    with OnlineTuner(dev, "mobilenetv3", power_budget_w=25.0, profiles=12, steps_per_profile=5, seed=1,
+                     reference=reference, **kw) as tuner:
+        _loop(tuner, n_steps)
+    return tuner.windows
+
+
+def test_a_window_measures_once_power_has_settled_bounded_by_settle_s(quick_reference) -> None:
+    """Settle-then-measure on the simulator's virtual clock (nothing sleeps): a window waits for the
+    settle rule on its own power samples, not a fixed time, and never longer than ``settle_s``."""
+    # no transient on this board: the rule holds at its first chance (two 0.4 s windows), far below settle_s
+    flat = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=0.0), quick_reference, 300)
+    assert len(flat) >= 4
+    assert all(0.4 - 1e-6 <= w.settle_s < 1.0 for w in flat)
+    # power follows a switch over ~2.5 s (time constant 0.625 s): the window waits for it, within the bound
+    lagging = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300)
+    assert len(lagging) >= 4
+    assert all(w.settle_s <= 2.5 + 1.5 * w.time_ms / 1000 for w in lagging)  # checked between steps
+    assert max(w.settle_s for w in lagging) > max(w.settle_s for w in flat)
+    dev = SimulatedJetson("orin-agx", seed=3, settle_s=2.5)
+    for w in _windows(dev, quick_reference, 300):  # measured after settling: near the truth
+        assert abs(w.power_w / dev.true_power_w(w.mode, "mobilenetv3", "train", BATCH) - 1) < 0.03
+    # a rule that never holds: every window waits exactly settle_s
+    bounded = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300, settle_s=1.0,
+                       settle_tolerance=0.0, settle_tolerance_w=0.0)
+    assert len(bounded) >= 4 and all(1.0 - 1e-6 <= w.settle_s <= 1.0 + 1.5 * w.time_ms / 1000 for w in bounded)
+
+
+def test_settle_arguments_are_refused(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx")
+    for kw, field in (({"settle_window_s": 0.0}, "settle_window_s"), ({"settle_tolerance": -0.1}, "settle_tolerance"),
+                      ({"sample_rate_hz": 0.0}, "sample_rate_hz")):
+        with pytest.raises(InvalidArgument) as exc:
+            OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference, **kw)
+        assert exc.value.field == field
