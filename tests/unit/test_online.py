@@ -191,10 +191,10 @@ def _windows(dev: SimulatedJetson, reference, n_steps: int, **kw) -> list:
 def test_a_window_measures_once_power_has_settled_bounded_by_settle_s(quick_reference) -> None:
     """Settle-then-measure on the simulator's virtual clock (nothing sleeps): a window waits for the
     settle rule on its own power samples, not a fixed time, and never longer than ``settle_s``."""
-    # no transient on this board: the rule holds at its first chance (two 0.4 s windows), far below settle_s
+    # no transient on this board: the rule holds at its first chance (two 0.3 s windows), far below settle_s
     flat = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=0.0), quick_reference, 300)
     assert len(flat) >= 4
-    assert all(0.4 - 1e-6 <= w.settle_s < 1.0 for w in flat)
+    assert all(0.3 - 1e-6 <= w.settle_s < 1.0 for w in flat)
     # power follows a switch over ~2.5 s (time constant 0.625 s): the window waits for it, within the bound
     lagging = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300)
     assert len(lagging) >= 4
