@@ -26,8 +26,9 @@ The tuner is an explicit state machine driven by the user's steps:
                predictor to the windows measured so far and asks for the next modes, or selects.
                It runs on a worker thread; the user's step waits for it (a transfer is seconds),
                so the measurements and the simulator's noise do not depend on thread timing.
-``VERIFYING``  a window in the chosen mode, measured like a profile but after the whole ``settle_s``
-               (its one measurement accepts the choice against the budget): over its budget, the workflow
+``VERIFYING``  a window in the chosen mode, measured like a profile but after
+               :data:`VERIFY_SETTLE_FACTOR` × ``settle_s`` and over at least :data:`VERIFY_WINDOW_S` (its one measurement accepts the choice
+               against the budget): over its budget, the workflow
                learns from the miss and selects again (at most ``max_attempts`` choices).
 ``STEADY``     the verified mode is kept for the rest of the run; each step costs a timer read
                and a trace entry (``make bench``: ``online_tuner_step_overhead``).
@@ -117,6 +118,13 @@ DEFAULT_SETTLE_TOLERANCE = 0.005
 DEFAULT_SETTLE_TOLERANCE_W = 0.05
 #: Least measured stretch of a window, so the sampler sees several samples of short steps.
 DEFAULT_MIN_WINDOW_S = 0.5
+#: A verification window waits this many ``settle_s`` (no settle rule): after ``settle_s`` a 6.3 W step
+#: (the last profile at 13.7 W, the choice at 20 W) still read 0.1 W low on the simulated Orin, enough to
+#: accept a choice drawing 20.045 W under a 20 W budget; after twice that the tail is ~0.002 W.
+VERIFY_SETTLE_FACTOR = 2.0
+#: Least measured stretch of a verification window: its mean power accepts or rejects the choice, so
+#: it averages ~100 samples (a 0.5 s window's mean still erred by 0.05 W: a 20.045 W choice read < 20 W).
+VERIFY_WINDOW_S = 2.0
 #: Power sampler rate during a window, settling included (an INA3221 read is cheap; the settle rule
 #: needs many samples a window to tell a fading transient from the sensor's noise).
 DEFAULT_SAMPLE_RATE_HZ = 50.0
@@ -511,7 +519,7 @@ class OnlineTuner:
         self._window_steps += 1
         if measuring:
             self._measured_ms.append(time_ms)
-            long_enough = self.device.clock.now_s() - self._power_t0 >= self.min_window_s - 1e-9
+            long_enough = self.device.clock.now_s() - self._power_t0 >= self._window_s() - 1e-9
             if len(self._measured_ms) >= self.steps_per_profile and long_enough and not self._buffer:
                 self._finish_window()
 
@@ -547,7 +555,7 @@ class OnlineTuner:
         if self._request is None or batch_size != self.batch_size:
             return 1
         if self._measuring:
-            left_s = self.min_window_s - (now - self._power_t0)
+            left_s = self._window_s() - (now - self._power_t0)
             n = max(self.steps_per_profile - len(self._measured_ms), math.ceil(left_s * 1000.0 / est_ms))
         else:  # settling: one sample period at a time, so the rule sees each new sample when it comes
             left_s = min(1.0 / self.sample_rate_hz, self.settle_s - (now - self._switch_t))
@@ -588,14 +596,19 @@ class OnlineTuner:
         self._sampler = self.device.sampler(self.sample_rate_hz)
         self._sampler.start()
 
+    def _window_s(self) -> float:
+        """Least measured stretch of the current window: a verification's is longer (its mean decides)."""
+        verifying = self._request is not None and self._request.purpose == "verify"
+        return max(self.min_window_s, VERIFY_WINDOW_S) if verifying else self.min_window_s
+
     def _settled(self) -> bool:
         """The settle rule holds on the samples since the switch, or ``settle_s`` has passed. Power
         is measured from the start of the rule's last window (the stretch it found settled).
 
-        A verification window waits the whole ``settle_s``: its one measured power accepts or rejects
-        the choice against the budget, and the rule can hold while a large step's tail still biases
-        the mean by tenths of a watt (a 20 W choice read 19.63 W, truly 20.05 W) — a profile's error
-        is one point among many in a fit, a verification's is the decision."""
+        A verification window waits :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``: its one measured power
+        accepts or rejects the choice against the budget, and the rule can hold while a large step's
+        tail still biases the mean by tenths of a watt (a 20 W choice read 19.63 W, truly 20.05 W) — a
+        profile's error is one point among many in a fit, a verification's is the decision."""
         assert self._sampler is not None and self._detector is not None
         verifying = self._request is not None and self._request.purpose == "verify"
         for sample in self._sampler.poll():
@@ -605,7 +618,8 @@ class OnlineTuner:
             if self._detector.add(sample.power_w):
                 self._power_t0 = self._sample_times[-self._settle_per_window]
                 return True
-        if self.device.clock.now_s() - self._switch_t >= self.settle_s - 1e-9:
+        bound_s = self.settle_s * (VERIFY_SETTLE_FACTOR if verifying else 1.0)
+        if self.device.clock.now_s() - self._switch_t >= bound_s - 1e-9:
             self._power_t0 = self.device.clock.now_s()
             return True
         return False
