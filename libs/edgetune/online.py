@@ -26,8 +26,9 @@ The tuner is an explicit state machine driven by the user's steps:
                predictor to the windows measured so far and asks for the next modes, or selects.
                It runs on a worker thread; the user's step waits for it (a transfer is seconds),
                so the measurements and the simulator's noise do not depend on thread timing.
-``VERIFYING``  a window in the chosen mode, measured like a profile but after
-               :data:`VERIFY_SETTLE_FACTOR` × ``settle_s`` and over at least :data:`VERIFY_WINDOW_S` (its one measurement accepts the choice
+``VERIFYING``  a window in the chosen mode, measured like a profile but after the expected step in
+               power has decayed to :data:`VERIFY_TAIL_W` (at most :data:`VERIFY_SETTLE_FACTOR` ×
+               ``settle_s``) and over at least :data:`VERIFY_WINDOW_S` (its one measurement accepts the choice
                against the budget): over its budget, the workflow
                learns from the miss and selects again (at most ``max_attempts`` choices).
 ``STEADY``     the verified mode is kept for the rest of the run; each step costs a timer read
@@ -118,9 +119,12 @@ DEFAULT_SETTLE_TOLERANCE = 0.005
 DEFAULT_SETTLE_TOLERANCE_W = 0.05
 #: Least measured stretch of a window, so the sampler sees several samples of short steps.
 DEFAULT_MIN_WINDOW_S = 0.5
-#: A verification window waits this many ``settle_s`` (no settle rule): after ``settle_s`` a 6.3 W step
-#: (the last profile at 13.7 W, the choice at 20 W) still read 0.1 W low on the simulated Orin, enough to
-#: accept a choice drawing 20.045 W under a 20 W budget; after twice that the tail is ~0.002 W.
+#: A verification window waits (no settle rule: with the sensor's noise it can hold while a tail of
+#: tenths of a watt remains) until the expected step in power has decayed to this (module docs), at most
+#: this many ``settle_s``: after ``settle_s`` a 6.3 W step (the last profile at 13.7 W, the choice at
+#: 20 W) still read 0.1 W low on the simulated Orin, enough to accept a choice drawing 20.045 W under a
+#: 20 W budget; the tail of that step is 0.02 W after 3.6 s.
+VERIFY_TAIL_W = 0.02
 VERIFY_SETTLE_FACTOR = 2.0
 #: Least measured stretch of a verification window: its mean power accepts or rejects the choice, so
 #: it averages ~100 samples (a 0.5 s window's mean still erred by 0.05 W: a 20.045 W choice read < 20 W).
@@ -251,6 +255,7 @@ class _Request:
     modes: list[PowerMode]
     batch_size: int
     purpose: str
+    expected_w: list[float] = field(default_factory=list)  # predicted power of each mode (the switch's size)
     windows: list[Window] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     cancelled: bool = False
@@ -265,8 +270,9 @@ class _WindowMeasurer:
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
         arr = np.asarray(modes, dtype=float).reshape(-1, 4)
-        req = _Request([PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3]))
-                        for m in arr[self._settling_order(arr, int(batch_size))]], int(batch_size), purpose)
+        order, expected_w = self._settling_order(arr, int(batch_size))
+        req = _Request([PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in arr[order]],
+                       int(batch_size), purpose, [float(expected_w[i]) for i in order])
         self.tuner._requests.put(req)
         req.done.wait()
         if req.cancelled:
@@ -277,19 +283,17 @@ class _WindowMeasurer:
                       np.asarray([x.power_w for x in w]), self.tuner.device.spec.name, self.tuner.workload,
                       self.tuner.role)
 
-    def _settling_order(self, modes: np.ndarray, batch_size: int) -> np.ndarray:
-        """The order to measure ``modes`` in: by predicted power (the latest transfer's, else the
-        reference's), from the end nearest the current mode's. Each switch is then a small step in
-        power, which settles sooner and leaves less of the previous mode in a window's samples."""
-        if len(modes) < 2:
-            return np.arange(len(modes))
+    def _settling_order(self, modes: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The order to measure ``modes`` in, and their predicted power (the latest transfer's, else
+        the reference's): by that power, from the end nearest the current mode's. Each switch is then
+        a small step in power, which settles sooner and leaves less of the previous mode in a window."""
         nt = self.tuner.tuner
         current = np.asarray(self.tuner.device.current_mode().as_tuple(), dtype=float).reshape(1, 4)
         power_w = nt.estimator.predict(nt.model or nt.base, np.vstack([modes, current]), batch_size).power_w
         order = np.argsort(power_w[:-1], kind="stable")
         if abs(power_w[order[-1]] - power_w[-1]) < abs(power_w[order[0]] - power_w[-1]):
             order = order[::-1]
-        return order
+        return order, np.asarray(power_w[:-1], dtype=float)
 
 
 class OnlineTuner:
@@ -596,6 +600,18 @@ class OnlineTuner:
         self._sampler = self.device.sampler(self.sample_rate_hz)
         self._sampler.start()
 
+    def _verify_wait_s(self) -> float:
+        """How long a verification waits after its switch: until an exponential settling (time constant
+        ``settle_s / 4``: a step is within ~2 % after ``settle_s``) of the expected step in power — the
+        choice's predicted power against the last window's measured one — is within
+        :data:`VERIFY_TAIL_W`; at most :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``."""
+        req = self._request
+        most_s = VERIFY_SETTLE_FACTOR * self.settle_s
+        if req is None or not self.windows or self._slot >= len(req.expected_w):
+            return most_s
+        step_w = abs(req.expected_w[self._slot] - self.windows[-1].power_w)
+        return min(most_s, self.settle_s / 4.0 * math.log(max(step_w / VERIFY_TAIL_W, 1.0)))
+
     def _window_s(self) -> float:
         """Least measured stretch of the current window: a verification's is longer (its mean decides)."""
         verifying = self._request is not None and self._request.purpose == "verify"
@@ -618,7 +634,7 @@ class OnlineTuner:
             if self._detector.add(sample.power_w):
                 self._power_t0 = self._sample_times[-self._settle_per_window]
                 return True
-        bound_s = self.settle_s * (VERIFY_SETTLE_FACTOR if verifying else 1.0)
+        bound_s = self._verify_wait_s() if verifying else self.settle_s
         if self.device.clock.now_s() - self._switch_t >= bound_s - 1e-9:
             self._power_t0 = self.device.clock.now_s()
             return True

@@ -14,7 +14,7 @@ from torch import nn
 from edgetune.base.mode import PowerMode
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
-from edgetune.online import OnlineTuner, State, simulated_reference, split_profiles
+from edgetune.online import OnlineTuner, State, Window, simulated_reference, split_profiles
 from edgetune.powermodes.grids import named_grid
 from edgetune.store.memory import MemoryStore
 from edgetune.tuning.policy import TuningPolicy
@@ -196,8 +196,8 @@ def test_a_window_measures_once_power_has_settled_bounded_by_settle_s(quick_refe
     profiles = [w for w in flat if w.purpose == "profile"]
     assert len(profiles) >= 4
     assert all(0.3 - 1e-6 <= w.settle_s < 1.0 for w in profiles)
-    # a verification's one measurement decides: it waits twice settle_s
-    assert all(w.settle_s >= 5.0 - 1e-6 for w in flat if w.purpose == "verify")
+    # a verification's one measurement decides: it waits for the expected step's tail, at most twice settle_s
+    assert all(w.settle_s <= 5.0 + 1.5 * w.time_ms / 1000 for w in flat if w.purpose == "verify")
     # power follows a switch over ~2.5 s (time constant 0.625 s): the window waits for it, within the bound
     lagging = [w for w in _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300)
                if w.purpose == "profile"]
@@ -212,6 +212,19 @@ def test_a_window_measures_once_power_has_settled_bounded_by_settle_s(quick_refe
                        settle_tolerance=0.0, settle_tolerance_w=0.0)
     bounded = [w for w in bounded if w.purpose == "profile"]
     assert len(bounded) >= 4 and all(1.0 - 1e-6 <= w.settle_s <= 1.0 + 1.5 * w.time_ms / 1000 for w in bounded)
+
+
+def test_a_verification_waits_for_the_tail_of_the_expected_step_in_power(quick_reference) -> None:
+    tuner = OnlineTuner(SimulatedJetson("orin-agx"), "mobilenetv3", power_budget_w=20.0, reference=quick_reference)
+    assert tuner._verify_wait_s() == 5.0  # nothing measured yet: the bound, 2 x settle_s
+    from edgetune.online import _Request
+
+    tuner.windows.append(Window(0, "profile", PowerMode(4, 1344.0, 318.75, 665.6), BATCH, 0, 5, 5.0, 0.1, 13.7,
+                                0.2, 14.0, 26, 0.5))
+    tuner._request, tuner._slot = _Request([PowerMode(4, 2201.6, 522.75, 3199.0)], BATCH, "verify", [20.0]), 0
+    assert tuner._verify_wait_s() == pytest.approx(2.5 / 4 * np.log(6.3 / 0.02))  # 3.6 s for a 6.3 W step
+    tuner._request.expected_w = [13.71]
+    assert tuner._verify_wait_s() == 0.0  # no step to wait for
 
 
 def test_settle_arguments_are_refused(quick_reference) -> None:
