@@ -21,12 +21,8 @@ interval ``μ ± 1.645 σ`` (methods with a std). Methods:
 
 * ``gp``: the baseline, a Matérn-2.5 ARD GP from scratch on the n points (``estimation.gp``);
 * ``ref+gp``: the reference GP's predictions as prior mean / GP input / nothing, blended per
-  target by cross-validation on the n points (leave-one-out up to 12 points, else 5-fold), the
-  scratch GP kept unless the blend beats it by more than a standard error, std conformally
-  calibrated (``estimation.prior``);
+  target by 5-fold CV on the n points, std conformally calibrated (``estimation.prior``);
 * ``ref+gp:prior`` (``--ablation``): the prior-mean combination forced (what the CV choice buys);
-  ``ref+gp:5fold`` (``--ablation``): the choice as before issue 27 (5-fold CV, the best blend
-  taken however small its gain);
 * ``nn+gp``, ``transfer`` (``--nn``): an MLP reference fitted on the reference table and
   fine-tuned (the estimator's older methods; slower).
 
@@ -181,20 +177,16 @@ def score(pred, x_val: np.ndarray, y_val: np.ndarray) -> tuple[float, float]:
 def build(method: str, refs: dict, target: str, x: np.ndarray, y: np.ndarray, columns, seed: int):
     if method == "gp":
         return make_predictor("gp", target, seed=seed).fit(x, y, columns=columns)
-    # the GP from scratch and ref+gp's scratch candidate start from the same seed: a fallback to the
-    # scratch GP is then that GP, not one from other random restarts
     if method == "ref+gp":
-        return adapt(refs["gp"][target], "ref+gp", x, y, seed=seed)
+        return adapt(refs["gp"][target], "ref+gp", x, y)
     if method == "ref+gp:prior":
-        return adapt(refs["gp"][target], "ref+gp", x, y, seed=seed, candidates=("prior",))
-    if method == "ref+gp:5fold":
-        return adapt(refs["gp"][target], "ref+gp", x, y, seed=seed, loo_max=0, gain_se=0.0)
+        return adapt(refs["gp"][target], "ref+gp", x, y, candidates=("prior",))
     return adapt(refs["nn"][target], method, x, y)  # nn+gp, transfer
 
 
 def run(draws: int, with_nn: bool, per_kind: int, ablation: bool = False, everything: bool = False,
         log=print) -> list[dict]:
-    methods = (["gp", "ref+gp"] + (["ref+gp:prior", "ref+gp:5fold"] if ablation else [])
+    methods = (["gp", "ref+gp"] + (["ref+gp:prior"] if ablation else [])
                + (["nn+gp", "transfer"] if with_nn else []))
     rows: list[dict] = []
     for ti, task in enumerate(tasks(per_kind, everything)):

@@ -12,17 +12,11 @@ This predictor keeps the reference untouched and uses only its *predictions* ``r
 * ``stacked``: a GP over the mode features plus ``r(x)`` as one more input (ARD decides how
   much to trust it).
 
-How the three serve a target is decided by cross-validation on the profiled rows — leave-one-out
-up to ``loo_max`` (12) rows, else K-fold (``folds``, default 5); each fold re-optimises its kernel,
-starting from the all-rows one: the non-negative weights, summing to one on a 0.1 grid, whose
-blend of the candidates' out-of-fold predictions has the least MAPE (target units) are kept, and
-the weighted candidates are refitted on every row — unless the blend's out-of-fold error is
-not below the scratch GP's by more than ``gain_se`` (1) standard errors of the per-row difference:
-then the scratch GP alone is kept. Why (issue 27, ``experiments/real_data.py``): at 10 points,
-5 folds hold out 2 rows each and fit on 8, so a fold's GP extrapolates more than the final one
-on 10, which penalises the scratch GP most; and the best of 66 blends scored on 10 out-of-fold
-errors looks better than it is. A reference-based blend won on perseus-models time at 10 points
-by such a margin and was 1.38× the scratch GP on the held-out rows. A blend rather than a hard choice: on the real sets (``experiments/
+How the three serve a target is decided by K-fold cross-validation on the profiled rows
+(``folds``, default 5; each fold re-optimises its kernel, starting from the all-rows one): the
+non-negative weights, summing to one on a 0.1 grid, whose blend of the candidates' out-of-fold
+predictions has the least MAPE (target units) are kept, and the weighted candidates are
+refitted on every row. A blend rather than a hard choice: on the real sets (``experiments/
 real_data.py``) the hard choice sometimes picked a candidate 1.3× worse than the scratch GP,
 the blend less often. ``choice`` names the heaviest candidate in the blend; the out-of-fold MAPE of each
 (``cv_mape_pct``) and the ``weights`` are recorded in the transfer's metadata — the accuracy
@@ -50,19 +44,11 @@ import numpy as np
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
-from edgetune.estimation.features import Standardizer, forward_transform, inverse_transform
+from edgetune.estimation.features import forward_transform, inverse_transform
 from edgetune.estimation.gp import GaussianProcess, conformal_scale
 from edgetune.estimation.metrics import mape_pct
 
 CANDIDATES: tuple[str, ...] = ("scratch", "prior", "stacked")
-#: K of the K-fold cross-validation above :data:`LOO_MAX` rows.
-FOLDS = 5
-#: Up to this many rows the cross-validation leaves one row out at a time (module docs); beyond, n fits
-#: per candidate cost more than they changed on the real sets (5 folds of 20 rows fit on 16).
-LOO_MAX = 12
-#: A blend with the reference replaces the scratch GP only when its out-of-fold error is lower by more
-#: than this many standard errors of the per-row difference (module docs).
-GAIN_SE = 1.0
 
 
 class RefGPPredictor(Predictor):
@@ -73,20 +59,17 @@ class RefGPPredictor(Predictor):
     gives_std = True
 
     def __init__(self, target: str = "time_ms", transform: str | None = None, seed: int = 0, *,
-                 restarts: int = 3, folds: int = FOLDS, candidates: tuple[str, ...] | list[str] = CANDIDATES,
-                 coverage: float = 0.9, loo_max: int = LOO_MAX, gain_se: float = GAIN_SE) -> None:
+                 restarts: int = 2, folds: int = 5, candidates: tuple[str, ...] | list[str] = CANDIDATES,
+                 coverage: float = 0.9) -> None:
         super().__init__(target, transform, seed)
         unknown = [c for c in candidates if c not in CANDIDATES]
         if unknown or not candidates:
             raise InvalidArgument("candidates", f"unknown or no candidates {list(candidates)!r}", ", ".join(CANDIDATES))
         if int(folds) < 2:
             raise InvalidArgument("folds", f"{folds!r} folds", ">= 2")
-        if int(loo_max) < 0 or not float(gain_se) >= 0:
-            raise InvalidArgument("loo_max", f"loo_max {loo_max!r}, gain_se {gain_se!r}", "loo_max >= 0, gain_se >= 0")
         if not 0.5 <= float(coverage) < 1.0:
             raise InvalidArgument("coverage", f"{coverage!r} is out of range", "0.5 <= coverage < 1")
         self.restarts, self.folds = int(restarts), int(folds)
-        self.loo_max, self.gain_se = int(loo_max), float(gain_se)
         self.candidates = tuple(candidates)
         self.coverage = float(coverage)
         self.std_floor = 0.0
@@ -97,17 +80,13 @@ class RefGPPredictor(Predictor):
         self.affine = np.zeros(2)
         self.std_scale = 1.0
         self.gp: GaussianProcess | None = None
-        #: The scratch candidate's inputs: the profiled rows standardised on themselves, as a GP from
-        #: scratch standardises them (not on the reference's table), so that falling back to it is
-        #: falling back to that GP; None (files from before): the reference's scaling.
-        self.scratch_x: Standardizer | None = None
 
     @classmethod
     def from_reference(cls, reference: Predictor, **kw: Any) -> RefGPPredictor:
         """An unfitted-on-the-new-table predictor around a fitted ``reference`` (kept, not copied)."""
         if not reference.fitted:
             raise FailedPrecondition("the reference predictor is not fitted")
-        pred = cls(reference.target, reference.transform, kw.pop("seed", reference.seed), **kw)
+        pred = cls(reference.target, reference.transform, reference.seed, **kw)
         pred.reference = reference
         pred.columns, pred.x_scaler, pred.y_scaler = reference.columns, reference.x_scaler, reference.y_scaler
         pred.lo, pred.hi = reference.lo, reference.hi
@@ -116,7 +95,7 @@ class RefGPPredictor(Predictor):
 
     def params(self) -> dict[str, Any]:
         return {"restarts": self.restarts, "folds": self.folds, "candidates": list(self.candidates),
-                "coverage": self.coverage, "loo_max": self.loo_max, "gain_se": self.gain_se}
+                "coverage": self.coverage}
 
     # -- the reference's output in this predictor's scaled target space ---------------------------
     def _ref_z(self, xs: np.ndarray) -> np.ndarray:
@@ -131,7 +110,7 @@ class RefGPPredictor(Predictor):
         """Fit one candidate; with ``theta``, start from those kernel hyper-parameters: one
         optimisation from there (``refit``) or none (reused as they are)."""
         affine = np.zeros(2)
-        inputs, target = self._inputs(kind, xs), ys
+        inputs, target = xs, ys
         if kind == "stacked":
             assert r is not None
             inputs = np.column_stack([xs, r])
@@ -145,9 +124,6 @@ class RefGPPredictor(Predictor):
         if refit:
             return GaussianProcess(0, self.seed).fit(inputs, target, start=theta), affine
         return GaussianProcess.restore({"restarts": self.restarts}, theta, inputs, target, self.seed), affine
-
-    def _inputs(self, kind: str, xs: np.ndarray) -> np.ndarray:
-        return self.scratch_x.transform(xs) if kind == "scratch" and self.scratch_x is not None else xs
 
     @staticmethod
     def _predict_candidate(kind: str, gp: GaussianProcess, affine: np.ndarray, xs: np.ndarray,
@@ -173,7 +149,7 @@ class RefGPPredictor(Predictor):
         (on real sets, 90 % intervals covered 44–76 % of held-out rows at 10–20 points).
         """
         n = xs.shape[0]
-        k = n if n <= self.loo_max else min(self.folds, n)
+        k = min(self.folds, n)
         folds = np.array_split(np.random.default_rng(self.seed + 11).permutation(n), k)
         kinds = [c for c in self.candidates if r is not None or c == "scratch"]
         out: dict[str, tuple] = {}
@@ -185,21 +161,17 @@ class RefGPPredictor(Predictor):
                 keep = np.setdiff1d(np.arange(n), held)
                 gp, affine = self._fit_candidate(kind, xs[keep], ys[keep], None if r is None else r[keep], theta,
                                                  refit=True)
-                mu[held], sd[held] = self._predict_candidate(kind, gp, affine, self._inputs(kind, xs[held]),
+                mu[held], sd[held] = self._predict_candidate(kind, gp, affine, xs[held],
                                                              None if r is None else r[held])
             out[kind] = (full, mu, sd)
         return out
 
     def _choose_and_fit(self, xs: np.ndarray, ys: np.ndarray) -> dict[str, Any]:
         r = self._ref_z(xs) if self.reference is not None else None
-        self.scratch_x = Standardizer.fit(xs)
         truth = self._to_units(ys)
         cv = self.cross_validate(xs, ys, r)
         mape = {k: mape_pct(self._to_units(mu), truth) for k, (_, mu, _) in cv.items()}
-        oof = {k: self._to_units(mu) for k, (_, mu, _) in cv.items()}
-        self.weights = _simplex_weights(oof, truth)
-        if "scratch" in oof and not _beats(oof, self.weights, oof["scratch"], truth, self.gain_se):
-            self.weights = {"scratch": 1.0}
+        self.weights = _simplex_weights({k: self._to_units(mu) for k, (_, mu, _) in cv.items()}, truth)
         # the heaviest member of the blend (ties: the better one alone) is the one an older reader sees
         self.choice = max(self.weights, key=lambda k: (self.weights[k], -mape[k]))
         self.members = {k: cv[k][0] for k in self.weights}
@@ -235,7 +207,7 @@ class RefGPPredictor(Predictor):
         r = self._ref_z(xs) if set(self.members) != {"scratch"} else None
         mu, sd = np.zeros(xs.shape[0]), np.zeros(xs.shape[0])
         for kind, (gp, affine) in self.members.items():
-            m, d = self._predict_candidate(kind, gp, affine, self._inputs(kind, xs), r)
+            m, d = self._predict_candidate(kind, gp, affine, xs, r)
             mu, sd = mu + self.weights[kind] * m, sd + self.weights[kind] * d
         return mu, np.hypot(sd, self.std_floor) * self.std_scale
 
@@ -245,8 +217,7 @@ class RefGPPredictor(Predictor):
         state: dict[str, Any] = {"choice": self.choice, "affine": [float(v) for v in self.affine],
                                  "std_scale": self.std_scale, "std_floor": self.std_floor,
                                  "has_gp": self.gp is not None,
-                                 "weights": dict(self.weights), "members": {},
-                                 "scratch_x": None if self.scratch_x is None else self.scratch_x.to_dict()}
+                                 "weights": dict(self.weights), "members": {}}
         arrays: dict[str, np.ndarray] = {}
         if self.gp is not None:
             gp_state, gp_arrays = self.gp.state()
@@ -266,8 +237,6 @@ class RefGPPredictor(Predictor):
         self.affine = np.asarray(state.get("affine", [0.0, 0.0]), float)
         self.std_scale = float(state.get("std_scale", 1.0))
         self.std_floor = float(state.get("std_floor", 0.0))
-        scratch_x = state.get("scratch_x")
-        self.scratch_x = Standardizer.from_dict(scratch_x) if scratch_x else None
         ref = blobs.get("reference.predictor")
         self.reference = Predictor.from_bytes(ref, "reference") if ref is not None else None
         self.gp = (GaussianProcess.restore(state["gp"], arrays["gp.theta"], arrays["gp.x"], arrays["gp.y"], self.seed)
@@ -281,16 +250,6 @@ class RefGPPredictor(Predictor):
             gp = GaussianProcess.restore(member["gp"], arrays[f"member.{kind}.theta"], arrays[f"member.{kind}.x"],
                                          arrays[f"member.{kind}.y"], self.seed)
             self.members[kind] = (gp, np.asarray(member["affine"], float))
-
-
-def _beats(preds: dict[str, np.ndarray], weights: dict[str, float], scratch: np.ndarray, truth: np.ndarray,
-           gain_se: float) -> bool:
-    """Whether the blend's out-of-fold error is below the scratch GP's by more than ``gain_se``
-    standard errors of the per-row difference: a gain within the noise of a few rows is not taken."""
-    blend = sum(w * preds[k] for k, w in weights.items())
-    diff = np.abs(scratch - truth) / np.abs(truth) - np.abs(blend - truth) / np.abs(truth)
-    se = float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else np.inf
-    return float(np.mean(diff)) > gain_se * se
 
 
 def _simplex_weights(preds: dict[str, np.ndarray], truth: np.ndarray, step: float = 0.1) -> dict[str, float]:
