@@ -10,18 +10,26 @@
 
 The tuner is an explicit state machine driven by the user's steps:
 
-``PROFILING``  each measurement *window* switches to one power mode, lets the first steps in it
-               pass (``warmup_steps``, and until power has settled for ``settle_s`` seconds of the
-               device's clock: a Jetson's power takes 2-3 s to follow a DVFS switch), then measures
-               ``steps_per_profile`` steps (at least ``min_window_s``): time per step, and power from
-               the device's sampler over exactly those steps. Every step is the user's real training.
+``PROFILING``  each measurement *window* switches to one power mode and samples power from the
+               switch on; it lets the first steps pass (``warmup_steps``) and waits until power has
+               settled — the profiler's settle rule (:mod:`edgetune.profiling.settling`) on the
+               samples: two consecutive ``settle_window_s`` windows agree within
+               ``settle_tolerance`` — or ``settle_s`` seconds of the device's clock have passed (a
+               Jetson's power takes up to 2-3 s to follow a DVFS switch; a small step settles
+               sooner). Then it measures ``steps_per_profile`` steps: time per step, and power from
+               the start of the rule's last window (the stretch found settled) over at least
+               ``min_window_s``. The modes the workflow asks for at once are measured in order of
+               predicted power, so each switch is a small step. Every step is the user's real training.
 ``SELECTING``  the shared node-tuning workflow (:class:`edgetune.tuning.NodeTuner`, the same
                :class:`~edgetune.tuning.TuningPolicy`, frontier rounds, calibrated safe selection
                and miss handling as ``edgetune tune`` and TuningJobs) transfers the reference
                predictor to the windows measured so far and asks for the next modes, or selects.
                It runs on a worker thread; the user's step waits for it (a transfer is seconds),
                so the measurements and the simulator's noise do not depend on thread timing.
-``VERIFYING``  a window in the chosen mode, measured like a profile: over its budget, the workflow
+``VERIFYING``  a window in the chosen mode, measured like a profile but after the expected step in
+               power has decayed to :data:`VERIFY_TAIL_W` (at most :data:`VERIFY_SETTLE_FACTOR` ×
+               ``settle_s``) and over at least :data:`VERIFY_WINDOW_S` (its one measurement accepts the choice
+               against the budget): over its budget, the workflow
                learns from the miss and selects again (at most ``max_attempts`` choices).
 ``STEADY``     the verified mode is kept for the rest of the run; each step costs a timer read
                and a trace entry (``make bench``: ``online_tuner_step_overhead``).
@@ -84,6 +92,7 @@ from edgetune.localrun.controlplane import (
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
+from edgetune.profiling.settling import SettleDetector, window_size
 from edgetune.profiling.stats import mean_std, power_stats
 from edgetune.store.records import MeasurementRecord
 from edgetune.tables import points_table
@@ -92,13 +101,37 @@ from edgetune.tuning.protocols import ModelRef
 from edgetune.tuning.tuner import NodeTuner
 
 #: Mode grid the choice is made from (``candidates=`` overrides): Fulcrum's coarse grid, as TuningJobs use.
+#: Finer grids measured worse with 20 profiles (experiments/online_tuning.py, 5 seeds): the full grid
+#: 6-38 % from the best at 15 W and 6-59 % at 20 W (fulcrum: 1 % at 20 W), the powertrain grid 3-32 %
+#: at 15 W — more modes whose predictions err fast. At 15 W fulcrum's best is 4.8 % off the full grid's.
 DEFAULT_GRID = "fulcrum"
-#: Seconds of the device's clock after a switch before a window measures (PowerTrain: 2-3 s).
+#: Most seconds of the device's clock a window waits after a switch for power to settle before it
+#: measures anyway (PowerTrain: 2-3 s to settle); it measures as soon as the settle rule holds.
 DEFAULT_SETTLE_S = 2.5
+#: The settle rule (:mod:`edgetune.profiling.settling`): two consecutive windows of power samples
+#: whose means differ by at most max(tolerance · mean, tolerance_w). A window must confirm a small
+#: step in power within a second, and a budget is met to a tenth of a watt: 0.3 s windows of 15
+#: samples (50 Hz) agreeing to 0.5 % (0.075 W at 15 W). On the simulated Orin (the 1-D CNN of
+#: experiments/online_tuning.py) windows then waited 0.3-2 s and read power 0.15 W off the truth on
+#: average (0.4 s windows: 0.13 W; 0.25 s at 1 %: 0.21 W; a fixed 2.5 s wait: 0.07 W, 3x the steps).
+DEFAULT_SETTLE_WINDOW_S = 0.3
+DEFAULT_SETTLE_TOLERANCE = 0.005
+DEFAULT_SETTLE_TOLERANCE_W = 0.05
 #: Least measured stretch of a window, so the sampler sees several samples of short steps.
 DEFAULT_MIN_WINDOW_S = 0.5
-#: Power sampler rate during a window (an INA3221 read is cheap; 1 Hz would give one sample).
-DEFAULT_SAMPLE_RATE_HZ = 20.0
+#: A verification window waits (no settle rule: with the sensor's noise it can hold while a tail of
+#: tenths of a watt remains) until the expected step in power has decayed to this (module docs), at most
+#: this many ``settle_s``: after ``settle_s`` a 6.3 W step (the last profile at 13.7 W, the choice at
+#: 20 W) still read 0.1 W low on the simulated Orin, enough to accept a choice drawing 20.045 W under a
+#: 20 W budget; the tail of that step is 0.02 W after 3.6 s.
+VERIFY_TAIL_W = 0.02
+VERIFY_SETTLE_FACTOR = 2.0
+#: Least measured stretch of a verification window: its mean power accepts or rejects the choice, so
+#: it averages ~100 samples (a 0.5 s window's mean still erred by 0.05 W: a 20.045 W choice read < 20 W).
+VERIFY_WINDOW_S = 2.0
+#: Power sampler rate during a window, settling included (an INA3221 read is cheap; the settle rule
+#: needs many samples a window to tell a fading transient from the sensor's noise).
+DEFAULT_SAMPLE_RATE_HZ = 50.0
 #: Most steps a virtual-clock device runs in one call.
 MAX_CHUNK = 256
 #: Steps kept in the trace (a long run keeps its latest steps).
@@ -118,7 +151,7 @@ class State(str, Enum):  # noqa: UP042 - str() of members is the value
 
 @dataclass(frozen=True)
 class Window:
-    """One measured window: ``steps`` steps in ``mode`` (after the settling steps before it)."""
+    """One measured window: ``steps`` steps in ``mode`` (after the steps that waited for power to settle)."""
 
     index: int
     purpose: str  # "profile" or "verify"
@@ -132,6 +165,7 @@ class Window:
     power_std_w: float
     peak_power_w: float
     samples: int
+    settle_s: float  # device-clock seconds from the switch until it measured (settled, or settle_s)
 
 
 @dataclass(frozen=True)
@@ -221,6 +255,7 @@ class _Request:
     modes: list[PowerMode]
     batch_size: int
     purpose: str
+    expected_w: list[float] = field(default_factory=list)  # predicted power of each mode (the switch's size)
     windows: list[Window] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     cancelled: bool = False
@@ -234,8 +269,10 @@ class _WindowMeasurer:
         self.tuner = tuner
 
     def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
-        req = _Request([PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3]))
-                        for m in np.asarray(modes, dtype=float).reshape(-1, 4)], int(batch_size), purpose)
+        arr = np.asarray(modes, dtype=float).reshape(-1, 4)
+        order, expected_w = self._settling_order(arr, int(batch_size))
+        req = _Request([PowerMode(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in arr[order]],
+                       int(batch_size), purpose, [float(expected_w[i]) for i in order])
         self.tuner._requests.put(req)
         req.done.wait()
         if req.cancelled:
@@ -245,6 +282,18 @@ class _WindowMeasurer:
                       np.asarray([x.batch_size for x in w]), np.asarray([x.time_ms for x in w]),
                       np.asarray([x.power_w for x in w]), self.tuner.device.spec.name, self.tuner.workload,
                       self.tuner.role)
+
+    def _settling_order(self, modes: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The order to measure ``modes`` in, and their predicted power (the latest transfer's, else
+        the reference's): by that power, from the end nearest the current mode's. Each switch is then
+        a small step in power, which settles sooner and leaves less of the previous mode in a window."""
+        nt = self.tuner.tuner
+        current = np.asarray(self.tuner.device.current_mode().as_tuple(), dtype=float).reshape(1, 4)
+        power_w = nt.estimator.predict(nt.model or nt.base, np.vstack([modes, current]), batch_size).power_w
+        order = np.argsort(power_w[:-1], kind="stable")
+        if abs(power_w[order[-1]] - power_w[-1]) < abs(power_w[order[0]] - power_w[-1]):
+            order = order[::-1]
+        return order, np.asarray(power_w[:-1], dtype=float)
 
 
 class OnlineTuner:
@@ -267,6 +316,8 @@ class OnlineTuner:
                  workload: str | None = None, reference: Any = None, candidates: str | np.ndarray = DEFAULT_GRID,
                  risk: float | None = None, policy: TuningPolicy | None = None, transfer_epochs: int | None = None,
                  warmup_steps: int = 1, settle_s: float = DEFAULT_SETTLE_S,
+                 settle_window_s: float = DEFAULT_SETTLE_WINDOW_S, settle_tolerance: float = DEFAULT_SETTLE_TOLERANCE,
+                 settle_tolerance_w: float = DEFAULT_SETTLE_TOLERANCE_W,
                  min_window_s: float = DEFAULT_MIN_WINDOW_S, sample_rate_hz: float = DEFAULT_SAMPLE_RATE_HZ,
                  store: Any = None, node_id: str | None = None, handle_signals: bool = True,
                  on_window: Callable[[Window], None] | None = None) -> None:
@@ -277,9 +328,13 @@ class OnlineTuner:
         self.policy = split_profiles(profiles, base.with_(seed=int(seed), **({} if risk is None else {"risk": risk})))
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InvalidArgument("warmup_steps", f"{warmup_steps!r} is not an integer >= 0", ">= 0")
-        for name, value in (("settle_s", settle_s), ("min_window_s", min_window_s)):
+        for name, value in (("settle_s", settle_s), ("min_window_s", min_window_s),
+                            ("settle_tolerance", settle_tolerance), ("settle_tolerance_w", settle_tolerance_w)):
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise InvalidArgument(name, f"{value!r} is not a number of seconds >= 0", ">= 0")
+                raise InvalidArgument(name, f"{value!r} is not a number >= 0", ">= 0")
+        self.sample_rate_hz = validation.sample_rate_hz(sample_rate_hz)
+        self._settle_per_window = window_size(settle_window_s, self.sample_rate_hz)
+        self.settle_tolerance, self.settle_tolerance_w = float(settle_tolerance), float(settle_tolerance_w)
         if not isinstance(model, str) and not callable(getattr(model, "forward", None)):
             raise InvalidArgument("model", f"{type(model).__name__} is neither a torch.nn.Module nor a workload name",
                                   "a torch.nn.Module or a zoo workload name")
@@ -288,7 +343,6 @@ class OnlineTuner:
         if workload is not None:  # the id's name part: checked now, not at the first step
             id_name(workload)
         self.warmup_steps, self.settle_s, self.min_window_s = warmup_steps, float(settle_s), float(min_window_s)
-        self.sample_rate_hz = float(sample_rate_hz)
         self.seed = int(seed)
         self.model, self.make_batch, self._name = model, make_batch, workload
         self.transfer_epochs = transfer_epochs
@@ -324,8 +378,12 @@ class OnlineTuner:
         self._window_steps = 0  # steps of the current window so far (settling + measured)
         self._switch_t = 0.0
         self._measured_ms: list[float] = []
-        self._sampler: PowerSampler | None = None
-        self._measure_t0 = 0.0
+        self._sampler: PowerSampler | None = None  # the window's: from the switch to the window's end
+        self._detector: SettleDetector | None = None  # the settle rule over the window's samples
+        self._measuring = False
+        self._measure_t0 = 0.0  # the window's timed steps start here
+        self._power_t0 = 0.0  # its power stretch starts here: the settle rule's last window, or now
+        self._sample_times: collections.deque[float] = collections.deque()
         self._original: PowerMode | None = None
         self._restored = True
         self._previous_handlers: dict[int, Any] = {}
@@ -429,15 +487,17 @@ class OnlineTuner:
         if self.batch_size == 0 or self.state not in (State.PROFILING, State.SELECTING, State.VERIFYING):
             return  # the first step (it tells the batch size), or no longer tuning
         if batch_size != self.batch_size:  # trained, not measured: the tuner tunes the first step's batch size
-            if self._sampler is not None:  # a window measures one batch size: it starts again
+            if self._sampler is not None:  # another batch size draws other power: the window settles again
                 self._stop_sampler()
                 self._measured_ms = []
             return
         if self._request is None:
             self._next_request()
-        if (self._request is not None and self._sampler is None and not self._buffer
-                and self._window_steps >= self.warmup_steps
-                and self.device.clock.now_s() - self._switch_t >= self.settle_s - 1e-9):
+        if self._request is None or self._buffer:  # a virtual device's phase changes between its calls only
+            return
+        if self._sampler is None:  # back from steps of another batch size
+            self._start_settling()
+        if not self._measuring and self._window_steps >= self.warmup_steps and self._settled():
             self._start_measuring()
 
     def _after(self, batch_size: int, wall_ms: float) -> None:
@@ -446,7 +506,7 @@ class OnlineTuner:
             time_ms = self._device_step_ms(batch_size, first)
         else:
             time_ms = wall_ms
-        measuring = self._sampler is not None and batch_size == self.batch_size
+        measuring = self._measuring and batch_size == self.batch_size
         self._trace.append((self._steps, self.state.value, self._mode_tuple, batch_size, time_ms, measuring))
         self._steps += 1
         if self.state in (State.DONE, State.FAILED):
@@ -463,7 +523,7 @@ class OnlineTuner:
         self._window_steps += 1
         if measuring:
             self._measured_ms.append(time_ms)
-            long_enough = self.device.clock.now_s() - self._measure_t0 >= self.min_window_s - 1e-9
+            long_enough = self.device.clock.now_s() - self._power_t0 >= self._window_s() - 1e-9
             if len(self._measured_ms) >= self.steps_per_profile and long_enough and not self._buffer:
                 self._finish_window()
 
@@ -498,11 +558,11 @@ class OnlineTuner:
             return MAX_CHUNK
         if self._request is None or batch_size != self.batch_size:
             return 1
-        if self._sampler is not None:
-            left_s = self.min_window_s - (now - self._measure_t0)
+        if self._measuring:
+            left_s = self._window_s() - (now - self._power_t0)
             n = max(self.steps_per_profile - len(self._measured_ms), math.ceil(left_s * 1000.0 / est_ms))
-        else:
-            left_s = self.settle_s - (now - self._switch_t)
+        else:  # settling: one sample period at a time, so the rule sees each new sample when it comes
+            left_s = min(1.0 / self.sample_rate_hz, self.settle_s - (now - self._switch_t))
             n = max(self.warmup_steps - self._window_steps, math.ceil(left_s * 1000.0 / est_ms))
         return int(min(max(n, 1), MAX_CHUNK))
 
@@ -524,18 +584,69 @@ class OnlineTuner:
             return
 
     def _switch_to(self, mode: PowerMode) -> None:
+        self._stop_sampler()
         self._apply(mode)
-        self._switch_t = self.device.clock.now_s()
         self._window_steps = 0
+        self._start_settling()
+
+    def _start_settling(self) -> None:
+        """Sample from now on; the window measures once the settle rule holds on these samples."""
+        self._switch_t = self.device.clock.now_s()
         self._measured_ms = []
+        self._measuring = False
+        self._detector = SettleDetector(self._settle_per_window, self.settle_tolerance, self.settle_tolerance_w)
+        self._sample_times = collections.deque(maxlen=self._settle_per_window)
+        self._power_t0 = math.inf
+        self._sampler = self.device.sampler(self.sample_rate_hz)
+        self._sampler.start()
+
+    def _verify_wait_s(self) -> float:
+        """How long a verification waits after its switch: until an exponential settling (time constant
+        ``settle_s / 4``: a step is within ~2 % after ``settle_s``) of the expected step in power — the
+        choice's predicted power against the last window's measured one — is within
+        :data:`VERIFY_TAIL_W`; at most :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``."""
+        req = self._request
+        most_s = VERIFY_SETTLE_FACTOR * self.settle_s
+        if req is None or not self.windows or self._slot >= len(req.expected_w):
+            return most_s
+        step_w = abs(req.expected_w[self._slot] - self.windows[-1].power_w)
+        return min(most_s, self.settle_s / 4.0 * math.log(max(step_w / VERIFY_TAIL_W, 1.0)))
+
+    def _window_s(self) -> float:
+        """Least measured stretch of the current window: a verification's is longer (its mean decides)."""
+        verifying = self._request is not None and self._request.purpose == "verify"
+        return max(self.min_window_s, VERIFY_WINDOW_S) if verifying else self.min_window_s
+
+    def _settled(self) -> bool:
+        """The settle rule holds on the samples since the switch, or ``settle_s`` has passed. Power
+        is measured from the start of the rule's last window (the stretch it found settled).
+
+        A verification window waits :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``: its one measured power
+        accepts or rejects the choice against the budget, and the rule can hold while a large step's
+        tail still biases the mean by tenths of a watt (a 20 W choice read 19.63 W, truly 20.05 W) — a
+        profile's error is one point among many in a fit, a verification's is the decision."""
+        assert self._sampler is not None and self._detector is not None
+        verifying = self._request is not None and self._request.purpose == "verify"
+        for sample in self._sampler.poll():
+            if verifying:
+                continue
+            self._sample_times.append(sample.t_s)
+            if self._detector.add(sample.power_w):
+                self._power_t0 = self._sample_times[-self._settle_per_window]
+                return True
+        bound_s = self._verify_wait_s() if verifying else self.settle_s
+        if self.device.clock.now_s() - self._switch_t >= bound_s - 1e-9:
+            self._power_t0 = self.device.clock.now_s()
+            return True
+        return False
 
     def _start_measuring(self) -> None:
-        self._sampler = self.device.sampler(self.sample_rate_hz)
+        self._measuring = True
         self._measure_t0 = self.device.clock.now_s()
-        self._sampler.start()
 
     def _stop_sampler(self) -> list:
         sampler, self._sampler = self._sampler, None
+        self._measuring = False
         return sampler.stop() if sampler is not None else []
 
     def _finish_window(self) -> None:
@@ -543,11 +654,11 @@ class OnlineTuner:
         assert req is not None
         t1 = self.device.clock.now_s()
         samples = self._stop_sampler()
-        power = power_stats(samples, self._measure_t0, t1)
+        power = power_stats(samples, self._power_t0, t1)  # the settled stretch only
         mean_ms, std_ms = mean_std(self._measured_ms)
         window = Window(len(self.windows), req.purpose, self.device.current_mode(), self.batch_size,
                         self._steps - self._window_steps, len(self._measured_ms), mean_ms, std_ms, power.power_w,
-                        power.power_std_w, power.peak_power_w, power.samples)
+                        power.power_std_w, power.peak_power_w, power.samples, self._power_t0 - self._switch_t)
         self.windows.append(window)
         req.windows.append(window)
         self._store(window)

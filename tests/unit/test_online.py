@@ -14,7 +14,7 @@ from torch import nn
 from edgetune.base.mode import PowerMode
 from edgetune.devices.simulated.device import SimulatedJetson
 from edgetune.errors import InvalidArgument
-from edgetune.online import OnlineTuner, State, simulated_reference, split_profiles
+from edgetune.online import OnlineTuner, State, Window, simulated_reference, split_profiles
 from edgetune.powermodes.grids import named_grid
 from edgetune.store.memory import MemoryStore
 from edgetune.tuning.policy import TuningPolicy
@@ -179,3 +179,58 @@ def test_user_cnn_within_budget_and_10_percent_of_the_best_mode(quick_reference)
     assert dev.true_time_ms(mode, wid, "train", BATCH) <= 1.10 * best
     assert np.isfinite(d["predicted"]["time_ms"]) and d["steady"]["steps"] > 1000
     assert d["measured"]["time_ms"] <= 1.10 * best
+
+
+def _windows(dev: SimulatedJetson, reference, n_steps: int, **kw) -> list:
+    with OnlineTuner(dev, "mobilenetv3", power_budget_w=25.0, profiles=12, steps_per_profile=5, seed=1,
+                     reference=reference, **kw) as tuner:
+        _loop(tuner, n_steps)
+    return tuner.windows
+
+
+def test_a_window_measures_once_power_has_settled_bounded_by_settle_s(quick_reference) -> None:
+    """Settle-then-measure on the simulator's virtual clock (nothing sleeps): a window waits for the
+    settle rule on its own power samples, not a fixed time, and never longer than ``settle_s``."""
+    # no transient on this board: the rule holds at its first chance (two 0.3 s windows), far below settle_s
+    flat = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=0.0), quick_reference, 300)
+    profiles = [w for w in flat if w.purpose == "profile"]
+    assert len(profiles) >= 4
+    assert all(0.3 - 1e-6 <= w.settle_s < 1.0 for w in profiles)
+    # a verification's one measurement decides: it waits for the expected step's tail, at most twice settle_s
+    assert all(w.settle_s <= 5.0 + 1.5 * w.time_ms / 1000 for w in flat if w.purpose == "verify")
+    # power follows a switch over ~2.5 s (time constant 0.625 s): the window waits for it, within the bound
+    lagging = [w for w in _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300)
+               if w.purpose == "profile"]
+    assert len(lagging) >= 4
+    assert all(w.settle_s <= 2.5 + 1.5 * w.time_ms / 1000 for w in lagging)  # checked between steps
+    assert max(w.settle_s for w in lagging) > max(w.settle_s for w in profiles)
+    dev = SimulatedJetson("orin-agx", seed=3, settle_s=2.5)
+    for w in _windows(dev, quick_reference, 300):  # measured after settling: near the truth
+        assert abs(w.power_w / dev.true_power_w(w.mode, "mobilenetv3", "train", BATCH) - 1) < 0.03
+    # a rule that never holds: every window waits exactly settle_s
+    bounded = _windows(SimulatedJetson("orin-agx", seed=3, settle_s=2.5), quick_reference, 300, settle_s=1.0,
+                       settle_tolerance=0.0, settle_tolerance_w=0.0)
+    bounded = [w for w in bounded if w.purpose == "profile"]
+    assert len(bounded) >= 4 and all(1.0 - 1e-6 <= w.settle_s <= 1.0 + 1.5 * w.time_ms / 1000 for w in bounded)
+
+
+def test_a_verification_waits_for_the_tail_of_the_expected_step_in_power(quick_reference) -> None:
+    tuner = OnlineTuner(SimulatedJetson("orin-agx"), "mobilenetv3", power_budget_w=20.0, reference=quick_reference)
+    assert tuner._verify_wait_s() == 5.0  # nothing measured yet: the bound, 2 x settle_s
+    from edgetune.online import _Request
+
+    tuner.windows.append(Window(0, "profile", PowerMode(4, 1344.0, 318.75, 665.6), BATCH, 0, 5, 5.0, 0.1, 13.7,
+                                0.2, 14.0, 26, 0.5))
+    tuner._request, tuner._slot = _Request([PowerMode(4, 2201.6, 522.75, 3199.0)], BATCH, "verify", [20.0]), 0
+    assert tuner._verify_wait_s() == pytest.approx(2.5 / 4 * np.log(6.3 / 0.02))  # 3.6 s for a 6.3 W step
+    tuner._request.expected_w = [13.71]
+    assert tuner._verify_wait_s() == 0.0  # no step to wait for
+
+
+def test_settle_arguments_are_refused(quick_reference) -> None:
+    dev = SimulatedJetson("orin-agx")
+    for kw, field in (({"settle_window_s": 0.0}, "settle_window_s"), ({"settle_tolerance": -0.1}, "settle_tolerance"),
+                      ({"sample_rate_hz": 0.0}, "sample_rate_hz")):
+        with pytest.raises(InvalidArgument) as exc:
+            OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference, **kw)
+        assert exc.value.field == field

@@ -139,3 +139,25 @@ def test_virtual_sampler_samples_the_virtual_instants():
     samples = sampler.stop()
     assert [s.t_s for s in samples] == [100.0, 100.5, 101.0, 101.5]
     assert [s.power_w for s in samples] == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_poll_hands_out_each_sample_once_and_stop_still_returns_them_all():
+    clock = VirtualClock(100.0)
+    sampler = VirtualSampler(lambda t: (t - 100.0, None), clock, rate_hz=2.0)
+    sampler.start()
+    clock.advance(0.6)
+    assert [s.t_s for s in sampler.poll()] == [100.0, 100.5]
+    assert sampler.poll() == []
+    clock.advance(1.0)
+    assert [s.t_s for s in sampler.poll()] == [101.0, 101.5]
+    assert [s.t_s for s in sampler.stop()] == [100.0, 100.5, 101.0, 101.5]
+
+
+def test_threaded_poll_sees_samples_while_sampling_goes_on():
+    sampler = ThreadedSampler(CountingSensor(), RealClock(), rate_hz=50.0)
+    sampler.start()
+    first = sampler.poll()  # the one taken in start(), and whatever the thread added since
+    assert first and first[0].power_w == 11.0
+    second = sampler.poll()
+    everything = sampler.stop()
+    assert everything[:len(first) + len(second)] == first + second  # in order, none twice

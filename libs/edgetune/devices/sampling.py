@@ -64,6 +64,12 @@ class PowerSampler(ABC):
     @abstractmethod
     def stop(self) -> list[PowerSample]: ...
 
+    def poll(self) -> list[PowerSample]:
+        """The samples taken since the last ``poll`` (or ``start``), while sampling goes on; ``stop``
+        still returns them all. A sampler that cannot tell before ``stop`` gives none (the online
+        tuner then waits its full ``settle_s`` after a switch)."""
+        return []
+
 
 def _reader(sensor: PowerSensor, with_rails: bool) -> Callable[[], tuple[float, dict[str, float] | None]]:
     """One call that gives total and rails; one pass over the files when the sensor supports it."""
@@ -98,6 +104,7 @@ class ThreadedSampler(PowerSampler):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._polled = 0
         #: Reads that raised (a busy I2C bus, say); the sample is skipped, the schedule kept.
         self.errors = 0
         self.last_error: BaseException | None = None
@@ -131,6 +138,11 @@ class ThreadedSampler(PowerSampler):
             self._take()
             k += 1
 
+    def poll(self) -> list[PowerSample]:
+        new = self._samples[self._polled:]  # the thread only appends: a slice is a consistent copy
+        self._polled += len(new)
+        return new
+
     def stop(self) -> list[PowerSample]:
         """Stop the thread, wait for it, and return every sample (first one at the start instant)."""
         if self._thread is None:
@@ -151,21 +163,26 @@ class VirtualSampler(PowerSampler):
         self.power_at = power_at
         self.clock = clock
         self._t0: float | None = None
+        self._samples: list[PowerSample] = []  # produced so far (each instant asked once)
 
     def start(self) -> None:
         if self._t0 is not None:
             raise FailedPrecondition("sampler already started; a sampler runs once")
         self._t0 = self.clock.now_s()
 
-    def stop(self) -> list[PowerSample]:
+    def poll(self) -> list[PowerSample]:
         if self._t0 is None:
             raise FailedPrecondition("sampler was not started")
-        t_end = self.clock.now_s()
         period_s = 1.0 / self.rate_hz
-        n = int(math.floor((t_end - self._t0) / period_s + 1e-9)) + 1
-        out = []
-        for k in range(n):
+        n = int(math.floor((self.clock.now_s() - self._t0) / period_s + 1e-9)) + 1
+        new = []
+        for k in range(len(self._samples), n):
             t = self._t0 + k * period_s
             power_w, rails = self.power_at(t)
-            out.append(PowerSample(t, power_w, rails))
-        return out
+            new.append(PowerSample(t, power_w, rails))
+        self._samples.extend(new)
+        return new
+
+    def stop(self) -> list[PowerSample]:
+        self.poll()
+        return list(self._samples)

@@ -7,8 +7,10 @@ settled as soon as the mean of the latest window differs from the mean of the wi
 before it by no more than ``max(tolerance · mean, tolerance_w)``. A timeout stops the wait
 and the caller records that settling was not detected.
 
-:func:`detect_settle` is the pure rule (a list of readings in, an index out);
-:func:`wait_for_settle` drives it against a sensor and a clock (real or virtual).
+:class:`SettleDetector` is the rule fed one reading at a time: :func:`wait_for_settle` drives
+it against a sensor and a clock (real or virtual) for the profiler, and the online tuner
+(:mod:`edgetune.online`) feeds it the power samples of the user's own steps after a switch;
+:func:`detect_settle` runs it over a list of readings (an index out).
 """
 
 from __future__ import annotations
@@ -45,12 +47,37 @@ def windows_agree(prev: Sequence[float], last: Sequence[float], tolerance: float
     return abs(last_mean - prev_mean) <= max(tolerance * abs(prev_mean), tolerance_w)
 
 
+class SettleDetector:
+    """The settling rule fed one reading at a time: :meth:`add` answers whether the latest two
+    windows of ``per_window`` readings agree (and keeps answering yes once they did)."""
+
+    def __init__(self, per_window: int, tolerance: float, tolerance_w: float = 0.0) -> None:
+        if per_window < 1:
+            raise InvalidArgument("per_window", f"{per_window} readings", ">= 1")
+        self.per_window, self.tolerance, self.tolerance_w = per_window, tolerance, tolerance_w
+        self._values: list[float] = []
+        self.settled = False
+
+    def add(self, power_w: float) -> bool:
+        if not self.settled:
+            values, n = self._values, self.per_window
+            values.append(float(power_w))
+            if len(values) >= 2 * n:
+                self.settled = windows_agree(values[-2 * n:-n], values[-n:], self.tolerance, self.tolerance_w)
+                del values[:-2 * n]  # only the two latest windows matter
+        return self.settled
+
+    def last_mean_w(self) -> float:
+        """Mean of the latest window (of what there is, before one is full)."""
+        tail = self._values[-self.per_window:]
+        return sum(tail) / len(tail) if tail else float("nan")
+
+
 def detect_settle(power_w: Sequence[float], per_window: int, tolerance: float, tolerance_w: float = 0.0) -> int | None:
     """Index of the first reading at which two consecutive windows agree, or ``None``."""
-    for i in range(2 * per_window - 1, len(power_w)):
-        last = power_w[i - per_window + 1:i + 1]
-        prev = power_w[i - 2 * per_window + 1:i - per_window + 1]
-        if windows_agree(prev, last, tolerance, tolerance_w):
+    detector = SettleDetector(per_window, tolerance, tolerance_w)
+    for i, value in enumerate(power_w):
+        if detector.add(value):
             return i
     return None
 
@@ -70,21 +97,18 @@ def wait_for_settle(
 
     ``on_reading`` sees every reading (the protocol checks the hard power limit there).
     """
-    n = window_size(window_s, poll_hz)
+    detector = SettleDetector(window_size(window_s, poll_hz), tolerance, tolerance_w)
     period_s = 1.0 / poll_hz
     t0 = clock.now_s()
     readings: list[PowerSample] = []
-    values: list[float] = []
     while True:
         now = clock.now_s()
         sample = PowerSample(now, sensor.read_w())
         readings.append(sample)
-        values.append(sample.power_w)
         if on_reading is not None:
             on_reading(sample)
-        if len(values) >= 2 * n and windows_agree(values[-2 * n:-n], values[-n:], tolerance, tolerance_w):
-            return SettleResult(True, now - t0, sum(values[-n:]) / n, tuple(readings))
+        if detector.add(sample.power_w):
+            return SettleResult(True, now - t0, detector.last_mean_w(), tuple(readings))
         if now - t0 >= timeout_s:
-            tail = values[-n:]
-            return SettleResult(False, now - t0, sum(tail) / len(tail), tuple(readings))
+            return SettleResult(False, now - t0, detector.last_mean_w(), tuple(readings))
         clock.sleep(period_s)

@@ -102,18 +102,28 @@ class _SimSampler(PowerSampler):
         super().__init__(rate_hz)
         self._device = device
         self._t_start: float | None = None
+        self._samples: list[PowerSample] = []  # produced so far: each instant's noise drawn once
 
     def start(self) -> None:
         self._t_start = self._device.clock.now_s()
+        self._samples = []
+
+    def poll(self) -> list[PowerSample]:
+        if self._t_start is None:
+            raise FailedPrecondition("power sampler: poll() before start()")
+        t0, t1 = self._t_start, self._device.clock.now_s()
+        n = int(math.floor((t1 - t0) * self.rate_hz + 1e-9)) + 1
+        times = t0 + np.arange(len(self._samples), n) / self.rate_hz
+        new = [PowerSample(float(t), self._device.power_at(float(t))) for t in times]
+        self._samples.extend(new)
+        return new
 
     def stop(self) -> list[PowerSample]:
         if self._t_start is None:
             raise FailedPrecondition("power sampler: stop() before start()")
-        t0, t1 = self._t_start, self._device.clock.now_s()
+        self.poll()
         self._t_start = None
-        n = int(math.floor((t1 - t0) * self.rate_hz + 1e-9)) + 1
-        times = t0 + np.arange(n) / self.rate_hz
-        return [PowerSample(float(t), self._device.power_at(float(t))) for t in times]
+        return self._samples
 
 
 class SimulatedJetson(Device):
