@@ -20,13 +20,17 @@ from threadpoolctl import ThreadpoolController
 _CONTROLLER: ThreadpoolController | None = None
 
 
-def one_blas_thread() -> AbstractContextManager[Any]:
-    """One BLAS thread inside the block (restored after); the controller is built once per process,
-    since inspecting the loaded libraries costs more than a small fit."""
+def _controller() -> ThreadpoolController:
+    """Built once per process: inspecting the loaded libraries costs more than a small fit."""
     global _CONTROLLER
     if _CONTROLLER is None:
         _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
+    return _CONTROLLER
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """One BLAS thread inside the block (restored after)."""
+    return _controller().limit(limits=1, user_api="blas")
 
 
 @contextmanager
@@ -37,13 +41,10 @@ def single_threaded() -> Iterator[None]:
     except ImportError:  # torch-free tasks still get the BLAS limit
         torch = None  # type: ignore[assignment]
     before = torch.get_num_threads() if torch is not None else None
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
     try:
         if torch is not None:
             torch.set_num_threads(1)
-        with _CONTROLLER.limit(limits=1):
+        with _controller().limit(limits=1):
             yield
     finally:
         if torch is not None and before is not None:
