@@ -410,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", default=None, help="an earlier run's summary csv: adds a before / after table")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", ExtrapolationWarning)
-    from threadpoolctl import threadpool_limits
-
+    from edgetune.estimation.threads import one_blas_thread
     from edgetune.tables import write_table
 
     os.makedirs(args.out, exist_ok=True)
@@ -420,8 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-    # small GPs: a multi-threaded BLAS only thrashes (7× slower on a loaded 2-core machine)
-    with threadpool_limits(1):
+    with one_blas_thread():  # small GPs (estimation.threads)
         rows = run(draws, args.nn, 1 if args.quick else args.per_kind, args.ablation, args.everything)
     summary = summarise(rows)
     stem = os.path.join(args.out, f"real_data_{args.tag}" if args.tag else "real_data")
