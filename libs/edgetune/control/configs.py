@@ -95,7 +95,7 @@ class ConfigWatchHub:
         self.block_ms = block_ms
         self.retry_s = retry_s
         self._lock = threading.Lock()
-        self._events: dict[str, set[HubWatch]] = {}
+        self._watches: dict[str, set[HubWatch]] = {}
         self._thread: threading.Thread | None = None
         self._cursor = ""
         #: Feed reads so far (for tests and the benchmark: one reader however many watches).
@@ -104,14 +104,14 @@ class ConfigWatchHub:
     @property
     def watches(self) -> int:
         with self._lock:
-            return sum(len(e) for e in self._events.values())
+            return sum(len(e) for e in self._watches.values())
 
     def subscribe(self, node_id: str) -> HubWatch:
         """A watch whose Event is set whenever ``node_id``'s config may have changed (set at once: read first)."""
         watch = HubWatch(node_id)
         watch.event.set()
         with self._lock:
-            self._events.setdefault(node_id, set()).add(watch)
+            self._watches.setdefault(node_id, set()).add(watch)
             if self._thread is None or not self._thread.is_alive():
                 # The cursor is taken before this watch's first read: nothing published after is missed.
                 try:
@@ -124,11 +124,11 @@ class ConfigWatchHub:
 
     def unsubscribe(self, watch: HubWatch) -> None:
         with self._lock:
-            events = self._events.get(watch.node_id)
-            if events is not None:
-                events.discard(watch)
-                if not events:
-                    del self._events[watch.node_id]
+            watches = self._watches.get(watch.node_id)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._watches[watch.node_id]
 
     def take(self, watch: HubWatch) -> NodeConfig | None:
         """Clear the watch's Event and take the config handed to it with the wake-up (None: none)."""
@@ -145,9 +145,9 @@ class ConfigWatchHub:
     def _wake(self, changes: ConfigChanges, configs: dict[str, NodeConfig] | None = None) -> None:
         with self._lock:
             if changes.everything:
-                targets = [w for watches in self._events.values() for w in watches]
+                targets = [w for watches in self._watches.values() for w in watches]
             else:
-                targets = [w for n in changes.node_ids for w in self._events.get(n, ())]
+                targets = [w for n in changes.node_ids for w in self._watches.get(n, ())]
             for w in targets:  # under the lock: take() swaps it out atomically
                 w.config = configs.get(w.node_id) if configs is not None and not changes.everything else None
         for w in targets:
@@ -159,7 +159,7 @@ class ConfigWatchHub:
         if changes.everything:
             return None
         with self._lock:
-            wanted = [n for n in changes.node_ids if n in self._events]
+            wanted = [n for n in changes.node_ids if n in self._watches]
         if not wanted:
             return {}
         try:
@@ -171,7 +171,7 @@ class ConfigWatchHub:
     def _run(self) -> None:
         while True:
             with self._lock:
-                if not self._events:
+                if not self._watches:
                     self._thread = None
                     return
                 cursor = self._cursor
