@@ -140,11 +140,6 @@ def _viewer_probe(viewer, request) -> str:
     return "admitted"
 
 
-# Passes alone and in its file (17 s); in the whole suite (runs 2-5 of this session) the two viewer calls are never
-# seen holding their slots within 120 s, cause not found. The slot rule itself is tested in
-# tests/unit/test_request_limits.py. Not strict: it is expected to pass once the interaction is found.
-@pytest.mark.xfail(reason="in the full suite only, the viewers' calls are not seen running (open: issue 24's note)",
-                   strict=False)
 def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, tmp_path):
     # The estimator as its own process (the issue's probe, a 4-slot server); what runs is read from its answers.
     endless = estimator_pb2.EstimateBatchEfficiencyRequest(  # trains until cancelled
@@ -155,7 +150,7 @@ def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, 
            "--metrics-port", "0", "--redis", "embedded", "--no-ray", "--grace-s", "0.5", "--auth-tokens",
            str(token_file)]
     # its own checkpoint (not the run's shared one, which another worker may hold locked while it trains)
-    # and only the environment it needs: nothing an earlier test in this worker left in os.environ (EDGETUNE_*)
+    # and only the environment it needs
     env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")},
            "HOME": str(tmp_path), "EDGETUNE_MAX_HEAVY_RPCS": "4", "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "estimator.log", "w") as log:  # a file, not a pipe nobody drains (the server would block)
@@ -169,14 +164,18 @@ def test_viewers_cannot_take_the_heavy_slots_an_operators_fit_needs(token_file, 
         try:
             # the issue's probe: 4 viewer calls took every slot; now the 3rd and 4th are refused once two run
             def third_refused() -> bool | None:
-                for call in running:  # a training that ended early can never hold its slot: say why it ended
+                for i, call in enumerate(running):
                     if call.done():
+                        # On a busy machine a probe can reach the server before this call and hold the slot for
+                        # its 3 s; the call was then refused as a third viewer call should be: ask again.
                         err = call.exception()
+                        if isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            running[i] = viewers[i].EstimateBatchEfficiency.future(endless, timeout=300)
+                            continue
                         log = (tmp_path / "estimator.log").read_text()[-3000:]
-                        why = f"a viewer's training ended: {err!r}\nestimator log tail:\n{log}"
-                        (tmp_path / "why.txt").write_text(why)  # kept: an xfail's message is not shown
-                        raise AssertionError(why)
-                return _viewer_probe(viewers[0], endless) == "refused" or None
+                        raise AssertionError(f"a viewer's training ended: {err!r}\nestimator log tail:\n{log}")
+                refused = _viewer_probe(viewers[0], endless) == "refused"
+                return (refused and not any(call.done() for call in running)) or None
 
             harness.wait_for(third_refused, 120, "a third viewer call refused while two run", poll_s=0.5)
             assert _viewer_probe(viewers[1], endless) == "refused"
