@@ -17,6 +17,8 @@ import grpc
 import harness
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from edgetune.base.mode import PowerMode
 from edgetune.control.jobs import JobQueue
@@ -55,8 +57,12 @@ def url(server: EmbeddedRedisServer, role: str, password: str | None = None) -> 
     return f"redis://{role}:{password or PASSWORDS[role]}@127.0.0.1:{server.port}/0"
 
 
-def raw(server: EmbeddedRedisServer, role: str) -> redis.Redis:
-    return redis.Redis(host="127.0.0.1", port=server.port, username=role, password=PASSWORDS[role])
+def raw(server: EmbeddedRedisServer, role: str | None, password: str | None = None) -> redis.Redis:
+    """A plain client as ``role`` (None: no user), with no retries: redis-py retries a refused login
+    (an AuthenticationError is a ConnectionError) with backoff, ~3.5 s each."""
+    return redis.Redis(host="127.0.0.1", port=server.port, username=role,
+                       password=PASSWORDS[role] if role is not None and password is None else password,
+                       retry=Retry(NoBackoff(), 0))
 
 
 def refused(call) -> None:
@@ -126,11 +132,11 @@ def test_the_estimator_and_the_optimizer_work_with_their_users_and_touch_nothing
 
 def test_no_default_user_the_probe_pings_only_and_an_agents_token_opens_nothing(server):
     with pytest.raises(redis.exceptions.AuthenticationError):
-        redis.Redis(host="127.0.0.1", port=server.port).ping()
+        raw(server, None).ping()
     probe = raw(server, "probe")
     assert probe.ping()
     refused(lambda: probe.get("edgetune:incarnation"))
     for user in ("default", "agent", "jetson-a", *ROLES):
         with pytest.raises(redis.exceptions.AuthenticationError):
-            redis.Redis(host="127.0.0.1", port=server.port, username=user, password=AGENT_TOKEN).ping()
+            raw(server, user, AGENT_TOKEN).ping()
     assert ClientSecurity(token=AGENT_TOKEN).token  # (what an agent holds: a gRPC token, no Redis user)
