@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.installed
 # The runtime alone (`pip install -e .`, ~1.7 GB, mostly PyTorch and Ray): what `make demo` needs.
 RUNTIME := $(VENV)/.runtime
 PYTEST_ARGS ?=
+# Bytecode caches on, whatever the environment says: pytest keeps its assertion-rewritten test modules
+# there (without them each worker rewrites all of them, ~10 s here) and every service process the
+# tests start reads compiled modules.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test protos lint bench clean system-redis
 
