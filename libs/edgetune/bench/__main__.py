@@ -21,10 +21,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     results = runner.run(args.only, out)
+    unfinished = [r["name"] for r in results if r["value"] is None]  # its run failed: nothing was measured
     missed = [r["name"] for r in results if r["met"] is False]
-    print(f"\nwrote {out} and {out.with_suffix('.md')}; {len(results) - len(missed)}/{len(results)} targets met"
-          + (f"; missed: {', '.join(missed)}" if missed else ""))
-    return 0
+    met = [r["name"] for r in results if r["met"] is True]
+    reported = len(results) - len(unfinished) - len(missed) - len(met)  # no target: a figure to read
+    print(f"\nwrote {out} and {out.with_suffix('.md')}; {len(met)} targets met"
+          + (f"; missed: {', '.join(missed)}" if missed else "")
+          + (f"; not measured (the run failed, see its details): {', '.join(unfinished)}" if unfinished else "")
+          + (f"; {reported} reported without a target" if reported else ""))
+    return 1 if unfinished else 0
 
 
 if __name__ == "__main__":
