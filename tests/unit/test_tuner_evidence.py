@@ -143,3 +143,36 @@ def test_a_tuner_fine_tunes_for_the_policys_epochs_unless_told_and_only_methods_
     assert ref_gp.transfer_epochs is None  # ref+gp fine-tunes nothing: the estimator refuses epochs for it
     with pytest.raises(InvalidArgument, match="transfer_epochs"):
         tuner.policy.with_(transfer_epochs=0)
+
+
+class FlatTopEstimator(TrapEstimator):
+    """A transfer that cannot predict above the power it was shown (the fleet bench's case: 12 random profiles
+    all under 27 W, MAXN predicted 27 W and measured 44 W): power min(true, highest profiled), time exact."""
+
+    def predict(self, model, modes, batch_size) -> Predictions:
+        top = max((self.power_w[i] for i, m in enumerate(self.modes) if mode_key(m) in self.known), default=0.0)
+        p = np.minimum(self.power_w, top)
+        return Predictions(self.modes, np.full(len(self.modes), batch_size), self.time_ms, p, 0.02 * self.time_ms,
+                           0.02 * p)
+
+
+def test_a_miss_joins_the_profiles_and_widens_only_by_what_the_refit_left():
+    modes, time_ms, power_w = table()
+    budget_w = float(np.quantile(power_w, 0.75))
+    low = np.flatnonzero(power_w < np.quantile(power_w, 0.3))  # every profile well under the budget
+    policy = TuningPolicy(risk=0.05, n_initial=6, rounds=0, refine_profiles=0, seed=3)
+    device = TableDevice(modes, time_ms, power_w)
+    tuner = NodeTuner(policy, device, FlatTopEstimator(modes, time_ms, power_w, np.zeros(len(modes), dtype=bool)),
+                      LibrarySelector(), base=ModelRef("base", "ref"), candidates=modes, batch_size=16, device="dev",
+                      workload="w", power_range_w=(budget_w, budget_w))
+    tuner.points = device.measure(modes[low[::max(1, low.size // 6)][:6]], 16)
+    tuner._refit(6)
+    decision = tuner.select_and_verify(budget_w)
+    first_miss = next(i for purpose, i in device.log if purpose == "verify")
+    assert power_w[first_miss] > budget_w  # the flat top's pick: the fastest mode, far over the budget
+    assert decision.within_budget and any("joins the profiles" in n for n in decision.notes), decision.notes
+    assert mode_key(modes[first_miss]) in {mode_key(m) for m in tuner.points.modes}
+    # against the refitted model the miss is explained: no margin of its whole error (~45 % here) remains
+    assert tuner.safety.power_rel_err < 0.05
+    best = time_ms[power_w <= budget_w].min()
+    assert time_ms[decision.index] <= 1.10 * best, (time_ms[decision.index], best)

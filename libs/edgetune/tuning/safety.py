@@ -9,7 +9,8 @@
   with every mode that has at least its cores and clocks (they draw at least its power) for
   every budget below the power measured there, and
   the error term is widened so that the margin z(1 - risk) · rel · power covers the relative miss seen
-  there (the model under-predicts in that region).
+  there (the model under-predicts in that region). The tuner passes the prediction of the model refitted
+  with the miss among its profiles, when it can refit, so the term keeps only what the refit did not explain.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ The workflow, against the narrow interfaces of :mod:`.protocols`:
    error (:mod:`.safety`);
 3. **select and verify** per budget: the selector chooses from the calibrated predictions at
    ``policy.risk``; the choice is measured on the device; over budget → learn from the miss
-   (drop it and every mode dominating it, widen the error) and select again, at most
+   (drop it and every mode dominating it; its measurement joins the profiles and the model is
+   refitted; widen the error by what the refitted model still misses there) and select again, at most
    ``policy.max_attempts`` misses. When no mode's power bound fits (σ widened by misses, or a
    budget below the profiled range), the mode with the lowest bound is measured instead, if its
    predicted mean fits: the measurement decides, as for any choice, and the decision's notes say so.
@@ -207,12 +208,17 @@ class NodeTuner:
                     continue
                 break
             misses += 1
+            refitted = measured is not None and self._join_profiles(i)
+            # against the refitted model when the miss joined its profiles: the error term widens by what the
+            # refit did not explain (against the old prediction, one miss at the top clocks made every later
+            # choice keep a margin of its whole error)
             dropped = self.learn_from_miss(i, decision.measured_power_w)
             got = f"{decision.measured_power_w:.2f} W" if measured is not None else "nothing (skipped)"
             upper = f" (≤ {choice.power_bound_w:.2f} W)" if choice.power_bound_w is not None else ""
+            joined = "; it joins the profiles and the model is refitted" if refitted else ""
             notes.append(f"attempt {attempt}: {mode_label(mode)} predicted {pred.power_w[i]:.2f} W{upper}, "
                          f"measured {got} > {budget_w:g} W; dropped it and {dropped - 1} modes at or above its "
-                         f"clocks; error term now {100 * self.safety.power_rel_err:.1f} %")
+                         f"clocks{joined}; error term now {100 * self.safety.power_rel_err:.1f} %")
             if misses == self.policy.max_attempts:
                 notes.append(f"no mode verified within budget after {attempt} attempts")
         decision = self._keep_best_measured(decision, budget_w, notes)
@@ -297,15 +303,23 @@ class NodeTuner:
         if (not self._can_learn() or self.profiles_left() < 1 or t_pred <= 0
                 or abs(t_meas - t_pred) / t_pred <= self.policy.verify_time_tol):
             return False  # (one measurement is kept for verifying the next choice)
-        if any(mode_key(m) == key for m in self.points.modes):
+        if not self._join_profiles(index):
             return False
-        mode = self.candidates[index].reshape(1, 4)
-        self.points = self.points + Points(mode, np.asarray([self.batch_size]), np.asarray([t_meas]),
-                                           np.asarray([p_meas]), self.points.device, self.points.workload,
-                                           self.points.role)
-        notes.append(f"attempt {attempt}: {mode_label(mode[0])} measured {t_meas:.1f} ms, predicted {t_pred:.1f} ms "
-                     f"(off by more than {100 * self.policy.verify_time_tol:.0f} %): it joins the profiles, the "
-                     "model is refitted and the selection redone")
+        notes.append(f"attempt {attempt}: {mode_label(self.candidates[index])} measured {t_meas:.1f} ms, predicted "
+                     f"{t_pred:.1f} ms (off by more than {100 * self.policy.verify_time_tol:.0f} %): it joins the "
+                     "profiles, the model is refitted and the selection redone")
+        return True
+
+    def _join_profiles(self, index: int) -> bool:
+        """Candidate ``index``'s verification measurement joins the profiles and the model is refitted (no new
+        measurement: the profile budget counts it already). False: it was profiled, or nothing can be refitted."""
+        key = mode_key(self.candidates[index])
+        if not self._can_learn() or key not in self._verified or any(mode_key(m) == key for m in self.points.modes):
+            return False
+        t_meas, p_meas = self._verified[key]
+        self.points = self.points + Points(self.candidates[index].reshape(1, 4), np.asarray([self.batch_size]),
+                                           np.asarray([t_meas]), np.asarray([p_meas]), self.points.device,
+                                           self.points.workload, self.points.role)
         self._refit(1, announce=False)
         return True
 
