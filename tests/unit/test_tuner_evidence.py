@@ -149,6 +149,13 @@ class FlatTopEstimator(TrapEstimator):
     """A transfer that cannot predict above the power it was shown (the fleet bench's case: 12 random profiles
     all under 27 W, MAXN predicted 27 W and measured 44 W): power min(true, highest profiled), time exact."""
 
+    calls: list[tuple[str, int | None]]
+
+    def transfer(self, base, points, *, model_id, method, seed=0, transfer_epochs=None, params=None) -> ModelRef:
+        self.calls = [*getattr(self, "calls", []), (base.model_id, transfer_epochs)]
+        return super().transfer(base, points, model_id=model_id, method=method, seed=seed,
+                                transfer_epochs=transfer_epochs, params=params)
+
     def predict(self, model, modes, batch_size) -> Predictions:
         top = max((self.power_w[i] for i, m in enumerate(self.modes) if mode_key(m) in self.known), default=0.0)
         p = np.minimum(self.power_w, top)
@@ -162,9 +169,10 @@ def test_a_miss_joins_the_profiles_and_widens_only_by_what_the_refit_left():
     low = np.flatnonzero(power_w < np.quantile(power_w, 0.3))  # every profile well under the budget
     policy = TuningPolicy(risk=0.05, n_initial=6, rounds=0, refine_profiles=0, seed=3)
     device = TableDevice(modes, time_ms, power_w)
-    tuner = NodeTuner(policy, device, FlatTopEstimator(modes, time_ms, power_w, np.zeros(len(modes), dtype=bool)),
-                      LibrarySelector(), base=ModelRef("base", "ref"), candidates=modes, batch_size=16, device="dev",
-                      workload="w", power_range_w=(budget_w, budget_w))
+    estimator = FlatTopEstimator(modes, time_ms, power_w, np.zeros(len(modes), dtype=bool))
+    tuner = NodeTuner(policy, device, estimator, LibrarySelector(), base=ModelRef("base", "ref"), candidates=modes,
+                      batch_size=16, device="dev", workload="w", power_range_w=(budget_w, budget_w),
+                      model_id="node")
     tuner.points = device.measure(modes[low[::max(1, low.size // 6)][:6]], 16)
     tuner._refit(6)
     decision = tuner.select_and_verify(budget_w)
@@ -172,6 +180,8 @@ def test_a_miss_joins_the_profiles_and_widens_only_by_what_the_refit_left():
     assert power_w[first_miss] > budget_w  # the flat top's pick: the fastest mode, far over the budget
     assert decision.within_budget and any("joins the profiles" in n for n in decision.notes), decision.notes
     assert mode_key(modes[first_miss]) in {mode_key(m) for m in tuner.points.modes}
+    # the first transfer from the reference; the refit for the miss fine-tunes the node's own model, briefly
+    assert estimator.calls[0] == ("base", 300) and estimator.calls[1] == ("node", 60), estimator.calls
     # against the refitted model the miss is explained: no margin of its whole error (~45 % here) remains
     assert tuner.safety.power_rel_err < 0.05
     best = time_ms[power_w <= budget_w].min()

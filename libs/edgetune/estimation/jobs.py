@@ -369,9 +369,12 @@ class ModelTrainer:
         role = spec.role.value if spec.role is not None else (base.model.role or Role.TRAIN.value)
         model_id = parse_model_id(spec.model_id or default_model_id(device.name, workload, role, method),
                                   allow_version=False)
-        if model_id.parts == base.model_id.parts:
-            raise InvalidArgument("model_id", f"{model_id.name!r} is the base model's id; a transfer is a new model",
-                                  "another id (empty: device/workload/role/method)")
+        # a named version refined with more measurements is the same model's next version (a node's model
+        # after verification measured one more point); from its unnamed latest, the lineage would be ambiguous
+        if model_id.parts == base.model_id.parts and parse_model_id(spec.base_model_id).version is None:
+            raise InvalidArgument("model_id", f"{model_id.name!r} is the base model's id; a transfer is a new model "
+                                  "(or, from a named version of it, that model's next version)",
+                                  "another id (empty: device/workload/role/method), or base_model_id ID@VERSION")
         rows = self._rows(spec.measurements, device, workload, role, MIN_TRANSFER_ROWS, f"transferring with {method}")
         if BATCH_FEATURE not in base.model.columns and len(rows.batch_sizes) > 1:
             raise InvalidArgument("measurements", f"several batch sizes ({rows.batch_sizes}) but the reference was "
