@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgetune.devices.simulated.tables import truth_table
-from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.bundle import TimePowerModel, transfer_tables
 from edgetune.estimation.jobs import Rows, Runner, TransferBatcher, TransferJob
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -53,6 +53,20 @@ def test_a_batch_of_transfers_equals_each_alone_whatever_the_split(reference, me
         assert [_files(m) for m in together] == [_files(m) for m in alone]
     mu = alone[0].predict(np.asarray([[8, 2201.6, 1300.5, 3199.0]]))["time_ms"]
     assert np.all(np.isfinite(mu)) and mu[0] > 0
+
+
+def test_transfers_from_different_references_batch_together_and_equal_each_alone(reference):
+    # a fleet's refits: each node fine-tunes its own model again, in one batch with the others' (and with
+    # transfers from the shared reference)
+    own = reference.transfer_table(_table("mobilenetv3", 9, 12), "nn+gp", nn_settings=NN)
+    tables = [_table("mobilenetv3", s, 13) for s in (1, 2, 3)]
+    bases = [own, reference, own]
+    alone = [b.transfer_table(t, "nn+gp", nn_settings=NN) for b, t in zip(bases, tables, strict=True)]
+    for chunks in (1, 2):
+        together = transfer_tables(bases, tables, "nn+gp", nn_settings=NN, chunks=chunks)
+        assert [_files(m) for m in together] == [_files(m) for m in alone]
+    assert _files(alone[0]) != _files(reference.transfer_table(tables[0], "nn+gp", nn_settings=NN))  # bases matter
+    assert [len(m.history) for m in together] == [len(b.history) + 1 for b in bases]  # each its base's lineage
 
 
 def _job(reference: TimePowerModel, seed: int) -> TransferJob:

@@ -125,7 +125,7 @@ class TimePowerModel:
 
             def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
                 return Predictor.from_bytes(transfer_targets(
-                    base=self.predictors[target].to_bytes(), xs=[xt], ys=[yt], method=method,
+                    bases=[self.predictors[target].to_bytes()], which=[0], xs=[xt], ys=[yt], method=method,
                     kw=_for_target(kw, target), nn_settings=dict(nn_settings or {}))[0])
             _record_cv(model.history[-1], cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, 0))
         return model
@@ -134,42 +134,10 @@ class TimePowerModel:
                         *, runner: TaskRunner | None = None, nn_settings: Mapping[str, Any] | None = None,
                         sources: Sequence[str | None] | None = None, chunks: int = 1,
                         **kw: Any) -> list[TimePowerModel]:
-        """:meth:`transfer_table` of each table (without cross-validation), the tables split into ``chunks``
-        tasks per target: each task adapts the reference to its tables in one batch
-        (:func:`~edgetune.estimation.registry.adapt_many`), so ``chunks`` tasks keep as many cores busy. Every
-        model is the same whatever the split (each adapted predictor is the same as adapted alone)."""
-        columns = self.columns
-        xs = []
-        for table in tables:
-            if BATCH_FEATURE not in columns and len(_batch_sizes(table)) > 1:
-                raise InvalidArgument(
-                    "batch_size", f"{table.path or 'table'} has several batch sizes but the reference was fitted "
-                                  f"for one ({_fmt(self.batch_sizes)}); fit a reference on several batch sizes",
-                    "a single batch size")
-            xs.append(table_features(table, columns))
-        parts = [p for p in np.array_split(np.arange(len(tables)), max(1, min(int(chunks), len(tables)))) if len(p)]
-        bases = {t: self.predictors[t].to_bytes() for t in TARGETS}
-        tasks = [{"base": bases[t], "xs": [xs[i] for i in part], "ys": [tables[i].column(t) for i in part],
-                  "kw": _for_target(kw, t)} for t in TARGETS for part in parts]
-        shared: dict[str, Any] = {"method": method, "nn_settings": dict(nn_settings or {})}
-        if progress is not None:
-            shared["progress"] = progress
-        done = (runner or run_in_order)(transfer_targets, tasks, shared)
-        files: dict[str, list[bytes]] = {t: [f for j in range(len(parts)) for f in done[ti * len(parts) + j]]
-                                         for ti, t in enumerate(TARGETS)}
-        models = []
-        for i, table in enumerate(tables):
-            ident = _identity(table)
-            predictors = {t: Predictor.from_bytes(files[t][i]) for t in TARGETS}
-            merged = {k: ident.get(k) or getattr(self, k) for k in IDENTITY_COLUMNS}
-            model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(self.batch_sizes),
-                                   history=list(self.history), **merged)
-            pred = model.predict(xs[i])
-            event = _event("transfer", method, table, ident, len(table), sources[i] if sources else None)
-            event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
-            model.history.append(event)
-            models.append(model)
-        return models
+        """:meth:`transfer_table` of each table (without cross-validation): :func:`transfer_tables` from this
+        reference alone."""
+        return transfer_tables([self] * len(tables), tables, method, progress, runner=runner, nn_settings=nn_settings,
+                               sources=sources, chunks=chunks, **kw)
 
     @property
     def cross_validation(self) -> CrossValidation | None:
@@ -423,6 +391,56 @@ def split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
+def transfer_tables(bases: Sequence[TimePowerModel], tables: Sequence[Table], method: str = "ref+gp",
+                    progress: ProgressFn | None = None, *, runner: TaskRunner | None = None,
+                    nn_settings: Mapping[str, Any] | None = None, sources: Sequence[str | None] | None = None,
+                    chunks: int = 1, **kw: Any) -> list[TimePowerModel]:
+    """``bases[i].transfer_table(tables[i])`` for every i (without cross-validation), the tables split into
+    ``chunks`` tasks per target: each task adapts its tables' references in one batch
+    (:func:`~edgetune.estimation.registry.adapt_many`: nets from different references of one shape train together,
+    so a fleet's refits from each node's own model batch as its transfers from one reference do), and ``chunks``
+    tasks keep as many cores busy. Every model is the same whatever the split and the company (each adapted
+    predictor is the same as adapted alone)."""
+    xs = []
+    for base, table in zip(bases, tables, strict=True):
+        if BATCH_FEATURE not in base.columns and len(_batch_sizes(table)) > 1:
+            raise InvalidArgument(
+                "batch_size", f"{table.path or 'table'} has several batch sizes but the reference was fitted "
+                              f"for one ({_fmt(base.batch_sizes)}); fit a reference on several batch sizes",
+                "a single batch size")
+        xs.append(table_features(table, base.columns))
+    distinct = list({id(b): b for b in bases}.values())
+    index = {id(b): j for j, b in enumerate(distinct)}
+    parts = [p for p in np.array_split(np.arange(len(tables)), max(1, min(int(chunks), len(tables)))) if len(p)]
+    tasks = []
+    for t in TARGETS:
+        files = [b.predictors[t].to_bytes() for b in distinct]
+        for part in parts:
+            used = sorted({index[id(bases[i])] for i in part})  # only the references its tables need
+            tasks.append({"bases": [files[j] for j in used], "which": [used.index(index[id(bases[i])]) for i in part],
+                          "xs": [xs[i] for i in part], "ys": [tables[i].column(t) for i in part],
+                          "kw": _for_target(kw, t)})
+    shared: dict[str, Any] = {"method": method, "nn_settings": dict(nn_settings or {})}
+    if progress is not None:
+        shared["progress"] = progress
+    done = (runner or run_in_order)(transfer_targets, tasks, shared)
+    files_of: dict[str, list[bytes]] = {t: [f for j in range(len(parts)) for f in done[ti * len(parts) + j]]
+                                        for ti, t in enumerate(TARGETS)}
+    models = []
+    for i, (base, table) in enumerate(zip(bases, tables, strict=True)):
+        ident = _identity(table)
+        predictors = {t: Predictor.from_bytes(files_of[t][i]) for t in TARGETS}
+        merged = {k: ident.get(k) or getattr(base, k) for k in IDENTITY_COLUMNS}
+        model = TimePowerModel(predictors, batch_sizes=_batch_sizes(table) or list(base.batch_sizes),
+                               history=list(base.history), **merged)
+        pred = model.predict(xs[i])
+        event = _event("transfer", method, table, ident, len(table), sources[i] if sources else None)
+        event["metrics"] = {f"{t.split('_')[0]}_mape_train": mape_pct(pred[t], table.column(t)) for t in TARGETS}
+        model.history.append(event)
+        models.append(model)
+    return models
+
+
 # -- the per-target tasks (top-level: Ray workers import them by name) --------------------------
 def fit_target(*, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], method: str, target: str, seed: int,
                kw: Mapping[str, Any], progress: ProgressFn | None = None) -> bytes:
@@ -454,19 +472,20 @@ def _reference(base: bytes) -> Predictor:
     return copy.deepcopy(ref)
 
 
-def transfer_targets(*, base: bytes, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], method: str,
-                     kw: Mapping[str, Any], nn_settings: Mapping[str, Any],
+def transfer_targets(*, bases: Sequence[bytes], which: Sequence[int], xs: Sequence[np.ndarray],
+                     ys: Sequence[np.ndarray], method: str, kw: Mapping[str, Any], nn_settings: Mapping[str, Any],
                      progress: ProgressFn | None = None) -> list[bytes]:
-    """One target's reference predictor adapted to each table ``(xs[i], ys[i])`` with ``method`` (in one batch:
-    :func:`~edgetune.estimation.registry.adapt_many`), as files."""
-    ref = _reference(base)
-    nn = getattr(ref, "nn", ref)  # fine-tuning settings live on the reference MLP
-    for key, value in nn_settings.items():
-        if not hasattr(nn, key):
-            raise InvalidArgument(f"nn_settings.{key}", f"not a fine-tuning setting of {ref.method!r}",
-                                  "transfer_epochs, transfer_lr, transfer_mode, seed")
-        setattr(nn, key, value)
-    return [p.to_bytes() for p in adapt_many(ref, method, xs, ys, progress=progress, **kw)]
+    """One target's reference predictors ``bases`` adapted to each table ``(xs[i], ys[i])`` (from
+    ``bases[which[i]]``) with ``method``, in one batch (:func:`~edgetune.estimation.registry.adapt_many`), as files."""
+    refs = [_reference(b) for b in bases]
+    for ref in refs:
+        nn = getattr(ref, "nn", ref)  # fine-tuning settings live on the reference MLP
+        for key, value in nn_settings.items():
+            if not hasattr(nn, key):
+                raise InvalidArgument(f"nn_settings.{key}", f"not a fine-tuning setting of {ref.method!r}",
+                                      "transfer_epochs, transfer_lr, transfer_mode, seed")
+            setattr(nn, key, value)
+    return [p.to_bytes() for p in adapt_many([refs[j] for j in which], method, xs, ys, progress=progress, **kw)]
 
 
 def run_in_order(fn: Callable[..., Any], tasks: Sequence[Mapping[str, Any]],

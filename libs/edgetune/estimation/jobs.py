@@ -33,7 +33,7 @@ from edgetune.base.roles import Role
 from edgetune.errors import EdgetuneError, InvalidArgument
 from edgetune.estimation import params
 from edgetune.estimation.batch_efficiency import SAMPLES_PER_PASS, estimate_batch_efficiency
-from edgetune.estimation.bundle import TimePowerModel
+from edgetune.estimation.bundle import TimePowerModel, transfer_tables
 from edgetune.estimation.features import BATCH_FEATURE, TARGETS
 from edgetune.estimation.ids import default_model_id, id_part, parse_model_id
 from edgetune.estimation.methods import NN_METHODS, TRANSFER_METHODS, parse_method
@@ -219,21 +219,22 @@ def fit_model(job: FitJob, runner: Runner) -> Trained:
 
 
 def transfer_models(jobs: Sequence[TransferJob], runner: Runner) -> list[Trained]:
-    """Each job's base adapted to its rows. Jobs of the same base and settings go together
-    (:meth:`TimePowerModel.transfer_tables <edgetune.estimation.bundle.TimePowerModel.transfer_tables>`), split into
-    as many tasks per target as the runner has workers; each model is the one its job alone gives."""
+    """Each job's base adapted to its rows. Jobs of the same method and settings go together, whatever their
+    bases (:func:`~edgetune.estimation.bundle.transfer_tables`: a fleet's first transfers share a reference, its
+    refits start from each node's own model), split into as many tasks per target as the runner has workers;
+    each model is the one its job alone gives."""
     t0 = time.perf_counter()
-    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    groups: dict[tuple[str, str, str], list[int]] = {}
     for i, job in enumerate(jobs):
-        key = (job.base_model_id, job.method, repr(sorted(job.kw.items())), repr(sorted(job.nn_settings.items())))
+        key = (job.method, repr(sorted(job.kw.items())), repr(sorted(job.nn_settings.items())))
         groups.setdefault(key, []).append(i)
     out: dict[int, TimePowerModel] = {}
     for idx in groups.values():
         first = jobs[idx[0]]
         tables = [jobs[i].rows.table(jobs[i].device, jobs[i].workload, jobs[i].role) for i in idx]
-        models = first.base.transfer_tables(tables, first.method, runner=runner.run, nn_settings=first.nn_settings,
-                                            sources=[jobs[i].rows.source for i in idx],
-                                            chunks=_chunks(len(idx), runner.workers), **first.kw)
+        models = transfer_tables([jobs[i].base for i in idx], tables, first.method, runner=runner.run,
+                                 nn_settings=first.nn_settings, sources=[jobs[i].rows.source for i in idx],
+                                 chunks=_chunks(len(idx), runner.workers), **first.kw)
         out.update(zip(idx, models, strict=True))
     seconds = round((time.perf_counter() - t0) / len(jobs), 3)  # a batch's time, per job
     TRAIN_SECONDS.labels("Transfer").observe(time.perf_counter() - t0)

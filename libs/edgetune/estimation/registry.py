@@ -56,14 +56,22 @@ def adapt(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, progress: 
     return adapt_many(base, method, [x], [y], progress, **kw)[0]
 
 
-def adapt_many(base: Predictor, method: str, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], progress: Any = None,
-               **kw: Any) -> list[Predictor]:
-    """:func:`adapt` of ``base`` to each table ``(xs[i], ys[i])``; the MLP methods fine-tune them all in one
-    batch (:func:`~edgetune.estimation.base.transfer_many`), each predictor the same as adapted alone."""
+def adapt_many(base: Predictor | Sequence[Predictor], method: str, xs: Sequence[np.ndarray],
+               ys: Sequence[np.ndarray], progress: Any = None, **kw: Any) -> list[Predictor]:
+    """:func:`adapt` of ``base`` (one reference, or one per table) to each table ``(xs[i], ys[i])``; the MLP
+    methods fine-tune them all in one batch (:func:`~edgetune.estimation.base.transfer_many`), each
+    predictor the same as adapted alone."""
     check_method(method)
+    bases = list(base) if isinstance(base, Sequence) else [base] * len(xs)
     if method in TRANSFER_METHODS:
-        first = _reference_nn(base, method)  # read once; the others are copies of it
-        nns = [first] + [copy.deepcopy(first) for _ in range(len(xs) - 1)]
+        read: dict[int, NNPredictor] = {}  # each distinct reference read once; the tables' nets are copies
+        nns = []
+        for b in bases:
+            if id(b) not in read:
+                read[id(b)] = _reference_nn(b, method)
+                nns.append(read[id(b)])
+            else:
+                nns.append(copy.deepcopy(read[id(b)]))
         for nn in nns:
             if method == "nn-asym":
                 nn.loss = "asym-mape"
@@ -75,7 +83,7 @@ def adapt_many(base: Predictor, method: str, xs: Sequence[np.ndarray], ys: Seque
             for nn in nns:
                 nn.progress = None
         return preds
-    return [_adapt_one(base, method, x, y, **kw) for x, y in zip(xs, ys, strict=True)]
+    return [_adapt_one(b, method, x, y, **kw) for b, x, y in zip(bases, xs, ys, strict=True)]
 
 
 def _adapt_one(base: Predictor, method: str, x: np.ndarray, y: np.ndarray, **kw: Any) -> Predictor:
