@@ -142,18 +142,19 @@ def test_fit_then_transfer_store_versioned_models(fitted, reference_rows, small_
 
 def test_a_named_version_refined_with_more_rows_is_its_models_next_version(estimator, fitted, small_rows):
     # what a node's tuner does when verification measured one point more: its own model, fine-tuned again
+    # (a workload name of its own: the listing tests below see only the module's other models)
     node = estimator.Transfer(estimator_pb2.TransferRequest(
-        base_model_id=fitted[0].model_id, model_id="tuning-refine-node-1", workload="mobilenetv3",
+        base_model_id=fitted[0].model_id, model_id="tuning-refine-node-1", workload="mobilenetv3-node",
         measurements=_measurements(small_rows[:-1]), epochs=TRANSFER_EPOCHS)).model
     again = estimator.Transfer(estimator_pb2.TransferRequest(
-        base_model_id=node.model_id, model_id="tuning-refine-node-1", workload="mobilenetv3",
+        base_model_id=node.model_id, model_id="tuning-refine-node-1", workload="mobilenetv3-node",
         measurements=_measurements(small_rows), epochs=TRANSFER_EPOCHS)).model
     assert node.model_id == "tuning-refine-node-1@1" and again.model_id == "tuning-refine-node-1@2"
     assert again.base_model_id == node.model_id and again.n_train == len(small_rows)
     # from the unnamed latest the lineage would be ambiguous: refused, naming the field
     with pytest.raises(grpc.RpcError) as err:
         estimator.Transfer(estimator_pb2.TransferRequest(
-            base_model_id="tuning-refine-node-1", model_id="tuning-refine-node-1", workload="mobilenetv3",
+            base_model_id="tuning-refine-node-1", model_id="tuning-refine-node-1", workload="mobilenetv3-node",
             measurements=_measurements(small_rows), epochs=TRANSFER_EPOCHS))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "model_id" in err.value.details()
 
