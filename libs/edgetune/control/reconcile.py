@@ -305,6 +305,32 @@ class QueueMeasurer:
             seen = COMPLETIONS.seen(self.node_id)
 
 
+def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[], bool], *,
+          profiled: int | None) -> None:
+    """Point ``measurer`` at a node worker: its stop (a measurement of a stopped worker raises
+    :class:`Stopped`), its status writer (the phase a purpose means; the points measured counted from
+    ``profiled``, None: not counted — a resumed tuner's profiles were counted by the worker that made them)."""
+    node_id = measurer.node_id
+    phases = {"profile": NodePhase.PROFILING, "verify": NodePhase.VERIFYING}
+    count = {"n": profiled}
+
+    def on_purpose(purpose: str) -> None:
+        if should_stop():
+            raise Stopped()
+        writer.update(node_id, lambda s: s if s.phase == phases[purpose] else
+                      s.with_event(f"{purpose} on the node", phase=phases[purpose]))
+
+    def on_points(n: int) -> None:
+        count["n"] += n
+        ref = measurer.workload
+        of = f" of {ref.id}" if ref.is_user and ref.resolved else ""  # a user workload's id
+        writer.update(node_id, lambda s: s.with_event(f"{count['n']} points measured{of}", profiled=count["n"],
+                                                      event_reason="Profiled"))
+
+    measurer.should_stop, measurer.on_purpose = should_stop, on_purpose
+    measurer.on_points = on_points if profiled is not None else (lambda _n: None)
+
+
 def _counted(service: str, rpc: str, call: Callable[[], T]) -> T:
     try:
         out = call()
@@ -752,8 +778,9 @@ class Reconciler:
                   if tuner.base else "estimating")
             tuner.explore()
             self._tuners[key] = tuner
-        else:
-            tuner.measurer.on_points = lambda n: None  # type: ignore[attr-defined]
+        else:  # a tuner kept from an earlier worker measures for this one (its stop)
+            assert isinstance(tuner.measurer, QueueMeasurer)
+            _bind(tuner.measurer, writer, should_stop, profiled=None)
         if current.drift_epoch > self._refreshed.get(key, 0) and current.mode is not None:
             self._refresh(tuner, current, budget)
             self._refreshed[key] = current.drift_epoch
@@ -840,26 +867,11 @@ class Reconciler:
         assert self.estimator is not None and self.selector is not None
         device = node.device_model
         node_id = node.node_id
-        phases = {"profile": NodePhase.PROFILING, "verify": NodePhase.VERIFYING}
-        profiled = {"n": 0}
-
-        def on_purpose(purpose: str) -> None:
-            if should_stop():
-                raise Stopped()
-            writer.update(node_id, lambda s: s if s.phase == phases[purpose] else
-                          s.with_event(f"{purpose} on the node", phase=phases[purpose]))
-
-        def on_points(n: int) -> None:
-            profiled["n"] += n
-            ref = measurer.workload
-            of = f" of {ref.id}" if ref.is_user and ref.resolved else ""  # a user workload's id
-            writer.update(node_id, lambda s: s.with_event(f"{profiled['n']} points measured{of}",
-                                                          profiled=profiled["n"], event_reason="Profiled"))
-
         measurer = QueueMeasurer(self.store, self.queue, spec.name, node_id, device,
-                                 WorkloadRef.parse(spec.workload), spec.role,
-                                 should_stop=should_stop, on_purpose=on_purpose, on_points=on_points,
+                                 WorkloadRef.parse(spec.workload), spec.role, should_stop=should_stop,
+                                 on_purpose=lambda _p: None, on_points=lambda _n: None,
                                  timeout_s=self.point_timeout_s, node_live=lambda: self._live(node_id))
+        _bind(measurer, writer, should_stop, profiled=0)
         found = self._reference(spec, node)
         if found is None:
             reason = (f"no reference model: the job names none, none is shipped for {device} ({spec.role}) and the "
