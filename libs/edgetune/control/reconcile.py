@@ -312,7 +312,7 @@ def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[
     ``profiled``, None: not counted — a resumed tuner's profiles were counted by the worker that made them)."""
     node_id = measurer.node_id
     phases = {"profile": NodePhase.PROFILING, "verify": NodePhase.VERIFYING}
-    count = {"n": profiled}
+    count = {"n": profiled or 0}
 
     def on_purpose(purpose: str) -> None:
         if should_stop():
