@@ -312,13 +312,18 @@ def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[
     ``profiled``, None: not counted — a resumed tuner's profiles were counted by the worker that made them)."""
     node_id = measurer.node_id
     phases = {"profile": NodePhase.PROFILING, "verify": NodePhase.VERIFYING}
-    count = {"n": profiled or 0}
 
     def on_purpose(purpose: str) -> None:
         if should_stop():
             raise Stopped()
         writer.update(node_id, lambda s: s if s.phase == phases[purpose] else
                       s.with_event(f"{purpose} on the node", phase=phases[purpose]))
+
+    measurer.should_stop, measurer.on_purpose = should_stop, on_purpose
+    measurer.on_points = lambda _n: None
+    if profiled is None:
+        return
+    count = {"n": profiled}
 
     def on_points(n: int) -> None:
         count["n"] += n
@@ -327,8 +332,7 @@ def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[
         writer.update(node_id, lambda s: s.with_event(f"{count['n']} points measured{of}", profiled=count["n"],
                                                       event_reason="Profiled"))
 
-    measurer.should_stop, measurer.on_purpose = should_stop, on_purpose
-    measurer.on_points = on_points if profiled is not None else (lambda _n: None)
+    measurer.on_points = on_points
 
 
 def _counted(service: str, rpc: str, call: Callable[[], T]) -> T:

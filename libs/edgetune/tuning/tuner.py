@@ -56,7 +56,7 @@ RoundFn = Callable[[int, int, int], None]
 #: A refit for one point more starts from the node's fine-tuned model for this share of the policy's epochs: as
 #: accurate above the profiled power as a transfer from the reference, at a fifth of its CPU (60 of 300 epochs:
 #: 0.36 s against 1.98 s, power MAPE above 34 W 3.3 % against 3.5 %; experiments/few_profile_misses.py's case).
-#: A fleet's misses arrive one by one, where the estimator cannot batch them.
+#: (The estimator batches such refits across nodes: :func:`edgetune.estimation.bundle.transfer_tables`.)
 WARM_EPOCHS_SHARE = 0.2
 
 
