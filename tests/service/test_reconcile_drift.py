@@ -157,7 +157,8 @@ def test_caches_of_cancelled_jobs_are_pruned(plane):
     assert cached["tuners"] == 2 and cached["writers"] == 1
     jobs.cancel("prune")
     rec.wake()
-    wait_for(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "checked": 0, "refreshed": 0}, 20)
+    wait_for(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "pools": 0, "checked": 0, "refreshed": 0},
+             20)
 
 
 def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimator):

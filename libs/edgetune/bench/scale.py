@@ -7,8 +7,11 @@ coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
 heartbeats (one thread beats for all); a few worker threads consume every node's job stream
-(``JobQueue``, as the agent does) and answer each point with the simulated board's truth plus
-measurement noise (3 % time, 1.5 % power), written under the id the real agent writes. The points
+(``JobQueue``, as the agent does; a thread whose nodes have nothing to do asks less and less often, up to
+every 0.2 s, so that 100 agents' polling does not take a core the control plane is timed on) and answer each
+point with the simulated board's truth plus measurement noise (3 % time, 1.5 % power), written under the id
+the real agent writes. The nodes of one device model pool their profiles into a fleet model
+(:mod:`edgetune.tuning.fleet`), as any job's do. The points
 skip the measurement protocol's wall time (a simulated agent settles and samples for ~0.1 s a point),
 so what is timed is the control plane: the reconcile loop, the Estimator's transfers and predictions,
 the Optimizer's selections, the store.
@@ -64,6 +67,8 @@ from edgetune.tuning.protocols import reference_model_id
 FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
 PROFILES = 12
 WORKERS = 8
+#: A fleet thread's pause between asks while its nodes have no job: (after work, at most).
+IDLE_PAUSE_S = (0.01, 0.2)
 
 
 @dataclass
@@ -109,6 +114,7 @@ class SimulatedFleet:
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
         consumer = f"fleet-{index}"
+        pause_s = IDLE_PAUSE_S[0]
         while not self._stop.is_set():
             idle = True
             for node_id in node_ids:
@@ -126,8 +132,11 @@ class SimulatedFleet:
                     queue.complete(job, rows)
                     with self._lock:
                         self.points += len(rows)
+            # an idle thread asks less and less often (each ask is two store calls per node): the agents' polling
+            # would otherwise take a core of the two the control plane is timed on
+            pause_s = min(pause_s * 2, IDLE_PAUSE_S[1]) if idle else IDLE_PAUSE_S[0]
             if idle:
-                self._stop.wait(0.02)
+                self._stop.wait(pause_s)
 
     def close(self) -> None:
         self._stop.set()

@@ -64,6 +64,7 @@ import hashlib
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -85,6 +86,7 @@ from edgetune.control.leader import LeaderLease, NotLeader
 from edgetune.control.registry import NodeRegistry
 from edgetune.control.tuningjobs import JobGone, StatusWriter, TuningJobs
 from edgetune.errors import EdgetuneError, FailedPrecondition, InvalidArgument
+from edgetune.estimation.methods import TRANSFER_METHODS
 from edgetune.estimation.references import PREFIX, shipped_for
 from edgetune.identity import ClientSecurity, open_channel
 from edgetune.optimization.frontier import N_INITIAL, PER_ROUND, ROUNDS
@@ -101,6 +103,7 @@ from edgetune.store import (
     ProfileJob,
     Store,
 )
+from edgetune.tuning.fleet import FLEET_TRANSFER_EPOCHS, FleetPool, fleet_model_id
 from edgetune.tuning.jobs import (
     ConditionType,
     NodePhase,
@@ -457,6 +460,8 @@ class Reconciler:
         self.lost_fail_s = point_timeout_s if lost_fail_s is None else lost_fail_s
         self._workers: dict[tuple[str, str], _Worker] = {}
         self._tuners: dict[tuple[str, str], NodeTuner] = {}
+        #: (job, device model) -> the pool its nodes' profiles join (tuning.fleet)
+        self._pools: dict[tuple[str, str], FleetPool] = {}
         self._writers: dict[str, StatusWriter] = {}
         #: (job, node) -> monotonic time of its last drift check (or of when it was first seen Applied)
         self._checked: dict[tuple[str, str], float] = {}
@@ -583,6 +588,9 @@ class Reconciler:
             for key in [k for k in cache if k not in active]:
                 del cache[key]
         jobs = {name for name, _ in active}
+        with self._lock:
+            for key in [k for k in self._pools if k[0] not in jobs]:
+                del self._pools[key]
         for name in [n for n in self._writers if n not in jobs]:
             del self._writers[name]
         for name in [n for n in self._generations if n not in jobs]:
@@ -593,6 +601,9 @@ class Reconciler:
         writer goes too: a worker of the old job that still writes meets JobGone, not the new job."""
         self._stop_workers(lambda key: key[0] == name)
         self._writers.pop(name, None)
+        with self._lock:
+            for key in [k for k in self._pools if k[0] == name]:
+                del self._pools[key]
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
@@ -600,8 +611,8 @@ class Reconciler:
     def cached(self) -> dict[str, int]:
         """How many entries each of the leader's caches holds (what pruning bounds)."""
         with self._lock:
-            workers = len(self._workers)
-        return {"workers": workers, "tuners": len(self._tuners), "writers": len(self._writers),
+            workers, pools = len(self._workers), len(self._pools)
+        return {"workers": workers, "tuners": len(self._tuners), "writers": len(self._writers), "pools": pools,
                 "checked": len(self._checked), "refreshed": len(self._refreshed)}
 
     def targets(self, spec: TuningJobSpec, live: dict[str, NodeRecord]) -> list[NodeRecord]:
@@ -778,6 +789,7 @@ class Reconciler:
             if tuner is None:
                 return
             tuner.profile_initial()
+            self._join_fleet(spec, node, tuner, writer, should_stop)
             phase(NodePhase.ESTIMATING, f"{len(tuner.points)} points profiled; transferring {tuner.base.model_id}"
                   if tuner.base else "estimating")
             tuner.explore()
@@ -804,6 +816,42 @@ class Reconciler:
             f"measured {decision.measured_power_w:.2f} W, {decision.measured_time_ms:.1f} ms", phase=NodePhase.VERIFYING,
             event_reason="Verified", **_decision_fields(decision)))
         self._publish(spec, node, writer, decided, budget)
+
+    def _join_fleet(self, spec: TuningJobSpec, node: NodeRecord, tuner: NodeTuner, writer: StatusWriter,
+                    should_stop: Callable[[], bool]) -> None:
+        """Pool the node's profiles with its peers' (the job's nodes of its device model) and transfer from the
+        fleet model they give (:mod:`edgetune.tuning.fleet`); a node without peers keeps its reference."""
+        key = (spec.name, node.device_model)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = FleetPool(self._peers(spec, node.device_model) | {node.node_id})
+            with self._lock:
+                pool = self._pools.setdefault(key, pool)
+        if not pool.pools or tuner.base is None or self.estimator is None or tuner.method not in TRANSFER_METHODS:
+            return  # alone, or a policy whose method fine-tunes nothing: each node from the reference
+        base, estimator, seed = tuner.base, self.estimator, policy_for(spec, self.policy).seed  # the job's
+        fleet_id = fleet_model_id(spec.name, node.device_model)
+
+        def fit(points: Points) -> ModelRef:
+            STEPS.labels("fit_fleet").inc()
+            return estimator.transfer(base, points, model_id=fleet_id, method="transfer", seed=seed,
+                                      transfer_epochs=FLEET_TRANSFER_EPOCHS)
+
+        model = pool.join(node.node_id, tuner.points, fit, should_stop, seed=seed)
+        if model is None:
+            raise Stopped()
+        tuner.use_fleet(model)
+        nodes, rows = pool.fitted_from
+        writer.update(node.node_id, lambda s: s.with_event(
+            f"fleet model {model.model_id}: {base.model_id} fine-tuned on {rows} points of {nodes} "
+            f"{node.device_model} nodes; this node fits its own residual", event_reason="FleetModel"))
+
+    def _peers(self, spec: TuningJobSpec, device: str) -> set[str]:
+        """The job's live targets of ``device`` still to be tuned (not Applied or Failed): who pools."""
+        status, _ = self.jobs.status(spec.name)
+        done = {n.node_id for n in status.nodes.values() if n.terminal} if status is not None else set()
+        live = {n.node_id: n for n in self.registry.nodes() if n.live}
+        return {n.node_id for n in self.targets(spec, live) if n.device_model == device and n.node_id not in done}
 
     def _cap_search(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter,
                     should_stop: Callable[[], bool], budget: float, phase: Callable[..., None]) -> None:
@@ -890,7 +938,11 @@ class Reconciler:
         writer.update(node_id, lambda s: s.with_event(f"reference model {base.model_id}: {which}",
                                                       event_reason="Reference"))
         candidates = named_grid(get_spec(device), CANDIDATE_GRID).array()
-        return NodeTuner(policy_for(spec, self.policy), measurer, self.estimator, self.selector, base=base,
+        policy = policy_for(spec, self.policy)
+        # each node draws its own random modes (the same ones again under a new leader): a fleet pool covers
+        # nodes x profiles modes, not the same few many times over
+        policy = policy.with_(seed=policy.seed + node_seed(node_id))
+        return NodeTuner(policy, measurer, self.estimator, self.selector, base=base,
                          candidates=candidates, batch_size=spec.batch_sizes[0], device=device,
                          # a MODULE:FUNCTION's id is known once the node measured it: the points then carry it
                          workload=measurer.workload.id or "", role=spec.role,
@@ -945,6 +997,11 @@ def no_match(spec: TuningJobSpec, registered: dict[str, NodeRecord],
     wanted = ", ".join([*([f"device={spec.selector_device}"] if spec.selector_device else []),
                         *(f"{k}={v}" for k, v in sorted(spec.selector_labels.items()))])
     return "SelectorMatchesNothing", f"the selector {wanted} matches no registered node (registered: {known})"
+
+
+def node_seed(node_id: str) -> int:
+    """A node's offset to its job's seed: stable across processes (not ``hash``), distinct per node."""
+    return zlib.crc32(node_id.encode()) % 100_000
 
 
 def budget_command(spec: TuningJobSpec, node_id: str) -> str:

@@ -59,9 +59,11 @@ class RefGPPredictor(Predictor):
     gives_std = True
 
     def __init__(self, target: str = "time_ms", transform: str | None = None, seed: int = 0, *,
-                 restarts: int = 2, folds: int = 5, candidates: tuple[str, ...] | list[str] = CANDIDATES,
+                 restarts: int = 2, folds: int = 5, candidates: tuple[str, ...] | list[str] | str = CANDIDATES,
                  coverage: float = 0.9) -> None:
         super().__init__(target, transform, seed)
+        if isinstance(candidates, str):  # as a setting is written on the wire and the command line
+            candidates = [c.strip() for c in candidates.split(",") if c.strip()]
         unknown = [c for c in candidates if c not in CANDIDATES]
         if unknown or not candidates:
             raise InvalidArgument("candidates", f"unknown or no candidates {list(candidates)!r}", ", ".join(CANDIDATES))

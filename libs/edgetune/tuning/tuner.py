@@ -45,6 +45,7 @@ from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predic
 from edgetune.base.risk import upper_bound
 from edgetune.estimation.methods import TRANSFER_METHODS
 from edgetune.optimization.frontier import FrontierSampler
+from edgetune.tuning.fleet import NODE_METHOD, NODE_PARAMS
 from edgetune.tuning.policy import TuningPolicy
 from edgetune.tuning.protocols import Estimator, Measurer, ModelRef, Selector
 from edgetune.tuning.safety import SafetyState, held_out_power_error
@@ -76,6 +77,7 @@ class NodeTuner:
         self.batch_size = int(batch_size)
         self.device, self.workload, self.role = device, workload, role
         self.model_id = model_id or f"{device}/{workload}/{role}/{policy.transfer_method}"
+        self.method = policy.transfer_method  # how the node adapts ``base`` (a fleet's model: its own, use_fleet)
         # given: the caller's (a coordinator flag); else the policy's, for the methods that fine-tune an MLP
         self.transfer_epochs = transfer_epochs or (policy.transfer_epochs if policy.transfer_method in TRANSFER_METHODS
                                                     else None)
@@ -133,12 +135,19 @@ class NodeTuner:
         if warm and self.model is not None and self.transfer_epochs:
             base, epochs = self.model, max(1, round(self.transfer_epochs * WARM_EPOCHS_SHARE))
         self.model = self.estimator.transfer(base, self.points, model_id=self.model_id,
-                                             method=self.policy.transfer_method, seed=self.policy.seed,
+                                             method=self.method, seed=self.policy.seed,
                                              transfer_epochs=epochs, params=self.transfer_params)
         self.predictions = self.estimator.predict(self.model, self.candidates, self.batch_size)
         if self.on_round is not None and announce:  # (refits while verifying are told in the decision's notes)
             self.on_round(self.sampler.rounds_done, n_picks, len(self.points))
         return self.predictions
+
+    def use_fleet(self, model: ModelRef) -> None:
+        """Transfer from a fleet's shared model from now on (:mod:`.fleet`): it was fine-tuned on the pooled
+        profiles of this node's peers, so this node fits only its own residual on top (``fleet.NODE_METHOD``)."""
+        self.base, self.method = model, NODE_METHOD
+        self.transfer_epochs = None  # nothing of the fleet model is fine-tuned again, a warm refit neither
+        self.transfer_params = dict(NODE_PARAMS)
 
     def refresh(self, near: Sequence[float], n_points: int, *, seed: int = 0) -> Predictions:
         """The board changed (drift): measure the ``n_points`` candidates nearest ``near`` (clocks
