@@ -144,6 +144,10 @@ def test_measurement_writes_are_idempotent_by_id(store):
     assert store.get_measurements("orin-agx", "resnet50", "infer") == []
     assert store.get_measurements("xavier-agx", "resnet50", "train") == []
     assert store.get_measurement("nope") is None
+    # many by id in one round trip, in the order asked, None where there is none
+    assert store.get_measurements_by_id(["m3", "nope", "m1"]) == [_m("m3", time_ms=30.0), None,
+                                                                  _m("m1", "n1", energy_j=1.5, settled="true")]
+    assert store.get_measurements_by_id([]) == []
     with pytest.raises(InvalidArgument, match="role"):
         store.get_measurements("orin-agx", "resnet50", "concurrent")
 

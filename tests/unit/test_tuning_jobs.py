@@ -90,6 +90,38 @@ def test_status_is_written_by_the_lease_holder_only():
     assert jobs.get("mnv3-train").phase == "Failed"
 
 
+def test_a_status_read_again_at_its_revision_is_not_built_again_and_a_new_write_is_seen():
+    store = MemoryStore()
+    jobs, other = TuningJobs(store), TuningJobs(store)  # a reader and the leader's writer
+    jobs.submit(_spec())
+    leader = LeaderLease(store, "coordinator", holder_id="r0", lease_ms=5000)
+    assert leader.try_acquire()
+    writer = StatusWriter(other, "mnv3-train", leader.fence)
+    writer.ensure(["a"], {"a": "orin-agx"})
+    first = jobs.get("mnv3-train").status
+    assert first is not None and jobs.get("mnv3-train").status is first  # the same revision: reused
+    writer.update("a", lambda s: s.with_event("profiling", phase="Profiling"))
+    again = jobs.get("mnv3-train").status
+    assert again is not first and again is not None and again.nodes["a"].phase == "Profiling"
+    # what the writer wrote is what a read of that revision gives, without building it from the doc
+    written = other.status("mnv3-train")[0]
+    assert written is not None and written.nodes["a"] is writer.update("a", lambda s: s)
+    # deleted and created again: its revisions count from 1 again, the old record is not taken for the new one
+    jobs.delete("mnv3-train")
+    jobs.submit(_spec())
+    StatusWriter(other, "mnv3-train", leader.fence).ensure(["b"], {"b": "orin-nano"})
+    renewed = jobs.get("mnv3-train").status
+    assert renewed is not None and set(renewed.nodes) == {"b"}
+
+
+def test_a_node_status_builds_its_record_once_and_hands_out_copies():
+    st = NodeStatus("a").with_event("profiling", phase="Profiling")
+    doc = st.to_dict()
+    doc["reason"] = "written into by a store"
+    assert st.to_dict()["reason"] == "" and NodeStatus.from_dict(st.to_dict()) == st
+    assert replace(st, reason="r").to_dict()["reason"] == "r"
+
+
 def test_events_are_bounded_and_records_round_trip():
     st = NodeStatus("a")
     for i in range(MAX_EVENTS + 5):

@@ -6,9 +6,10 @@ target, on a pool of worker processes), the Optimizer and a
 coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
-heartbeats (one thread beats for all); a few worker threads consume every node's job stream
+heartbeats (a thread per 100 nodes, on schedule); a few worker threads consume every node's job stream
 (``JobQueue``, as the agent does; a thread whose nodes have nothing to do asks less and less often, up to
-every 0.2 s, so that 100 agents' polling does not take a core the control plane is timed on) and answer each
+every 0.2 s for 100 nodes (2 s for 1,000), so that the agents' polling does not take a core the control plane
+is timed on) and answer each
 point with the simulated board's truth plus measurement noise (3 % time, 1.5 % power), written under the id
 the real agent writes. The nodes of one device model pool their profiles into a fleet model
 (:mod:`edgetune.tuning.fleet`), as any job's do. The points
@@ -67,8 +68,13 @@ from edgetune.tuning.protocols import reference_model_id
 FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
 PROFILES = 12
 WORKERS = 8
-#: A fleet thread's pause between asks while its nodes have no job: (after work, at most).
+#: A fleet thread's pause between asks while its nodes have no job: after work, and at most for 100 nodes;
+#: a larger fleet pauses longer, so that the fleet asks the store about ASKS_PER_S times a second when idle.
 IDLE_PAUSE_S = (0.01, 0.2)
+ASKS_PER_S = 1000
+#: Nodes one heartbeat thread beats for (one thread for 1,000 nodes let heartbeats lapse on a busy machine:
+#: nodes taken for lost, their tuning paused and started over).
+BEATS_PER_THREAD = 100
 
 
 @dataclass
@@ -96,14 +102,20 @@ class SimulatedFleet:
                                                           power_budget_w=default_budget_w(device)))
             interval = registered.heartbeat_interval_s or interval
 
-        def beat() -> None:
-            while not self._stop.wait(interval):
-                for node_id in self.nodes:
+        def beat(node_ids: list[str]) -> None:
+            # on schedule (the interval from the start of one round to the next), not the interval after a round
+            # that a busy machine made long: the nodes' heartbeats must not lapse because the bench is slow
+            began = time.monotonic()
+            while not self._stop.wait(max(0.0, began + interval - time.monotonic())):
+                began = time.monotonic()
+                for node_id in node_ids:
                     client.heartbeat(node_id, Heartbeat(state="ready"))
 
         ids = list(self.nodes)
         shares = [ids[i::self.workers] for i in range(self.workers)]
-        self._threads = [threading.Thread(target=beat, name="fleet-heartbeat", daemon=True)]
+        beaters = [ids[i::-(-len(ids) // BEATS_PER_THREAD)] for i in range(-(-len(ids) // BEATS_PER_THREAD))]
+        self._threads = [threading.Thread(target=beat, args=(share,), name=f"fleet-heartbeat-{i}", daemon=True)
+                         for i, share in enumerate(beaters)]
         self._threads += [threading.Thread(target=self._work, args=(share, i), name=f"fleet-{i}", daemon=True)
                           for i, share in enumerate(shares)]
         for t in self._threads:
@@ -114,7 +126,7 @@ class SimulatedFleet:
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
         consumer = f"fleet-{index}"
-        pause_s = IDLE_PAUSE_S[0]
+        pause_s, most_s = IDLE_PAUSE_S[0], max(IDLE_PAUSE_S[1], 2 * len(self.nodes) / ASKS_PER_S)
         while not self._stop.is_set():
             idle = True
             for node_id in node_ids:
@@ -134,7 +146,7 @@ class SimulatedFleet:
                         self.points += len(rows)
             # an idle thread asks less and less often (each ask is two store calls per node): the agents' polling
             # would otherwise take a core of the two the control plane is timed on
-            pause_s = min(pause_s * 2, IDLE_PAUSE_S[1]) if idle else IDLE_PAUSE_S[0]
+            pause_s = min(pause_s * 2, most_s) if idle else IDLE_PAUSE_S[0]
             if idle:
                 self._stop.wait(pause_s)
 
@@ -210,7 +222,7 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
                 job = client.job("scale")
                 if job.phase in done or time.monotonic() > deadline:
                     break
-                time.sleep(0.5)
+                time.sleep(max(0.5, len(nodes) / 500))  # a GetTuningJob of 1,000 nodes is ~2 MB to build and send
             job_s = time.perf_counter() - t0
             cpu = {k: _tree_cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
             compute_s = _tree_cpu_s(os.getpid()) - all0

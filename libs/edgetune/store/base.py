@@ -237,6 +237,10 @@ class Store(Protocol):
 
     def get_measurement(self, measurement_id: str) -> MeasurementRecord | None: ...
 
+    def get_measurements_by_id(self, measurement_ids: Sequence[str]) -> list[MeasurementRecord | None]:
+        """Each id's measurement (None where there is none), in the order asked (one round trip)."""
+        ...
+
     def get_measurements(self, device_model: str, workload: str, role: str,
                          node_id: str | None = None) -> list[MeasurementRecord]:
         """Of (device model, workload, role), optionally of one node, in write order."""

@@ -181,9 +181,12 @@ class MemoryStore:
         return new
 
     def get_measurement(self, measurement_id: str) -> MeasurementRecord | None:
+        return self.get_measurements_by_id([measurement_id])[0]
+
+    def get_measurements_by_id(self, measurement_ids: Sequence[str]) -> list[MeasurementRecord | None]:
         with self._cond:
-            found = self._measurements.get(measurement_id)
-        return MeasurementRecord.from_json(found[1]) if found else None
+            found = [self._measurements.get(mid) for mid in measurement_ids]
+        return [MeasurementRecord.from_json(f[1]) if f else None for f in found]
 
     def get_measurements(self, device_model: str, workload: str, role: str,
                          node_id: str | None = None) -> list[MeasurementRecord]:

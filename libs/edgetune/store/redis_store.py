@@ -320,6 +320,15 @@ class RedisBase:
         raw = cast("bytes | None", self.client.hget(self.key("meas", measurement_id), "doc"))
         return MeasurementRecord.from_json(raw) if raw is not None else None
 
+    def get_measurements_by_id(self, measurement_ids: Sequence[str]) -> list[MeasurementRecord | None]:
+        if not measurement_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for mid in measurement_ids:
+            pipe.hget(self.key("meas", mid), "doc")
+        return [MeasurementRecord.from_json(raw) if raw is not None else None
+                for raw in cast("list[bytes | None]", pipe.execute())]
+
     def get_measurements(self, device_model: str, workload: str, role: str,
                          node_id: str | None = None) -> list[MeasurementRecord]:
         check_role(role)

@@ -318,6 +318,15 @@ class NodeStatus:
         return condition(self.conditions, type)
 
     def to_dict(self) -> dict[str, Any]:
+        # built once per status (it is frozen; a job's doc is written whole when one of its 1,000 nodes changes),
+        # a copy handed out (a store may write into it)
+        built = self.__dict__.get("_doc")
+        if built is None:
+            built = self._build_dict()
+            object.__setattr__(self, "_doc", built)
+        return dict(built)
+
+    def _build_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
                 "reason": self.reason, "profiled": self.profiled,
                 "mode": list(self.mode) if self.mode is not None else None,
