@@ -8,11 +8,10 @@ coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
 heartbeats (a thread per 100 nodes, on schedule); a few worker threads consume every node's job stream
 (``JobQueue``, as the agent does; a thread whose nodes have nothing to do asks less and less often, up to
-every 0.2 s for 100 nodes (2 s for 1,000), so that the agents' polling does not take a core the control plane
-is timed on) and answer each
-point with the simulated board's truth plus measurement noise (3 % time, 1.5 % power), written under the id
-the real agent writes. The nodes of one device model pool their profiles into a fleet model
-(:mod:`edgetune.tuning.fleet`), as any job's do. The points
+every 0.2 s for 100 nodes and 2 s for 1,000, so that the agents' polling does not take a core the control
+plane is timed on) and answer each point with the simulated board's truth plus measurement noise (3 % time,
+1.5 % power), written under the id the real agent writes. The nodes of one device model pool their profiles
+into a fleet model (:mod:`edgetune.tuning.fleet`), as any job's do. The points
 skip the measurement protocol's wall time (a simulated agent settles and samples for ~0.1 s a point),
 so what is timed is the control plane: the reconcile loop, the Estimator's transfers and predictions,
 the Optimizer's selections, the store.
