@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,6 +84,27 @@ def _leader(store: MemoryStore) -> LeaderLease:
     return lease
 
 
+@contextmanager
+def leader_loop(store: MemoryStore, registry: NodeRegistry, estimator: LibraryEstimator, node_ids: Iterable[str],
+                **settings: Any) -> Iterator[tuple[Reconciler, dict[str, Board]]]:
+    """The leader's loop over ``store`` (every 0.1 s) and a running board per node; all stopped on exit."""
+    lease = _leader(store)
+    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
+                     point_timeout_s=60, transfer_epochs=40, **settings)
+    boards = {n: Board(store, n) for n in node_ids}
+    for b in boards.values():
+        b.thread.start()
+    rec.start()
+    try:
+        yield rec, boards
+    finally:
+        rec.stop()
+        for b in boards.values():
+            b.stop.set()
+            b.thread.join(2)
+        lease.stop()
+
+
 @pytest.fixture()
 def plane(estimator):
     """A leader with its loop (drift checks every 0.3 s), two registered Orin nodes with boards, a reference."""
@@ -89,21 +113,9 @@ def plane(estimator):
     for node_id, labels in (("orin-agx-1", {"rack": "a"}), ("orin-agx-2", {"rack": "b"})):
         registry.register(NodeRecord(node_id, device=spec_to_dict(get_spec(DEVICE)), labels=labels,
                                      power_budget_w=BUDGET_W))
-    lease = _leader(store)
-    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
-                     point_timeout_s=60, transfer_epochs=40, drift=DriftPolicy(check_s=0.3, near_points=4))
-    boards = {n: Board(store, n) for n in ("orin-agx-1", "orin-agx-2")}
-    for b in boards.values():
-        b.thread.start()
-    rec.start()
-    try:
+    with leader_loop(store, registry, estimator, ("orin-agx-1", "orin-agx-2"),
+                     drift=DriftPolicy(check_s=0.3, near_points=4)) as (rec, boards):
         yield store, rec, boards
-    finally:
-        rec.stop()
-        for b in boards.values():
-            b.stop.set()
-            b.thread.join(2)
-        lease.stop()
 
 
 def _node(jobs: TuningJobs, name: str, node_id: str) -> NodeStatus | None:

@@ -9,18 +9,15 @@ and each is Applied within its budget — the hot one too, by its own correction
 from __future__ import annotations
 
 from harness import wait_for
-from test_reconcile_drift import BUDGET_W, DEVICE, WORKLOAD, Board, _leader
+from test_reconcile_drift import BUDGET_W, DEVICE, WORKLOAD, leader_loop
 from test_reconcile_drift import estimator as estimator  # the module-scoped fixture: a fitted Orin reference
 
-from edgetune.control.configs import ConfigStore
-from edgetune.control.reconcile import Reconciler
 from edgetune.control.registry import NodeRegistry
 from edgetune.control.tuningjobs import TuningJobs
 from edgetune.powermodes.specs import get_spec
 from edgetune.store import MemoryStore, NodeRecord, spec_to_dict
 from edgetune.tuning.fleet import NODE_METHOD, fleet_model_id
 from edgetune.tuning.jobs import NodePhase, TuningJobSpec
-from edgetune.tuning.local import LibrarySelector
 
 NODES = ("orin-agx-1", "orin-agx-2", "orin-agx-3")
 PROFILES = 8
@@ -31,25 +28,13 @@ def test_a_jobs_nodes_of_one_device_model_share_a_fleet_model_and_each_fits_its_
     registry = NodeRegistry(store, heartbeat_ttl_s=120)
     for node_id in NODES:
         registry.register(NodeRecord(node_id, device=spec_to_dict(get_spec(DEVICE)), power_budget_w=BUDGET_W))
-    lease = _leader(store)
-    rec = Reconciler(store, registry, ConfigStore(store), lease, estimator, LibrarySelector(), interval_s=0.1,
-                     point_timeout_s=60, transfer_epochs=40)
-    boards = {n: Board(store, n) for n in NODES}
-    boards["orin-agx-3"].power_factor = 1.12
-    for b in boards.values():
-        b.thread.start()
-    rec.start()
-    jobs = TuningJobs(store)
-    try:
+    with leader_loop(store, registry, estimator, NODES) as (rec, boards):
+        boards["orin-agx-3"].power_factor = 1.12
+        jobs = TuningJobs(store)
         jobs.submit(TuningJobSpec("fleet", WORKLOAD, nodes=NODES, profiles=PROFILES, method="random"))
         status = wait_for(lambda: (s := jobs.get("fleet").status) is not None and len(s.nodes) == 3
                           and all(n.terminal for n in s.nodes.values()) and s, 90, "every node Applied or Failed")
-    finally:
-        rec.stop()
-        for b in boards.values():
-            b.stop.set()
-            b.thread.join(2)
-        lease.stop()
+        pools = rec.cached()["pools"]
     fleet = estimator.find(fleet_model_id("fleet", DEVICE))
     assert fleet is not None and fleet.kind == "transfer"
     for node_id, node in status.nodes.items():
@@ -60,4 +45,4 @@ def test_a_jobs_nodes_of_one_device_model_share_a_fleet_model_and_each_fits_its_
         assert told and f"on {3 * PROFILES} points of 3 {DEVICE} nodes" in told[0], told
         own = estimator.find(f"tuning-fleet-{node_id}")
         assert own is not None and own.kind == NODE_METHOD  # its own residual on the fleet model
-    assert rec.cached()["pools"] == 1
+    assert pools == 1
