@@ -8,6 +8,8 @@ identical: with ``--spread S`` each node's power and time are scaled by its own 
 
 The same nodes, the same profiled points and noise, tuned two ways in one run:
 
+* ``gp``: each node a GP from scratch on its own points (the baseline every transfer must beat; ``ref+gp``'s
+  ``scratch`` candidate alone: the reference lends only its feature ranges, so every mode may be predicted);
 * ``per-node``: each node fine-tunes the reference on its own points (``nn+gp``, the policy's epochs),
   what the controller did before;
 * ``fleet``: the reference fine-tuned once on the pooled points (``edgetune.tuning.fleet``: ``transfer``,
@@ -106,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     policy = default_policy().with_(n_initial=12, rounds=0)  # a job's 12 random profiles (reconcile.policy_for)
     results: dict[str, list[dict[str, float]]] = {}
     cpu: dict[str, float] = {}
-    for way in ("per-node", "fleet"):
+    for way in ("gp", "per-node", "fleet"):
         boards = [Board(args.device, seed, args.spread) for seed in range(args.nodes)]
         # each node's own random modes, as the controller's tuners draw them (seeded by node in the bench)
-        tuners = [NodeTuner(policy.with_(seed=seed), board, estimator, selector, base=base, candidates=candidates,
+        own = policy.with_(transfer_method="ref+gp") if way == "gp" else policy
+        tuners = [NodeTuner(own.with_(seed=seed), board, estimator, selector, base=base, candidates=candidates,
                             batch_size=BATCH, device=args.device, workload=WORKLOAD, model_id=f"{way}-{seed}",
-                            power_range_w=(0.7 * budget_w, budget_w)) for seed, board in enumerate(boards)]
+                            power_range_w=(0.7 * budget_w, budget_w),
+                            transfer_params={"candidates": "scratch"} if way == "gp" else None)
+                  for seed, board in enumerate(boards)]
         for t in tuners:
             t.profile_initial()
         c0 = time.process_time()

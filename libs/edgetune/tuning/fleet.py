@@ -9,9 +9,10 @@ affine correction and a GP over the node's own points; the std its cross-validat
 calibration gives). A board unlike its peers moves its own correction, not the fleet model.
 
 Measured (``experiments/fleet_pooling.py``: 40 Orin AGX nodes of 12 profiles, boards' power ±10 %, the
-same nodes, points and noise both ways in one run): time MAPE p50 14.1 % → 3.0 %, power 5.8 % → 2.3 %, the
+same nodes, points and noise each way in one run; a GP from scratch on each node's points beside: 17.6 % time
+MAPE, 5.1 % power, choices up to 3.0× the best): time MAPE p50 14.1 % → 3.0 %, power 5.8 % → 2.3 %, the
 90 % power interval covering 15 % → 89 % of the modes, each node's choice 1.045× → 1.035× the best within
-its budget (worst 1.37× → 1.15×), estimation CPU per node 2.2 s → 0.5 s. Not shown on real boards: the
+its budget (worst 1.37× → 1.15×), estimation CPU per node 2.1 s → 0.3 s. Not shown on real boards: the
 real measurements at hand are of one board per device (``experiments/results/fleet_pooling.md``). The nodes
 must profile different modes (the coordinator seeds each node's draw by its id): 40 nodes that all profiled
 the same 12 modes gave a fleet model no better than each node's own (time MAPE 21.8 %, against 3.8 %).
