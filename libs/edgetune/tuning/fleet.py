@@ -60,7 +60,8 @@ def pooled(points: dict[str, Points], *, seed: int = 0, max_rows: int = FLEET_MA
     """Every node's points, in node-id order (whatever order they joined in); at most ``max_rows``, a
     seeded draw in row order."""
     ids = sorted(points)
-    out = Points.empty(points[ids[0]].device, points[ids[0]].workload, points[ids[0]].role) if ids else Points.empty()
+    first = points[ids[0]]  # a pool holds at least the node that fits it
+    out = Points.empty(first.device, first.workload, first.role)
     for node_id in ids:
         out = out + points[node_id]
     if len(out) > max_rows:
