@@ -616,14 +616,14 @@ def test_write_between_watch_and_exec_is_caught(redis_store, monkeypatch):
     store = redis_store
     rev = store.put_doc("session", "s1", {"v": 0})
     other = open_store(store.url, namespace=store.namespace)
-    real_incr, interfered = store.client.incr, []
+    real_next, interfered = store._next_revision, []
 
-    def incr_after_rival_write(name, *args, **kwargs):
-        if name.endswith(":doc-rev") and not interfered:
+    def next_after_rival_write(pipe):
+        if not interfered:
             interfered.append(other.put_doc("session", "s1", {"v": "rival"}))
-        return real_incr(name, *args, **kwargs)
+        return real_next(pipe)
 
-    monkeypatch.setattr(store.client, "incr", incr_after_rival_write)
+    monkeypatch.setattr(store, "_next_revision", next_after_rival_write)
     try:
         with pytest.raises(RevisionConflict) as err:
             store.put_doc("session", "s1", {"v": 1}, expected_revision=rev)
@@ -637,20 +637,45 @@ def test_write_between_watch_and_exec_is_caught(redis_store, monkeypatch):
         other.close()
 
 
+def test_more_concurrent_doc_writers_than_connections_all_finish(redis_store):
+    # A doc write holds its pipe's connection from WATCH to EXEC; taking the revision number on a
+    # second connection deadlocked once every connection was held by a writer waiting for another.
+    store = RedisStore(redis_store.url, namespace=redis_store.namespace, pool_size=2, pool_timeout_s=3.0)
+    assert store.acquire_lease("coordinator", "a", 5000)
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            for k in range(5):
+                store.put_doc("node", f"n{i}", {"k": k}, fence=Fence("coordinator", "a"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert errors == [] and [store.get_doc("node", f"n{i}").doc for i in range(8)] == [{"k": 4}] * 8
+    finally:
+        store.close()
+
+
 def test_a_renewal_during_a_fenced_write_is_no_conflict(redis_store, monkeypatch):
     # The fenced write WATCHes the lease key too: a renewal landing between WATCH and EXEC
     # aborts the EXEC, and the write is tried again (not reported as a revision conflict).
     store = redis_store
     assert store.acquire_lease("coordinator", "a", 5000)
     rev = store.put_doc("tuning-job", "j1", {"v": 0})
-    real_incr, renewed = store.client.incr, []
+    real_next, renewed = store._next_revision, []
 
-    def incr_after_renewal(name, *args, **kwargs):
-        if name.endswith(":doc-rev") and not renewed:
+    def next_after_renewal(pipe):
+        if not renewed:
             renewed.append(store.renew_lease("coordinator", "a", 5000))
-        return real_incr(name, *args, **kwargs)
+        return real_next(pipe)
 
-    monkeypatch.setattr(store.client, "incr", incr_after_renewal)
+    monkeypatch.setattr(store, "_next_revision", next_after_renewal)
     new = store.put_doc("tuning-job", "j1", {"v": 1}, expected_revision=rev, fence=Fence("coordinator", "a"))
     assert renewed == [True] and store.get_doc("tuning-job", "j1") == ({"v": 1}, new)
 

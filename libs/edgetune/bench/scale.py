@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from edgetune.control.jobs import JobQueue
 from edgetune.control.leader import LeaderLease
 from edgetune.control.reconcile import CANDIDATE_GRID, Reconciler
 from edgetune.control.registry import NodeRegistry
-from edgetune.control.tuningjobs import TuningJobs
+from edgetune.control.tuningjobs import StatusWriter, TuningJobs
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.estimation.records import FitSpec, MeasuredRow
 from edgetune.identity import open_channel
@@ -60,7 +61,7 @@ from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
 from edgetune.store import Heartbeat, MeasurementRecord, NodeAnnouncement, NodeRecord, ProfileJob, open_store
 from edgetune.store.nodes import spec_to_dict
-from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningJobStatus, TuningMethod
+from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningMethod
 from edgetune.tuning.protocols import reference_model_id
 
 #: The fleet: device model -> nodes (100 in all).
@@ -354,6 +355,10 @@ def tuning_job_1000_nodes() -> dict[str, Any]:
 RECONCILE_NODES = 1000
 
 
+def _replaced_by(new: NodeStatus, _old: NodeStatus) -> NodeStatus:
+    return new
+
+
 @benchmark("reconcile_pass_1000_nodes", "one reconcile pass of the leader over a TuningJob of 1,000 Applied nodes "
            "(embedded Redis) <= 1 s", "pass_s", 1.0)
 def reconcile_pass_1000_nodes() -> dict[str, Any]:
@@ -374,16 +379,17 @@ def reconcile_pass_1000_nodes() -> dict[str, Any]:
             jobs = TuningJobs(store)
             jobs.submit(TuningJobSpec(name="fleet", workload="mobilenetv3", nodes=tuple(ids), profiles=12))
             now = time.time()
-            nodes = {}
+            writer = StatusWriter(jobs, "fleet", lambda: None)  # type: ignore[arg-type, return-value]
+            writer.ensure(ids, {n: "orin-agx" for n in ids})
             for node_id in ids:
                 st = NodeStatus(node_id, "orin-agx", started_s=now, updated_s=now)
                 for message in ("tuning for 30 W", "12 points measured", "12 points profiled; transferring",
                                 "selecting for 30 W at risk 0.05", "measured 27.1 W, 80.2 ms"):
                     st = st.with_event(message)
-                nodes[node_id] = st.with_event("config published", phase=NodePhase.APPLIED, power_budget_w=30.0,
-                                               mode=(8.0, 2201.6, 1300.5, 3199.0), batch_size=16,
-                                               measured_power_w=27.1, measured_time_ms=80.2)
-            jobs.put_status(TuningJobStatus("fleet", nodes, updated_s=now), None)
+                applied = st.with_event("config published", phase=NodePhase.APPLIED, power_budget_w=30.0,
+                                        mode=(8.0, 2201.6, 1300.5, 3199.0), batch_size=16,
+                                        measured_power_w=27.1, measured_time_ms=80.2)
+                writer.update(node_id, partial(_replaced_by, applied))
             lease = LeaderLease(store, "bench-reconcile-pass", lease_ms=5000, holder_id="bench")
             lease.start()
             try:

@@ -525,7 +525,7 @@ class Reconciler:
             self._stop_workers(lambda _key: True)
             return
         STEPS.labels("pass").inc()
-        views = self.jobs.list()
+        views = self.jobs.list(statuses=False)  # each job's status read once, by its writer's ensure
         # no job: no need to read the fleet (1,000 nodes' records a pass hold the GIL from the config pushes)
         live = {n.node_id: n for n in self.registry.nodes()} if views else {}
         active: set[tuple[str, str]] = set()

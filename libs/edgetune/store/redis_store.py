@@ -422,14 +422,19 @@ class RedisBase:
 
         def write(pipe: Any) -> None:
             nonlocal revision
-            # Taken outside MULTI so the value is known; a lost race wastes a number, nothing else.
-            revision = int(self.client.incr(self.key("doc-rev")))
+            revision = self._next_revision(pipe)
             pipe.multi()
             pipe.hset(self.key("doc", kind, key), mapping={"doc": payload, "rev": revision})
             pipe.sadd(self.key("doc-index", kind), escape_part(key))
 
         self._cas(kind, key, expected_revision, fence, write)
         return revision
+
+    def _next_revision(self, pipe: Any) -> int:
+        """A new doc revision, taken between WATCH and MULTI so the value is known (a lost race wastes a
+        number, nothing else); on the pipe's own connection: one more taken from the pool while the pipe holds
+        one deadlocks once as many writers as the pool has connections each hold one and wait for another."""
+        return int(pipe.incr(self.key("doc-rev")))
 
     def get_doc(self, kind: str, key: str, *, missing_ok: bool = False) -> VersionedDoc | None:
         raw, rev = cast("list[bytes | None]", self.client.hmget(self.key("doc", kind, key), ["doc", "rev"]))

@@ -318,15 +318,6 @@ class NodeStatus:
         return condition(self.conditions, type)
 
     def to_dict(self) -> dict[str, Any]:
-        # built once per status (it is frozen; a job's doc is written whole when one of its 1,000 nodes changes),
-        # a copy handed out (a store may write into it)
-        built = self.__dict__.get("_doc")
-        if built is None:
-            built = self._build_dict()
-            object.__setattr__(self, "_doc", built)
-        return dict(built)
-
-    def _build_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "device": self.device, "phase": NodePhase(self.phase).value,
                 "reason": self.reason, "profiled": self.profiled,
                 "mode": list(self.mode) if self.mode is not None else None,
@@ -375,9 +366,8 @@ def _event(e: Any) -> TuningEvent:
 
 @dataclass(frozen=True)
 class TuningJobStatus:
-    """The leader's view of a job: one :class:`NodeStatus` per target node."""
-
-    SCHEMA_VERSION: ClassVar[int] = 1
+    """The leader's view of a job: one :class:`NodeStatus` per target node (stored as one doc per node and
+    one for the job: :mod:`edgetune.control.tuningjobs`)."""
 
     name: str
     nodes: Mapping[str, NodeStatus] = field(default_factory=dict)
@@ -385,18 +375,6 @@ class TuningJobStatus:
     updated_s: float = 0.0
     #: The job's own conditions (``NoMatchingNodes``); each node has its own.
     conditions: tuple[Condition, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.SCHEMA_VERSION, "name": self.name, "cancelled": self.cancelled,
-                "updated_s": self.updated_s, "nodes": [n.to_dict() for n in self.nodes.values()],
-                "conditions": [c.to_dict() for c in self.conditions]}
-
-    @classmethod
-    def from_dict(cls, doc: Any) -> TuningJobStatus:
-        d = _schema(doc, cls.__name__, cls.SCHEMA_VERSION)
-        nodes = [NodeStatus.from_dict(n) for n in d["nodes"]]
-        return cls(d["name"], {n.node_id: n for n in nodes}, bool(d["cancelled"]), float(d["updated_s"]),
-                   tuple(Condition.from_dict(c) for c in d.get("conditions", ())))  # absent before conditions
 
 
 def job_phase(spec: TuningJobSpec, status: TuningJobStatus | None, generation: int = 1) -> JobPhase:
