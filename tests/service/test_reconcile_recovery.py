@@ -18,6 +18,7 @@ from harness import wait_for
 from test_reconcile_drift import BUDGET_W, DEVICE, WORKLOAD, Board, _leader, _node
 from test_reconcile_drift import estimator as estimator  # the module-scoped fixture: a fitted Orin reference
 
+from edgetune.control import reconcile
 from edgetune.control.configs import ConfigStore
 from edgetune.control.reconcile import Reconciler
 from edgetune.control.registry import NodeRegistry
@@ -138,6 +139,28 @@ def test_a_target_matching_no_node_is_a_condition_within_one_pass(estimator):
         rec.run_once()
         cond = next(c for c in jobs.get("typo").conditions if c.type == ConditionType.NO_MATCHING_NODES)
         assert not cond.true and cond.reason == "AllMatched"
+    finally:
+        rec.stop()
+        lease.stop()
+
+
+def test_a_pass_starts_a_bounded_number_of_workers_and_the_next_pass_comes_at_once(monkeypatch):
+    store = MemoryStore()
+    registry = NodeRegistry(store, heartbeat_ttl_s=120)
+    ids = [f"orin-agx-{i}" for i in range(5)]
+    for node_id in ids:
+        registry.register(NodeRecord(node_id, device=spec_to_dict(get_spec(DEVICE)), power_budget_w=BUDGET_W))
+    lease = _leader(store)
+    rec = Reconciler(store, registry, ConfigStore(store), lease, LibraryEstimator(), LibrarySelector())
+    monkeypatch.setattr(reconcile, "MAX_STARTS_PER_PASS", 3)
+    monkeypatch.setattr(rec, "_work", lambda spec, node, stop, rebudget, check: stop.wait(10))  # a worker that waits
+    try:
+        TuningJobs(store).submit(TuningJobSpec("many", WORKLOAD, nodes=tuple(ids)))
+        rec.run_once()
+        assert rec.cached()["workers"] == 3 and rec._wake.is_set()  # the rest at the next pass, woken now
+        rec._wake.clear()
+        rec.run_once()
+        assert rec.cached()["workers"] == 5 and not rec._wake.is_set()
     finally:
         rec.stop()
         lease.stop()

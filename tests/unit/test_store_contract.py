@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+import redis
 from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS, redis_children
 
 from edgetune.base.mode import PowerMode
@@ -659,6 +660,22 @@ def test_more_concurrent_doc_writers_than_connections_all_finish(redis_store):
             t.join(30)
         assert errors == [] and [store.get_doc("node", f"n{i}").doc for i in range(8)] == [{"k": 4}] * 8
     finally:
+        store.close()
+
+
+def test_leases_are_renewed_while_every_pooled_connection_is_busy(redis_store):
+    # A leader's thousand workers hold the pool's connections; its lease renewals must not queue behind them.
+    assert redis_store.lease_client is not redis_store.client
+    store = RedisStore(redis_store.url, namespace=redis_store.namespace, pool_size=1, pool_timeout_s=0.5)
+    held = store.client.connection_pool.get_connection()
+    try:
+        assert store.acquire_lease("coordinator", "a", 5000) and store.renew_lease("coordinator", "a", 5000)
+        assert store.lease_holder("coordinator") == "a" and 0 < (store.lease_ttl_ms("coordinator") or 0) <= 5000
+        with pytest.raises(redis.ConnectionError):  # the pool itself is taken
+            store.get("k")
+        assert store.release_lease("coordinator", "a")
+    finally:
+        store.client.connection_pool.release(held)
         store.close()
 
 

@@ -6,7 +6,7 @@ target, on a pool of worker processes), the Optimizer and a
 coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
-heartbeats (a thread per 100 nodes, on schedule); a few worker threads consume every node's job stream
+heartbeats (a thread per 100 nodes, on schedule, their beats in flight at once); a few worker threads consume every node's job stream
 (``JobQueue``, as the agent does; a thread whose nodes have nothing to do asks less and less often, up to
 every 0.2 s for 100 nodes and 2 s for 1,000, so that the agents' polling does not take a core the control
 plane is timed on) and answer each point with the simulated board's truth plus measurement noise (3 % time,
@@ -27,6 +27,7 @@ throughout); the 1-minute load average at the end says how busy the machine was.
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import tempfile
@@ -59,14 +60,20 @@ from edgetune.localrun.localcluster import LocalCluster
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.protocol import measurement_id
+from edgetune.proto.serde.coordinator import heartbeat_to_proto
+from edgetune.proto.v1 import coordinator_pb2_grpc
 from edgetune.store import Heartbeat, MeasurementRecord, NodeAnnouncement, NodeRecord, ProfileJob, open_store
 from edgetune.store.nodes import spec_to_dict
 from edgetune.tuning.jobs import JobPhase, NodePhase, NodeStatus, TuningJobSpec, TuningMethod
 from edgetune.tuning.protocols import reference_model_id
 
+log = logging.getLogger(__name__)
+
 #: The fleet: device model -> nodes (100 in all).
 FLEET = {"orin-agx": 40, "xavier-agx": 30, "orin-nano": 20, "nano": 10}
 PROFILES = 12
+#: A simulated agent's heartbeat deadline (NodesClient's default is 5 s; its agents beat every 5 s).
+HEARTBEAT_TIMEOUT_S = 10.0
 WORKERS = 8
 #: A fleet thread's pause between asks while its nodes have no job: after work, and at most for 100 nodes;
 #: a larger fleet pauses longer, so that the fleet asks the store about ASKS_PER_S times a second when idle.
@@ -87,6 +94,7 @@ class SimulatedFleet:
     workers: int = WORKERS
     seed: int = 0
     points: int = 0
+    heartbeats_failed: int = 0
     _channel: Any = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -102,14 +110,24 @@ class SimulatedFleet:
                                                           power_budget_w=default_budget_w(device)))
             interval = registered.heartbeat_interval_s or interval
 
+        stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+
         def beat(node_ids: list[str]) -> None:
             # on schedule (the interval from the start of one round to the next), not the interval after a round
-            # that a busy machine made long: the nodes' heartbeats must not lapse because the bench is slow
+            # that a busy machine made long: the nodes' heartbeats must not lapse because the bench is slow; and
+            # all in flight at once, as from agents of their own (one after another, a slow beat held up the rest)
             began = time.monotonic()
             while not self._stop.wait(max(0.0, began + interval - time.monotonic())):
                 began = time.monotonic()
-                for node_id in node_ids:
-                    client.heartbeat(node_id, Heartbeat(state="ready"))
+                sent = [(node_id, stub.Heartbeat.future(heartbeat_to_proto(node_id, Heartbeat(state="ready")),
+                                                        timeout=HEARTBEAT_TIMEOUT_S)) for node_id in node_ids]
+                for node_id, reply in sent:
+                    try:
+                        reply.result()
+                    except grpc.RpcError as exc:  # as an agent does: the next beat is sent all the same
+                        with self._lock:
+                            self.heartbeats_failed += 1
+                        log.warning("heartbeat of %s failed: %s", node_id, exc.code())
 
         ids = list(self.nodes)
         shares = [ids[i::self.workers] for i in range(self.workers)]
@@ -212,8 +230,12 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
             spec = TuningJobSpec(name="scale", workload="mobilenetv3", role=Role.TRAIN.value, batch_sizes=(16,),
                                  nodes=tuple(nodes), profiles=PROFILES, method=TuningMethod.RANDOM)
             pids = {"estimator": cluster.estimator.pid, "coordinator": cluster.coordinator.pid}
+            if cluster.optimizer is not None:
+                pids["optimizer"] = cluster.optimizer.pid
+            if cluster.redis is not None and cluster.redis.pid:
+                pids["redis"] = cluster.redis.pid
             cpu0 = {k: _tree_cpu_s(pid) for k, pid in pids.items()}
-            all0 = _tree_cpu_s(os.getpid())
+            all0, own0 = _tree_cpu_s(os.getpid()), time.process_time()
             t0 = time.perf_counter()
             client.submit_job(spec)
             done = (JobPhase.SUCCEEDED, JobPhase.FAILED)
@@ -226,6 +248,7 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
             job_s = time.perf_counter() - t0
             cpu = {k: _tree_cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
             compute_s = _tree_cpu_s(os.getpid()) - all0
+            cpu["bench_agents"] = time.process_time() - own0  # this process: the simulated agents, the job polls
             coordinator_rss_mb = _rss_mb(cluster.coordinator.pid)
         finally:
             fleet.close()
@@ -259,12 +282,14 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
             "time_over_best": {"p50": round(float(np.median(over_best)), 3), "max": round(float(max(over_best)), 3)}
             if over_best else {},
             "failed": dict(list(failed.items())[:5]), "points_measured": fleet.points,
+            "heartbeats_failed": fleet.heartbeats_failed,
             "node_reconcile": _stats(per_node), "phases": {k: _stats(v) for k, v in phases.items()},
             f"pass_over_{len(nodes)}_applied_ms": round(float(np.median(passes)) * 1e3, 1),
             "estimator_cpu_s_per_node": round(cpu["estimator"] / len(nodes), 3),
             "coordinator_cpu_s_per_node": round(cpu["coordinator"] / len(nodes), 3),
             "coordinator_rss_mb": coordinator_rss_mb,
             "compute_s": round(compute_s, 1), "cores": os.cpu_count(),
+            "cpu_s_by_process": {k: round(v, 1) for k, v in cpu.items()},
             "wall_over_compute": round(job_s / max(compute_s / (os.cpu_count() or 1), 1e-9), 2),
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "nodes_per_minute": round(len(applied) / job_s * 60, 1),

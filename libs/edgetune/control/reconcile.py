@@ -29,7 +29,8 @@ power in the status.
 
 Triggers: a pass runs at once on :meth:`Reconciler.wake` (a job submitted, a node registered, a node's
 worker ended), and every ``interval_s`` besides (heartbeats lost, drift checks due, backoffs passed); wakes
-that come faster than passes end are taken together, passes keeping to :data:`PASS_SHARE` of the time. A
+that come faster than passes end are taken together, passes keeping to :data:`PASS_SHARE` of the time; a pass
+starts at most :data:`MAX_STARTS_PER_PASS` workers (a 1,000-node job starts over ten passes, not at once). A
 worker waiting for its node's points is woken when this process acknowledges one of the node's jobs (the
 agents' NodeJobs calls), else reads the store at a poll that backs off to :data:`MAX_POLL_S` while nothing
 lands. Level-triggered: a node's status follows its spec and budget, never a past failure. A node whose
@@ -441,8 +442,14 @@ class _Worker:
     stop: threading.Event
 
 
-#: The most of the loop's time its passes take when wakes come faster than passes end (:meth:`Reconciler._run`).
-PASS_SHARE = 0.3
+#: The most of the loop's time its passes take when wakes come faster than passes end (:meth:`Reconciler._run`):
+#: a pass over 1,000 nodes (~0.25 s) at most every ~1.7 s (at 0.3 they took ~40 % of the leader's CPU in the
+#: 1,000-node bench, woken by one worker's end after another); and the longest a long pass defers the next (a
+#: first pass over a new 1,000-node job takes seconds; the nodes lost meanwhile wait for the next one).
+PASS_SHARE, MAX_PASS_DEFER_S = 0.15, 5.0
+#: Workers one pass starts at most (the rest at the next pass, at once): a thousand started together each
+#: wrote and queued at the same moment, and the coordinator's own heartbeat handlers waited >10 s for the store.
+MAX_STARTS_PER_PASS = 100
 
 
 class Reconciler:
@@ -514,8 +521,8 @@ class Reconciler:
             spent = time.monotonic() - began
             self._wake.wait(self.interval_s)
             # a fleet's workers end one after another, each waking a pass: passes keep to PASS_SHARE of the time,
-            # so a pass over 1,000 nodes (~0.2 s) does not take a core from the workers it is there to start
-            self._stop.wait(max(0.0, spent / PASS_SHARE - (time.monotonic() - began)))
+            # so a pass over 1,000 nodes does not take a core from the workers it is there to start
+            self._stop.wait(max(0.0, min(spent / PASS_SHARE, spent + MAX_PASS_DEFER_S) - (time.monotonic() - began)))
             self._wake.clear()
 
     # -- one pass --------------------------------------------------------------------------------
@@ -529,6 +536,7 @@ class Reconciler:
         # no job: no need to read the fleet (1,000 nodes' records a pass hold the GIL from the config pushes)
         live = {n.node_id: n for n in self.registry.nodes()} if views else {}
         active: set[tuple[str, str]] = set()
+        started = 0
         for view in views:
             name = view.spec.name
             if view.spec.cancelled:
@@ -557,13 +565,15 @@ class Reconciler:
                 if not node.live:
                     self._fail_if_lost_too_long(writer, st, node)
                     continue
-                if st.phase == NodePhase.APPLIED and not rebudget:
-                    if self._check_due(key):
-                        self._start_worker(view, node, False, check=True)
+                if st.phase == NodePhase.APPLIED and not rebudget and not self._check_due(key):
                     continue
-                if st.terminal and not rebudget:
+                if st.terminal and not rebudget and st.phase != NodePhase.APPLIED:
                     continue
-                self._start_worker(view, node, rebudget)
+                if started >= MAX_STARTS_PER_PASS:  # the rest at the next pass, which comes at once
+                    self._wake.set()
+                    continue
+                check = st.phase == NodePhase.APPLIED and not rebudget
+                started += self._start_worker(view, node, rebudget, check=check)
         self._prune(active)
 
     def _fail_if_lost_too_long(self, writer: StatusWriter, st: NodeStatus, node: NodeRecord) -> None:
@@ -638,12 +648,13 @@ class Reconciler:
             self._writers[name] = StatusWriter(self.jobs, name, self.lease.fence)
         return self._writers[name]
 
-    def _start_worker(self, view: TuningJobView, node: NodeRecord, rebudget: bool, *, check: bool = False) -> None:
+    def _start_worker(self, view: TuningJobView, node: NodeRecord, rebudget: bool, *, check: bool = False) -> bool:
+        """Start the (job, node)'s worker unless it runs; True when one was started."""
         key = (view.spec.name, node.node_id)
         with self._lock:
             w = self._workers.get(key)
             if w is not None and w.thread.is_alive():
-                return
+                return False
             if check:
                 self._checked[key] = time.monotonic()
             stop = threading.Event()
@@ -651,6 +662,7 @@ class Reconciler:
                                       name=f"tune-{view.spec.name}-{node.node_id}", daemon=True)
             self._workers[key] = _Worker(thread, stop)
             thread.start()
+        return True
 
     def _stop_workers(self, which: Callable[[tuple[str, str]], bool]) -> None:
         with self._lock:

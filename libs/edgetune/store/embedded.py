@@ -35,7 +35,14 @@ from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.parent_death import launch_argv
 
 from .base import DEFAULT_NAMESPACE
-from .redis_store import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, RedisBase, blocking_pool, wait_for_ping
+from .redis_store import (
+    DEFAULT_POOL_SIZE,
+    DEFAULT_POOL_TIMEOUT_S,
+    LEASE_CONNECTIONS,
+    RedisBase,
+    blocking_pool,
+    wait_for_ping,
+)
 
 _LOCK_NAME = "edgetune-redis.lock"
 _LIVE: set[EmbeddedRedisServer] = set()
@@ -343,12 +350,15 @@ class EmbeddedStore(RedisBase):
     ) -> None:
         self.server = EmbeddedRedisServer(port=None, dir=path, unixsocket=True)
         self.server.start()
-        try:
-            client = blocking_pool(redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+        def client(connections: int) -> redis.Redis:
+            return blocking_pool(redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
                 connection_class=redis.UnixDomainSocketConnection, path=self.server.socket_path,
                 socket_timeout=30, retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), 3),
-                max_connections=DEFAULT_POOL_SIZE, timeout=DEFAULT_POOL_TIMEOUT_S))
-            super().__init__(client, namespace=namespace, url=self.server.url)
+                max_connections=connections, timeout=DEFAULT_POOL_TIMEOUT_S))
+
+        try:
+            super().__init__(client(DEFAULT_POOL_SIZE), namespace=namespace, url=self.server.url,
+                             lease_client=client(LEASE_CONNECTIONS))
         except BaseException:
             self.server.stop()
             raise
@@ -366,4 +376,5 @@ class EmbeddedStore(RedisBase):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+            self.lease_client.close()
         self.server.stop()

@@ -85,6 +85,8 @@ GROUP = "agents"
 DEFAULT_POOL_SIZE = 64
 #: How long a call waits for a free connection before failing (as unavailable: retried).
 DEFAULT_POOL_TIMEOUT_S = 10.0
+#: Connections of the leases' own pool (RedisBase.lease_client).
+LEASE_CONNECTIONS = 2
 T = TypeVar("T")
 ROUND_KEY = ("round", "last")
 #: What a lease without an expiry (never set by this code) reports as its TTL.
@@ -224,16 +226,21 @@ class RedisBase:
 
     backend = "redis"
 
-    def __init__(self, client: redis.Redis, *, namespace: str = DEFAULT_NAMESPACE, url: str = "") -> None:
+    def __init__(self, client: redis.Redis, *, namespace: str = DEFAULT_NAMESPACE, url: str = "",
+                 lease_client: redis.Redis | None = None) -> None:
         self.client = client
+        #: Leases on connections of their own (``client`` when none is given): a renewal queued behind a
+        #: leader's own thousand workers for the pool's connections came too late, and the leader lost its lease
+        #: (and stopped every worker) in the first 30 s of a 1,000-node job.
+        self.lease_client = lease_client or client
         self.namespace = escape_part(namespace)
         self.url = url
         self._put_measurement = client.register_script(_PUT_MEASUREMENT)
         self._put_blob = client.register_script(_PUT_BLOB)
         self._submit_job = client.register_script(_SUBMIT_JOB)
         self._publish = client.register_script(_PUBLISH)
-        self._renew_lease = client.register_script(_RENEW_LEASE)
-        self._release_lease = client.register_script(_RELEASE_LEASE)
+        self._renew_lease = self.lease_client.register_script(_RENEW_LEASE)
+        self._release_lease = self.lease_client.register_script(_RELEASE_LEASE)
         self._groups: set[str] = set()
 
     # -- keys -------------------------------------------------------------------------------
@@ -275,6 +282,8 @@ class RedisBase:
 
     def close(self) -> None:
         self.client.close()
+        if self.lease_client is not self.client:
+            self.lease_client.close()
 
     def __enter__(self) -> RedisBase:
         return self
@@ -750,7 +759,7 @@ class RedisBase:
     # -- leases -----------------------------------------------------------------------------
 
     def acquire_lease(self, name: str, holder: str, ttl_ms: int) -> bool:
-        return bool(self.client.set(self.key("leader", name), holder, nx=True, px=int(ttl_ms)))
+        return bool(self.lease_client.set(self.key("leader", name), holder, nx=True, px=int(ttl_ms)))
 
     def renew_lease(self, name: str, holder: str, ttl_ms: int) -> bool:
         return bool(self._renew_lease(keys=[self.key("leader", name)], args=[holder, int(ttl_ms)]))
@@ -759,11 +768,11 @@ class RedisBase:
         return bool(self._release_lease(keys=[self.key("leader", name)], args=[holder]))
 
     def lease_holder(self, name: str) -> str | None:
-        raw = cast("bytes | None", self.client.get(self.key("leader", name)))
+        raw = cast("bytes | None", self.lease_client.get(self.key("leader", name)))
         return _text(raw) if raw is not None else None
 
     def lease_ttl_ms(self, name: str) -> int | None:
-        ms = int(self.client.pttl(self.key("leader", name)))
+        ms = int(self.lease_client.pttl(self.key("leader", name)))
         return None if ms == -2 else (_NO_EXPIRY_MS if ms == -1 else ms)
 
     # -- the last applied round -------------------------------------------------------------
@@ -818,17 +827,19 @@ class RedisStore(RedisBase):
     ) -> None:
         # Keepalive is a TCP option; redis-py refuses it for unix-socket connections.
         tcp: dict[str, Any] = {} if url.lower().startswith("unix://") else {"socket_keepalive": True}
-        client = blocking_pool(
-            redis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=pool_timeout_s,
-            **tcp,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-            health_check_interval=health_check_interval_s,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=connect_timeout_s,
-            client_name="edgetune",
-        ))
-        super().__init__(client, namespace=namespace, url=url)
+
+        def client(connections: int) -> redis.Redis:
+            return blocking_pool(redis.BlockingConnectionPool.from_url(
+                url, max_connections=connections, timeout=pool_timeout_s, **tcp,
+                retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
+                retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+                health_check_interval=health_check_interval_s,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=connect_timeout_s,
+                client_name="edgetune",
+            ))
+
+        super().__init__(client(pool_size), namespace=namespace, url=url, lease_client=client(LEASE_CONNECTIONS))
 
 
 
