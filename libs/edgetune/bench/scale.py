@@ -7,9 +7,9 @@ coordinator with its reconcile loop, as separate processes on loopback (a
 :class:`~edgetune.localrun.localcluster.LocalCluster`, as ``edgetune up`` runs them), and a
 :class:`SimulatedFleet`: 100 simulated agents in the bench's process. Each node registers with the coordinator over gRPC (RegisterNode) and
 heartbeats (a thread per 100 nodes, on schedule, their beats in flight at once); a few worker threads consume every node's job stream
-(``JobQueue``, as the agent does; a thread whose nodes have nothing to do asks less and less often, up to
-every 0.2 s for 100 nodes and 2 s for 1,000, so that the agents' polling does not take a core the control
-plane is timed on) and answer each point with the simulated board's truth plus measurement noise (3 % time,
+(``JobQueue``, as the agent does; a node with nothing to do is asked less and less often, up to every 0.2 s
+for 100 nodes and 2 s for 1,000, so that the agents' polling does not take a core the control plane is
+timed on) and answer each point with the simulated board's truth plus measurement noise (3 % time,
 1.5 % power), written under the id the real agent writes. The nodes of one device model pool their profiles
 into a fleet model (:mod:`edgetune.tuning.fleet`), as any job's do. The points
 skip the measurement protocol's wall time (a simulated agent settles and samples for ~0.1 s a point),
@@ -75,7 +75,7 @@ PROFILES = 12
 #: A simulated agent's heartbeat deadline (NodesClient's default is 5 s; its agents beat every 5 s).
 HEARTBEAT_TIMEOUT_S = 10.0
 WORKERS = 8
-#: A fleet thread's pause between asks while its nodes have no job: after work, and at most for 100 nodes;
+#: A node's pause between asks while it has no job: after work, and at most for 100 nodes;
 #: a larger fleet pauses longer, so that the fleet asks the store about ASKS_PER_S times a second when idle.
 IDLE_PAUSE_S = (0.01, 0.2)
 ASKS_PER_S = 1000
@@ -114,13 +114,19 @@ class SimulatedFleet:
 
         def beat(node_ids: list[str]) -> None:
             # on schedule (the interval from the start of one round to the next), not the interval after a round
-            # that a busy machine made long: the nodes' heartbeats must not lapse because the bench is slow; and
-            # all in flight at once, as from agents of their own (one after another, a slow beat held up the rest)
+            # that a busy machine made long: the nodes' heartbeats must not lapse because the bench is slow; each
+            # node at its own moment of the interval, as agents started one after another beat, and none waiting
+            # for another's answer (one after another, a slow beat held up the rest; all at once, 1,000 beats
+            # in one burst kept the coordinator's store connections from its workers)
             began = time.monotonic()
             while not self._stop.wait(max(0.0, began + interval - time.monotonic())):
                 began = time.monotonic()
-                sent = [(node_id, stub.Heartbeat.future(heartbeat_to_proto(node_id, Heartbeat(state="ready")),
-                                                        timeout=HEARTBEAT_TIMEOUT_S)) for node_id in node_ids]
+                sent = []
+                for i, node_id in enumerate(node_ids):
+                    if self._stop.wait(max(0.0, began + interval * i / len(node_ids) - time.monotonic())):
+                        return
+                    sent.append((node_id, stub.Heartbeat.future(heartbeat_to_proto(node_id, Heartbeat(state="ready")),
+                                                                timeout=HEARTBEAT_TIMEOUT_S)))
                 for node_id, reply in sent:
                     try:
                         reply.result()
@@ -144,12 +150,18 @@ class SimulatedFleet:
         queue = JobQueue(self.store)
         rng = np.random.default_rng(self.seed + index)
         consumer = f"fleet-{index}"
-        pause_s, most_s = IDLE_PAUSE_S[0], max(IDLE_PAUSE_S[1], 2 * len(self.nodes) / ASKS_PER_S)
+        least_s, most_s = IDLE_PAUSE_S[0], max(IDLE_PAUSE_S[1], 2 * len(self.nodes) / ASKS_PER_S)
+        # each node asked on its own backoff, as an agent of its own would: one busy node no longer keeps the
+        # thread asking about every idle one (two store calls a node a round took ~170 CPU s at 1,000 nodes)
+        pause_s = dict.fromkeys(node_ids, least_s)
+        due = dict.fromkeys(node_ids, 0.0)
         while not self._stop.is_set():
-            idle = True
+            now = time.monotonic()
             for node_id in node_ids:
-                for job in queue.claim(node_id, consumer, block_ms=0, count=8):
-                    idle = False
+                if due[node_id] > now:
+                    continue
+                jobs = queue.claim(node_id, consumer, block_ms=0, count=8)
+                for job in jobs:
                     device, point = self.nodes[node_id], ProfileJob.from_dict(job.payload)  # as the agent reads it
                     workload, role, b = point.workload, point.role.value, point.batch_sizes[0]
                     rows = []
@@ -162,11 +174,9 @@ class SimulatedFleet:
                     queue.complete(job, rows)
                     with self._lock:
                         self.points += len(rows)
-            # an idle thread asks less and less often (each ask is two store calls per node): the agents' polling
-            # would otherwise take a core of the two the control plane is timed on
-            pause_s = min(pause_s * 2, most_s) if idle else IDLE_PAUSE_S[0]
-            if idle:
-                self._stop.wait(pause_s)
+                pause_s[node_id] = least_s if jobs else min(pause_s[node_id] * 2, most_s)
+                due[node_id] = time.monotonic() + pause_s[node_id]
+            self._stop.wait(max(0.0, min(due.values()) - time.monotonic()))
 
     def close(self) -> None:
         self._stop.set()
