@@ -166,11 +166,11 @@ def test_caches_of_cancelled_jobs_are_pruned(plane):
     wait_for(lambda: (s := jobs.get("prune").status) is not None and len(s.nodes) == 2
              and all(n.phase == "Applied" for n in s.nodes.values()), 60)
     cached = rec.cached()
-    assert cached["tuners"] == 2 and cached["writers"] == 1
+    assert cached["tuners"] == 2 and cached["writers"] == 1 and cached["references"] == 1  # one device model
     jobs.cancel("prune")
     rec.wake()
-    wait_for(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "pools": 0, "checked": 0, "refreshed": 0},
-             20)
+    wait_for(lambda: rec.cached() == {"workers": 0, "tuners": 0, "writers": 0, "pools": 0, "references": 0,
+                                      "checked": 0, "refreshed": 0}, 20)
 
 
 def test_a_node_lost_mid_profile_is_failed_with_a_reason_after_the_bound(estimator):

@@ -479,6 +479,8 @@ class Reconciler:
         self._tuners: dict[tuple[str, str], NodeTuner] = {}
         #: (job, device model) -> the pool its nodes' profiles join (tuning.fleet)
         self._pools: dict[tuple[str, str], FleetPool] = {}
+        #: (job, device model) -> the reference its nodes transfer from, and where it came from
+        self._references: dict[tuple[str, str], tuple[ModelRef, str]] = {}
         self._writers: dict[str, StatusWriter] = {}
         #: (job, node) -> monotonic time of its last drift check (or of when it was first seen Applied)
         self._checked: dict[tuple[str, str], float] = {}
@@ -614,8 +616,9 @@ class Reconciler:
                 del cache[key]
         jobs = {name for name, _ in active}
         with self._lock:
-            for key in [k for k in self._pools if k[0] not in jobs]:
-                del self._pools[key]
+            for per_job in (self._pools, self._references):
+                for key in [k for k in per_job if k[0] not in jobs]:
+                    del per_job[key]
         for name in [n for n in self._writers if n not in jobs]:
             del self._writers[name]
         for name in [n for n in self._generations if n not in jobs]:
@@ -627,8 +630,9 @@ class Reconciler:
         self._stop_workers(lambda key: key[0] == name)
         self._writers.pop(name, None)
         with self._lock:
-            for key in [k for k in self._pools if k[0] == name]:
-                del self._pools[key]
+            for per_job in (self._pools, self._references):
+                for key in [k for k in per_job if k[0] == name]:
+                    del per_job[key]
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
             for key in [k for k in cache if k[0] == name]:
                 del cache[key]
@@ -636,8 +640,9 @@ class Reconciler:
     def cached(self) -> dict[str, int]:
         """How many entries each of the leader's caches holds (what pruning bounds)."""
         with self._lock:
-            workers, pools = len(self._workers), len(self._pools)
+            workers, pools, references = len(self._workers), len(self._pools), len(self._references)
         return {"workers": workers, "tuners": len(self._tuners), "writers": len(self._writers), "pools": pools,
+                "references": references,
                 "checked": len(self._checked), "refreshed": len(self._refreshed)}
 
     def targets(self, spec: TuningJobSpec, live: dict[str, NodeRecord]) -> list[NodeRecord]:
@@ -983,7 +988,20 @@ class Reconciler:
             return False
 
     def _reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
-        """The model the node's tuner transfers from, and where it came from (the node's events say it)."""
+        """The model the node's tuner transfers from, and where it came from (the node's events say it): looked
+        up once per (job, device model), so a job's nodes of one model transfer from one version of it, and the
+        estimator's models are not listed once per node (1,000 nodes' models, listed for each of 1,000 nodes)."""
+        key = (spec.name, node.device_model)
+        with self._lock:
+            held = self._references.get(key)
+        if held is None:
+            held = self._find_reference(spec, node)
+            if held is not None:
+                with self._lock:
+                    held = self._references.setdefault(key, held)
+        return held
+
+    def _find_reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
         device = node.device_model
         if spec.reference_model_id:
             return ModelRef(spec.reference_model_id, "", device, spec.workload), "the job's reference_model"

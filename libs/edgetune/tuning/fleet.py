@@ -101,9 +101,8 @@ class FleetPool:
         """Offer ``node_id``'s points and wait for the fleet model: fitted by ``fit`` on the pooled points by
         the node that completes the pool (or finds the wait over). None when ``should_stop`` says so."""
         with self._cond:
-            if self._model is None:
+            if self._model is None:  # no one woken: the node completing the pool fits it itself
                 self._points.setdefault(node_id, points)
-                self._cond.notify_all()
             while self._model is None:
                 if should_stop():
                     return None
@@ -112,8 +111,9 @@ class FleetPool:
                     self._fitting = True
                     snapshot = dict(self._points)
                     break
-                # woken by each join and by the fit; the timeout bounds how late a stop is seen
-                self._cond.wait(timeout=min(max(remaining, 0.05), 1.0))
+                # woken by the fit's end; the timeout bounds how late a stop (or the wait's end) is seen. While
+                # another node fits, once a second: a thousand waiters waking every 50 ms held the leader's GIL
+                self._cond.wait(timeout=1.0 if self._fitting else min(max(remaining, 0.05), 1.0))
             else:
                 return self._model
         try:
