@@ -134,9 +134,6 @@ CANDIDATE_GRID = "fulcrum"
 N_MINIBATCHES = 10
 #: Longest wait between two reads of a node's outstanding points when no completion woke the waiter.
 MAX_POLL_S = 0.8
-#: How often a waiting worker asks whether its node's queue is drained (a point skipped by the device is left
-#: out once it has been drained for 1 s): not at every poll, where a thousand waiters each read three times, not once.
-DRAIN_CHECK_S = 0.5
 
 
 def point_job_id(job: str, node_id: str, mode: np.ndarray, batch_size: int, purpose: str, epoch: int = 0) -> str:
@@ -281,7 +278,7 @@ class QueueMeasurer:
         found: dict[str, MeasurementRecord] = {}
         deadline = time.monotonic() + self.timeout_s
         drained_since: float | None = None
-        live_checked = drain_checked = time.monotonic()
+        live_checked = time.monotonic()
         seen = COMPLETIONS.seen(self.node_id)
         wait_s = self.poll_s
         while True:
@@ -297,10 +294,8 @@ class QueueMeasurer:
                 if not self.node_live():
                     raise NodeLost(f"node {self.node_id} stopped heartbeating with {len(ids) - len(found)} "
                                    "points outstanding")
-            if time.monotonic() - drain_checked >= DRAIN_CHECK_S:  # two more reads: not every poll
-                drain_checked = time.monotonic()
-                drained = self.queue.backlog(self.node_id) == 0 and self.queue.pending_count(self.node_id) == 0
-                drained_since = (drained_since or drain_checked) if drained else None
+            drained = self.queue.backlog(self.node_id) == 0 and self.queue.pending_count(self.node_id) == 0
+            drained_since = (drained_since or time.monotonic()) if drained else None
             if drained_since is not None and time.monotonic() - drained_since > 1.0:
                 return found
             if time.monotonic() > deadline:
