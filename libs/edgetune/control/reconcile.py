@@ -443,12 +443,12 @@ class _Worker:
 
 
 #: The most of the loop's time its passes take when wakes come faster than passes end (:meth:`Reconciler._run`):
-#: a pass over 1,000 nodes (~0.25 s) at most every ~1.7 s (at 0.3 they took ~40 % of the leader's CPU in the
-#: 1,000-node bench, woken by one worker's end after another); and the longest a long pass defers the next (a
-#: first pass over a new 1,000-node job takes seconds; the nodes lost meanwhile wait for the next one).
+#: a pass over 1,000 nodes (~0.2 s) at most every ~1.5 s (at 0.3, woken by one worker's end after another, the
+#: passes could take ~40 % of the leader's CPU in the 1,000-node bench); and the longest a long pass defers the
+#: next (a first pass over a new 1,000-node job takes seconds; the nodes lost meanwhile wait for the next one).
 PASS_SHARE, MAX_PASS_DEFER_S = 0.15, 5.0
-#: Workers one pass starts at most (the rest at the next pass, at once): a thousand started together each
-#: wrote and queued at the same moment, and the coordinator's own heartbeat handlers waited >10 s for the store.
+#: Workers one pass starts at most (the rest at the next pass, at once): a thousand started together all write
+#: their status and queue their points at the same moment, ahead of the coordinator's own RPCs.
 MAX_STARTS_PER_PASS = 100
 
 
