@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,3 +201,18 @@ def _root_log_handlers_restored() -> Iterator[None]:
     before = list(logging.root.handlers)
     yield
     logging.root.handlers[:] = before
+
+
+@pytest.fixture(autouse=True)
+def _stop_signal_handlers_restored() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP handled as before each test (in the main thread, where handlers live): a
+    handler a test's code installed and left (an in-process `up`, a tuner not closed) would otherwise take
+    a later test's signal, as once a SIGINT meant to become KeyboardInterrupt in ``test_online``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in before.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
