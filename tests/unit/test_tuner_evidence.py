@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from edgetune.base.records import Points, Predictions, mode_key
-from edgetune.errors import InvalidArgument
+from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.local import LibrarySelector
 from edgetune.tuning.policy import TuningPolicy
@@ -186,3 +186,25 @@ def test_a_miss_joins_the_profiles_and_widens_only_by_what_the_refit_left():
     assert tuner.safety.power_rel_err < 0.05
     best = time_ms[power_w <= budget_w].min()
     assert time_ms[decision.index] <= 1.10 * best, (time_ms[decision.index], best)
+
+
+class SkippingDevice(TableDevice):
+    """Skips every point it is asked for (each one refused or lost): nothing comes back."""
+
+    def measure(self, modes: np.ndarray, batch_size: int, *, seed: int = 0, purpose: str = "profile") -> Points:
+        super().measure(modes, batch_size, seed=seed, purpose=purpose)
+        return Points.empty("dev", "w", "train")
+
+
+def test_a_node_with_no_point_measured_transfers_on_nothing_else(case):
+    tuner, _device, _trap, budget_w, _best, _time_ms = case
+    modes, time_ms, power_w = table()
+    skipping = SkippingDevice(modes, time_ms, power_w)
+    calls: list[int] = []
+    tuner.estimator.transfer = lambda base, points, **kw: calls.append(len(points))  # type: ignore[method-assign]
+    empty = NodeTuner(tuner.policy, skipping, tuner.estimator, tuner.selector, base=tuner.base, candidates=modes,
+                      batch_size=16, device="dev", workload="w", power_range_w=(budget_w, budget_w))
+    with pytest.raises(FailedPrecondition) as err:
+        empty.explore()
+    assert "no point was measured" in str(err.value) and skipping.log  # it asked, nothing came back
+    assert calls == []  # an estimator given no rows would transfer on every stored row of the device instead

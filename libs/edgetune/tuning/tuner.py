@@ -43,6 +43,7 @@ import numpy as np
 from edgetune.base.objective import Objective
 from edgetune.base.records import Decision, ModeKey, OptionTable, Points, Predictions, mode_key, mode_label
 from edgetune.base.risk import upper_bound
+from edgetune.errors import FailedPrecondition
 from edgetune.estimation.methods import TRANSFER_METHODS
 from edgetune.optimization.frontier import FrontierSampler
 from edgetune.tuning.fleet import NODE_METHOD, NODE_PARAMS
@@ -131,6 +132,9 @@ class NodeTuner:
         model, not the reference, for :data:`WARM_EPOCHS_SHARE` of the epochs, when the method fine-tunes."""
         if self.base is None:
             raise RuntimeError("the tuner has no reference model to transfer yet (set base)")
+        if not len(self.points):  # an estimator given no rows transfers on every stored row of the device instead
+            raise FailedPrecondition(f"no point was measured on the {self.points.device or 'device'} (each profile "
+                                     "skipped or lost): there is nothing of this node's to transfer on")
         base, epochs = self.base, self.transfer_epochs
         if warm and self.model is not None and self.transfer_epochs:
             base, epochs = self.model, max(1, round(self.transfer_epochs * WARM_EPOCHS_SHARE))
