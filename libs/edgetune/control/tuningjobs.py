@@ -91,6 +91,13 @@ class _JobDoc:
         self.node_ids: list[str] = list(self.inline) if version == 1 else [str(n) for n in doc["nodes"]]
 
 
+def _job_status(name: str, nodes: dict[str, NodeStatus], cancelled: bool, written_s: float,
+                conditions: tuple[Condition, ...]) -> TuningJobStatus:
+    """The job's status from its own doc's fields and its nodes'; updated when the last of its docs was."""
+    return TuningJobStatus(name, nodes, cancelled, max([written_s, *(st.updated_s for st in nodes.values())]),
+                           conditions)
+
+
 def _job_doc(name: str, node_ids: Sequence[str], conditions: Sequence[Condition], updated_s: float,
              cancelled: bool = False) -> dict[str, Any]:
     return {"schema": STATUS_SCHEMA, "name": name, "cancelled": cancelled, "updated_s": updated_s,
@@ -205,8 +212,7 @@ class TuningJobs:
             return None, 0
         job, revision, nodes = read
         statuses = {n: st for n, (st, _) in nodes.items()}
-        updated_s = max([job.updated_s, *(st.updated_s for st in statuses.values())])
-        return (TuningJobStatus(name, statuses, job.cancelled, updated_s, job.conditions),
+        return (_job_status(name, statuses, job.cancelled, job.updated_s, job.conditions),
                 max([revision, *(rev for _, rev in nodes.values())]))
 
     def read(self, name: str) -> tuple[_JobDoc, int, dict[str, tuple[NodeStatus, int]]] | None:
@@ -400,8 +406,7 @@ class StatusWriter:
             updated_s = now
         else:
             updated_s = job.updated_s
-        return TuningJobStatus(self.name, nodes, job.cancelled if job is not None else False,
-                               max([updated_s, *(st.updated_s for st in nodes.values())]), conditions)
+        return _job_status(self.name, nodes, job.cancelled if job is not None else False, updated_s, conditions)
 
     def _write(self, node: NodeStatus, expected_revision: int) -> NodeStatus:
         with self._node_lock(node.node_id):
