@@ -46,7 +46,7 @@ def test_streams_are_per_node(store):
 
 
 def test_dead_consumer_jobs_are_redelivered_without_duplicates(store, clock):
-    q = JobQueue(store, idle_timeout_ms=200)
+    q = JobQueue(store, idle_timeout_ms=200, clock=clock)
     ids = [q.submit("n1", {"i": i}) for i in range(20)]
     # agent-1 takes 5 jobs, finishes 2, then dies with 3 un-acked.
     taken = q.claim("n1", "agent-1", block_ms=0, count=5)
@@ -73,7 +73,7 @@ def test_dead_consumer_jobs_are_redelivered_without_duplicates(store, clock):
 
 
 def test_poison_job_goes_to_the_dead_letter_queue(store, clock):
-    q = JobQueue(store, idle_timeout_ms=20, max_deliveries=2)
+    q = JobQueue(store, idle_timeout_ms=20, max_deliveries=2, clock=clock)
     q.submit("n1", {"poison": True}, job_id="bad")
     assert q.claim("n1", "a1", block_ms=0)[0].deliveries == 1
     clock.advance(0.03)
@@ -134,3 +134,17 @@ def test_an_unreadable_profile_job_is_refused_naming_the_field():
                     {**good, "schema": 2}):
         with pytest.raises(UnknownSchema):
             ProfileJob.from_dict(payload)
+
+
+def test_a_consumer_looks_for_stale_jobs_once_a_tenth_of_the_idle_timeout(store, clock, monkeypatch):
+    looked = []
+    reclaim = store.reclaim_jobs
+    monkeypatch.setattr(store, "reclaim_jobs", lambda *a, **kw: looked.append(a) or reclaim(*a, **kw))
+    q = JobQueue(store, idle_timeout_ms=1000, clock=clock)
+    for _ in range(5):  # an idle agent asking again and again
+        assert q.claim("n1", "a", block_ms=0) == []
+    assert len(looked) == 1
+    assert q.claim("n1", "b", block_ms=0) == [] and len(looked) == 2  # each consumer looks on its own
+    clock.advance(0.1)
+    q.claim("n1", "a", block_ms=0)
+    assert len(looked) == 3

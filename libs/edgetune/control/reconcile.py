@@ -120,6 +120,7 @@ from edgetune.tuning.tuner import NodeTuner
 
 log = logging.getLogger("edgetune.reconcile")
 T = TypeVar("T")
+V = TypeVar("V")
 
 STEPS = Counter("edgetune_reconcile_steps_total", "Reconcile steps by kind.", ["step"])
 POINTS = Counter("edgetune_reconcile_points_total", "Points the loop needed, by source (queued / stored).",
@@ -450,6 +451,10 @@ PASS_SHARE, MAX_PASS_DEFER_S = 0.15, 5.0
 #: Workers one pass starts at most (the rest at the next pass, at once): a thousand started together all write
 #: their status and queue their points at the same moment, ahead of the coordinator's own RPCs.
 MAX_STARTS_PER_PASS = 100
+#: How long the fleet a pass read answers the workers' "is my node still live?" (asked every second by each
+#: worker waiting for points: two store reads each, a thousand a second at 1,000 nodes), as a fraction of the
+#: heartbeat TTL, the time a node's liveness takes to change.
+FLEET_READ_TTL_SHARE = 0.25
 
 
 class Reconciler:
@@ -476,6 +481,10 @@ class Reconciler:
         self._pools: dict[tuple[str, str], FleetPool] = {}
         #: (job, device model) -> the reference its nodes transfer from, and where it came from
         self._references: dict[tuple[str, str], tuple[ModelRef, str]] = {}
+        #: (job, device model) -> held while one worker makes its pool or finds its reference (_per_device)
+        self._looking_up: dict[tuple[str, str], threading.Lock] = {}
+        #: the registered nodes the last pass read (node id -> record), and when (monotonic)
+        self._fleet: tuple[dict[str, NodeRecord], float] = ({}, -float("inf"))
         self._writers: dict[str, StatusWriter] = {}
         #: (job, node) -> monotonic time of its last drift check (or of when it was first seen Applied)
         self._checked: dict[tuple[str, str], float] = {}
@@ -537,6 +546,8 @@ class Reconciler:
         views = self.jobs.list(statuses=False)  # each job's status read once, by its writer's ensure
         # no job: no need to read the fleet (1,000 nodes' records a pass hold the GIL from the config pushes)
         live = {n.node_id: n for n in self.registry.nodes()} if views else {}
+        if views:
+            self._fleet = (live, time.monotonic())
         active: set[tuple[str, str]] = set()
         started = 0
         for view in views:
@@ -611,7 +622,7 @@ class Reconciler:
                 del cache[key]
         jobs = {name for name, _ in active}
         with self._lock:
-            for per_job in (self._pools, self._references):
+            for per_job in (self._pools, self._references, self._looking_up):
                 for key in [k for k in per_job if k[0] not in jobs]:
                     del per_job[key]
         for name in [n for n in self._writers if n not in jobs]:
@@ -625,7 +636,7 @@ class Reconciler:
         self._stop_workers(lambda key: key[0] == name)
         self._writers.pop(name, None)
         with self._lock:
-            for per_job in (self._pools, self._references):
+            for per_job in (self._pools, self._references, self._looking_up):
                 for key in [k for k in per_job if k[0] == name]:
                     del per_job[key]
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
@@ -848,12 +859,9 @@ class Reconciler:
                     should_stop: Callable[[], bool]) -> None:
         """Pool the node's profiles with its peers' (the job's nodes of its device model) and transfer from the
         fleet model they give (:mod:`edgetune.tuning.fleet`); a node without peers keeps its reference."""
-        key = (spec.name, node.device_model)
-        pool = self._pools.get(key)
-        if pool is None:
-            pool = FleetPool(self._peers(spec, node.device_model) | {node.node_id})
-            with self._lock:
-                pool = self._pools.setdefault(key, pool)
+        pool = self._per_device(self._pools, (spec.name, node.device_model),
+                                lambda: FleetPool(self._peers(spec, node.device_model) | {node.node_id}))
+        assert pool is not None  # made whenever missing
         if not pool.pools or tuner.base is None or self.estimator is None or tuner.method not in TRANSFER_METHODS:
             return  # alone, or a policy whose method fine-tunes nothing: each node from the reference
         base, estimator, seed = tuner.base, self.estimator, policy_for(spec, self.policy).seed  # the job's
@@ -877,7 +885,8 @@ class Reconciler:
         """The job's live targets of ``device`` still to be tuned (not Applied or Failed): who pools."""
         status, _ = self.jobs.status(spec.name)
         done = {n.node_id for n in status.nodes.values() if n.terminal} if status is not None else set()
-        live = {n.node_id: n for n in self.registry.nodes() if n.live}
+        fleet = self._recent_fleet()
+        live = {n.node_id: n for n in (fleet.values() if fleet is not None else self.registry.nodes()) if n.live}
         return {n.node_id for n in self.targets(spec, live) if n.device_model == device and n.node_id not in done}
 
     def _cap_search(self, spec: TuningJobSpec, node: NodeRecord, writer: StatusWriter,
@@ -976,7 +985,16 @@ class Reconciler:
                          model_id=f"tuning-{spec.name}-{node_id}",
                          power_range_w=(0.7 * budget, budget), transfer_epochs=self.transfer_epochs)
 
+    def _recent_fleet(self) -> dict[str, NodeRecord] | None:
+        """The registered nodes with their liveness as the last pass read them, while that is recent
+        (:data:`FLEET_READ_TTL_SHARE`); None: read them anew."""
+        nodes, at = self._fleet
+        return nodes if time.monotonic() - at <= FLEET_READ_TTL_SHARE * self.registry.heartbeat_ttl_s else None
+
     def _live(self, node_id: str) -> bool:
+        fleet = self._recent_fleet()
+        if fleet is not None:
+            return node_id in fleet and fleet[node_id].live  # absent: deregistered
         try:
             return self.registry.get(node_id).live
         except EdgetuneError:  # deregistered
@@ -986,14 +1004,26 @@ class Reconciler:
         """The model the node's tuner transfers from, and where it came from (the node's events say it): looked
         up once per (job, device model), so a job's nodes of one model transfer from one version of it, and the
         estimator's models are not listed once per node (1,000 nodes' models, listed for each of 1,000 nodes)."""
-        key = (spec.name, node.device_model)
+        return self._per_device(self._references, (spec.name, node.device_model),
+                                lambda: self._find_reference(spec, node))
+
+    def _per_device(self, cache: dict[tuple[str, str], V], key: tuple[str, str], make: Callable[[], V | None]) -> V | None:
+        """``cache[key]`` for a (job, device model), made by one worker while the others asking wait for it (a pass
+        starts 100 workers at once: each would otherwise list the estimator's models, or read the fleet, itself).
+        None (nothing to cache) is asked again next time."""
         with self._lock:
-            held = self._references.get(key)
-        if held is None:
-            held = self._find_reference(spec, node)
-            if held is not None:
-                with self._lock:
-                    held = self._references.setdefault(key, held)
+            held = cache.get(key)
+            making = self._looking_up.setdefault(key, threading.Lock())
+        if held is not None:
+            return held
+        with making:
+            with self._lock:
+                held = cache.get(key)
+            if held is None:
+                made = make()
+                if made is not None:
+                    with self._lock:
+                        held = cache.setdefault(key, made)
         return held
 
     def _find_reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
