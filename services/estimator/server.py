@@ -52,7 +52,10 @@ log = logging.getLogger("edgetune.estimator")
 DEFAULT_PORT = 50052
 #: A full grid × batch sizes streams in chunks, but a Fit with tens of thousands of inline rows is one message.
 DEFAULT_MAX_MESSAGE_MB = 64
-DEFAULT_MODEL_CACHE = 16
+#: Loaded models kept: a fleet's transfers come back in batches of up to a few hundred nodes, each node's model
+#: asked to predict right after; with 16 kept, most were read back from the store and rebuilt (7 ms and 0.35 MB
+#: of blob each: a fifth of the 1,000-node bench's estimator CPU). A node's model takes ~0.5 MB loaded.
+DEFAULT_MODEL_CACHE = 256
 #: Heavy calls admitted at once (unless EDGETUNE_MAX_HEAVY_RPCS says otherwise): a fleet's transfers wait
 #: together in the transfer batcher and run on the workers, so the slots bound calls waiting, not the work
 #: (the coordinator sends up to 64 at once: edgetune.control.reconcile.ESTIMATOR_SLOTS).

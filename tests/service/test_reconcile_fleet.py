@@ -18,12 +18,16 @@ from edgetune.powermodes.specs import get_spec
 from edgetune.store import MemoryStore, NodeRecord, spec_to_dict
 from edgetune.tuning.fleet import NODE_METHOD, fleet_model_id
 from edgetune.tuning.jobs import NodePhase, TuningJobSpec
+from edgetune.tuning.protocols import reference_model_id
 
 NODES = ("orin-agx-1", "orin-agx-2", "orin-agx-3")
 PROFILES = 8
 
 
-def test_a_jobs_nodes_of_one_device_model_share_a_fleet_model_and_each_fits_its_own_board(estimator):
+def test_a_jobs_nodes_of_one_device_model_share_a_fleet_model_and_each_fits_its_own_board(estimator, monkeypatch):
+    looked_up: list[str] = []
+    find = estimator.find
+    monkeypatch.setattr(estimator, "find", lambda model_id: looked_up.append(model_id) or find(model_id))
     store = MemoryStore()
     registry = NodeRegistry(store, heartbeat_ttl_s=120)
     for node_id in NODES:
@@ -35,6 +39,8 @@ def test_a_jobs_nodes_of_one_device_model_share_a_fleet_model_and_each_fits_its_
         status = wait_for(lambda: (s := jobs.get("fleet").status) is not None and len(s.nodes) == 3
                           and all(n.terminal for n in s.nodes.values()) and s, 90, "every node Applied or Failed")
         pools = rec.cached()["pools"]
+    # one lookup of the reference for the job's device model, though its three workers start in one pass
+    assert looked_up == [reference_model_id(DEVICE, "train")], looked_up
     fleet = estimator.find(fleet_model_id("fleet", DEVICE))
     assert fleet is not None and fleet.kind == "transfer"
     for node_id, node in status.nodes.items():

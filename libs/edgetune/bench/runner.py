@@ -45,6 +45,19 @@ def best_of_s(fn: Callable[[], Any], repeats: int = 5) -> float:
     return best
 
 
+def reference_loop_ms() -> float:
+    """Milliseconds one core takes for a fixed pure-Python loop (least of 5): how fast this machine's cores ran
+    as a benchmark started. On a shared machine it varied by a third between runs an hour apart at the same load
+    average, and every process's CPU seconds with it: figures are compared between runs beside it."""
+    def loop() -> int:
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        return total
+
+    return round(best_of_s(loop, repeats=5) * 1e3, 1)
+
+
 def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     results = []
     for b in REGISTRY:
@@ -53,6 +66,7 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
         log(f"- {b.name} (target {b.target}) ...")
         # how busy the machine was as it started: timings on a shared machine are only read beside this
         load_1m, ran_at = round(os.getloadavg()[0], 2), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        loop_ms = reference_loop_ms()
         t0 = time.perf_counter()
         try:
             measured = b.fn()
@@ -64,7 +78,7 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
             row = {"name": b.name, "target": b.target, "metric": b.metric, "value": None, "met": False,
                    "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
         row["wall_s"] = round(time.perf_counter() - t0, 3)
-        row["load_1m_before"], row["ran_at"] = load_1m, ran_at
+        row["load_1m_before"], row["reference_loop_ms"], row["ran_at"] = load_1m, loop_ms, ran_at
         log(f"  {b.metric} = {row['value']!r}  ({'met' if row['met'] else 'NOT met' if row['met'] is False else 'no limit'})")
         results.append(row)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,9 +98,11 @@ def run(names: list[str] | None, out: Path, log: Callable[[str], None] = print) 
 def _markdown(results: list[dict[str, Any]], meta: dict[str, str]) -> str:
     lines = [f"# edgetune benchmarks ({meta['time']}, Python {meta['python']}, {meta['machine']}, "
              f"{meta.get('cores', '?')} cores)", "",
-             "How busy the machine was: each row's 1-minute load average as it started, and when it ran (a row "
-             "kept from an earlier partial run keeps its own).", "",
-             "| benchmark | target | measured | met | load before | ran at |", "|---|---|---|---|---|---|"]
+             "How busy the machine was: each row's 1-minute load average as it started, how many milliseconds a "
+             "fixed loop took on one core then (`reference_loop_ms`: the machine's speed, which varies on a shared "
+             "machine at the same load), and when it ran (a row kept from an earlier partial run keeps its own).", "",
+             "| benchmark | target | measured | met | load before | loop ms | ran at |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
         v = r["value"]
         shown = f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -94,5 +110,5 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str]) -> str:
         note = r.get("details", {}).get("note")  # a benchmark's one-line account of where a target is missed
         shown += f" ({note})" if note else ""
         lines.append(f"| {r['name']} | {r['target']} | {r['metric']} = {shown} | {met} | "
-                     f"{r.get('load_1m_before', '–')} | {r.get('ran_at', '–')} |")
+                     f"{r.get('load_1m_before', '–')} | {r.get('reference_loop_ms', '–')} | {r.get('ran_at', '–')} |")
     return "\n".join(lines) + "\n"

@@ -265,6 +265,7 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
             compute_s = _tree_cpu_s(os.getpid()) - all0
             cpu["bench_agents"] = time.process_time() - own0  # this process: the simulated agents, the job polls
             coordinator_rss_mb = _rss_mb(cluster.coordinator.pid)
+            estimator_rss_mb = _rss_mb(cluster.estimator.pid)  # its main process: the loaded models' cache
         finally:
             fleet.close()
         # One reconcile pass over the 100 Applied nodes, as the leader runs it (a loop of this process
@@ -302,7 +303,7 @@ def _tuning_job(fleet_sizes: dict[str, int], workers: int) -> dict[str, Any]:
             f"pass_over_{len(nodes)}_applied_ms": round(float(np.median(passes)) * 1e3, 1),
             "estimator_cpu_s_per_node": round(cpu["estimator"] / len(nodes), 3),
             "coordinator_cpu_s_per_node": round(cpu["coordinator"] / len(nodes), 3),
-            "coordinator_rss_mb": coordinator_rss_mb,
+            "coordinator_rss_mb": coordinator_rss_mb, "estimator_rss_mb": estimator_rss_mb,
             "compute_s": round(compute_s, 1), "cores": os.cpu_count(),
             "cpu_s_by_process": {k: round(v, 1) for k, v in cpu.items()},
             "wall_over_compute": round(wall_s / max(compute_s / (os.cpu_count() or 1), 1e-9), 2),
