@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -106,3 +108,34 @@ def test_a_caller_that_goes_away_stops_its_ray_tasks(local_ray):
     t1 = time.monotonic()
     assert run_tasks(slow, [{"seconds": 0.0}, {"seconds": 0.0}]) == [0.0, 0.0]  # both CPUs free again
     assert time.monotonic() - t1 < 45.0  # uncancelled, they would hold both CPUs until t0 + 60 s
+
+
+def test_a_pool_worker_exits_once_the_process_that_started_it_is_killed(tmp_path):
+    # a stand-in for the estimator (SIGKILLed: no handler, no atexit) and its pool worker's parent watch
+    worker = ("import os, sys; from edgetune.estimation import parallel; parallel.PARENT_CHECK_S = 0.05; "
+              "parallel._exit_with_parent(int(sys.argv[1]))")
+    parent = ("import os, subprocess, sys, time; "
+              f"w = subprocess.Popen([sys.executable, '-c', {worker!r}, str(os.getpid())]); "
+              "print(w.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(proc.stdout.readline())
+        time.sleep(0.5)  # the worker is up and watching
+        assert _running(worker_pid)
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(worker_pid)
+    finally:
+        proc.kill()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its new parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -32,6 +32,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -194,22 +195,38 @@ _pool_size = 0
 def ensure_pool(processes: int) -> Any:
     """A pool of ``processes`` spawned workers, started once (spawned, not forked: this process may run gRPC
     threads); each worker imports the estimation modules as it starts, in the background (a server does not
-    wait for them to listen), so the first task pays for none of it once they are up."""
+    wait for them to listen), so the first task pays for none of it once they are up. A worker exits when
+    this process is gone, however it went (:func:`_exit_with_parent`)."""
     global _pool, _pool_size
     with _lock:
         if _pool is None or _pool_size != processes:
             if _pool is not None:
                 _pool.shutdown(cancel_futures=True)
             _pool = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
-                                        initializer=_warm_worker)
+                                        initializer=_warm_worker, initargs=(os.getpid(),))
             _pool_size = processes
             for _ in range(processes):  # the workers start (and import) now, in the background: not waited for
                 _pool.submit(_ready)
     return _pool
 
 
-def _warm_worker() -> None:
+#: How often a pool worker checks that the process that started it is still there.
+PARENT_CHECK_S = 1.0
+
+
+def _warm_worker(parent_pid: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="exit-with-parent", daemon=True).start()
     import edgetune.estimation.bundle  # noqa: F401 - torch, sklearn and the predictors, once per worker
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this pool worker once its parent is gone (its parent id changes when it is re-parented). A pool's
+    workers wait on its queue forever otherwise: two of a SIGKILLed estimator's ran on at ~0.35 of a core each
+    for 40 minutes. Not the parent-death signal: it fires when the *thread* that spawned the worker ends, and
+    the pool may be started from a request's thread that retires long before the process does."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def _ready() -> bool:
