@@ -38,7 +38,7 @@ MAX_REFUSAL_CHARS = 2000
 MAX_JOB_ID_CHARS = 200
 #: A consumer looks for its node's stale jobs (idle past ``idle_timeout_ms``) at most this often, as a share of
 #: ``idle_timeout_ms``: a job is stale only after that long, and an agent asking every few milliseconds
-#: otherwise paid two store calls a claim (half of the 1,000-node bench's store calls).
+#: otherwise paid two store calls a claim (the looks alone were 226 k of a 1,000-node bench's 1.63 M store calls).
 RECLAIM_EVERY_SHARE = 0.1
 
 __all__ = ["DeadJob", "Job", "JobQueue", "measurement_record"]
