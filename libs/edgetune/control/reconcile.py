@@ -1007,7 +1007,8 @@ class Reconciler:
         return self._per_device(self._references, (spec.name, node.device_model),
                                 lambda: self._find_reference(spec, node))
 
-    def _per_device(self, cache: dict[tuple[str, str], V], key: tuple[str, str], make: Callable[[], V | None]) -> V | None:
+    def _per_device(self, cache: dict[tuple[str, str], V], key: tuple[str, str],
+                    make: Callable[[], V | None]) -> V | None:
         """``cache[key]`` for a (job, device model), made by one worker while the others asking wait for it (a pass
         starts 100 workers at once: each would otherwise list the estimator's models, or read the fleet, itself).
         None (nothing to cache) is asked again next time."""
