@@ -68,6 +68,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -481,8 +482,8 @@ class Reconciler:
         self._pools: dict[tuple[str, str], FleetPool] = {}
         #: (job, device model) -> the reference its nodes transfer from, and where it came from
         self._references: dict[tuple[str, str], tuple[ModelRef, str]] = {}
-        #: (job, device model) -> held while one worker makes its pool or finds its reference (_per_device)
-        self._looking_up: dict[tuple[str, str], threading.Lock] = {}
+        #: (job, device model) -> the answer of the worker making its pool or finding its reference (_per_device)
+        self._making: dict[tuple[str, str], Future[Any]] = {}
         #: the registered nodes the last pass read (node id -> record), and when (monotonic)
         self._fleet: tuple[dict[str, NodeRecord], float] = ({}, -float("inf"))
         self._writers: dict[str, StatusWriter] = {}
@@ -622,7 +623,7 @@ class Reconciler:
                 del cache[key]
         jobs = {name for name, _ in active}
         with self._lock:
-            for per_job in (self._pools, self._references, self._looking_up):
+            for per_job in (self._pools, self._references, self._making):
                 for key in [k for k in per_job if k[0] not in jobs]:
                     del per_job[key]
         for name in [n for n in self._writers if n not in jobs]:
@@ -636,7 +637,7 @@ class Reconciler:
         self._stop_workers(lambda key: key[0] == name)
         self._writers.pop(name, None)
         with self._lock:
-            for per_job in (self._pools, self._references, self._looking_up):
+            for per_job in (self._pools, self._references, self._making):
                 for key in [k for k in per_job if k[0] == name]:
                     del per_job[key]
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
@@ -1009,23 +1010,33 @@ class Reconciler:
 
     def _per_device(self, cache: dict[tuple[str, str], V], key: tuple[str, str],
                     make: Callable[[], V | None]) -> V | None:
-        """``cache[key]`` for a (job, device model), made by one worker while the others asking wait for it (a pass
-        starts 100 workers at once: each would otherwise list the estimator's models, or read the fleet, itself).
-        None (nothing to cache) is asked again next time."""
+        """``cache[key]`` for a (job, device model), made by one worker while the others asking wait for its answer
+        (a pass starts 100 workers at once: each would otherwise list the estimator's models, or read the fleet,
+        itself). Its error is theirs too, at once (not each trying in turn after it: a hung estimator would hold
+        the last of 100 for 100 timeouts); None (nothing to cache), or an error, is asked again next time."""
         with self._lock:
             held = cache.get(key)
-            making = self._looking_up.setdefault(key, threading.Lock())
-        if held is not None:
-            return held
-        with making:
+            if held is not None:
+                return held
+            answer = self._making.get(key)
+            mine = answer is None
+            if answer is None:
+                answer = self._making[key] = Future()
+        if not mine:
+            return answer.result()
+        try:
+            made = make()
+            if made is not None:
+                with self._lock:
+                    made = cache.setdefault(key, made)
+            answer.set_result(made)
+            return made
+        except BaseException as exc:
+            answer.set_exception(exc)
+            raise
+        finally:
             with self._lock:
-                held = cache.get(key)
-            if held is None:
-                made = make()
-                if made is not None:
-                    with self._lock:
-                        held = cache.setdefault(key, made)
-        return held
+                self._making.pop(key, None)
 
     def _find_reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
         device = node.device_model
