@@ -47,8 +47,9 @@ def best_of_s(fn: Callable[[], Any], repeats: int = 5) -> float:
 
 def reference_loop_ms() -> float:
     """Milliseconds one core takes for a fixed pure-Python loop (least of 5): how fast this machine's cores ran
-    as a benchmark started. On the shared development machine it took 30 ms or 72 ms within one hour, and the
-    CPU seconds of the same code moved with it: figures are compared between runs beside it."""
+    as a benchmark started. On the shared development machine it took 30 ms or 72 ms within one hour; it is short,
+    so a slowdown that sets in later is not in it (one 1,000-node run took ~25 % more CPU at 30 ms): a hint
+    beside the load, not a correction."""
     def loop() -> int:
         total = 0
         for i in range(300_000):
