@@ -247,12 +247,15 @@ def test_watches_are_capped_per_caller_and_their_threads_end_with_them(token_fil
 
 
 def test_the_watch_streams_benchmark_is_registered_and_runs_small():
-    """``watch_streams_10000`` belongs in ``make bench``; here its code runs with 300 streams."""
+    """``watch_streams_10000`` belongs in ``make bench``; here its code runs with 300 streams over two
+    coordinator replicas (as ``config_push_1000_watchers`` runs)."""
     from edgetune.bench import runner, watch
 
     assert "watch_streams_10000" in {b.name for b in runner.REGISTRY}
-    measured = watch.measure_watch_streams(streams=300, channels=6, heartbeats=50, published=20, after_close_s=30.0)
+    measured = watch.measure_watch_streams(streams=300, channels=6, heartbeats=50, published=20, after_close_s=30.0,
+                                         replicas=2)
     assert measured["streams_open"] == 300 and measured["delivered"] == 20
+    assert measured["coordinator_replicas"] == 2
     assert measured["threads_with_streams"] >= measured["threads_before"] + 300
     # the coordinator's handler threads go back once the streams close (its elastic pool shrinks)
     assert measured["threads_after_close"] <= measured["threads_before"] + 8
