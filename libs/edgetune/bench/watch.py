@@ -128,9 +128,12 @@ class _Watchers:
 
     def first_messages(self, indices: Sequence[int]) -> futures.Future[list[tuple[float, int]]]:
         """Read the next message of each stream in ``indices``: (when it was read, its revision; -1: the
-        stream ended without one), as the reads complete."""
+        stream ended or failed without one), as the reads complete."""
         async def read(call: Any) -> tuple[float, int]:
-            message = await call.read()
+            try:
+                message = await call.read()
+            except grpc.aio.AioRpcError:
+                return time.perf_counter(), -1
             return time.perf_counter(), (-1 if message is grpc.aio.EOF else int(message.revision))
 
         async def read_all() -> list[tuple[float, int]]:
