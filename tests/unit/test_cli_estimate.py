@@ -202,3 +202,18 @@ def test_the_default_transfer_is_ref_gp(files, ref_model, capsys, tmp_path):
 
     model = TimePowerModel.load(tmp_path / "d.model")
     assert {p.method for p in model.predictors.values()} == {"ref+gp"}
+
+
+def test_evidence_se_sets_ref_gps_rule_and_is_refused_by_name(files, ref_model, capsys, tmp_path):
+    from edgetune.estimation.bundle import TimePowerModel
+
+    code, out, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
+                         "--out", str(tmp_path / "e.model"), "--cv-folds", "0", "--evidence-se", "0")
+    assert code == 0, err
+    assert {p.evidence_se for p in TimePowerModel.load(tmp_path / "e.model").predictors.values()} == {0.0}
+    code, _, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
+                       "--out", str(tmp_path / "f.model"), "--evidence-se", "-1")
+    assert code == 2 and "--evidence-se" in err and not (tmp_path / "f.model").exists()
+    code, _, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
+                       "--out", str(tmp_path / "g.model"), "--method", "nn+gp", "--evidence-se", "1")
+    assert code == 2 and "--evidence-se" in err and "ref+gp" in err and not (tmp_path / "g.model").exists()

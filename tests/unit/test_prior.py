@@ -145,10 +145,10 @@ def test_a_reference_that_describes_nothing_leaves_the_scratch_gp_alone():
 
 
 def test_a_blend_needs_a_clear_out_of_fold_gain():
-    from edgetune.estimation.prior import EVIDENCE_SE, _clear_gain
+    from edgetune.estimation.evidence import EVIDENCE_SE, clear_gain
 
     def clear(scratch: np.ndarray, blend: np.ndarray, truth: np.ndarray) -> bool:
-        return _clear_gain(scratch, blend, truth, EVIDENCE_SE)
+        return clear_gain(scratch, blend, truth, EVIDENCE_SE)
 
     truth = np.full(10, 100.0)
     scratch = truth + np.array([5.0, -5.0] * 5)  # 5 % off on every row
@@ -161,7 +161,7 @@ def test_a_blend_needs_a_clear_out_of_fold_gain():
     assert gain.mean() > 0 and gain.mean() < EVIDENCE_SE * gain.std(ddof=1) / np.sqrt(gain.size)
     assert not clear(scratch, lumpy, truth)
     assert not clear(scratch[:1], steady[:1], truth[:1])  # one row says nothing
-    assert _clear_gain(scratch, lumpy, truth, 0.0)  # evidence_se 0: any gain keeps the blend
+    assert clear_gain(scratch, lumpy, truth, 0.0)  # evidence_se 0: any gain keeps the blend
 
 
 def test_evidence_se_is_a_setting_refused_out_of_range_and_kept_in_the_file():

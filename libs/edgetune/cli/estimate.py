@@ -2,7 +2,7 @@
 
     edgetune estimate fit      --profiles ref.csv --out ref.model [--method nn] [--epochs N] [--seed S] [--cv-folds K]
     edgetune estimate transfer --base ref.model|reference:NAME --profiles new.csv --out new.model
-                               [--method ref+gp|transfer|...] [--cv-folds K]
+                               [--method ref+gp|transfer|...] [--cv-folds K] [--evidence-se K]
     edgetune estimate predict  --model new.model --modes modes.csv --out pred.csv
 
 ``predict`` writes the mode table with ``time_ms`` and ``power_w`` added (replacing columns of
@@ -19,6 +19,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -28,6 +29,7 @@ from edgetune.cli.profile import parse_batch_sizes
 from edgetune.cli.progress import progress_display
 from edgetune.errors import InvalidArgument
 from edgetune.estimation.batch_efficiency import BASE_LR, SAMPLES_PER_PASS, estimate_batch_efficiency
+from edgetune.estimation.evidence import EVIDENCE_SE, MAX_EVIDENCE_SE
 from edgetune.estimation.methods import METHODS, NN_METHODS
 from edgetune.estimation.user_efficiency import estimate_user_batch_efficiency
 from edgetune.tables import read_mode_table, read_profile_table, write_table
@@ -85,16 +87,23 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
 @click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
               help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
+@click.option("--evidence-se", type=click.FloatRange(0.0, MAX_EVIDENCE_SE), default=None,
+              help="ref+gp: keep the reference-based blend only when its cross-validated gain over a GP on the "
+                   f"profiles alone exceeds this many standard errors [default: {EVIDENCE_SE:g}; 0: any gain].")
 def transfer_cmd(base_path: str, profiles_path: str, out_path: str, method: str, epochs: int | None,
-                 cv_folds: int) -> None:
+                 cv_folds: int, evidence_se: float | None) -> None:
     """Adapt a reference model to a new workload or device from a small profile table."""
     from edgetune.estimation.bundle import load_base  # deferred: torch, sklearn
 
+    if evidence_se is not None and method != "ref+gp":
+        raise InvalidArgument("--evidence-se", f"applies to ref+gp, not {method!r}", "--method ref+gp")
     base = load_base(base_path, "--base")
     table = read_profile_table(profiles_path)
     settings = {"transfer_epochs": epochs} if epochs is not None and method in ("transfer", "nn", "nn-asym") else {}
+    kw: dict[str, Any] = {"evidence_se": evidence_se} if evidence_se is not None else {}
     with progress_display("epochs") as show, _warnings_to_stderr():
-        model = base.transfer_table(table, method=method, progress=show, nn_settings=settings, cv_folds=cv_folds)
+        model = base.transfer_table(table, method=method, progress=show, nn_settings=settings, cv_folds=cv_folds,
+                                    **kw)
     model.save(out_path)
     click.echo(f"transferred {base.describe()} to {model.describe()} with {method} on {len(table)} rows; "
                f"wrote {out_path}")

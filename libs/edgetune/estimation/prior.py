@@ -21,8 +21,8 @@ real_data.py``) the hard choice sometimes picked a candidate 1.3× worse than th
 the blend less often. ``choice`` names the heaviest candidate in the blend; the out-of-fold MAPE of each
 (``cv_mape_pct``) and the ``weights`` are recorded in the transfer's metadata — the accuracy
 ``estimate transfer`` can report without a separate test set. The blend serves only when its
-out-of-fold gain over the GP from scratch is clear (above :data:`EVIDENCE_SE` standard errors of the
-paired per-row gain); otherwise the GP from scratch serves alone, so a reference that does not help
+out-of-fold gain over the GP from scratch is clear (above ``evidence_se`` standard errors of the
+paired per-row gain, :mod:`edgetune.estimation.evidence`); otherwise the GP from scratch serves alone, so a reference that does not help
 costs nothing.
 
 Calibration: the blend's std is ``sqrt(σ² + s₀²)`` — the weighted GP std and a homoscedastic
@@ -46,22 +46,12 @@ import numpy as np
 
 from edgetune.errors import FailedPrecondition, InvalidArgument
 from edgetune.estimation.base import Predictor
+from edgetune.estimation.evidence import EVIDENCE_SE, MAX_EVIDENCE_SE, clear_gain
 from edgetune.estimation.features import forward_transform, inverse_transform
 from edgetune.estimation.gp import GaussianProcess, conformal_scale
 from edgetune.estimation.metrics import mape_pct
 
 CANDIDATES: tuple[str, ...] = ("scratch", "prior", "stacked")
-
-#: The blend replaces the GP from scratch only when its out-of-fold gain is clear: the mean per-row gain in
-#: absolute percentage error above this many standard errors of it. The weights are chosen on the same
-#: out-of-fold predictions, so a small gain there is partly selection. On the real sets
-#: (``experiments/real_data.py``'s 3 draws / 3 other draws as a check) the blend's worst ratio to the GP
-#: was 1.38x / 1.04x without this test, 1.36x / 1.04x at 1.0 standard error, 1.02x / 1.07x at 1.5 and
-#: 1.00x / 1.04x at 2.0. The price is part of the gain where the reference is good: zeus power at 10 points
-#: 0.75x -> 0.84-0.94x, and the simulator's shipped Orin reference at 20 points (``make bench``'s
-#: ``transfer_vs_gp_sim``) time 0.62x -> 0.85x. Per transfer: ``params evidence_se`` (0: any gain).
-EVIDENCE_SE = 2.0
-MAX_EVIDENCE_SE = 10.0
 
 
 class RefGPPredictor(Predictor):
@@ -85,7 +75,8 @@ class RefGPPredictor(Predictor):
         if not 0.5 <= float(coverage) < 1.0:
             raise InvalidArgument("coverage", f"{coverage!r} is out of range", "0.5 <= coverage < 1")
         if not 0.0 <= float(evidence_se) <= MAX_EVIDENCE_SE:
-            raise InvalidArgument("evidence_se", f"{evidence_se!r} is out of range", f"0 <= evidence_se <= {MAX_EVIDENCE_SE:g}")
+            raise InvalidArgument("evidence_se", f"{evidence_se!r} is out of range",
+                                  f"0 <= evidence_se <= {MAX_EVIDENCE_SE:g}")
         self.restarts, self.folds = int(restarts), int(folds)
         self.candidates = tuple(candidates)
         self.coverage = float(coverage)
@@ -192,7 +183,7 @@ class RefGPPredictor(Predictor):
         mape = {k: mape_pct(pred, truth) for k, pred in out_of_fold.items()}
         self.weights = _simplex_weights(out_of_fold, truth)
         blend = np.sum([w * out_of_fold[k] for k, w in self.weights.items()], axis=0)
-        if "scratch" in cv and not _clear_gain(out_of_fold["scratch"], blend, truth, self.evidence_se):
+        if "scratch" in cv and not clear_gain(out_of_fold["scratch"], blend, truth, self.evidence_se):
             self.weights = {"scratch": 1.0}
         # the heaviest member of the blend (ties: the better one alone) is the one an older reader sees
         self.choice = max(self.weights, key=lambda k: (self.weights[k], -mape[k]))
@@ -272,15 +263,6 @@ class RefGPPredictor(Predictor):
             gp = GaussianProcess.restore(member["gp"], arrays[f"member.{kind}.theta"], arrays[f"member.{kind}.x"],
                                          arrays[f"member.{kind}.y"], self.seed)
             self.members[kind] = (gp, np.asarray(member["affine"], float))
-
-
-def _clear_gain(scratch: np.ndarray, blend: np.ndarray, truth: np.ndarray, evidence_se: float) -> bool:
-    """Whether ``blend``'s out-of-fold absolute percentage errors beat ``scratch``'s by more than
-    ``evidence_se`` standard errors of the paired mean difference."""
-    gain = np.abs(scratch - truth) / np.abs(truth) - np.abs(blend - truth) / np.abs(truth)
-    if gain.size < 2:
-        return False
-    return float(gain.mean()) > evidence_se * float(gain.std(ddof=1)) / np.sqrt(gain.size)
 
 
 def _simplex_weights(preds: dict[str, np.ndarray], truth: np.ndarray, step: float = 0.1) -> dict[str, float]:
