@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -122,6 +124,11 @@ def test_a_pool_of_processes_gives_the_same_models_and_uses_every_worker(referen
     tables = [_table("mobilenetv3", s, 12) for s in range(4)]
     runner = Runner(parallel=False, processes=2)
     try:
+        # Both workers up before the work (the pool starts them without waiting): on a loaded machine the one
+        # that imported first otherwise takes both chunks while the other still imports torch.
+        pool, seen, deadline = parallel.ensure_pool(2), set(), time.monotonic() + 120
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen |= {f.result() for f in [pool.submit(os.getpid) for _ in range(2)]}
         pooled = reference.transfer_tables(tables, "nn+gp", runner=runner.run, nn_settings=NN, chunks=2)
         placed = set(runner.placements)
     finally:
