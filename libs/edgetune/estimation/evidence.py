@@ -13,7 +13,8 @@ import numpy as np
 #: was 1.38x / 1.04x without this test, 1.36x / 1.04x at 1.0 standard error, 1.02x / 1.07x at 1.5 and
 #: 1.00x / 1.04x at 2.0. The price is part of the gain where the reference is good: zeus power at 10 points
 #: 0.75x -> 0.84-0.94x, and the simulator's shipped Orin reference at 20 points (``make bench``'s
-#: ``transfer_vs_gp_sim``) time 0.62x -> 0.85x. Per transfer: the estimator's ``params`` ``evidence_se``, ``estimate transfer --evidence-se`` (0: any gain).
+#: ``transfer_vs_gp_sim``) time 0.62x -> 0.85x. Per transfer: the estimator's ``params`` ``evidence_se``,
+#: ``estimate transfer --evidence-se`` (0: any gain).
 EVIDENCE_SE = 2.0
 MAX_EVIDENCE_SE = 10.0
 

@@ -22,8 +22,8 @@ the blend less often. ``choice`` names the heaviest candidate in the blend; the 
 (``cv_mape_pct``) and the ``weights`` are recorded in the transfer's metadata — the accuracy
 ``estimate transfer`` can report without a separate test set. The blend serves only when its
 out-of-fold gain over the GP from scratch is clear (above ``evidence_se`` standard errors of the
-paired per-row gain, :mod:`edgetune.estimation.evidence`); otherwise the GP from scratch serves alone, so a reference that does not help
-costs nothing.
+paired per-row gain, :mod:`edgetune.estimation.evidence`); otherwise the GP from scratch serves
+alone, so a reference that does not help costs nothing.
 
 Calibration: the blend's std is ``sqrt(σ² + s₀²)`` — the weighted GP std and a homoscedastic
 floor ``s₀``, the median out-of-fold absolute error (``std_floor``) — times ``std_scale``: the
