@@ -150,13 +150,13 @@ class _Watchers:
         self._run(cancel_all())
 
     def close(self) -> None:
-        async def close_all() -> None:
-            for call in self.calls:
-                call.cancel()
+        self.cancel()
+
+        async def close_channels() -> None:
             for channel in self._channels:
                 await channel.close()
 
-        self._run(close_all(), timeout_s=30.0)
+        self._run(close_channels(), timeout_s=30.0)
 
 
 def _percentile_ms(values_s: list[float], q: float) -> float:
