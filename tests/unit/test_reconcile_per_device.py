@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from harness import wait_for
 
 from edgetune.control.configs import ConfigStore
 from edgetune.control.leader import LeaderLease
@@ -23,7 +24,7 @@ def _reconciler() -> Reconciler:
     return Reconciler(store, NodeRegistry(store), ConfigStore(store), LeaderLease(store, "coordinator"), None, None)
 
 
-def _ask_together(rec: Reconciler, cache: dict, make) -> list:
+def _ask_together(rec: Reconciler, cache: dict, make, kind: str = "reference") -> list:
     """WORKERS threads asking at once; what each got (its value or its exception)."""
     got: list = [None] * WORKERS
     started = threading.Barrier(WORKERS)
@@ -31,7 +32,7 @@ def _ask_together(rec: Reconciler, cache: dict, make) -> list:
     def ask(i: int) -> None:
         started.wait(10)  # every worker running before any asks: they ask within microseconds of each other
         try:
-            got[i] = rec._per_device(cache, KEY, make)
+            got[i] = rec._per_device(cache, kind, KEY, make)
         except Exception as exc:  # noqa: BLE001 - the answer under test
             got[i] = exc
 
@@ -54,7 +55,7 @@ def test_one_worker_makes_it_and_the_others_wait_for_its_answer():
     threading.Timer(0.5, release.set).start()
     assert _ask_together(rec, cache, make) == ["reference@1"] * WORKERS
     assert len(calls) == 1 and cache == {KEY: "reference@1"}
-    assert rec._per_device(cache, KEY, make) == "reference@1" and len(calls) == 1  # kept
+    assert rec._per_device(cache, "reference", KEY, make) == "reference@1" and len(calls) == 1  # kept
 
 
 def test_its_failure_is_every_waiters_at_once_and_the_next_ask_tries_again():
@@ -69,6 +70,29 @@ def test_its_failure_is_every_waiters_at_once_and_the_next_ask_tries_again():
     got = _ask_together(rec, cache, failing)
     assert len(calls) == 1  # not each worker in turn after it (a hung estimator: one timeout, not eight)
     assert all(isinstance(g, FailedPrecondition) for g in got)
-    assert rec._per_device(cache, KEY, lambda: "reference@2") == "reference@2"  # asked again, not the error
+    assert rec._per_device(cache, "reference", KEY, lambda: "reference@2") == "reference@2"  # asked again, not the error
     with pytest.raises(KeyError):
-        rec._making[KEY]  # nothing left waiting
+        rec._making[(*KEY, "reference")]  # nothing left waiting
+
+
+def test_a_pool_asked_while_the_reference_is_being_made_is_a_pool():
+    # a job's first workers find its reference while others already ask for its fleet pool: same (job, device
+    # model), other caches; each asker gets its own kind (a pool asker once got the reference's tuple)
+    rec, release = _reconciler(), threading.Event()
+    references: dict = {}
+    pools: dict = {}
+
+    def find_reference() -> tuple[str, str]:
+        release.wait(5)
+        return ("reference@1", "the shipped reference")
+
+    finding = threading.Thread(target=lambda: rec._per_device(references, "reference", KEY, find_reference))
+    finding.start()
+    try:
+        wait_for(lambda: rec._making or None, 5, "the reference being made")
+        got = _ask_together(rec, pools, lambda: "pool", kind="pool")
+    finally:
+        release.set()
+        finding.join(10)
+    assert got == ["pool"] * WORKERS and pools == {KEY: "pool"}
+    assert references == {KEY: ("reference@1", "the shipped reference")}

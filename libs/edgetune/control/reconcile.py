@@ -342,6 +342,12 @@ def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[
     measurer.on_points = on_points
 
 
+def _drop_where(cache: dict[Any, Any], gone: Callable[[Any], bool]) -> None:
+    """Remove the entries of ``cache`` whose key is ``gone`` (the per-job caches' keys start with the job)."""
+    for key in [k for k in cache if gone(k)]:
+        del cache[key]
+
+
 def _counted(service: str, rpc: str, call: Callable[[], T]) -> T:
     try:
         out = call()
@@ -482,8 +488,9 @@ class Reconciler:
         self._pools: dict[tuple[str, str], FleetPool] = {}
         #: (job, device model) -> the reference its nodes transfer from, and where it came from
         self._references: dict[tuple[str, str], tuple[ModelRef, str]] = {}
-        #: (job, device model) -> the answer of the worker making its pool or finding its reference (_per_device)
-        self._making: dict[tuple[str, str], Future[Any]] = {}
+        #: (job, device model, "pool" or "reference") -> the answer of the worker making that entry (_per_device);
+        #: the kind is in the key because a pool and a reference of one (job, device model) are made at once
+        self._making: dict[tuple[str, str, str], Future[Any]] = {}
         #: the registered nodes the last pass read (node id -> record), and when (monotonic)
         self._fleet: tuple[dict[str, NodeRecord], float] = ({}, -float("inf"))
         self._writers: dict[str, StatusWriter] = {}
@@ -619,13 +626,11 @@ class Reconciler:
                 if not w.thread.is_alive():
                     del self._workers[key]
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
-            for key in [k for k in cache if k not in active]:
-                del cache[key]
+            _drop_where(cache, lambda key: key not in active)
         jobs = {name for name, _ in active}
         with self._lock:
             for per_job in (self._pools, self._references, self._making):
-                for key in [k for k in per_job if k[0] not in jobs]:
-                    del per_job[key]
+                _drop_where(per_job, lambda key: key[0] not in jobs)
         for name in [n for n in self._writers if n not in jobs]:
             del self._writers[name]
         for name in [n for n in self._generations if n not in jobs]:
@@ -638,11 +643,9 @@ class Reconciler:
         self._writers.pop(name, None)
         with self._lock:
             for per_job in (self._pools, self._references, self._making):
-                for key in [k for k in per_job if k[0] == name]:
-                    del per_job[key]
+                _drop_where(per_job, lambda key: key[0] == name)
         for cache in (self._tuners, self._checked, self._refreshed, self._transient):
-            for key in [k for k in cache if k[0] == name]:
-                del cache[key]
+            _drop_where(cache, lambda key: key[0] == name)
 
     def cached(self) -> dict[str, int]:
         """How many entries each of the leader's caches holds (what pruning bounds)."""
@@ -860,7 +863,7 @@ class Reconciler:
                     should_stop: Callable[[], bool]) -> None:
         """Pool the node's profiles with its peers' (the job's nodes of its device model) and transfer from the
         fleet model they give (:mod:`edgetune.tuning.fleet`); a node without peers keeps its reference."""
-        pool = self._per_device(self._pools, (spec.name, node.device_model),
+        pool = self._per_device(self._pools, "pool", (spec.name, node.device_model),
                                 lambda: FleetPool(self._peers(spec, node.device_model) | {node.node_id}))
         assert pool is not None  # made whenever missing
         if not pool.pools or tuner.base is None or self.estimator is None or tuner.method not in TRANSFER_METHODS:
@@ -1005,23 +1008,25 @@ class Reconciler:
         """The model the node's tuner transfers from, and where it came from (the node's events say it): looked
         up once per (job, device model), so a job's nodes of one model transfer from one version of it, and the
         estimator's models are not listed once per node (1,000 nodes' models, listed for each of 1,000 nodes)."""
-        return self._per_device(self._references, (spec.name, node.device_model),
+        return self._per_device(self._references, "reference", (spec.name, node.device_model),
                                 lambda: self._find_reference(spec, node))
 
-    def _per_device(self, cache: dict[tuple[str, str], V], key: tuple[str, str],
+    def _per_device(self, cache: dict[tuple[str, str], V], kind: str, key: tuple[str, str],
                     make: Callable[[], V | None]) -> V | None:
         """``cache[key]`` for a (job, device model), made by one worker while the others asking wait for its answer
         (a pass starts 100 workers at once: each would otherwise list the estimator's models, or read the fleet,
         itself). Its error is theirs too, at once (not each trying in turn after it: a hung estimator would hold
-        the last of 100 for 100 timeouts); None (nothing to cache), or an error, is asked again next time."""
+        the last of 100 for 100 timeouts); None (nothing to cache), or an error, is asked again next time.
+        ``kind`` names the cache: a pool and a reference of one (job, device model) may be made at once."""
         with self._lock:
             held = cache.get(key)
             if held is not None:
                 return held
-            answer = self._making.get(key)
+            making = (*key, kind)
+            answer = self._making.get(making)
             mine = answer is None
             if answer is None:
-                answer = self._making[key] = Future()
+                answer = self._making[making] = Future()
         if not mine:
             return answer.result()
         try:
@@ -1036,7 +1041,7 @@ class Reconciler:
             raise
         finally:
             with self._lock:
-                self._making.pop(key, None)
+                self._making.pop(making, None)
 
     def _find_reference(self, spec: TuningJobSpec, node: NodeRecord) -> tuple[ModelRef, str] | None:
         device = node.device_model
