@@ -1,8 +1,8 @@
 """The root of the tests: pytest puts this directory on ``sys.path`` (it holds a conftest.py), so
 every suite imports the shared helpers as ``harness`` (servers and Redis started and stopped).
 
-It also decides how ``make test`` (``-n 2 --dist loadgroup --no-loadscope-reorder``) spreads the
-suite over its two workers. xdist hands out *units*, in the order the tests are collected:
+It also decides how ``make test`` (``-n 3 --dist loadgroup --no-loadscope-reorder``) spreads the
+suite over its workers. xdist hands out *units*, in the order the tests are collected:
 
 - a test module is one unit (its module fixtures and caches are built once, on one worker; its
   tests never run beside each other), except the process-level integration tests, each its own
@@ -10,7 +10,7 @@ suite over its two workers. xdist hands out *units*, in the order the tests are 
 - tests that share a costly session fixture, across modules, are one unit (:data:`SESSION_GROUPS`:
   one local Ray per run, not one per worker);
 - units run longest first (:data:`EXPECTED_S`, seconds measured on a loaded two-core machine;
-  any other test counts :data:`DEFAULT_S`), so the two workers finish together instead of one
+  any other test counts :data:`DEFAULT_S`), so the workers finish together instead of one
   running the last long test alone. A stale figure only costs balance, never a result.
 """
 
