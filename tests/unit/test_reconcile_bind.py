@@ -13,7 +13,8 @@ import pytest
 
 from edgetune.base.workload import WorkloadRef
 from edgetune.control.jobs import JobQueue
-from edgetune.control.reconcile import QueueMeasurer, Stopped, _bind
+from edgetune.control.reconcile import QueueMeasurer, _bind
+from edgetune.stopping import Stopped
 from edgetune.store import MemoryStore
 from edgetune.tuning.jobs import NodePhase, NodeStatus
 

@@ -97,6 +97,7 @@ from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
 from edgetune.profiling.order import CapPoint, CapSearch, fastest_under_cap, gpu_levels
 from edgetune.profiling.protocol import measurement_id
+from edgetune.stopping import Stopped
 from edgetune.store import (
     CONNECTION_ERRORS,
     LeaseLost,
@@ -201,8 +202,8 @@ def policy_for(spec: TuningJobSpec, base: TuningPolicy | None = None) -> TuningP
     return base.with_(risk=risk, objective=objective, n_initial=n_initial, per_round=per_round, rounds=rounds)
 
 
-class Stopped(Exception):
-    """The worker was told to stop (lost the lease, job cancelled, shutdown)."""
+#: Why a worker's :class:`~edgetune.stopping.Stopped` was raised (the one stop exception of the library)
+TOLD_TO_STOP = "the worker was told to stop (lease lost, job cancelled or changed, shutdown)"
 
 
 class NodeLost(Exception):
@@ -290,7 +291,7 @@ class QueueMeasurer:
             if len(found) == len(ids):
                 return found
             if self.should_stop():
-                raise Stopped()
+                raise Stopped(TOLD_TO_STOP)
             if time.monotonic() - live_checked >= self.live_check_s:  # the heartbeat, not every poll
                 live_checked = time.monotonic()
                 if not self.node_live():
@@ -322,7 +323,7 @@ def _bind(measurer: QueueMeasurer, writer: StatusWriter, should_stop: Callable[[
 
     def on_purpose(purpose: str) -> None:
         if should_stop():
-            raise Stopped()
+            raise Stopped(TOLD_TO_STOP)
         writer.update(node_id, lambda s: s if s.phase == phases[purpose] else
                       s.with_event(f"{purpose} on the node", phase=phases[purpose]))
 
@@ -792,7 +793,7 @@ class Reconciler:
 
         def phase(name: NodePhase, message: str, **changes: Any) -> None:
             if should_stop():
-                raise Stopped()
+                raise Stopped(TOLD_TO_STOP)
             STEPS.labels(name.lower()).inc()
             writer.update(node_id, lambda s: s.with_event(message, phase=name, **changes))
 
@@ -878,7 +879,7 @@ class Reconciler:
 
         model = pool.join(node.node_id, tuner.points, fit, should_stop, seed=seed)
         if model is None:
-            raise Stopped()
+            raise Stopped(TOLD_TO_STOP)
         tuner.use_fleet(model)
         nodes, rows = pool.fitted_from
         writer.update(node.node_id, lambda s: s.with_event(
@@ -912,7 +913,7 @@ class Reconciler:
         measured: list[CapPoint] = []
         while (point := search.ask()) is not None:
             if should_stop():
-                raise Stopped()
+                raise Stopped(TOLD_TO_STOP)
             b, mode = point
             rows = measurer.records(np.asarray([mode.as_tuple()], dtype=float), b, purpose="cap-search")
             peak_w = _peak_power_w(rows[0]) if rows else float("inf")  # a skipped point counts as over the cap
