@@ -217,3 +217,27 @@ def test_evidence_se_sets_ref_gps_rule_and_is_refused_by_name(files, ref_model, 
     code, _, err = run(capsys, "transfer", "--base", str(ref_model), "--profiles", str(files / "new.csv"),
                        "--out", str(tmp_path / "g.model"), "--method", "nn+gp", "--evidence-se", "1")
     assert code == 2 and "--evidence-se" in err and "ref+gp" in err and not (tmp_path / "g.model").exists()
+
+
+def test_a_transfers_folds_fine_tune_as_one_batch_with_the_numbers_of_each_alone(files, ref_model):
+    # cross-validating an MLP transfer fine-tunes the K folds' nets as one stack (about one transfer's
+    # cost, not K): each fold's model, and so the CV record, is the one the fold gives alone
+    from edgetune.estimation.base import Predictor
+    from edgetune.estimation.bundle import TimePowerModel, cross_validate, transfer_targets
+    from edgetune.estimation.features import TARGETS, table_features
+
+    ref, table = TimePowerModel.load(ref_model), read_profile_table(files / "new.csv")
+    settings = {"transfer_epochs": 12}
+    batched = ref.transfer_table(table, "transfer", nn_settings=settings, cv_folds=4).cross_validation
+    calls: list[int] = []
+
+    def one_by_one(xts, yts, target):
+        calls.append(len(xts))
+        return [Predictor.from_bytes(transfer_targets(bases=[ref.predictors[target].to_bytes()], which=[0], xs=[xt],
+                                                      ys=[yt], method="transfer", kw={}, nn_settings=settings)[0])
+                for xt, yt in zip(xts, yts, strict=True)]
+
+    alone = cross_validate(table_features(table, ref.columns), {t: table.column(t) for t in TARGETS}, one_by_one,
+                           4, 0)
+    assert calls == [4, 4] and batched is not None and alone is not None
+    assert batched.to_dict() == alone.to_dict()

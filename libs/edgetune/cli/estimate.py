@@ -58,7 +58,7 @@ def command() -> None:
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="NN training epochs [default: 100].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
+              help="Cross-validate the fit with K folds (0: skip; costs K more fits).")
 def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, seed: int, cv_folds: int) -> None:
     """Fit time and power predictors on a profile table."""
     from edgetune.estimation.bundle import TimePowerModel  # deferred: torch, sklearn
@@ -86,7 +86,8 @@ def fit_cmd(profiles_path: str, out_path: str, method: str, epochs: int | None, 
                    "table alone.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Most fine-tuning epochs [default: 300].")
 @click.option("--cv-folds", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Cross-validate the fit / transfer with K folds (0: skip; costs K more fits).")
+              help="Cross-validate the transfer with K folds (0: skip; costs K more transfers, or about one "
+                   "for the methods that fine-tune the NN: their folds train as one batch).")
 @click.option("--evidence-se", type=click.FloatRange(0.0, MAX_EVIDENCE_SE), default=None,
               help="ref+gp: keep the reference-based blend only when its cross-validated gain over a GP on the "
                    f"profiles alone exceeds this many standard errors [default: {EVIDENCE_SE:g}; 0: any gain].")

@@ -100,9 +100,10 @@ class TimePowerModel:
                                   for t in TARGETS},
                          held_out_rows=len(held), validation_fraction=validation_fraction, seed=seed)
         if cv_folds:
-            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
-                return Predictor.from_bytes(fit_target(x=xt, y=yt, columns=columns, method=method, target=target,
-                                                       seed=seed, kw=_for_target(kw, target)))
+            def refit(xts: Sequence[np.ndarray], yts: Sequence[np.ndarray], target: str) -> list[Predictor]:
+                return [Predictor.from_bytes(fit_target(x=xt, y=yt, columns=columns, method=method, target=target,
+                                                        seed=seed, kw=_for_target(kw, target)))
+                        for xt, yt in zip(xts, yts, strict=True)]
             _record_cv(event, cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, seed))
         model.history.append(event)
         return model
@@ -123,10 +124,12 @@ class TimePowerModel:
         if cv_folds:
             x = table_features(table, self.columns)
 
-            def refit(xt: np.ndarray, yt: np.ndarray, target: str) -> Predictor:
-                return Predictor.from_bytes(transfer_targets(
-                    bases=[self.predictors[target].to_bytes()], which=[0], xs=[xt], ys=[yt], method=method,
-                    kw=_for_target(kw, target), nn_settings=dict(nn_settings or {}))[0])
+            def refit(xts: Sequence[np.ndarray], yts: Sequence[np.ndarray], target: str) -> list[Predictor]:
+                # every fold's transfer in one batch: the MLP methods fine-tune the K nets as one stack, each
+                # the same as alone (transfer_many), for about the cost of one
+                return [Predictor.from_bytes(f) for f in transfer_targets(
+                    bases=[self.predictors[target].to_bytes()], which=[0] * len(xts), xs=xts, ys=yts, method=method,
+                    kw=_for_target(kw, target), nn_settings=dict(nn_settings or {}))]
             _record_cv(model.history[-1], cross_validate(x, {t: table.column(t) for t in TARGETS}, refit, cv_folds, 0))
         return model
 
@@ -329,10 +332,12 @@ class CrossValidation:
 
 
 def cross_validate(x: np.ndarray, ys: Mapping[str, np.ndarray],
-                   refit: Callable[[np.ndarray, np.ndarray, str], Predictor], folds: int,
-                   seed: int) -> CrossValidation | None:
-    """K-fold CV of ``refit`` (features, target values, target name -> fitted predictor) over the
-    rows of ``x``; None when there are too few rows for two folds of two."""
+                   refit: Callable[[Sequence[np.ndarray], Sequence[np.ndarray], str], Sequence[Predictor]],
+                   folds: int, seed: int) -> CrossValidation | None:
+    """K-fold CV of ``refit`` over the rows of ``x``; None when there are too few rows for two folds of two.
+
+    ``refit(xs, ys, target)`` fits one predictor per fold's training rows, all folds in one call (so a
+    method that batches its fits, as the MLP transfers do, fits them together)."""
     n = len(x)
     k = min(int(folds), n // 2)
     if k < 2:
@@ -340,13 +345,14 @@ def cross_validate(x: np.ndarray, ys: Mapping[str, np.ndarray],
     parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
     mape: dict[str, float] = {}
     coverage: dict[str, float | None] = {}
+    rests = [np.setdiff1d(np.arange(n), part) for part in parts]
     for target, y in ys.items():
         mean, std = np.empty(n), np.full(n, np.nan)
-        for part in parts:
-            rest = np.setdiff1d(np.arange(n), part)
-            with warnings.catch_warnings():  # a fold may reach outside the others' ranges: that is the test
-                warnings.simplefilter("ignore")
-                m, sd = refit(x[rest], y[rest], target).predict(x[part], check_ranges=False)
+        with warnings.catch_warnings():  # a fold may reach outside the others' ranges: that is the test
+            warnings.simplefilter("ignore")
+            fitted = refit([x[rest] for rest in rests], [y[rest] for rest in rests], target)
+            predicted = [p.predict(x[part], check_ranges=False) for p, part in zip(fitted, parts, strict=True)]
+        for part, (m, sd) in zip(parts, predicted, strict=True):
             mean[part] = m
             if sd is not None:
                 std[part] = sd
