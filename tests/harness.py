@@ -54,6 +54,12 @@ T = TypeVar("T")
 
 #: What a test replica gets unless it says otherwise.
 COORDINATOR_DEFAULTS: dict[str, Any] = {"port": 0, "lease_ms": 1000, "grace_s": 0.5, "watch_block_ms": 100}
+#: The reconcile loop's transfer epochs in the clusters of tests about process life, faults and wiring (the
+#: coordinator's --transfer-epochs, as `make demo --quick` runs it): a third of the estimator's CPU per
+#: transfer. Tests of decision quality (test_up_jobs) keep the tuning policy's (0).
+QUICK_TRANSFER_EPOCHS = 100
+#: The same as LocalCluster's coordinator flags.
+QUICK_TRANSFER_ARGS = ("--transfer-epochs", str(QUICK_TRANSFER_EPOCHS))
 
 
 @contextmanager
@@ -114,6 +120,8 @@ class InProcessCluster:
     heartbeat_ttl_s: float = 6.0
     lease_ms: int = 2000
     grace_s: float = 0.5
+    #: The reconcile loop's transfer epochs (0: the tuning policy's).
+    transfer_epochs: int = QUICK_TRANSFER_EPOCHS
     store: Store = field(default_factory=MemoryStore)
     coordinator: Served | None = None
     estimator: Served | None = None
@@ -141,6 +149,7 @@ class InProcessCluster:
                 if self.estimator is not None and self.optimizer is not None else {}
             replica = start(create_coordinator(
                 store=self.store, host="127.0.0.1", replica_id="local", heartbeat_ttl_s=self.heartbeat_ttl_s,
+                transfer_epochs=self.transfer_epochs,
                 **{**COORDINATOR_DEFAULTS, "lease_ms": self.lease_ms, "grace_s": self.grace_s}, **tuning))
             self._replica = replica
             self.coordinator = Served("coordinator", replica.server, replica.servicer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from harness import durable_redis, references, restart_redis, wait_job
+from harness import QUICK_TRANSFER_ARGS, durable_redis, references, restart_redis, wait_job
 
 from edgetune.control.jobs import JobQueue
 from edgetune.localrun.localcluster import LocalCluster
@@ -48,7 +48,7 @@ def test_redis_restart_and_a_killed_agent_mid_job(tmp_path, run_dir):
     redis = durable_redis(tmp_path / "redis")
     try:
         with LocalCluster(tmp_path / "cluster", tuning=True, external_redis=redis.url,
-                          job_idle_timeout_ms=1000) as cluster:
+                          job_idle_timeout_ms=1000, coordinator_args=QUICK_TRANSFER_ARGS) as cluster:
             assert cluster.channel is not None and cluster.estimator is not None and cluster.store is not None
             agents = cluster.start_agents({n: (m, b) for n, (m, b) in NODES.items()})
             refs = references(cluster.store, cluster.estimator.address, [m for m, _ in NODES.values()], run_dir)

@@ -18,7 +18,7 @@ import time
 
 import grpc
 import pytest
-from harness import InProcessCluster, references, wait_job
+from harness import QUICK_TRANSFER_ARGS, InProcessCluster, references, wait_job
 
 from edgetune.localrun.localcluster import LocalCluster
 from edgetune.proto.v1 import (
@@ -118,7 +118,7 @@ def test_job_reaches_applied_within_budget(tmp_path, run_dir):
 
 def test_leader_killed_mid_job_standby_finishes(tmp_path, run_dir):
     # at log level WARNING (as the Flower example starts its cluster): readiness must not need the INFO log line
-    with LocalCluster(tmp_path, tuning=True, log_level="WARNING") as cluster:
+    with LocalCluster(tmp_path, tuning=True, log_level="WARNING", coordinator_args=QUICK_TRANSFER_ARGS) as cluster:
         assert cluster.estimator is not None and cluster.channel is not None and cluster.coordinator is not None
         standby = cluster.spawn_coordinator("standby", "coordinator-standby")
         assert cluster.supervisor is not None

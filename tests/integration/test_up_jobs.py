@@ -55,7 +55,8 @@ def edgetune(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.Compl
 
 def test_job_submit_wait_json_get_list_refusals_then_unavailable(tmp_path, capsys, run_dir) -> None:
     nodes = local_nodes(parse_nodes("orin-agx,nano"))  # `up --nodes orin-agx,nano`'s nodes and budgets
-    with InProcessCluster(tmp_path, tuning=True) as cluster:
+    # the tuning policy's transfers, as `up` runs them: this test checks how good the choices are
+    with InProcessCluster(tmp_path, tuning=True, transfer_epochs=0) as cluster:
         assert cluster.estimator is not None and cluster.coordinator is not None
         cluster.start_agents({n.node_id: (n.device, n.budget_w) for n in nodes})
         references(cluster.store, cluster.estimator.address, [n.device for n in nodes], run_dir)  # as `up` fits
