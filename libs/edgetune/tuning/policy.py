@@ -54,9 +54,10 @@ class TuningPolicy:
     swap_gain: float = 0.05
     #: How a reference model is adapted to a node's profiles (the estimator service's default too).
     #: nn+gp, not ref+gp (``estimate transfer``'s default), measured on the TuningJob path
-    #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.01-1.13x
+    #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.00-1.13x
     #: the best time within budget), but with 12 profiles ref+gp's GP extrapolates poorly below the
-    #: profiled band (1.39x / 2.67x the best at 25 / 18 W, one 18 W budget failed; nn+gp 1.08x / 1.33x).
+    #: profiled band (1.15x / 1.56x the best at 25 / 18 W, three of five 18 W budgets failed; nn+gp
+    #: 1.04x / 1.61x, none failed).
     transfer_method: str = "nn+gp"
     #: Epochs of fine-tuning the reference MLP in a node's transfer (methods that fine-tune one). 100 would
     #: cost a third of the estimator's CPU and was as accurate on average (simulator, 4 devices x 3 workloads
