@@ -3,7 +3,7 @@ changes what ``edgetune tune``, the demo's node tuners and the estimator service
 
 - ``max_attempts`` (verification retries): ``edgetune tune`` on the simulated Orin AGX with only 6
   random profiles and the std-less ``transfer`` method misses budgets on the device; with 5 attempts it
-  selects again after a miss, with 1 it gives up on the budget. The demo's tuners take the same value
+  selects again after a miss (or a choice far off its predicted time), with 1 it gives up on the budget. The demo's tuners take the same value
   (their policy is the library's with the demo's schedule).
 - ``transfer_method``: the method ``edgetune tune`` transfers with, the demo's tuners send as
   ``params.method``, and the estimator service's ``Transfer`` uses when a request names none.
@@ -84,9 +84,12 @@ def test_the_verification_retry_limit_of_the_policy_governs_tune_and_the_demo(fi
 
     policy(transfer_method="transfer", max_attempts=1)
     answers1, err1 = _tune(capsys, files, tmp_path / "b.model")
-    assert "attempt 2:" not in err1 and "after 1 attempts" in err1  # the same misses, given up at once
-    misses = [line.split(":")[0] for line in err1.splitlines() if "attempt 1:" in line]
-    assert misses == [line.split(":")[0] for line in err5.splitlines() if "attempt 1:" in line]
+    assert "attempt 2:" not in err1 and "after 1 attempts" in err1  # a miss given up at once
+    assert any("attempt 1:" in line and "dropped it" in line for line in err1.splitlines())
+    # with 5, a choice that what it measured contradicts (over budget, or its time far off its prediction,
+    # which refits the model even with the 6 profiles spent) is selected again; the models then differ from
+    # the 1-attempt run's, so later budgets' first choices may too
+    assert "attempt 2:" in err5
     # fewer retries never find more; the refinement around the budget (issue 27) may find as many
     assert sum(a["feasible"] for a in answers1) <= sum(a["feasible"] for a in answers5)
     assert Story(None, Options(), FLEET).tuning.max_attempts == 1  # the demo's tuners run under it

@@ -132,6 +132,22 @@ def test_without_profile_budget_left_the_best_measured_mode_is_kept(case):
     assert any("best measured" in n or "best mode measured" in n for n in decision.notes), decision.notes
 
 
+@pytest.mark.parametrize("max_attempts, choices", [(5, 2), (1, 1)])
+def test_with_the_profiles_spent_far_off_evidence_reselects_once_within_the_retry_limit(case, max_attempts, choices):
+    # a 12-profile job re-budgeted after its first budget spent the profiles (experiments/controller_transfer.py:
+    # a choice measured 1.9x its predicted time was kept, 3.6x slower than the best): the evidence still refits
+    # the model and the selection is redone once, a measured choice like a miss's, within policy.max_attempts
+    tuner, device, trap, budget_w, best, time_ms = case
+    tuner.policy = tuner.policy.with_(refine_profiles=0, rounds=0, max_attempts=max_attempts)
+    tuner.explore()
+    assert tuner.profiles_left() == 0
+    decision = tuner.select_and_verify(budget_w)
+    verified = [i for purpose, i in device.log if purpose == "verify"]
+    assert len(verified) == choices and trap[verified[0]] and decision.attempts == choices
+    assert any("joins the profiles" in n for n in decision.notes) == (choices > 1), decision.notes
+    assert decision.within_budget and not trap[decision.index]  # the best measured within budget, as before
+
+
 def test_a_tuner_fine_tunes_for_the_policys_epochs_unless_told_and_only_methods_that_fine_tune(case):
     tuner = case[0]
     assert tuner.transfer_epochs == tuner.policy.transfer_epochs == 300

@@ -56,8 +56,8 @@ class TuningPolicy:
     #: nn+gp, not ref+gp (``estimate transfer``'s default), measured on the TuningJob path
     #: (experiments/controller_transfer.py, 5 seeds): equal at a job's default 50 profiles (1.00-1.13x
     #: the best time within budget), but with 12 profiles ref+gp's GP extrapolates poorly below the
-    #: profiled band (1.15x / 1.56x the best at 25 / 18 W, three of five 18 W budgets failed; nn+gp
-    #: 1.04x / 1.61x, none failed).
+    #: profiled band (1.15x / 1.45x the best at 25 / 18 W, two of five 18 W budgets failed; nn+gp
+    #: 1.04x / 1.48x, none failed).
     transfer_method: str = "nn+gp"
     #: Epochs of fine-tuning the reference MLP in a node's transfer (methods that fine-tune one). 100 would
     #: cost a third of the estimator's CPU and was as accurate on average (simulator, 4 devices x 3 workloads
@@ -97,7 +97,8 @@ class TuningPolicy:
     @property
     def profiles(self) -> int:
         """Modes measured at most (profiles and verified choices; held-out ones not counted), except that a
-        choice is always verified: a sweep of budgets may measure one choice per budget beyond it."""
+        choice is always verified: a sweep of budgets may measure choices beyond it, per budget at most
+        ``max_attempts`` (a miss, or one choice far off its predicted time, is selected again)."""
         return self.n_initial + self.rounds * self.per_round
 
     @property

@@ -16,9 +16,11 @@ The workflow, against the narrow interfaces of :mod:`.protocols`:
    ``policy.max_attempts`` misses. When no mode's power bound fits (σ widened by misses, or a
    budget below the profiled range), the mode with the lowest bound is measured instead, if its
    predicted mean fits: the measurement decides, as for any choice, and the decision's notes say so.
-   While the profile budget (``policy.profiles`` modes measured in all) lasts, what verification
-   measured is evidence: a choice whose measured time is off its prediction by more than
-   ``policy.verify_time_tol`` joins the profiles, the model is refitted and the selection redone; and
+   What verification measured is evidence: a choice whose measured time is off its prediction by more
+   than ``policy.verify_time_tol`` joins the profiles, the model is refitted and the selection redone —
+   while the profile budget (``policy.profiles`` modes measured in all) lasts, and once per budget past
+   it, within ``policy.max_attempts`` choices (a re-budgeted 12-profile job kept a choice 3.6x slower than
+   the best when its first budget had spent the profiles: experiments/controller_transfer.py); and
    while unmeasured modes may fit the budget and beat the best measured one (by ``refine_gain``, with
    probability ``refine_fit_p`` of fitting), a round around the budget profiles the most promising
    of them and the selection is redone. The answer is the fastest (objective) mode *measured*
@@ -194,7 +196,8 @@ class NodeTuner:
     def select_and_verify(self, budget_w: float, *, keep_error: bool = True) -> Decision:
         """The safe choice for ``budget_w``, measured on the device; a miss is learned from and the
         selection repeated, at most ``policy.max_attempts`` misses; evidence and rounds around the
-        budget while the profile budget lasts; the best mode measured within budget (module docstring).
+        budget while the profile budget lasts (evidence once past it); the best mode measured within budget
+        (module docstring).
 
         ``keep_error=False`` (a sweep of what-if budgets) keeps the error term a miss widened for
         this budget's attempts only; the modes it ruled out stay ruled out below the measured power.
@@ -203,6 +206,7 @@ class NodeTuner:
         notes: list[str] = []
         decision = Decision(budget_w, False, reason="no attempt")
         attempt = misses = 0
+        beyond = True  # one re-selection on time evidence past the profile budget, within max_attempts
         while misses < self.policy.max_attempts:
             pred = self._pred()
             attempt += 1
@@ -229,7 +233,11 @@ class NodeTuner:
                                 None if measured is None else measured[0], None if measured is None else measured[1],
                                 attempt, why, tuple(notes))
             if decision.within_budget:
-                if self._learn_from_time(i, notes, attempt) or self._round_near_budget(budget_w, notes, attempt):
+                past = self.profiles_left() < 1
+                if self._learn_from_time(i, notes, attempt, beyond=beyond and attempt < self.policy.max_attempts):
+                    beyond = beyond and not past
+                    continue
+                if self._round_near_budget(budget_w, notes, attempt):
                     continue
                 break
             misses += 1
@@ -318,14 +326,15 @@ class NodeTuner:
     def _can_learn(self) -> bool:
         return self.base is not None and self.model is not None
 
-    def _learn_from_time(self, index: int, notes: list[str], attempt: int) -> bool:
+    def _learn_from_time(self, index: int, notes: list[str], attempt: int, *, beyond: bool = False) -> bool:
         """A verified choice far off its predicted time joins the profiles and the model is refitted
-        (True: select again). Not when it was profiled already (the model saw it) or nothing can be refitted."""
+        (True: select again). Not when it was profiled already (the model saw it) or nothing can be refitted,
+        nor when the profile budget is spent unless ``beyond`` (the budget's one re-selection past it)."""
         key = mode_key(self.candidates[index])
         pred = self._pred()
         t_pred = float(pred.time_ms[index])
         t_meas, p_meas = self._verified[key]
-        if (not self._can_learn() or self.profiles_left() < 1 or t_pred <= 0
+        if (not self._can_learn() or (self.profiles_left() < 1 and not beyond) or t_pred <= 0
                 or abs(t_meas - t_pred) / t_pred <= self.policy.verify_time_tol):
             return False  # (one measurement is kept for verifying the next choice)
         if not self._join_profiles(index):
