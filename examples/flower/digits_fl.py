@@ -50,6 +50,10 @@ RAY_INIT_ARGS = {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "obje
                  "logging_level": logging.WARNING}
 BACKEND_CONFIG = {"init_args": RAY_INIT_ARGS, "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
 RAY_START_ATTEMPTS = 3
+#: How long the strategy waits for a client's answer (its messages' TTL). In the simulation engine a round's
+#: first call starts the client's Ray actor (an interpreter importing torch and Flower): tens of seconds on a
+#: loaded two-core machine, where the strategy's default (30 s, for clients already connected) expired.
+CLIENT_TIMEOUT_S = 120.0
 LOCAL_EPOCHS = 2
 LEARNING_RATE = 0.05
 #: The TuningJob the strategy asks for: a 5 % risk of a choice over its budget, 12 points per node.
@@ -151,7 +155,7 @@ def build_strategy(coordinator: str, n_clients: int, *, objective: str = "makesp
                     min_available_clients=n_clients, evaluate_fn=evaluate,
                     initial_parameters=ndarrays_to_parameters(get_weights(model)))
     return PowerAwareStrategy(fedavg, coordinator, WORKLOAD, objective=objective, tuning=TUNING,
-                              round_prefix=f"digits-{time.time_ns()}")
+                              round_prefix=f"digits-{time.time_ns()}", timeout_s=CLIENT_TIMEOUT_S)
 
 
 def start_ray(attempts: int = RAY_START_ATTEMPTS) -> None:
