@@ -3,8 +3,8 @@ changes what ``edgetune tune``, the demo's node tuners and the estimator service
 
 - ``max_attempts`` (verification retries): ``edgetune tune`` on the simulated Orin AGX with only 6
   random profiles and the std-less ``transfer`` method misses budgets on the device; with 5 attempts it
-  selects again after a miss (or a choice far off its predicted time), with 1 it gives up on the budget. The demo's tuners take the same value
-  (their policy is the library's with the demo's schedule).
+  selects again after a miss (or a choice far off its predicted time), with 1 it gives up on the budget.
+  The demo's tuners take the same value (their policy is the library's with the demo's schedule).
 - ``transfer_method``: the method ``edgetune tune`` transfers with, the demo's tuners send as
   ``params.method``, and the estimator service's ``Transfer`` uses when a request names none.
 - The demo's tuning path: the TuningJob it submits carries the library's policy, and the policy the

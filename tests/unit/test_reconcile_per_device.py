@@ -70,7 +70,8 @@ def test_its_failure_is_every_waiters_at_once_and_the_next_ask_tries_again():
     got = _ask_together(rec, cache, failing)
     assert len(calls) == 1  # not each worker in turn after it (a hung estimator: one timeout, not eight)
     assert all(isinstance(g, FailedPrecondition) for g in got)
-    assert rec._per_device(cache, "reference", KEY, lambda: "reference@2") == "reference@2"  # asked again, not the error
+    # asked again, not the error
+    assert rec._per_device(cache, "reference", KEY, lambda: "reference@2") == "reference@2"
     with pytest.raises(KeyError):
         rec._making[(*KEY, "reference")]  # nothing left waiting
 
