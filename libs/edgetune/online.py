@@ -29,7 +29,9 @@ The tuner is an explicit state machine driven by the user's steps:
 ``VERIFYING``  a window in the chosen mode, measured like a profile but after the expected step in
                power has decayed to :data:`VERIFY_TAIL_W` (at most :data:`VERIFY_SETTLE_FACTOR` ×
                ``settle_s``) and over at least :data:`VERIFY_WINDOW_S` (its one measurement accepts the choice
-               against the budget): over its budget, the workflow
+               against the budget) — or sooner, once the later half of its samples decides beyond their
+               noise and the largest tail left (:data:`VERIFY_EARLY_Z`); its steps are timed from the
+               warm-up on. Over its budget, the workflow
                learns from the miss and selects again (at most ``max_attempts`` choices).
 ``STEADY``     the verified mode is kept for the rest of the run; each step costs a timer read
                and a trace entry (``make bench``: ``online_tuner_step_overhead``).
@@ -79,7 +81,7 @@ from edgetune.base.roles import Role
 from edgetune.base.workload import id_name, workload_id
 from edgetune.devices.base import Device
 from edgetune.devices.factory import open_device
-from edgetune.devices.sampling import PowerSampler
+from edgetune.devices.sampling import PowerSample, PowerSampler
 from edgetune.devices.simulated.profiles import get_profile, profile_from_module, register_profile
 from edgetune.devices.simulated.tables import truth_table
 from edgetune.errors import InvalidArgument
@@ -129,6 +131,17 @@ VERIFY_SETTLE_FACTOR = 2.0
 #: Least measured stretch of a verification window: its mean power accepts or rejects the choice, so
 #: it averages ~100 samples (a 0.5 s window's mean still erred by 0.05 W: a 20.045 W choice read < 20 W).
 VERIFY_WINDOW_S = 2.0
+#: A verification ends sooner when what it sampled already decides: the second half of the samples since
+#: its switch (at least this many) puts the choice inside or outside the budget by more than
+#: VERIFY_EARLY_Z standard errors of their mean plus the largest tail the settling above could still leave
+#: in that half. A choice clearly inside its budget needs no 5 s to say so (experiments/online_tuning.py).
+VERIFY_EARLY_MIN_SAMPLES = 25
+VERIFY_EARLY_Z = 3.0
+#: The tail is reckoned for a board this many times slower to settle than ``settle_s`` says (time constant
+#: ``settle_s / 4`` times this): on any board at least that quick the early decision errs on the safe side.
+VERIFY_EARLY_SLOW = 2.0
+#: Most device-clock seconds between two such looks (a virtual-clock device runs that many steps a call).
+VERIFY_EARLY_CHECK_S = 0.1
 #: Power sampler rate during a window, settling included (an INA3221 read is cheap; the settle rule
 #: needs many samples a window to tell a fading transient from the sensor's noise).
 DEFAULT_SAMPLE_RATE_HZ = 50.0
@@ -384,6 +397,8 @@ class OnlineTuner:
         self._measure_t0 = 0.0  # the window's timed steps start here
         self._power_t0 = 0.0  # its power stretch starts here: the settle rule's last window, or now
         self._sample_times: collections.deque[float] = collections.deque()
+        self._verify_samples: list[PowerSample] = []  # a verification's samples so far (its early look)
+        self._early_level_w: float | None = None  # the level an early-decided verification's samples imply
         self._original: PowerMode | None = None
         self._restored = True
         self._previous_handlers: dict[int, Any] = {}
@@ -523,8 +538,10 @@ class OnlineTuner:
         self._window_steps += 1
         if measuring:
             self._measured_ms.append(time_ms)
+            if len(self._measured_ms) < self.steps_per_profile or self._buffer:
+                return
             long_enough = self.device.clock.now_s() - self._power_t0 >= self._window_s() - 1e-9
-            if len(self._measured_ms) >= self.steps_per_profile and long_enough and not self._buffer:
+            if long_enough or self._decided_early():
                 self._finish_window()
 
     def _apply(self, mode: PowerMode) -> None:
@@ -560,6 +577,8 @@ class OnlineTuner:
             return 1
         if self._measuring:
             left_s = self._window_s() - (now - self._power_t0)
+            if self._verifying():  # look again soon: the samples may decide before the full window
+                left_s = min(left_s, VERIFY_EARLY_CHECK_S)
             n = max(self.steps_per_profile - len(self._measured_ms), math.ceil(left_s * 1000.0 / est_ms))
         else:  # settling: one sample period at a time, so the rule sees each new sample when it comes
             left_s = min(1.0 / self.sample_rate_hz, self.settle_s - (now - self._switch_t))
@@ -596,6 +615,8 @@ class OnlineTuner:
         self._measuring = False
         self._detector = SettleDetector(self._settle_per_window, self.settle_tolerance, self.settle_tolerance_w)
         self._sample_times = collections.deque(maxlen=self._settle_per_window)
+        self._verify_samples = []
+        self._early_level_w = None
         self._power_t0 = math.inf
         self._sampler = self.device.sampler(self.sample_rate_hz)
         self._sampler.start()
@@ -605,37 +626,81 @@ class OnlineTuner:
         ``settle_s / 4``: a step is within ~2 % after ``settle_s``) of the expected step in power — the
         choice's predicted power against the last window's measured one — is within
         :data:`VERIFY_TAIL_W`; at most :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``."""
-        req = self._request
         most_s = VERIFY_SETTLE_FACTOR * self.settle_s
-        if req is None or not self.windows or self._slot >= len(req.expected_w):
+        step_w = self._expected_step_w()
+        if math.isinf(step_w):
             return most_s
-        step_w = abs(req.expected_w[self._slot] - self.windows[-1].power_w)
         return min(most_s, self.settle_s / 4.0 * math.log(max(step_w / VERIFY_TAIL_W, 1.0)))
+
+    def _expected_step_w(self) -> float:
+        """The step in power a verification's switch is expected to make: the choice's predicted power
+        against the last window's measured one (unknown before any window: infinite)."""
+        req = self._request
+        if req is None or not self.windows or self._slot >= len(req.expected_w):
+            return math.inf
+        return abs(req.expected_w[self._slot] - self.windows[-1].power_w)
+
+    def _verifying(self) -> bool:
+        return self._request is not None and self._request.purpose == "verify"
 
     def _window_s(self) -> float:
         """Least measured stretch of the current window: a verification's is longer (its mean decides)."""
-        verifying = self._request is not None and self._request.purpose == "verify"
-        return max(self.min_window_s, VERIFY_WINDOW_S) if verifying else self.min_window_s
+        return max(self.min_window_s, VERIFY_WINDOW_S) if self._verifying() else self.min_window_s
+
+    def _decided_early(self) -> bool:
+        """A verification whose later half of samples since the switch puts the choice inside or outside
+        the budget by more than :data:`VERIFY_EARLY_Z` standard errors plus the tail an exponential
+        settling still leaves in that half — reckoned with a time constant :data:`VERIFY_EARLY_SLOW` times
+        ``settle_s / 4`` and only once that much time has passed in the later half. The step the tail
+        decays from is the larger of the expected one and the one the samples imply (the prediction may be
+        what is wrong). The window then reports the level its samples imply for a board that settles as
+        ``settle_s`` says (their mean plus that board's smaller tail): between the mean and the slow
+        board's level, so on the same side of the budget as both — the truth's side on any board that
+        settles no slower."""
+        if not self._verifying() or self._sampler is None or not self.windows:
+            return False
+        self._verify_samples.extend(self._sampler.poll())
+        half_s = (self.device.clock.now_s() - self._switch_t) / 2.0
+        tau_s = VERIFY_EARLY_SLOW * self.settle_s / 4.0
+        start_t = self._switch_t + half_s
+        if half_s < tau_s or start_t >= self._power_t0:
+            return False  # too soon to trust the model, or the full window's stretch has begun: it decides
+        later = [x.power_w for x in self._verify_samples if x.t_s >= start_t]
+        if len(later) < VERIFY_EARLY_MIN_SAMPLES:
+            return False
+        mean_w, std_w = mean_std(later)
+        moved_w = mean_w - self.windows[-1].power_w
+        left = _tail_share(half_s, tau_s)
+        step_w = max(self._expected_step_w(), abs(moved_w) / (1.0 - left))  # expected, or what the samples imply
+        margin_w = step_w * left + VERIFY_EARLY_Z * std_w / math.sqrt(len(later))
+        if abs(mean_w - self.power_budget_w) <= margin_w:
+            return False
+        self._power_t0 = start_t
+        nominal = _tail_share(half_s, self.settle_s / 4.0)  # the level for a board that settles as settle_s says
+        self._early_level_w = mean_w + moved_w / (1.0 - nominal) * nominal
+        return True
 
     def _settled(self) -> bool:
         """The settle rule holds on the samples since the switch, or ``settle_s`` has passed. Power
         is measured from the start of the rule's last window (the stretch it found settled).
 
-        A verification window waits :data:`VERIFY_SETTLE_FACTOR` × ``settle_s``: its one measured power
-        accepts or rejects the choice against the budget, and the rule can hold while a large step's
-        tail still biases the mean by tenths of a watt (a 20 W choice read 19.63 W, truly 20.05 W) — a
-        profile's error is one point among many in a fit, a verification's is the decision."""
+        A verification times its steps from the warm-up on; its power stretch starts once the expected
+        step's tail has decayed (:meth:`_verify_wait_s`, no settle rule: its one measured power accepts or
+        rejects the choice against the budget, and the rule can hold while a large step's tail still biases
+        the mean by tenths of a watt — a 20 W choice read 19.63 W, truly 20.05 W; a profile's error is one
+        point among many in a fit, a verification's is the decision), unless its samples decide sooner
+        (:meth:`_decided_early`)."""
         assert self._sampler is not None and self._detector is not None
-        verifying = self._request is not None and self._request.purpose == "verify"
+        if self._verifying():
+            self._verify_samples.extend(self._sampler.poll())
+            self._power_t0 = self._switch_t + self._verify_wait_s()
+            return True
         for sample in self._sampler.poll():
-            if verifying:
-                continue
             self._sample_times.append(sample.t_s)
             if self._detector.add(sample.power_w):
                 self._power_t0 = self._sample_times[-self._settle_per_window]
                 return True
-        bound_s = self._verify_wait_s() if verifying else self.settle_s
-        if self.device.clock.now_s() - self._switch_t >= bound_s - 1e-9:
+        if self.device.clock.now_s() - self._switch_t >= self.settle_s - 1e-9:
             self._power_t0 = self.device.clock.now_s()
             return True
         return False
@@ -655,9 +720,10 @@ class OnlineTuner:
         t1 = self.device.clock.now_s()
         samples = self._stop_sampler()
         power = power_stats(samples, self._power_t0, t1)  # the settled stretch only
+        power_w = power.power_w if self._early_level_w is None else self._early_level_w
         mean_ms, std_ms = mean_std(self._measured_ms)
         window = Window(len(self.windows), req.purpose, self.device.current_mode(), self.batch_size,
-                        self._steps - self._window_steps, len(self._measured_ms), mean_ms, std_ms, power.power_w,
+                        self._steps - self._window_steps, len(self._measured_ms), mean_ms, std_ms, power_w,
                         power.power_std_w, power.peak_power_w, power.samples, self._power_t0 - self._switch_t)
         self.windows.append(window)
         req.windows.append(window)
@@ -829,6 +895,14 @@ class OnlineTuner:
 
     def trace_rows(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.trace()]
+
+
+def _tail_share(half_s: float, tau_s: float) -> float:
+    """The share of a power step still in the mean over [h, 2h] after the switch, for an exponential
+    settling with time constant ``tau_s``: (1/h) ∫_h^2h e^(-t/tau) dt."""
+    if tau_s <= 0:
+        return 0.0
+    return tau_s / half_s * (math.exp(-half_s / tau_s) - math.exp(-2 * half_s / tau_s))
 
 
 def _parameters(fn: Callable) -> Sequence[str]:

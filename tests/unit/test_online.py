@@ -230,6 +230,66 @@ def test_a_verification_waits_for_the_tail_of_the_expected_step_in_power(quick_r
     assert tuner._verify_wait_s() == 0.0  # no step to wait for
 
 
+class _Samples:
+    """A sampler over a recorded power trace: ``poll`` gives the samples up to the device's clock."""
+
+    def __init__(self, clock, samples: list) -> None:
+        self.clock, self.samples, self.given = clock, samples, 0
+
+    def poll(self) -> list:
+        new = [x for x in self.samples[self.given:] if x.t_s <= self.clock.now_s()]
+        self.given += len(new)
+        return new
+
+
+def _verifying(quick_reference, last_w: float, expected_w: float, true_w: float, tau_s: float = 0.625):
+    """A tuner verifying a choice predicted at ``expected_w`` that settles at ``true_w`` (time constant ``tau_s``;
+    the tuner's ``settle_s`` 2.5 says 0.625 s) from the last window's ``last_w``, 50 Hz samples with 0.3 W of
+    noise; budget 20 W."""
+    from edgetune.devices.sampling import PowerSample
+    from edgetune.online import _Request
+
+    dev = SimulatedJetson("orin-agx")
+    tuner = OnlineTuner(dev, "mobilenetv3", power_budget_w=20.0, reference=quick_reference)
+    mode = PowerMode(4, 2201.6, 522.75, 3199.0)
+    tuner.windows.append(Window(0, "profile", mode, BATCH, 0, 5, 3.0, 0.1, last_w, 0.2, last_w, 26, 0.5))
+    tuner._request, tuner._slot = _Request([mode], BATCH, "verify", [expected_w]), 0
+    t0 = dev.clock.now_s()
+    noise = np.random.default_rng(0).normal(0.0, 0.3, 500)
+    trace = [PowerSample(t0 + k / 50, true_w + (last_w - true_w) * np.exp(-k / 50 / tau_s) + noise[k]) for k in range(500)]
+    tuner._switch_t, tuner._sampler = t0, _Samples(dev.clock, trace)
+    tuner._power_t0 = t0 + tuner._verify_wait_s()
+    return tuner, dev.clock
+
+
+def _first_decision(tuner, clock, until_s: float = 5.0) -> float | None:
+    """The level a verification reports when its samples first decide (None: the full window decides)."""
+    while clock.now_s() - tuner._switch_t < until_s:
+        clock.advance(0.05)
+        if tuner._decided_early():
+            return tuner._early_level_w
+    return None
+
+
+def test_a_verification_ends_once_its_samples_decide_against_the_budget(quick_reference) -> None:
+    # 0.6 W under the budget: decided once 1.25 s (the slow time constant) has passed in the later half
+    tuner, clock = _verifying(quick_reference, last_w=18.0, expected_w=19.4, true_w=19.4)
+    clock.advance(2.4)
+    assert not tuner._decided_early()  # too soon to trust the settling model
+    clock.advance(0.2)
+    assert tuner._decided_early() and abs(tuner._early_level_w - 19.4) < 0.2  # the level, not the tail's mean
+    assert tuner._power_t0 == pytest.approx(tuner._switch_t + 1.3)  # over the later half
+    # 0.05 W under: only the full window decides
+    tuner, clock = _verifying(quick_reference, last_w=18.0, expected_w=19.95, true_w=19.95)
+    assert _first_decision(tuner, clock) is None
+    # predicted 0.5 W over the last window but drawing 5.3 W more, over the budget, on a board settling 1.6x
+    # slower than settle_s says: never accepted (the samples' own step sets the tail, reckoned for a slow board)
+    for tau_s in (0.625, 1.0):
+        tuner, clock = _verifying(quick_reference, last_w=15.0, expected_w=15.5, true_w=20.3, tau_s=tau_s)
+        level = _first_decision(tuner, clock)
+        assert level is None or level > 20.0, tau_s
+
+
 def test_settle_arguments_are_refused(quick_reference) -> None:
     dev = SimulatedJetson("orin-agx")
     for kw, field in (({"settle_window_s": 0.0}, "settle_window_s"), ({"settle_tolerance": -0.1}, "settle_tolerance"),
