@@ -174,7 +174,7 @@ class Window:
     steps: int  # measured steps
     time_ms: float
     time_std_ms: float
-    power_w: float
+    power_w: float  # mean over the settled stretch (a verification its samples decided early: the level they imply)
     power_std_w: float
     peak_power_w: float
     samples: int
