@@ -58,7 +58,7 @@ class OnlineTuningClient(NumPyClient):
         tuner.node_id = node_id
         self.client, self.tuner, self.node_id, self.samples = client, tuner, node_id, samples
         self._open = False
-        client.edgetune_step = self._step  # type: ignore[attr-defined]
+        client.edgetune_step = self._step
 
     def _step(self, batch_size: int) -> Any:
         if not self._open:  # a step outside fit (evaluation): not the training being tuned
