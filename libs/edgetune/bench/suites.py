@@ -295,6 +295,10 @@ SIM_SUITE = (("orin-agx", "mobilenetv3"), ("orin-agx", "yolov8n"), ("orin-agx", 
              ("xavier-agx", "resnet18"))
 SIM_SUITE_SIZES = (20, 50)
 SIM_SUITE_DRAWS = 2
+#: Draws the coverage of ref+gp's interval is averaged over (its fits only; ~0.5 s each). What split
+#: conformal promises is coverage on average over draws: one draw of 20 points covers 0.42-0.99 (Xavier
+#: time), so two draws read 0.68 where 40 read 0.87.
+SIM_SUITE_COVERAGE_DRAWS = 20
 SIM_SUITE_VALIDATION = 1000
 SIM_SUITE_TARGET_RATIO = 0.70
 
@@ -302,14 +306,17 @@ SIM_SUITE_TARGET_RATIO = 0.70
 @benchmark("transfer_vs_gp_sim", "shipped reference:orin-agx → MobileNetV3, YOLOv8n, LSTM, BERT-base on the Orin AGX "
            "(and ResNet18 on the Xavier AGX, reported) from 20 / 50 noisy profiled modes, 2 draws: ref+gp's MAPE "
            "≤ 0.70 × a GP from scratch on the same modes, time and power (worst of the per-size means over the Orin "
-           "workloads; transfer's reported beside it)", "worst_mean_ratio", SIM_SUITE_TARGET_RATIO + 1e-4)
+           "workloads; transfer's reported beside it; ref+gp's 90 % interval coverage over 20 draws)", "worst_mean_ratio",
+           SIM_SUITE_TARGET_RATIO + 1e-4)
 def transfer_vs_gp_sim() -> dict:
     """The simulator suite against the baseline in the same run: for each target (device, workload), n profiled
     modes of its ``powertrain`` grid drawn at random and measured with profile noise; ``ref+gp`` and ``transfer``
     (the MLP fine-tuned) adapted from the shipped Orin AGX reference, and ``gp`` fitted from scratch on the same
     modes (all through ``registry.adapt``); MAPE on 1,000 other modes of the grid against the noise-free truth.
-    Per target and size: each method's MAPE (mean over draws) and its ratio to ``gp``'s; per size: the mean
-    ratio over the Orin workloads. The metric is ref+gp's worst such mean (over sizes, time and power)."""
+    Per target and size: each method's MAPE (mean over draws) and its ratio to ``gp``'s, and the share of the
+    held-out modes' measurements inside ref+gp's 90 % interval (mean and 10th percentile over
+    :data:`SIM_SUITE_COVERAGE_DRAWS` draws); per size: the mean ratio over the Orin workloads. The metric is
+    ref+gp's worst such mean (over sizes, time and power)."""
     import torch  # deferred: torch
 
     from edgetune.estimation.bundle import Z90, load_reference  # deferred: torch, sklearn
@@ -331,13 +338,14 @@ def transfer_vs_gp_sim() -> dict:
             for n in SIM_SUITE_SIZES:
                 mapes: dict[str, list[list[float]]] = {m: [] for m in methods}
                 covers: list[list[float]] = []  # ref+gp's 90 % interval over measured held-out modes
-                for draw in range(SIM_SUITE_DRAWS):
+                for draw in range(SIM_SUITE_COVERAGE_DRAWS):
                     rng = np.random.default_rng(1000 * ti + 10 * n + draw)
                     order = rng.permutation(len(modes))
                     fit, val = order[:n], order[n:n + SIM_SUITE_VALIDATION]
                     y_obs = profile_noise(y[fit], rng)
                     y_val_obs = profile_noise(y[val], rng)  # what measuring the held-out modes would show
-                    for method in methods:
+                    # past the MAPE draws, ref+gp alone: its coverage
+                    for method in methods if draw < SIM_SUITE_DRAWS else ("ref+gp",):
                         t0 = time.perf_counter()
                         row, cover = [], []
                         for j, target in enumerate(targets):
@@ -347,11 +355,12 @@ def transfer_vs_gp_sim() -> dict:
                             if method == "ref+gp" and sd is not None:
                                 cover.append(float(np.mean(np.abs(y_val_obs[:, j] - mu) <= Z90 * sd)))
                         seconds[method] += time.perf_counter() - t0
-                        mapes[method].append(row)
+                        if draw < SIM_SUITE_DRAWS:
+                            mapes[method].append(row)
                         if cover:
                             covers.append(cover)
                 base = np.mean(mapes["gp"], axis=0)
-                coverage = np.mean(covers, axis=0)
+                coverage, low = np.mean(covers, axis=0), np.percentile(covers, 10, axis=0)
                 for method in methods:
                     mean = np.mean(mapes[method], axis=0)
                     case = {"device": device, "workload": workload, "n": n, "method": method,
@@ -360,7 +369,8 @@ def transfer_vs_gp_sim() -> dict:
                             "power_ratio": round(float(mean[1] / base[1]), 3)}
                     if method == "ref+gp":
                         case.update(time_coverage=round(float(coverage[0]), 3),
-                                    power_coverage=round(float(coverage[1]), 3))
+                                    power_coverage=round(float(coverage[1]), 3),
+                                    time_coverage_p10=round(float(low[0]), 3), power_coverage_p10=round(float(low[1]), 3))
                     cases.append(case)
     summary: dict[str, dict] = {}
     for method in ("ref+gp", "transfer"):
@@ -380,10 +390,12 @@ def transfer_vs_gp_sim() -> dict:
               if s[f"{t}_mean_ratio"] > SIM_SUITE_TARGET_RATIO]
     covered = [c[f"{t}_coverage"] for c in cases if c["method"] == "ref+gp" for t in ("time", "power")]
     note = ("target met" if not missed else "above 0.70: " + ", ".join(missed)) + \
-        f"; ref+gp's 90 % interval covers {min(covered):.2f}-{max(covered):.2f} of measured held-out modes"
+        f"; ref+gp's 90 % interval covers {min(covered):.2f}-{max(covered):.2f} of measured held-out modes " \
+        f"(mean over {SIM_SUITE_COVERAGE_DRAWS} draws)"
     return {"worst_mean_ratio": worst["ref+gp"], "transfer_worst_mean_ratio": worst["transfer"],
             "ref_gp_coverage_range": [min(covered), max(covered)],
             "summary": summary, "cases": cases, "note": note, "draws": SIM_SUITE_DRAWS,
+            "coverage_draws": SIM_SUITE_COVERAGE_DRAWS,
             "validation_modes": SIM_SUITE_VALIDATION, "method_seconds": {k: round(v, 1) for k, v in seconds.items()}}
 
 
