@@ -24,6 +24,7 @@ from edgetune.base.mode import PowerMode
 from edgetune.control.jobs import JobQueue
 from edgetune.control.registry import NodeRecord, NodeRegistry
 from edgetune.devices.simulated.tables import truth_table
+from edgetune.errors import FailedPrecondition
 from edgetune.identity import ClientSecurity
 from edgetune.powermodes.grids import named_grid
 from edgetune.powermodes.specs import get_spec
@@ -32,6 +33,7 @@ from edgetune.services.estimator.server import create_server as create_estimator
 from edgetune.services.optimizer.server import create_server as create_optimizer
 from edgetune.store import EmbeddedRedisServer, NodeConfig, open_store
 from edgetune.store.acl import ROLES, acl_file
+from edgetune.store.redis_store import LoginFailsFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from redis_servers import NO_SYSTEM_REDIS, SYSTEM_REDIS  # noqa: E402
@@ -128,6 +130,26 @@ def test_the_estimator_and_the_optimizer_work_with_their_users_and_touch_nothing
     refused(lambda: raw(server, "estimator").hset("edgetune:meas:x", "doc", "{}"))  # measurements: read only
     refused(lambda: raw(server, "optimizer").hget("edgetune:blob:estimator-model:x:1", "data"))
     assert coordinator.xlen("edgetune:audit") >= 2
+
+
+def test_a_refused_login_fails_at_once_and_says_so(server):
+    # redis-py counts a refused login as a connection error; the store's retry (5 tries, ~3.7 s of backoff)
+    # gives up on it at the first
+    with pytest.raises(FailedPrecondition, match="refused the login: invalid username-password pair"):
+        open_store(url(server, "coordinator", "not-its-password"))
+    retry = LoginFailsFast(NoBackoff(), 5)  # the store's, without the waits
+    for error, tries in ((redis.AuthenticationError("refused"), 1), (redis.ConnectionError("reset"), 6)):
+        calls: list[int] = []
+
+        def do(error=error, calls=calls):
+            calls.append(1)
+            raise error
+
+        with pytest.raises(type(error)):
+            retry.call_with_retry(do, lambda _: None)
+        assert len(calls) == tries
+    with open_store(url(server, "coordinator")) as store:  # its own password: the same retry connects
+        assert store.ping()
 
 
 def test_no_default_user_the_probe_pings_only_and_an_agents_token_opens_nothing(server):

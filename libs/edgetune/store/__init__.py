@@ -62,7 +62,7 @@ from .records import (
     SiteBudgets,
     UnknownSchema,
 )
-from .redis_store import CONNECTION_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
+from .redis_store import CONNECTION_ERRORS, LOGIN_ERRORS, STORE_ERRORS, UNAVAILABLE, RedisBase, RedisStore
 
 __all__ = [
     "AGENT_STATES",
@@ -187,5 +187,7 @@ def open_store(
             store.ping()
         except STORE_ERRORS as exc:
             store.close()
+            if isinstance(exc, LOGIN_ERRORS):
+                raise FailedPrecondition(f"Redis at {redact_url(text)} refused the login: {exc}") from None
             raise FailedPrecondition(f"cannot reach Redis at {redact_url(text)}: {exc}") from None
     return store

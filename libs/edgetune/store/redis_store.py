@@ -75,6 +75,8 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 #: The store's server cannot be reached (as gRPC: UNAVAILABLE, the client retries).
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+#: A refused login (wrong user or password): a ConnectionError to redis-py, which no retry fixes.
+LOGIN_ERRORS: tuple[type[Exception], ...] = (redis.AuthenticationError,)
 #: Every error a Redis-backed store call may raise besides edgetune's own.
 STORE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
@@ -804,7 +806,7 @@ class RedisStore(RedisBase):
 
     Connection errors and timeouts are retried ``retries`` times with jittered exponential
     backoff (about 3 s in all with the defaults) so a Redis restart or a pod move does not
-    fail callers; idle connections are PINGed every ``health_check_interval_s`` before reuse.
+    fail callers — a refused login is not (:class:`LoginFailsFast`); idle connections are PINGed every ``health_check_interval_s`` before reuse.
     Keep blocking reads (job claims, config watches) shorter than ``socket_timeout_s``.
 
     Connections: at most ``pool_size``; a caller finding them all busy waits up to
@@ -831,7 +833,7 @@ class RedisStore(RedisBase):
         def client(connections: int) -> redis.Redis:
             return blocking_pool(redis.BlockingConnectionPool.from_url(
                 url, max_connections=connections, timeout=pool_timeout_s, **tcp,
-                retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
+                retry=LoginFailsFast(ExponentialWithJitterBackoff(base=0.1, cap=2.0), retries),
                 retry_on_error=[redis.ConnectionError, redis.TimeoutError],
                 health_check_interval=health_check_interval_s,
                 socket_timeout=socket_timeout_s,
@@ -841,6 +843,20 @@ class RedisStore(RedisBase):
 
         super().__init__(client(pool_size), namespace=namespace, url=url, lease_client=client(LEASE_CONNECTIONS))
 
+
+
+class LoginFailsFast(Retry):
+    """redis-py's retry, except for a refused login: redis-py makes an AuthenticationError a kind of
+    ConnectionError, so a wrong password or user was retried with backoff and failed after ~3.7 s; it
+    fails at once now (a retry cannot fix it, and the caller's error says why)."""
+
+    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> Any:
+        def retryable(error: Exception) -> bool:
+            return not isinstance(error, LOGIN_ERRORS) and (is_retryable is None or is_retryable(error))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
 def blocking_pool(pool: redis.ConnectionPool) -> redis.Redis:
