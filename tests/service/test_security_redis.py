@@ -133,7 +133,7 @@ def test_the_estimator_and_the_optimizer_work_with_their_users_and_touch_nothing
 
 
 def test_a_refused_login_fails_at_once_and_says_so(server):
-    # redis-py counts a refused login as a connection error; the store's retry (5 tries, ~3.7 s of backoff)
+    # redis-py counts a refused login as a connection error; the store's retry (5 retries, ~3.7 s of backoff)
     # gives up on it at the first
     with pytest.raises(FailedPrecondition, match="refused the login: invalid username-password pair"):
         open_store(url(server, "coordinator", "not-its-password"))

@@ -306,8 +306,8 @@ SIM_SUITE_TARGET_RATIO = 0.70
 @benchmark("transfer_vs_gp_sim", "shipped reference:orin-agx → MobileNetV3, YOLOv8n, LSTM, BERT-base on the Orin AGX "
            "(and ResNet18 on the Xavier AGX, reported) from 20 / 50 noisy profiled modes, 2 draws: ref+gp's MAPE "
            "≤ 0.70 × a GP from scratch on the same modes, time and power (worst of the per-size means over the Orin "
-           "workloads; transfer's reported beside it; ref+gp's 90 % interval coverage over 20 draws)", "worst_mean_ratio",
-           SIM_SUITE_TARGET_RATIO + 1e-4)
+           f"workloads; transfer's reported beside it; ref+gp's 90 % interval coverage over {SIM_SUITE_COVERAGE_DRAWS} "
+           "draws)", "worst_mean_ratio", SIM_SUITE_TARGET_RATIO + 1e-4)
 def transfer_vs_gp_sim() -> dict:
     """The simulator suite against the baseline in the same run: for each target (device, workload), n profiled
     modes of its ``powertrain`` grid drawn at random and measured with profile noise; ``ref+gp`` and ``transfer``

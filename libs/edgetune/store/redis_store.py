@@ -806,7 +806,8 @@ class RedisStore(RedisBase):
 
     Connection errors and timeouts are retried ``retries`` times with jittered exponential
     backoff (about 3 s in all with the defaults) so a Redis restart or a pod move does not
-    fail callers — a refused login is not (:class:`LoginFailsFast`); idle connections are PINGed every ``health_check_interval_s`` before reuse.
+    fail callers — a refused login is not (:class:`LoginFailsFast`); idle connections are PINGed
+    every ``health_check_interval_s`` before reuse.
     Keep blocking reads (job claims, config watches) shorter than ``socket_timeout_s``.
 
     Connections: at most ``pool_size``; a caller finding them all busy waits up to
